@@ -1,1 +1,8 @@
-//! placeholder
+//! bcd, the unprivileged agent: it reads a node's NVIDIA GPUs through `nvidia-smi`, keeps their
+//! inventory, watches their health and hands them to containers and VMs.
+//!
+//! It never runs a privileged step itself: those go to `bcd-helper` over the typed protocol of
+//! `bcd-protocol`. Everything it parses (nvidia-smi output, procfs, sysfs, the kernel log) is
+//! untrusted input and is read by pure parsers that return errors, never panic.
+
+pub mod smi;

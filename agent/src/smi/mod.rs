@@ -1,0 +1,11 @@
+//! Reading GPUs through `nvidia-smi`: pure parsers, one per query, the tolerances every
+//! driver branch needs, and (at the edges) the bounded child-process runner.
+
+pub mod compute_cap;
+pub mod list;
+pub mod mig;
+pub mod nvlink;
+pub mod samples;
+pub mod topo;
+pub mod value;
+pub mod xml;
