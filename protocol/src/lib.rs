@@ -1,1 +1,20 @@
-//! placeholder
+//! The protocol between `bcd` (the unprivileged agent) and `bcd-helper` (the root helper).
+//!
+//! Everything that crosses the trust boundary is defined here: the frames, the operations and
+//! their validated argument types, and the typed errors. A value of an argument type
+//! ([`GpuUuid`], [`GpuRef`], [`PciAddress`], [`DomainName`], [`SaveFile`]) can only be built by
+//! parsing, and decoding runs the same parser, so the helper never holds an argument that has
+//! not been checked. The codec lives in [`frame`] alone.
+//!
+//! This crate must never grow I/O beyond reading and writing frames, and never accept a path,
+//! a command line or free text that the helper would act on.
+
+pub mod frame;
+mod message;
+mod types;
+
+pub use message::{
+    ClientFrame, HelloAnswer, HelperError, Operation, OperationKind, Outcome, PersistenceNote,
+    Request, Response, ServerFrame, PROTOCOL_VERSION,
+};
+pub use types::{DomainName, GpuRef, GpuUuid, InvalidArgument, PciAddress, SaveFile};
