@@ -84,7 +84,10 @@ mod tests {
 
     #[test]
     fn version_drops_deprecation_suffix() {
-        assert_eq!(version("616.56 [Deprecated; use kmd_version]"), Some("616.56"));
+        assert_eq!(
+            version("616.56 [Deprecated; use kmd_version]"),
+            Some("616.56")
+        );
         assert_eq!(version("[Deprecated]"), None);
         assert_eq!(version("12.2"), Some("12.2"));
     }
