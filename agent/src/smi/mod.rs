@@ -5,6 +5,7 @@ pub mod compute_cap;
 pub mod list;
 pub mod mig;
 pub mod nvlink;
+pub mod runner;
 pub mod samples;
 pub mod topo;
 pub mod value;

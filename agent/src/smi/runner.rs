@@ -1,0 +1,237 @@
+//! Running `nvidia-smi`: each query bounded in time and in output, its whole process group
+//! killed when the bound expires (a wedged GPU can hang `nvidia-smi` in the driver).
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use nix::sys::signal::{killpg, Signal};
+use nix::unistd::Pid;
+use tokio::io::{AsyncRead, AsyncReadExt};
+
+/// The bound on one query.
+pub const QUERY_TIMEOUT: Duration = Duration::from_secs(30);
+/// The bound on a whole snapshot (all its queries).
+pub const SNAPSHOT_TIMEOUT: Duration = Duration::from_secs(60);
+/// Most bytes of standard output read from one query: far above an 8-GPU `-q -x` (~250 KB a
+/// GPU at most), far below what could hurt the agent.
+pub const MAX_OUTPUT: usize = 16 * 1024 * 1024;
+/// Most bytes of standard error kept, for messages.
+const MAX_STDERR: usize = 4096;
+
+/// Why a query gave no answer.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RunError {
+    /// No `nvidia-smi` to run: this host has no NVIDIA driver.
+    #[error("nvml: nvidia-smi not found (no NVIDIA driver on this host)")]
+    NoDriver,
+    /// The query ran past its bound and was killed with its process group.
+    #[error("nvidia-smi {query} did not answer within {}s and was killed", after.as_secs())]
+    Timeout {
+        /// The query's arguments.
+        query: String,
+        /// The bound.
+        after: Duration,
+    },
+    /// The query exited with a non-zero status.
+    #[error("nvidia-smi {query} failed (exit status {}): {message}", exit_code.map_or_else(|| "signal".to_owned(), |c| c.to_string()))]
+    Failed {
+        /// The query's arguments.
+        query: String,
+        /// The status; `None` when a signal ended it.
+        exit_code: Option<i32>,
+        /// What it printed (stderr, else stdout), trimmed.
+        message: String,
+    },
+    /// It printed more than [`MAX_OUTPUT`] bytes.
+    #[error("nvidia-smi {query} printed more than {MAX_OUTPUT} bytes; its output was not read")]
+    TooLong {
+        /// The query's arguments.
+        query: String,
+    },
+    /// It could not be started for another reason.
+    #[error("could not run {program}: {message}")]
+    Spawn {
+        /// The program.
+        program: String,
+        /// Why.
+        message: String,
+    },
+}
+
+/// A query's answer.
+#[derive(Debug, Clone)]
+pub struct Answer {
+    /// Standard output.
+    pub stdout: Vec<u8>,
+    /// How long the query took.
+    pub elapsed: Duration,
+}
+
+/// Runs one `nvidia-smi`. Cheap to clone.
+#[derive(Debug, Clone)]
+pub struct Runner {
+    program: PathBuf,
+    timeout: Duration,
+}
+
+impl Runner {
+    /// A runner for `program` (a bare name is looked up on `PATH` at each run) with the
+    /// standard per-query bound.
+    pub fn new(program: impl Into<PathBuf>) -> Self {
+        Self { program: program.into(), timeout: QUERY_TIMEOUT }
+    }
+
+    /// The same runner with another per-query bound.
+    pub fn with_timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = timeout;
+        self
+    }
+
+    /// The per-query bound.
+    pub fn timeout(&self) -> Duration {
+        self.timeout
+    }
+
+    /// Runs `nvidia-smi ARGS...`.
+    ///
+    /// # Errors
+    /// [`RunError::NoDriver`] when there is no such program, [`RunError::Timeout`] past the
+    /// bound (its process group has then been killed), [`RunError::Failed`] on a non-zero exit,
+    /// [`RunError::TooLong`] past [`MAX_OUTPUT`].
+    ///
+    /// # Cancel safety
+    /// Dropping the future kills the child (not its group); use the timeout for that.
+    pub async fn run(&self, args: &[&str]) -> Result<Answer, RunError> {
+        let query = args.join(" ");
+        let program = resolve(&self.program).ok_or(RunError::NoDriver)?;
+        let started = Instant::now();
+        let mut child = tokio::process::Command::new(&program)
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .process_group(0)
+            .kill_on_drop(true)
+            .spawn()
+            .map_err(|e| match e.kind() {
+                std::io::ErrorKind::NotFound => RunError::NoDriver,
+                _ => RunError::Spawn { program: program.display().to_string(), message: e.to_string() },
+            })?;
+        let group = child.id().and_then(|id| i32::try_from(id).ok()).map(Pid::from_raw);
+        let (stdout, stderr) = (child.stdout.take(), child.stderr.take());
+        let finished = tokio::time::timeout(self.timeout, async {
+            tokio::join!(read_limited(stdout, MAX_OUTPUT + 1), read_limited(stderr, MAX_STDERR), child.wait())
+        })
+        .await;
+        // Whatever happened, nothing the query started may outlive it.
+        if let Some(group) = group {
+            let _ = killpg(group, Signal::SIGKILL);
+        }
+        let Ok((stdout, stderr, status)) = finished else {
+            let _ = child.kill().await;
+            return Err(RunError::Timeout { query, after: self.timeout });
+        };
+        let status = status.map_err(|e| RunError::Spawn { program: program.display().to_string(), message: e.to_string() })?;
+        if stdout.len() > MAX_OUTPUT {
+            return Err(RunError::TooLong { query });
+        }
+        if !status.success() {
+            let text = if stderr.iter().any(|b| !b.is_ascii_whitespace()) { &stderr } else { &stdout };
+            let message: String = String::from_utf8_lossy(text).trim().chars().take(MAX_STDERR).collect();
+            return Err(RunError::Failed { query, exit_code: status.code(), message });
+        }
+        Ok(Answer { stdout, elapsed: started.elapsed() })
+    }
+}
+
+/// The program to start: a path as given, or a bare name found on `PATH`.
+fn resolve(program: &Path) -> Option<PathBuf> {
+    if program.components().count() > 1 || program.is_absolute() {
+        return Some(program.to_path_buf());
+    }
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path)
+        .map(|dir| dir.join(program))
+        .find(|candidate| is_executable(candidate))
+}
+
+fn is_executable(path: &Path) -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::metadata(path).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+}
+
+async fn read_limited<R: AsyncRead + Unpin>(pipe: Option<R>, limit: usize) -> Vec<u8> {
+    let Some(mut pipe) = pipe else { return Vec::new() };
+    let mut kept = Vec::new();
+    let mut buf = vec![0u8; 64 * 1024];
+    loop {
+        match pipe.read(&mut buf).await {
+            Ok(0) | Err(_) => return kept,
+            // Past the limit the rest is drained, so the child never blocks on a full pipe.
+            Ok(n) if kept.len() < limit => kept.extend_from_slice(&buf[..n.min(limit - kept.len())]),
+            Ok(_) => {}
+        }
+    }
+}
+
+/// Whether `name` names a program the runner would find, for doctor's checks.
+pub fn is_available(program: &Path) -> bool {
+    resolve(program).is_some_and(|p| is_executable(&p))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::PermissionsExt;
+
+    fn script(dir: &Path, body: &str) -> PathBuf {
+        let path = dir.join("nvidia-smi");
+        std::fs::write(&path, format!("#!/bin/sh\n{body}\n")).unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+        path
+    }
+
+    #[tokio::test]
+    async fn a_missing_binary_means_no_driver() {
+        let err = Runner::new("/nonexistent/nvidia-smi").run(&["-L"]).await.unwrap_err();
+        assert_eq!(err, RunError::NoDriver);
+        assert_eq!(err.to_string(), "nvml: nvidia-smi not found (no NVIDIA driver on this host)");
+        let err = Runner::new("bcd-no-such-nvidia-smi").run(&["-L"]).await.unwrap_err();
+        assert_eq!(err, RunError::NoDriver);
+    }
+
+    #[tokio::test]
+    async fn a_failure_carries_its_status_and_words() {
+        let dir = tempfile::tempdir().unwrap();
+        let smi = script(dir.path(), "echo 'No devices were found' >&2; exit 6");
+        let err = Runner::new(smi).run(&["mig", "-lgip"]).await.unwrap_err();
+        assert_eq!(
+            err,
+            RunError::Failed { query: "mig -lgip".into(), exit_code: Some(6), message: "No devices were found".into() }
+        );
+    }
+
+    #[tokio::test]
+    async fn a_hung_query_is_killed_with_its_group() {
+        let dir = tempfile::tempdir().unwrap();
+        let pid_file = dir.path().join("pid");
+        let smi = script(dir.path(), &format!("sleep 300 & echo $! > {}; wait", pid_file.display()));
+        let started = Instant::now();
+        let err = Runner::new(smi).with_timeout(Duration::from_millis(300)).run(&["-q", "-x"]).await.unwrap_err();
+        assert!(matches!(err, RunError::Timeout { .. }), "{err}");
+        assert!(started.elapsed() < Duration::from_secs(5));
+        let pid = std::fs::read_to_string(&pid_file).unwrap();
+        std::thread::sleep(Duration::from_millis(200));
+        let stat = std::fs::read_to_string(format!("/proc/{}/stat", pid.trim())).unwrap_or_default();
+        assert!(stat.is_empty() || stat.contains(") Z "), "the query's child survived: {stat}");
+    }
+
+    #[tokio::test]
+    async fn output_past_the_bound_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let smi = script(dir.path(), &format!("head -c {} /dev/zero", MAX_OUTPUT + 10));
+        let err = Runner::new(smi).run(&["-q", "-x"]).await.unwrap_err();
+        assert!(matches!(err, RunError::TooLong { .. }), "{err}");
+    }
+}
