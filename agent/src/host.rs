@@ -20,7 +20,10 @@ impl Default for Host {
 impl Host {
     /// A host rooted at `root`, running `nvidia_smi` (a bare name is looked up on `PATH`).
     pub fn new(root: impl Into<PathBuf>, nvidia_smi: impl Into<PathBuf>) -> Self {
-        Self { root: root.into(), nvidia_smi: nvidia_smi.into() }
+        Self {
+            root: root.into(),
+            nvidia_smi: nvidia_smi.into(),
+        }
     }
 
     /// A fake host folder: `DIR/root` is the root and `DIR/bin/nvidia-smi` the `nvidia-smi`.
@@ -41,7 +44,10 @@ impl Host {
 
     /// A path of the host, such as `/proc/driver/nvidia/version`, under the root.
     pub fn path(&self, absolute: impl AsRef<Path>) -> PathBuf {
-        let relative = absolute.as_ref().strip_prefix("/").unwrap_or(absolute.as_ref());
+        let relative = absolute
+            .as_ref()
+            .strip_prefix("/")
+            .unwrap_or(absolute.as_ref());
         self.root.join(relative)
     }
 }
@@ -53,7 +59,10 @@ mod tests {
     #[test]
     fn host_paths_stay_under_the_root() {
         let host = Host::fake("/tmp/h");
-        assert_eq!(host.path("/proc/modules"), PathBuf::from("/tmp/h/root/proc/modules"));
+        assert_eq!(
+            host.path("/proc/modules"),
+            PathBuf::from("/tmp/h/root/proc/modules")
+        );
         assert_eq!(host.nvidia_smi(), Path::new("/tmp/h/bin/nvidia-smi"));
         assert_eq!(Host::default().path("/sys"), PathBuf::from("/sys"));
     }

@@ -6,4 +6,6 @@
 //! untrusted input and is read by pure parsers that return errors, never panic.
 
 pub mod host;
+pub mod inventory;
 pub mod smi;
+pub mod state;

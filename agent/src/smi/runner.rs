@@ -79,7 +79,10 @@ impl Runner {
     /// A runner for `program` (a bare name is looked up on `PATH` at each run) with the
     /// standard per-query bound.
     pub fn new(program: impl Into<PathBuf>) -> Self {
-        Self { program: program.into(), timeout: QUERY_TIMEOUT }
+        Self {
+            program: program.into(),
+            timeout: QUERY_TIMEOUT,
+        }
     }
 
     /// The same runner with another per-query bound.
@@ -116,12 +119,22 @@ impl Runner {
             .spawn()
             .map_err(|e| match e.kind() {
                 std::io::ErrorKind::NotFound => RunError::NoDriver,
-                _ => RunError::Spawn { program: program.display().to_string(), message: e.to_string() },
+                _ => RunError::Spawn {
+                    program: program.display().to_string(),
+                    message: e.to_string(),
+                },
             })?;
-        let group = child.id().and_then(|id| i32::try_from(id).ok()).map(Pid::from_raw);
+        let group = child
+            .id()
+            .and_then(|id| i32::try_from(id).ok())
+            .map(Pid::from_raw);
         let (stdout, stderr) = (child.stdout.take(), child.stderr.take());
         let finished = tokio::time::timeout(self.timeout, async {
-            tokio::join!(read_limited(stdout, MAX_OUTPUT + 1), read_limited(stderr, MAX_STDERR), child.wait())
+            tokio::join!(
+                read_limited(stdout, MAX_OUTPUT + 1),
+                read_limited(stderr, MAX_STDERR),
+                child.wait()
+            )
         })
         .await;
         // Whatever happened, nothing the query started may outlive it.
@@ -130,18 +143,39 @@ impl Runner {
         }
         let Ok((stdout, stderr, status)) = finished else {
             let _ = child.kill().await;
-            return Err(RunError::Timeout { query, after: self.timeout });
+            return Err(RunError::Timeout {
+                query,
+                after: self.timeout,
+            });
         };
-        let status = status.map_err(|e| RunError::Spawn { program: program.display().to_string(), message: e.to_string() })?;
+        let status = status.map_err(|e| RunError::Spawn {
+            program: program.display().to_string(),
+            message: e.to_string(),
+        })?;
         if stdout.len() > MAX_OUTPUT {
             return Err(RunError::TooLong { query });
         }
         if !status.success() {
-            let text = if stderr.iter().any(|b| !b.is_ascii_whitespace()) { &stderr } else { &stdout };
-            let message: String = String::from_utf8_lossy(text).trim().chars().take(MAX_STDERR).collect();
-            return Err(RunError::Failed { query, exit_code: status.code(), message });
+            let text = if stderr.iter().any(|b| !b.is_ascii_whitespace()) {
+                &stderr
+            } else {
+                &stdout
+            };
+            let message: String = String::from_utf8_lossy(text)
+                .trim()
+                .chars()
+                .take(MAX_STDERR)
+                .collect();
+            return Err(RunError::Failed {
+                query,
+                exit_code: status.code(),
+                message,
+            });
         }
-        Ok(Answer { stdout, elapsed: started.elapsed() })
+        Ok(Answer {
+            stdout,
+            elapsed: started.elapsed(),
+        })
     }
 }
 
@@ -162,14 +196,18 @@ fn is_executable(path: &Path) -> bool {
 }
 
 async fn read_limited<R: AsyncRead + Unpin>(pipe: Option<R>, limit: usize) -> Vec<u8> {
-    let Some(mut pipe) = pipe else { return Vec::new() };
+    let Some(mut pipe) = pipe else {
+        return Vec::new();
+    };
     let mut kept = Vec::new();
     let mut buf = vec![0u8; 64 * 1024];
     loop {
         match pipe.read(&mut buf).await {
             Ok(0) | Err(_) => return kept,
             // Past the limit the rest is drained, so the child never blocks on a full pipe.
-            Ok(n) if kept.len() < limit => kept.extend_from_slice(&buf[..n.min(limit - kept.len())]),
+            Ok(n) if kept.len() < limit => {
+                kept.extend_from_slice(&buf[..n.min(limit - kept.len())])
+            }
             Ok(_) => {}
         }
     }
@@ -194,10 +232,19 @@ mod tests {
 
     #[tokio::test]
     async fn a_missing_binary_means_no_driver() {
-        let err = Runner::new("/nonexistent/nvidia-smi").run(&["-L"]).await.unwrap_err();
+        let err = Runner::new("/nonexistent/nvidia-smi")
+            .run(&["-L"])
+            .await
+            .unwrap_err();
         assert_eq!(err, RunError::NoDriver);
-        assert_eq!(err.to_string(), "nvml: nvidia-smi not found (no NVIDIA driver on this host)");
-        let err = Runner::new("bcd-no-such-nvidia-smi").run(&["-L"]).await.unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "nvml: nvidia-smi not found (no NVIDIA driver on this host)"
+        );
+        let err = Runner::new("bcd-no-such-nvidia-smi")
+            .run(&["-L"])
+            .await
+            .unwrap_err();
         assert_eq!(err, RunError::NoDriver);
     }
 
@@ -208,7 +255,11 @@ mod tests {
         let err = Runner::new(smi).run(&["mig", "-lgip"]).await.unwrap_err();
         assert_eq!(
             err,
-            RunError::Failed { query: "mig -lgip".into(), exit_code: Some(6), message: "No devices were found".into() }
+            RunError::Failed {
+                query: "mig -lgip".into(),
+                exit_code: Some(6),
+                message: "No devices were found".into()
+            }
         );
     }
 
@@ -216,21 +267,35 @@ mod tests {
     async fn a_hung_query_is_killed_with_its_group() {
         let dir = tempfile::tempdir().unwrap();
         let pid_file = dir.path().join("pid");
-        let smi = script(dir.path(), &format!("sleep 300 & echo $! > {}; wait", pid_file.display()));
+        let smi = script(
+            dir.path(),
+            &format!("sleep 300 & echo $! > {}; wait", pid_file.display()),
+        );
         let started = Instant::now();
-        let err = Runner::new(smi).with_timeout(Duration::from_millis(300)).run(&["-q", "-x"]).await.unwrap_err();
+        let err = Runner::new(smi)
+            .with_timeout(Duration::from_millis(300))
+            .run(&["-q", "-x"])
+            .await
+            .unwrap_err();
         assert!(matches!(err, RunError::Timeout { .. }), "{err}");
         assert!(started.elapsed() < Duration::from_secs(5));
         let pid = std::fs::read_to_string(&pid_file).unwrap();
         std::thread::sleep(Duration::from_millis(200));
-        let stat = std::fs::read_to_string(format!("/proc/{}/stat", pid.trim())).unwrap_or_default();
-        assert!(stat.is_empty() || stat.contains(") Z "), "the query's child survived: {stat}");
+        let stat =
+            std::fs::read_to_string(format!("/proc/{}/stat", pid.trim())).unwrap_or_default();
+        assert!(
+            stat.is_empty() || stat.contains(") Z "),
+            "the query's child survived: {stat}"
+        );
     }
 
     #[tokio::test]
     async fn output_past_the_bound_is_refused() {
         let dir = tempfile::tempdir().unwrap();
-        let smi = script(dir.path(), &format!("head -c {} /dev/zero", MAX_OUTPUT + 10));
+        let smi = script(
+            dir.path(),
+            &format!("head -c {} /dev/zero", MAX_OUTPUT + 10),
+        );
         let err = Runner::new(smi).run(&["-q", "-x"]).await.unwrap_err();
         assert!(matches!(err, RunError::TooLong { .. }), "{err}");
     }

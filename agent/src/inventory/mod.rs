@@ -1,0 +1,5 @@
+//! The inventory: what procfs and sysfs say about the GPUs, merged with what `nvidia-smi`
+//! says, in a canonical form with a stable hash; and the memory of GPUs passed through to VMs.
+
+pub mod arch;
+pub mod procfs;
