@@ -86,9 +86,14 @@ fn check_topo(name: &str, bytes: &[u8]) {
         return;
     }
     let rows = topo::parse_topo(bytes).unwrap_or_else(|e| panic!("{name}: {e}"));
-    let header = text.lines().next().unwrap_or_default();
+    let header = text
+        .lines()
+        .next()
+        .unwrap_or_default()
+        .replace("\u{1b}[4m", "")
+        .replace("\u{1b}[0m", "");
     let gpu_columns = header
-        .split(|c: char| c == '\t' || c == '\u{1b}' || c == 'm')
+        .split('\t')
         .filter(|c| {
             c.starts_with("GPU") && c[3..].bytes().all(|b| b.is_ascii_digit()) && c.len() > 3
         })

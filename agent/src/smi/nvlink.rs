@@ -15,8 +15,8 @@
 //!
 //! ```text
 //! GPU 0: NVIDIA H100 80GB HBM3 (UUID: GPU-...)
-//! 	 Link 0: Remote Device SWITCH: Link 24, PCI Bus Id 00000000:05:00.0
-//! 	 Link 1: Remote Device GPU: Link 3, PCI Bus Id 00000000:2A:00.0
+//!      Link 0: Remote Device SWITCH: Link 24, PCI Bus Id 00000000:05:00.0
+//!      Link 1: Remote Device GPU: Link 3, PCI Bus Id 00000000:2A:00.0
 //! ```
 //!
 //! A far end whose text says `switch` is an [`Remote::NvSwitch`] (named by its bus id when
