@@ -2,11 +2,14 @@
 //! driver branch needs, and (at the edges) the bounded child-process runner.
 
 pub mod compute_cap;
+pub mod hint;
 pub mod list;
 pub mod mig;
 pub mod nvlink;
+pub mod probe;
 pub mod runner;
 pub mod samples;
+mod text;
 pub mod topo;
 pub mod value;
 pub mod xml;

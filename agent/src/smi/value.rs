@@ -57,6 +57,47 @@ pub fn unsigned(raw: &str) -> Option<u64> {
     value.split_whitespace().next()?.parse::<u64>().ok()
 }
 
+/// Parses the leading signed integer of a reading such as `-7 C` or `45`.
+pub fn integer(raw: &str) -> Option<i64> {
+    let value = present(raw)?;
+    value.split_whitespace().next()?.parse::<i64>().ok()
+}
+
+/// Reads `Enabled`/`Disabled` (and `Yes`/`No`), as `mig.mode.current` and friends answer.
+pub fn flag(raw: &str) -> Option<bool> {
+    let value = present(raw)?;
+    if value.eq_ignore_ascii_case("enabled") || value.eq_ignore_ascii_case("yes") {
+        Some(true)
+    } else if value.eq_ignore_ascii_case("disabled") || value.eq_ignore_ascii_case("no") {
+        Some(false)
+    } else {
+        None
+    }
+}
+
+/// Widens a PCI bus id to NVML's form, `00000000:18:00.0` (eight-digit domain, upper-case
+/// hex). Accepts `DDDDDDDD:BB:DD.F`, the kernel's `DDDD:BB:DD.F` and a bare `BB:DD.F`
+/// (domain 0); returns `None` for anything else.
+pub fn bus_id(raw: &str) -> Option<String> {
+    let value = raw.trim();
+    let mut parts = value.rsplitn(3, ':');
+    let dev_fn = parts.next()?;
+    let bus = parts.next()?;
+    let domain = parts.next().unwrap_or("0");
+    let (device, function) = dev_fn.split_once('.')?;
+    let hex = |s: &str, max_digits: usize| -> Option<u32> {
+        if s.is_empty() || s.len() > max_digits || !s.bytes().all(|b| b.is_ascii_hexdigit()) {
+            return None;
+        }
+        u32::from_str_radix(s, 16).ok()
+    };
+    let domain = hex(domain, 8)?;
+    let bus = hex(bus, 2)?;
+    let device = hex(device, 2).filter(|d| *d < 0x20)?;
+    let function = hex(function, 1).filter(|f| *f < 8)?;
+    Some(format!("{domain:08X}:{bus:02X}:{device:02X}.{function:X}"))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -100,5 +141,38 @@ mod tests {
         assert_eq!(number("N/A"), None);
         assert_eq!(unsigned("[N/A]"), None);
         assert_eq!(number("NaN W"), None);
+    }
+
+    #[test]
+    fn bus_ids_widen_to_nvml_form() {
+        assert_eq!(bus_id("0000:18:00.0").as_deref(), Some("00000000:18:00.0"));
+        assert_eq!(
+            bus_id("00000000:c1:00.0").as_deref(),
+            Some("00000000:C1:00.0")
+        );
+        assert_eq!(bus_id("1a:00.1").as_deref(), Some("00000000:1A:00.1"));
+        assert_eq!(
+            bus_id("00001580:00:00.0").as_deref(),
+            Some("00001580:00:00.0")
+        );
+        for bad in [
+            "",
+            "18:00",
+            "zz:00.0",
+            "0000:18:00.9",
+            "0000:18:40.0",
+            "000000000:18:00.0",
+        ] {
+            assert_eq!(bus_id(bad), None, "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn flags_and_integers() {
+        assert_eq!(flag("Enabled"), Some(true));
+        assert_eq!(flag(" Disabled "), Some(false));
+        assert_eq!(flag("[N/A]"), None);
+        assert_eq!(integer("-7 C"), Some(-7));
+        assert_eq!(integer("4.5"), None);
     }
 }

@@ -1,0 +1,69 @@
+//! What to do when `nvidia-smi` fails: the hint `bcd doctor` adds to a failed snapshot.
+//!
+//! Each entry is a failure seen on real hosts, matched case-insensitively in whatever text the
+//! failure carries (stderr, stdout, or the runner's own "timed out" / "signal: killed").
+
+/// Substrings that identify a failure, and what the operator should do about it. The first
+/// match wins, so the more specific failures come first.
+const HINTS: &[(&[&str], &str)] = &[
+    (
+        &["driver/library version mismatch"],
+        "the loaded nvidia kernel module and the user-space libraries differ, usually after a driver upgrade: reboot, or unload and reload the nvidia modules",
+    ),
+    (
+        &["couldn't communicate with the nvidia driver"],
+        "the nvidia module is not loaded: run modprobe nvidia; under Secure Boot it must be signed by an enrolled key (see dmesg)",
+    ),
+    (
+        &["no devices were found"],
+        "the driver sees no GPU: compare lspci -d 10de: with dmesg (RmInitAdapter failed, Xid 79)",
+    ),
+    (
+        &["timed out", "timeout", "killed"],
+        "nvidia-smi did not answer: a GPU may be wedged (Xid 79 or 119); gpu.reset or a reboot recovers it",
+    ),
+];
+
+/// Returns the hint for a failed `nvidia-smi` run, or `None` when the text matches no known
+/// failure. Matching is case-insensitive; `killed` also covers `signal: killed`.
+pub fn error_hint(text: &str) -> Option<&'static str> {
+    let lower = text.to_ascii_lowercase();
+    HINTS
+        .iter()
+        .find(|(needles, _)| needles.iter().any(|n| lower.contains(n)))
+        .map(|(_, hint)| *hint)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_known_failure_has_its_hint() {
+        let mismatch = error_hint("Failed to initialize NVML: Driver/library version mismatch\nNVML library version: 535.183");
+        assert!(mismatch
+            .unwrap()
+            .starts_with("the loaded nvidia kernel module"));
+        let no_module = error_hint("NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver. Make sure that the latest NVIDIA driver is installed and running.");
+        assert!(no_module.unwrap().contains("modprobe nvidia"));
+        assert!(error_hint("No devices were found")
+            .unwrap()
+            .contains("lspci -d 10de:"));
+        assert!(error_hint("signal: killed")
+            .unwrap()
+            .contains("Xid 79 or 119"));
+        assert!(error_hint("nvidia-smi timed out after 30s")
+            .unwrap()
+            .contains("gpu.reset"));
+        assert!(error_hint("NO DEVICES WERE FOUND").is_some());
+    }
+
+    #[test]
+    fn unknown_failures_have_no_hint() {
+        assert_eq!(error_hint(""), None);
+        assert_eq!(
+            error_hint("Unable to determine the device handle for GPU0000:18:00.0: Unknown Error"),
+            None
+        );
+    }
+}
