@@ -2,4 +2,5 @@
 //! says, in a canonical form with a stable hash; and the memory of GPUs passed through to VMs.
 
 pub mod arch;
+pub mod document;
 pub mod procfs;

@@ -1,0 +1,297 @@
+//! The inventory document (`bcd hardware --json`) and its canonical hash.
+//!
+//! Units are in the keys' names; absent values are omitted, never `"N/A"` or `0` standing for
+//! unknown. Samples (usage) never enter this document. The hash is SHA-256 over the canonical
+//! form of the `gpu` section: GPUs and every list inside them sorted by a stable key, so the
+//! same facts give the same hash whatever order `nvidia-smi` printed them in.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+
+/// The whole document.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Inventory {
+    /// `sha256:` and the hex digest of [`GpuSection::canonical_bytes`].
+    pub hash: String,
+    /// The GPUs.
+    pub gpu: GpuSection,
+}
+
+impl Inventory {
+    /// The document for `section`, canonicalised and hashed.
+    pub fn new(mut section: GpuSection) -> Self {
+        section.canonicalize();
+        let hash = section.hash();
+        Self { hash, gpu: section }
+    }
+}
+
+/// The node's GPUs and the driver that serves them.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct GpuSection {
+    /// The driver's version (`nvidia-smi`'s when it answered, else the kernel module's).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub driver_version: Option<String>,
+    /// The CUDA driver version; only `nvidia-smi` gives it, so its presence tells that
+    /// `nvidia-smi` answered.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cuda_driver_version: Option<String>,
+    /// NVML's version, when `nvidia-smi` reports it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nvml_version: Option<String>,
+    /// The GPUs: the driver's in index order, then those passed through to VMs.
+    #[serde(default)]
+    pub gpus: Vec<Gpu>,
+}
+
+/// One GPU.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Gpu {
+    /// Bus order among the driver's GPUs; passed-through GPUs follow.
+    pub index: u32,
+    /// `GPU-...`.
+    pub uuid: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    /// Lower case: `hopper`, `ampere`, `ada-lovelace`, ...
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub architecture: Option<String>,
+    /// NVML's form, `00000000:18:00.0`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bus_id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub numa_node: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub serial: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub vbios: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub board_part_number: Option<String>,
+    /// `9.0`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub compute_capability: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory_total_mib: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub persistence_mode: Option<bool>,
+    /// `default`, `exclusive-process` or `prohibited`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub compute_mode: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ecc: Option<Ecc>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub row_remap: Option<RowRemap>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub power_limit_w: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mig: Option<Mig>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fabric: Option<Fabric>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub nvlinks: Vec<NvLink>,
+    /// Peer GPU UUID to the link between them as `nvidia-smi topo -m` names it (`NV18`, `SYS`).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub topology: BTreeMap<String, String>,
+    /// Only for a GPU remembered from `gpus-seen.json` while a VM holds it.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub passed_through: bool,
+}
+
+/// ECC mode and counters.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Ecc {
+    /// ECC enabled now.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mode: Option<bool>,
+    /// Since the driver loaded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub volatile: Option<EccCounts>,
+    /// Over the GPU's life.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub aggregate: Option<EccCounts>,
+}
+
+/// Corrected and uncorrected error counts.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EccCounts {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub correctable: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub uncorrectable: Option<u64>,
+}
+
+/// Row remapping (Ampere and later).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RowRemap {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub correctable: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub uncorrectable: Option<u64>,
+    /// A remap waits for a GPU reset.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pending: Option<bool>,
+    /// Remapping failed: the GPU needs replacing.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failure: Option<bool>,
+}
+
+/// MIG mode, instances and the profiles the GPU offers.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Mig {
+    /// MIG enabled now.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mode: Option<bool>,
+    /// MIG mode after the next reset.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pending_mode: Option<bool>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub devices: Vec<MigDevice>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub profiles: Vec<MigProfile>,
+}
+
+/// A MIG instance.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MigDevice {
+    /// `MIG-...`, from `nvidia-smi -L`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub uuid: Option<String>,
+    /// `3g.40gb`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub profile: Option<String>,
+    /// GPU instance id.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gi: Option<u32>,
+    /// Compute instance id.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ci: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory_total_mib: Option<u64>,
+}
+
+/// A GPU instance profile (`nvidia-smi mig -lgip`).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct MigProfile {
+    /// `1g.10gb`.
+    pub name: String,
+    /// The profile id.
+    pub id: u32,
+    /// How many instances of it the GPU can hold.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub instances_total: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory_gib: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sm: Option<u32>,
+}
+
+/// NVLink fabric membership (NVSwitch systems).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Fabric {
+    pub cluster_uuid: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub clique_id: Option<String>,
+}
+
+/// One NVLink.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct NvLink {
+    pub link: u32,
+    /// `active` or `inactive`.
+    pub state: String,
+    /// A GPU of this node (its UUID, or bus id when unknown), or `nvswitch:<id>`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub remote: Option<String>,
+}
+
+impl GpuSection {
+    /// Sorts every list by a key that does not depend on output order.
+    pub fn canonicalize(&mut self) {
+        self.gpus.sort_by(|a, b| {
+            (a.passed_through, a.index, &a.uuid).cmp(&(b.passed_through, b.index, &b.uuid))
+        });
+        for gpu in &mut self.gpus {
+            gpu.nvlinks.sort_by_key(|l| l.link);
+            if let Some(mig) = &mut gpu.mig {
+                mig.devices
+                    .sort_by(|a, b| (a.gi, a.ci, &a.uuid).cmp(&(b.gi, b.ci, &b.uuid)));
+                mig.profiles
+                    .sort_by(|a, b| (a.id, &a.name).cmp(&(b.id, &b.name)));
+            }
+        }
+    }
+
+    /// The canonical bytes: compact JSON of the canonicalised section, fields in declaration
+    /// order, maps in key order.
+    pub fn canonical_bytes(&self) -> Vec<u8> {
+        let mut section = self.clone();
+        section.canonicalize();
+        // Serialising plain data to a Vec cannot fail.
+        serde_json::to_vec(&section).unwrap_or_default()
+    }
+
+    /// `sha256:` and the hex digest of the canonical bytes.
+    pub fn hash(&self) -> String {
+        let digest = Sha256::digest(self.canonical_bytes());
+        let mut out = String::with_capacity(7 + 64);
+        out.push_str("sha256:");
+        for byte in digest {
+            out.push_str(&format!("{byte:02x}"));
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn gpu(index: u32, uuid: &str) -> Gpu {
+        Gpu {
+            index,
+            uuid: uuid.into(),
+            name: Some("NVIDIA H100 80GB HBM3".into()),
+            ..Gpu::default()
+        }
+    }
+
+    #[test]
+    fn the_hash_ignores_output_order() {
+        let mut a = GpuSection {
+            driver_version: Some("570.86.15".into()),
+            ..GpuSection::default()
+        };
+        let mut g0 = gpu(0, "GPU-a");
+        g0.nvlinks = vec![
+            NvLink {
+                link: 1,
+                state: "active".into(),
+                remote: Some("nvswitch:1".into()),
+            },
+            NvLink {
+                link: 0,
+                state: "active".into(),
+                remote: Some("nvswitch:0".into()),
+            },
+        ];
+        a.gpus = vec![g0.clone(), gpu(1, "GPU-b")];
+        let mut b = a.clone();
+        b.gpus.reverse();
+        b.gpus[1].nvlinks.reverse();
+        assert_eq!(a.hash(), b.hash());
+        assert!(a.hash().starts_with("sha256:") && a.hash().len() == 71);
+        a.gpus[0].memory_total_mib = Some(81559);
+        assert_ne!(a.hash(), b.hash(), "a changed fact must change the hash");
+    }
+
+    #[test]
+    fn absent_values_are_omitted() {
+        let json = serde_json::to_string(&gpu(0, "GPU-a")).unwrap();
+        assert_eq!(
+            json,
+            r#"{"index":0,"uuid":"GPU-a","name":"NVIDIA H100 80GB HBM3"}"#
+        );
+    }
+}
