@@ -1,1 +1,36 @@
-fn main() {}
+//! `bcd`: the operator's command line and the node service.
+
+use std::process::ExitCode;
+
+use clap::Parser;
+
+use bcd::cli::{Cli, Command};
+use bcd::commands;
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("BCD_LOG")
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+        )
+        .with_ansi(false)
+        .init();
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("bcd: cannot start the async runtime: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    runtime.block_on(async {
+        match cli.command {
+            Command::Hardware => commands::hardware(&cli.global).await,
+        }
+    })
+}

@@ -192,7 +192,7 @@ pub struct MigProfile {
 pub struct Fabric {
     pub cluster_uuid: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub clique_id: Option<String>,
+    pub clique_id: Option<u32>,
 }
 
 /// One NVLink.

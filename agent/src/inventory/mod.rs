@@ -2,5 +2,8 @@
 //! says, in a canonical form with a stable hash; and the memory of GPUs passed through to VMs.
 
 pub mod arch;
+pub mod collect;
 pub mod document;
+pub mod memory;
+pub mod merge;
 pub mod procfs;

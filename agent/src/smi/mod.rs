@@ -9,6 +9,7 @@ pub mod nvlink;
 pub mod probe;
 pub mod runner;
 pub mod samples;
+pub mod snapshot;
 mod text;
 pub mod topo;
 pub mod value;

@@ -1,0 +1,61 @@
+//! One inventory collection: procfs and sysfs, then `nvidia-smi`, merged and hashed; with the
+//! passthrough memory when the caller keeps one (the node service does, `bcd hardware` and
+//! `bcd doctor` do not).
+
+use crate::host::Host;
+use crate::inventory::document::Inventory;
+use crate::inventory::memory::{passed_through, GpuMemory};
+use crate::inventory::merge::merge;
+use crate::inventory::procfs;
+use crate::smi::runner::Runner;
+use crate::smi::snapshot::{snapshot, Snapshot, SnapshotError};
+use crate::state::StateError;
+
+/// What a collection found, and what went wrong on the way without stopping it.
+#[derive(Debug)]
+pub struct Collection {
+    /// The merged, hashed inventory.
+    pub inventory: Inventory,
+    /// The snapshot it was enriched with, when `nvidia-smi` answered.
+    pub snapshot: Option<Snapshot>,
+    /// Why there is no snapshot.
+    pub snapshot_error: Option<SnapshotError>,
+    /// Why the passthrough memory could not be read or written (the collection went on).
+    pub memory_error: Option<StateError>,
+}
+
+/// Collects the inventory of `host`.
+pub async fn collect(host: &Host, memory: Option<&GpuMemory>) -> Collection {
+    let runner = Runner::new(host.nvidia_smi());
+    let base = procfs::collect(host);
+    let (snap, snapshot_error) = match snapshot(&runner).await {
+        Ok(s) => (Some(s), None),
+        Err(e) => (None, Some(e)),
+    };
+    let mut section = merge(&base, snap.as_ref());
+    let mut memory_error = None;
+    if let Some(memory) = memory {
+        if snap.is_some() {
+            if let Err(e) = memory.remember(&section.gpus) {
+                tracing::error!("passthrough memory: {e}");
+                memory_error = Some(e);
+            }
+        }
+        match memory.load() {
+            Ok(seen) => {
+                let extra = passed_through(host, &seen, &section.gpus);
+                section.gpus.extend(extra);
+            }
+            Err(e) => {
+                tracing::error!("passthrough memory: {e}");
+                memory_error.get_or_insert(e);
+            }
+        }
+    }
+    Collection {
+        inventory: Inventory::new(section),
+        snapshot: snap,
+        snapshot_error,
+        memory_error,
+    }
+}
