@@ -192,7 +192,7 @@ fn bus_id_of(x: &XmlGpu) -> Option<String> {
 
 fn ecc_of(x: &XmlGpu) -> Option<Ecc> {
     let counts = |c: &crate::smi::xml::Counts| {
-        (c.correctable.is_some() || c.uncorrectable.is_some()).then(|| EccCounts {
+        (c.correctable.is_some() || c.uncorrectable.is_some()).then_some(EccCounts {
             correctable: c.correctable,
             uncorrectable: c.uncorrectable,
         })
