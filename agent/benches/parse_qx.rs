@@ -21,7 +21,10 @@ fn document() -> (String, Vec<u8>) {
     match std::fs::read(&path) {
         Ok(bytes) => ("v100s-8x-r460".into(), bytes),
         Err(_) => {
-            eprintln!("notice: {} is absent; using h100-r570-fabric.xml", path.display());
+            eprintln!(
+                "notice: {} is absent; using h100-r570-fabric.xml",
+                path.display()
+            );
             ("h100-r570-fabric".into(), FALLBACK.to_vec())
         }
     }
