@@ -603,11 +603,11 @@ def pci_function(root, f):
 
 
 def pci_drivers(root, names):
-    write(os.path.join(root, "sys/bus/pci/drivers_probe"), "", 0o200)
-    write(os.path.join(root, "sys/bus/pci/rescan"), "", 0o200)
+    write(os.path.join(root, "sys/bus/pci/drivers_probe"), "")
+    write(os.path.join(root, "sys/bus/pci/rescan"), "")
     for n in names:
         for f in ("bind", "unbind", "new_id", "remove_id"):
-            write(os.path.join(root, "sys/bus/pci/drivers", n, f), "", 0o200)
+            write(os.path.join(root, "sys/bus/pci/drivers", n, f), "")
 
 
 def dev_files(root, names):
@@ -878,10 +878,12 @@ def wsl2():
     write(os.path.join(root, "proc/modules"),
           MOD % ("kvm_intel", 487424, 0, "-", "") + MOD % ("kvm", 1437696, 1, "kvm_intel,", ""))
     boot_id(root, rng)
-    write(os.path.join(root, "sys/bus/pci/drivers_probe"), "", 0o200)
-    # A WSL 2 VM has a virtual PCI bus with no NVIDIA function; keep the tree present but GPU-free.
-    os.makedirs(os.path.join(root, "sys/bus/pci/devices"), exist_ok=True)
-    write(os.path.join(root, "sys/bus/pci/devices/.keep"), "")
+    # WSL 2's only "GPU" on its virtual PCI bus is Microsoft's GPU-PV render device (vendor
+    # 0x1414, on a random PCI domain), not an NVIDIA function: nothing to bind, nothing to list.
+    pci_drivers(root, ["dxgkrnl"])
+    pci_function(root, {"addr": "9c1e:00:00.0", "root_port": "pci9c1e:00", "vendor": "0x1414",
+                        "device": "0x008e", "subsys_vendor": "0x0000", "class": "0x030200", "numa": -1,
+                        "cpus": "0-31", "driver": "dxgkrnl", "group": None})
     dev_files(root, ["dxg", "kmsg"])
     return host
 
