@@ -159,8 +159,12 @@ def gpu_xml(x, g, era, host):
     x.leaf("vbios_version", g["vbios"])
     x.leaf("multigpu_board", "No")
     x.leaf("board_id", g["board_id"])
-    x.leaf("board_part_number", g["board_part"])
-    x.leaf("gpu_part_number", g["gpu_part"])
+    if era == "r470":
+        # R470 has no board_part_number; its gpu_part_number carries the board's part number.
+        x.leaf("gpu_part_number", g["board_part"])
+    else:
+        x.leaf("board_part_number", g["board_part"])
+        x.leaf("gpu_part_number", g["gpu_part"])
     if era != "r470":
         x.leaf("gpu_fru_part_number", NA)
     if new:
