@@ -159,8 +159,12 @@ def gpu_xml(x, g, era, host):
     x.leaf("vbios_version", g["vbios"])
     x.leaf("multigpu_board", "No")
     x.leaf("board_id", g["board_id"])
-    x.leaf("board_part_number", g["board_part"])
-    x.leaf("gpu_part_number", g["gpu_part"])
+    if era == "r470":
+        # R470 has no board_part_number; its gpu_part_number carries the board's part number.
+        x.leaf("gpu_part_number", g["board_part"])
+    else:
+        x.leaf("board_part_number", g["board_part"])
+        x.leaf("gpu_part_number", g["gpu_part"])
     if era != "r470":
         x.leaf("gpu_fru_part_number", NA)
     if new:
@@ -802,7 +806,7 @@ def a100_mig():
             addr=addr, bus_id=nvml_bus(addr), root_port="pci0000:00", minor=i, vbios="92.00.45.00.06",
             board_id="0x%s00" % b, board_part="692-2G506-0212-002", gpu_part="20B2-895-A1", module_id=i + 1,
             inforom="G506.0212.00.02", ecc_object="6.16", gsp=NA, device_id="20B2", subsys="147F10DE",
-            gen=4, max_width=16, cur_width=16, mem_total=81920, mem_reserved=0, mem_used=37, bar1=131072,
+            gen=4, max_width=16, cur_width=16, mem_total=81920, mem_reserved=869, mem_used=37, bar1=131072,
             util_gpu=None, util_mem=None, temp=29 + i, tmax=85, mem_temp="%d C" % (40 + i), mem_tmax="95 C",
             power=63.41 + i, plimit=400.0, pmin=100.0, sm_clock=1275, mem_clock=1593, video_clock=1275,
             max_sm=1410, max_video=1290, volt="906.250 mV", numa=0, cpus="0-31,64-95", irq=0, group=30 + i,
