@@ -224,10 +224,12 @@ fn nvlinks_of(snap: &Snapshot, uuid: &str, by_bus: &HashMap<String, String>) -> 
             let remote = remotes
                 .and_then(|r| r.links.iter().find(|rl| rl.link == l.link))
                 .map(|rl| match &rl.remote {
+                    // A far end that is not a GPU of this node is a switch port: NVLink joins
+                    // GPUs to GPUs or to NVSwitches only.
                     Remote::Gpu { bus_id } => by_bus
                         .get(bus_id)
                         .cloned()
-                        .unwrap_or_else(|| bus_id.clone()),
+                        .unwrap_or_else(|| format!("nvswitch:{bus_id}")),
                     other => other.to_string(),
                 });
             NvLink {

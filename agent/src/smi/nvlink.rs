@@ -258,7 +258,8 @@ pub fn parse_status(bytes: &[u8]) -> Result<Vec<NvLinkGpu>, NvLinkError> {
 /// Finds the first PCI bus id in `text`, in NVML's form.
 fn find_bus_id(text: &str) -> Option<String> {
     text.split(|c: char| c.is_whitespace() || matches!(c, ',' | ';' | '(' | ')' | '[' | ']'))
-        .find_map(value::bus_id)
+        // `Remote Device 00000000:05:00.0: Link 2` ends the bus id with a colon.
+        .find_map(|word| value::bus_id(word.trim_end_matches(':')))
 }
 
 /// Finds the number after the word `Link` in `text`.
@@ -374,6 +375,19 @@ mod tests {
         );
         assert_eq!(gpus[0].links[0].remote_link, Some(2));
         assert_eq!(gpus[0].links[1].remote, Remote::Other("<inactive>".into()));
+    }
+
+    #[test]
+    fn a_bus_id_followed_by_a_colon_is_read() {
+        let text = "GPU 0: NVIDIA H100 80GB HBM3 (UUID: GPU-ff1dacfa-2e1a-0504-a88b-76a3118ee48b)\n\t Link 0: Remote Device 00000000:05:00.0: Link 2\n";
+        let gpus = parse_remote(text.as_bytes()).unwrap();
+        assert_eq!(
+            gpus[0].links[0].remote,
+            Remote::Gpu {
+                bus_id: "00000000:05:00.0".into()
+            }
+        );
+        assert_eq!(gpus[0].links[0].remote_link, Some(2));
     }
 
     #[test]

@@ -1,0 +1,204 @@
+//! The inventory over the fake hosts in `testdata/hosts`: the merge rules, the canonical hash,
+//! the passthrough memory, and `bcd hardware`'s output.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use bcd::host::Host;
+use bcd::inventory::collect::collect;
+use bcd::inventory::memory::GpuMemory;
+
+fn hosts() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../testdata/hosts")
+}
+
+fn host(name: &str) -> Host {
+    Host::fake(hosts().join(name))
+}
+
+#[tokio::test]
+async fn hgx_h100_merges_every_layer() {
+    let c = collect(&host("hgx-h100"), None).await;
+    assert!(c.snapshot_error.is_none(), "{:?}", c.snapshot_error);
+    let s = &c.inventory.gpu;
+    assert!(s.cuda_driver_version.is_some());
+    assert_eq!(s.gpus.len(), 8);
+    for (i, g) in s.gpus.iter().enumerate() {
+        assert_eq!(g.index as usize, i, "indices follow bus order");
+        assert_eq!(g.architecture.as_deref(), Some("hopper"));
+        assert_eq!(g.compute_capability.as_deref(), Some("9.0"));
+        assert!(g.numa_node.is_some(), "NUMA node kept from sysfs");
+        assert!(g
+            .bus_id
+            .as_deref()
+            .is_some_and(|b| b.starts_with("00000000:")));
+        assert!(g.serial.is_some() && g.vbios.is_some() && g.memory_total_mib.is_some());
+    }
+    let bus: Vec<_> = s.gpus.iter().map(|g| g.bus_id.clone().unwrap()).collect();
+    let mut sorted = bus.clone();
+    sorted.sort();
+    assert_eq!(bus, sorted);
+    let mig_gpu = s
+        .gpus
+        .iter()
+        .find(|g| g.mig.as_ref().is_some_and(|m| m.mode == Some(true)))
+        .expect("one GPU in MIG mode");
+    let mig = mig_gpu.mig.as_ref().unwrap();
+    assert_eq!(mig.devices.len(), 2);
+    assert!(mig
+        .devices
+        .iter()
+        .all(|d| d.uuid.as_deref().is_some_and(|u| u.starts_with("MIG-")) && d.profile.is_some()));
+    assert!(!mig.profiles.is_empty(), "mig -lgip read for the MIG GPU");
+    let linked = &s.gpus[0];
+    assert_eq!(linked.nvlinks.len(), 18);
+    assert!(linked.nvlinks.iter().all(|l| l
+        .remote
+        .as_deref()
+        .is_some_and(|r| r.starts_with("nvswitch:"))));
+    assert_eq!(linked.topology.len(), 7);
+    assert!(linked
+        .topology
+        .keys()
+        .all(|peer| s.gpus.iter().any(|g| &g.uuid == peer)));
+    assert!(linked.fabric.is_some());
+}
+
+#[tokio::test]
+async fn the_hash_is_stable_and_ignores_output_order() {
+    let first = collect(&host("hgx-h100"), None).await.inventory;
+    let again = collect(&host("hgx-h100"), None).await.inventory;
+    assert_eq!(first.hash, again.hash);
+
+    // The same host with nvidia-smi printing its GPUs in reverse order.
+    let dir = tempfile::tempdir().unwrap();
+    let copy = dir.path().join("hgx-h100");
+    let status = Command::new("cp")
+        .arg("-a")
+        .arg(hosts().join("hgx-h100"))
+        .arg(&copy)
+        .status()
+        .unwrap();
+    assert!(status.success());
+    std::fs::copy(
+        hosts().join("replay-nvidia-smi"),
+        dir.path().join("replay-nvidia-smi"),
+    )
+    .unwrap();
+    let qx_path = copy.join("answers/q-x.out");
+    let qx = std::fs::read_to_string(&qx_path).unwrap();
+    let start = qx.find("<gpu id=").unwrap();
+    let end = qx.rfind("</gpu>").unwrap() + "</gpu>".len();
+    let mut blocks: Vec<String> = qx[start..end]
+        .split("<gpu id=")
+        .filter(|b| !b.trim().is_empty())
+        .map(|b| format!("<gpu id={}", b.trim_end()))
+        .collect();
+    blocks.reverse();
+    let reordered = format!("{}{}\n{}", &qx[..start], blocks.join("\n"), &qx[end..]);
+    std::fs::write(&qx_path, reordered).unwrap();
+    let reversed = collect(&Host::fake(&copy), None).await.inventory;
+    assert_eq!(reversed.gpu.gpus.len(), 8);
+    assert_eq!(
+        reversed.hash, first.hash,
+        "output order must not change the hash"
+    );
+}
+
+#[tokio::test]
+async fn wsl2_gpu_comes_from_nvidia_smi_alone() {
+    let c = collect(&host("wsl2"), None).await;
+    let s = &c.inventory.gpu;
+    assert_eq!(s.gpus.len(), 1);
+    let g = &s.gpus[0];
+    assert_eq!(g.index, 0);
+    assert_eq!(g.bus_id.as_deref(), Some("00000000:F1:00.0"));
+    assert_eq!(g.numa_node, None);
+    assert_eq!(g.serial, None, "serial 0 is no serial");
+    assert!(g.topology.is_empty() && g.nvlinks.is_empty());
+    assert_eq!(s.driver_version.as_deref(), Some("616.56"));
+}
+
+#[tokio::test]
+async fn without_nvidia_smi_procfs_is_kept_without_cuda() {
+    let h = Host::new(hosts().join("hgx-h100/root"), "/nonexistent/nvidia-smi");
+    let c = collect(&h, None).await;
+    assert!(c.snapshot_error.as_ref().is_some_and(|e| e.is_no_driver()));
+    let s = &c.inventory.gpu;
+    assert_eq!(s.gpus.len(), 8);
+    assert!(s.cuda_driver_version.is_none());
+    assert!(s.driver_version.is_some(), "the kernel module's version");
+    assert!(s
+        .gpus
+        .iter()
+        .all(|g| g.name.is_some() && g.numa_node.is_some()));
+    assert_ne!(
+        c.inventory.hash,
+        collect(&host("hgx-h100"), None).await.inventory.hash
+    );
+}
+
+#[tokio::test]
+async fn a_gpu_on_vfio_pci_is_reported_from_the_memory() {
+    let dir = tempfile::tempdir().unwrap();
+    let memory = GpuMemory::new(dir.path());
+    let pt = host("passthrough");
+    // Without memory the GPU a VM holds is invisible.
+    let plain = collect(&pt, None).await.inventory;
+    assert_eq!(plain.gpu.gpus.len(), 1);
+    // The node service remembered it when it was still on the driver.
+    let mut remembered = plain.gpu.gpus[0].clone();
+    remembered.uuid = "GPU-0badc0de-0000-4000-8000-000000000061".into();
+    remembered.bus_id = Some("00000000:61:00.0".into());
+    memory.remember(&[remembered]).unwrap();
+    let c = collect(&pt, Some(&memory)).await;
+    assert!(c.memory_error.is_none(), "{:?}", c.memory_error);
+    let gpus = &c.inventory.gpu.gpus;
+    assert_eq!(gpus.len(), 2);
+    assert!(!gpus[0].passed_through);
+    assert!(gpus[1].passed_through);
+    assert_eq!(gpus[1].index, 1, "after the driver's GPUs");
+    assert_eq!(gpus[1].bus_id.as_deref(), Some("00000000:61:00.0"));
+    assert!(gpus[1].mig.is_none() && gpus[1].nvlinks.is_empty());
+    // The collection remembered the driver's GPU too, and kept the passed-through one.
+    assert_eq!(memory.load().unwrap().len(), 2);
+    assert_eq!(
+        memory
+            .gpu_address("GPU-0badc0de-0000-4000-8000-000000000061")
+            .unwrap()
+            .unwrap()
+            .to_string(),
+        "0000:61:00.0"
+    );
+}
+
+#[test]
+fn bcd_hardware_prints_the_inventory_document() {
+    let out = Command::new(env!("CARGO_BIN_EXE_bcd"))
+        .args(["hardware", "--json", "--host"])
+        .arg(hosts().join("hgx-h100"))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(doc["hash"].as_str().unwrap().starts_with("sha256:"));
+    assert_eq!(doc["gpu"]["gpus"].as_array().unwrap().len(), 8);
+    let text = String::from_utf8(doc.to_string().into_bytes()).unwrap();
+    assert!(
+        !text.contains("N/A"),
+        "absent values are omitted, never N/A"
+    );
+
+    let out = Command::new(env!("CARGO_BIN_EXE_bcd"))
+        .args(["hardware", "--host"])
+        .arg(hosts().join("no-driver"))
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr)
+        .contains("nvml: nvidia-smi not found (no NVIDIA driver on this host)"));
+}
