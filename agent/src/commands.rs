@@ -54,6 +54,9 @@ pub fn render_inventory(inv: &Inventory) -> String {
         s.gpus.len(),
         inv.hash
     );
+    if s.gpus.is_empty() {
+        out.push_str("no NVIDIA GPU found on this host\n");
+    }
     for g in &s.gpus {
         out.push_str(&render_gpu(g));
         out.push('\n');

@@ -105,6 +105,77 @@ async fn the_hash_is_stable_and_ignores_output_order() {
     );
 }
 
+/// A copy of a fake host whose `-q -x` answer went through `edit`.
+fn edited_host(name: &str, edit: impl FnOnce(String) -> String) -> (tempfile::TempDir, Host) {
+    let dir = tempfile::tempdir().unwrap();
+    let copy = dir.path().join(name);
+    assert!(Command::new("cp")
+        .arg("-a")
+        .arg(hosts().join(name))
+        .arg(&copy)
+        .status()
+        .unwrap()
+        .success());
+    std::fs::copy(
+        hosts().join("replay-nvidia-smi"),
+        dir.path().join("replay-nvidia-smi"),
+    )
+    .unwrap();
+    let qx = copy.join("answers/q-x.out");
+    let text = std::fs::read_to_string(&qx).unwrap();
+    std::fs::write(&qx, edit(text)).unwrap();
+    (dir, Host::fake(copy))
+}
+
+#[tokio::test]
+async fn the_hash_follows_facts_not_usage() {
+    let base = collect(&host("hgx-h100"), None).await.inventory.hash;
+    let (_d, busy) = edited_host("hgx-h100", |t| {
+        t.replace("<gpu_util>97 %</gpu_util>", "<gpu_util>3 %</gpu_util>")
+            .replace("<used>45123 MiB</used>", "<used>7 MiB</used>")
+            .replace("<gpu_temp>58 C</gpu_temp>", "<gpu_temp>31 C</gpu_temp>")
+    });
+    assert_eq!(
+        collect(&busy, None).await.inventory.hash,
+        base,
+        "usage never enters the hash"
+    );
+    let (_d, ecc) = edited_host("hgx-h100", |t| {
+        t.replacen(
+            "<dram_correctable>0</dram_correctable>",
+            "<dram_correctable>1</dram_correctable>",
+            1,
+        )
+    });
+    assert_ne!(
+        collect(&ecc, None).await.inventory.hash,
+        base,
+        "an ECC counter is a fact"
+    );
+    let (_d, mig) = edited_host("hgx-h100", |t| {
+        t.replacen(
+            "<pending_mig>Disabled</pending_mig>",
+            "<pending_mig>Enabled</pending_mig>",
+            1,
+        )
+    });
+    assert_ne!(
+        collect(&mig, None).await.inventory.hash,
+        base,
+        "a MIG mode change is a fact"
+    );
+    let (_d, gone) = edited_host("hgx-h100", |t| {
+        let start = t.rfind("<gpu id=").unwrap();
+        let end = t.rfind("</gpu>").unwrap() + "</gpu>".len();
+        format!("{}{}", &t[..start], &t[end..])
+    });
+    assert_ne!(
+        collect(&gone, None).await.inventory.hash,
+        base,
+        "a GPU going is a fact"
+    );
+}
+
 #[tokio::test]
 async fn wsl2_gpu_comes_from_nvidia_smi_alone() {
     let c = collect(&host("wsl2"), None).await;
@@ -201,4 +272,56 @@ fn bcd_hardware_prints_the_inventory_document() {
     assert!(out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr)
         .contains("nvml: nvidia-smi not found (no NVIDIA driver on this host)"));
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("no NVIDIA GPU"),
+        "a host without GPUs says so plainly"
+    );
+}
+
+/// The memory file is rewritten in a loop by a child process that is killed at arbitrary
+/// moments; the file must always parse afterwards.
+#[test]
+fn a_killed_writer_never_leaves_a_torn_memory_file() {
+    if let Ok(dir) = std::env::var("BCD_TEST_MEMORY_WRITER") {
+        let memory = GpuMemory::new(Path::new(&dir));
+        for round in 0u64.. {
+            let gpus: Vec<_> = (0..64)
+                .map(|i| bcd::inventory::document::Gpu {
+                    uuid: format!("GPU-{round:08x}-0000-4000-8000-{i:012x}"),
+                    bus_id: Some(format!("00000000:{i:02X}:00.0")),
+                    name: Some("x".repeat((round % 50) as usize)),
+                    ..Default::default()
+                })
+                .collect();
+            memory.remember(&gpus).unwrap();
+        }
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let memory = GpuMemory::new(dir.path());
+    for i in 0..20u64 {
+        let mut child = Command::new(std::env::current_exe().unwrap())
+            .args([
+                "--exact",
+                "a_killed_writer_never_leaves_a_torn_memory_file",
+                "--nocapture",
+            ])
+            .env("BCD_TEST_MEMORY_WRITER", dir.path())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(20 + (i * 37) % 60));
+        child.kill().unwrap();
+        child.wait().unwrap();
+        if memory.path().exists() {
+            let known = memory
+                .load()
+                .expect("the memory file must parse after a SIGKILL");
+            assert!(known.len() <= 64);
+        }
+    }
+    assert!(
+        memory.path().exists(),
+        "the writer got to write at least once"
+    );
 }

@@ -7,3 +7,4 @@ pub mod document;
 pub mod memory;
 pub mod merge;
 pub mod procfs;
+pub mod scheduler;
