@@ -208,9 +208,11 @@ impl Libvirt {
             }),
             Err(ChildError::Spawn { program, source }) => Err(HelperError::Failed {
                 exit_code: None,
-                message: format!(
-                    "virsh not found at {program} ({source}): install libvirt-clients"
-                ),
+                message: if source.kind() == std::io::ErrorKind::NotFound {
+                    format!("virsh not found at {program}: install libvirt-clients")
+                } else {
+                    format!("virsh at {program} could not be run: {source}")
+                },
             }),
             Err(ChildError::Timeout { after, .. }) => Err(HelperError::Timeout {
                 after_s: after.as_secs().max(1),

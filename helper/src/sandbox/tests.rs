@@ -13,6 +13,8 @@ use crate::child;
 const ENV_ALLOWED: &str = "BCD_SANDBOX_TEST_ALLOWED_DIR";
 /// Set in the re-executed child: a file it must not be able to read.
 const ENV_DENIED: &str = "BCD_SANDBOX_TEST_DENIED_FILE";
+/// Set in the re-executed child: an `nvidia-smi` to run under the sandbox (read-only queries).
+const ENV_NVIDIA_SMI: &str = "BCD_SANDBOX_TEST_NVIDIA_SMI";
 /// The child's exit status when the kernel enforced no Landlock.
 const EXIT_NO_LANDLOCK: i32 = 77;
 
@@ -28,12 +30,21 @@ fn on_path(name: &str) -> Option<PathBuf> {
 /// Runs [`sandboxed_child`] in a new process of this test binary and returns its output.
 /// The denied file lives in a folder of its own, outside every rule.
 fn run_sandboxed_child() -> (Output, String) {
+    run_sandboxed_child_with(None)
+}
+
+/// As [`run_sandboxed_child`], also running `nvidia_smi` (read-only) under the sandbox.
+fn run_sandboxed_child_with(nvidia_smi: Option<&Path>) -> (Output, String) {
     let allowed = tempfile::tempdir().unwrap();
     std::fs::write(allowed.path().join("inside.txt"), "inside").unwrap();
     let denied_dir = tempfile::tempdir().unwrap();
     let denied = denied_dir.path().join("outside.txt");
     std::fs::write(&denied, "outside").unwrap();
-    let out = std::process::Command::new(std::env::current_exe().unwrap())
+    let mut cmd = std::process::Command::new(std::env::current_exe().unwrap());
+    if let Some(smi) = nvidia_smi {
+        cmd.env(ENV_NVIDIA_SMI, smi);
+    }
+    let out = cmd
         .args([
             "sandbox::tests::sandboxed_child",
             "--exact",
@@ -66,14 +77,15 @@ fn sandboxed_child() {
     let denied = PathBuf::from(denied);
     let cat = on_path("cat").expect("cat is on PATH");
     let virsh = on_path("virsh");
+    let nvidia_smi = std::env::var_os(ENV_NVIDIA_SMI).map(PathBuf::from);
     let paths = SandboxPaths {
-        exec: [Some(cat.clone()), virsh.clone()]
+        exec: [Some(cat.clone()), virsh.clone(), nvidia_smi.clone()]
             .into_iter()
             .flatten()
             .collect(),
         read_write: vec![allowed.clone()],
         read: vec![],
-        devices: vec![],
+        devices: nvidia_device_nodes(Path::new("/dev")),
     };
     let report = enforce(&paths);
     println!("report: {report:?}");
@@ -163,6 +175,28 @@ fn sandboxed_child() {
         }
         None => println!("virsh not installed: its run under the sandbox was not tried"),
     }
+    if let Some(smi) = nvidia_smi {
+        // Only queries: a test never changes a GPU's state.
+        for args in [
+            &["-L"][..],
+            &[
+                "--query-gpu=pci.bus_id,persistence_mode",
+                "--format=csv,noheader",
+            ][..],
+        ] {
+            let out = run(&smi, args);
+            assert!(
+                out.success(),
+                "nvidia-smi {args:?} under the sandbox: {}",
+                out.failure_message()
+            );
+            println!(
+                "nvidia-smi {args:?}: {}",
+                String::from_utf8_lossy(&out.stdout).trim()
+            );
+        }
+        println!("nvidia-smi ran under the sandbox");
+    }
     println!("sandboxed child: all checks passed");
 }
 
@@ -183,6 +217,25 @@ fn landlock_confines_the_helper_and_the_programs_it_runs() {
         "{text}"
     );
     assert!(text.contains("NoNewPrivs:\t1"), "{text}");
+}
+
+#[test]
+fn nvidia_smi_runs_under_the_sandbox() {
+    let Some(smi) = on_path("nvidia-smi") else {
+        println!("skipped: nvidia-smi is not installed");
+        return;
+    };
+    if !Path::new("/dev/nvidiactl").exists() {
+        println!("skipped: no NVIDIA driver loaded (/dev/nvidiactl is missing)");
+        return;
+    }
+    let (out, text) = run_sandboxed_child_with(Some(&smi));
+    if out.status.code() == Some(EXIT_NO_LANDLOCK) {
+        println!("skipped: this kernel does not enforce Landlock\n{text}");
+        return;
+    }
+    assert!(out.status.success(), "the sandboxed child failed:\n{text}");
+    assert!(text.contains("nvidia-smi ran under the sandbox"), "{text}");
 }
 
 #[test]
