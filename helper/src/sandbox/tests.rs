@@ -1,0 +1,305 @@
+//! Tests of the sandbox against the running kernel. [`enforce`] is irreversible, so each test
+//! re-executes this test binary to run [`sandboxed_child`] alone in a fresh process, which
+//! applies the sandbox, probes it, prints what it saw and exits; the parent judges.
+
+use std::path::{Path, PathBuf};
+use std::process::Output;
+use std::time::Duration;
+
+use super::*;
+use crate::child;
+
+/// Set in the re-executed child: the folder it may write.
+const ENV_ALLOWED: &str = "BCD_SANDBOX_TEST_ALLOWED_DIR";
+/// Set in the re-executed child: a file it must not be able to read.
+const ENV_DENIED: &str = "BCD_SANDBOX_TEST_DENIED_FILE";
+/// Set in the re-executed child: an `nvidia-smi` to run under the sandbox (read-only queries).
+const ENV_NVIDIA_SMI: &str = "BCD_SANDBOX_TEST_NVIDIA_SMI";
+/// The child's exit status when the kernel enforced no Landlock.
+const EXIT_NO_LANDLOCK: i32 = 77;
+
+/// `name` on `PATH`, if there.
+fn on_path(name: &str) -> Option<PathBuf> {
+    std::env::var_os("PATH").and_then(|paths| {
+        std::env::split_paths(&paths)
+            .map(|dir| dir.join(name))
+            .find(|p| p.is_file())
+    })
+}
+
+/// Runs [`sandboxed_child`] in a new process of this test binary and returns its output.
+/// The denied file lives in a folder of its own, outside every rule.
+fn run_sandboxed_child() -> (Output, String) {
+    run_sandboxed_child_with(None)
+}
+
+/// As [`run_sandboxed_child`], also running `nvidia_smi` (read-only) under the sandbox.
+fn run_sandboxed_child_with(nvidia_smi: Option<&Path>) -> (Output, String) {
+    let allowed = tempfile::tempdir().unwrap();
+    std::fs::write(allowed.path().join("inside.txt"), "inside").unwrap();
+    let denied_dir = tempfile::tempdir().unwrap();
+    let denied = denied_dir.path().join("outside.txt");
+    std::fs::write(&denied, "outside").unwrap();
+    let mut cmd = std::process::Command::new(std::env::current_exe().unwrap());
+    if let Some(smi) = nvidia_smi {
+        cmd.env(ENV_NVIDIA_SMI, smi);
+    }
+    let out = cmd
+        .args([
+            "sandbox::tests::sandboxed_child",
+            "--exact",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env(ENV_ALLOWED, allowed.path())
+        .env(ENV_DENIED, &denied)
+        .output()
+        .unwrap();
+    let text = format!(
+        "{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (out, text)
+}
+
+/// The child's side: a no-op in a normal test run; with [`ENV_ALLOWED`] set, it applies the
+/// sandbox with that folder as the only writable tree and asserts what must and must not work,
+/// in this process and in the programs it runs.
+#[test]
+fn sandboxed_child() {
+    let (Some(allowed), Some(denied)) =
+        (std::env::var_os(ENV_ALLOWED), std::env::var_os(ENV_DENIED))
+    else {
+        return;
+    };
+    let allowed = PathBuf::from(allowed);
+    let denied = PathBuf::from(denied);
+    let cat = on_path("cat").expect("cat is on PATH");
+    let virsh = on_path("virsh");
+    let nvidia_smi = std::env::var_os(ENV_NVIDIA_SMI).map(PathBuf::from);
+    let paths = SandboxPaths {
+        exec: [Some(cat.clone()), virsh.clone(), nvidia_smi.clone()]
+            .into_iter()
+            .flatten()
+            .collect(),
+        read_write: vec![allowed.clone()],
+        read: vec![],
+        devices: nvidia_device_nodes(Path::new("/dev")),
+    };
+    let report = enforce(&paths);
+    println!("report: {report:?}");
+    let status = std::fs::read_to_string("/proc/thread-self/status").unwrap();
+    for line in status
+        .lines()
+        .filter(|l| l.starts_with("Cap") || l.starts_with("NoNewPrivs"))
+    {
+        println!("{line}");
+    }
+    if report.landlock.starts_with("none") {
+        println!("no Landlock: {}", report.landlock);
+        std::process::exit(EXIT_NO_LANDLOCK);
+    }
+    // Observation for the audit log's "executable": another process's /proc/PID/exe.
+    let parent_exe =
+        std::fs::read_link(format!("/proc/{}/exe", std::os::unix::process::parent_id()));
+    println!(
+        "parent exe readable under the sandbox: {:?}",
+        parent_exe.map_err(|e| e.kind())
+    );
+
+    // In this process.
+    assert_eq!(
+        std::fs::read_to_string(allowed.join("inside.txt")).unwrap(),
+        "inside"
+    );
+    std::fs::write(allowed.join("new.txt"), "new").unwrap();
+    let err = std::fs::read_to_string(&denied).unwrap_err();
+    assert_eq!(err.kind(), std::io::ErrorKind::PermissionDenied, "{err}");
+    let err = std::fs::write(denied.with_file_name("created.txt"), "x").unwrap_err();
+    assert_eq!(err.kind(), std::io::ErrorKind::PermissionDenied, "{err}");
+    assert_eq!(
+        enforce(&paths).landlock,
+        "none: enforce was already called in this process; the first call's rules stand"
+    );
+
+    // In the programs it runs: the rules and the loader lines carry over.
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let run = |program: &Path, args: &[&str]| {
+        rt.block_on(child::run(&child::Command::new(
+            program,
+            args,
+            Duration::from_secs(20),
+        )))
+        .unwrap()
+    };
+    let inside = allowed.join("inside.txt");
+    let out = run(&cat, &[inside.to_str().unwrap()]);
+    assert!(
+        out.success(),
+        "cat of an allowed file: {}",
+        out.failure_message()
+    );
+    assert_eq!(out.stdout, b"inside");
+    let out = run(&cat, &[denied.to_str().unwrap()]);
+    assert!(!out.success());
+    assert!(
+        out.stderr_tail.contains("Permission denied"),
+        "{}",
+        out.stderr_tail
+    );
+    // A program not in `exec` cannot be run at all.
+    let sh = std::fs::canonicalize(on_path("sh").expect("sh is on PATH")).unwrap();
+    if !sh.starts_with("/usr/lib") && !sh.starts_with("/lib") {
+        let err = rt
+            .block_on(child::run(&child::Command::new(
+                &sh,
+                &["-c", "true"],
+                Duration::from_secs(5),
+            )))
+            .unwrap_err();
+        assert!(err.to_string().contains("Permission denied"), "{err}");
+    }
+    match virsh {
+        Some(virsh) => {
+            let out = run(&virsh, &["-c", "test:///default", "list", "--all"]);
+            assert!(
+                out.success(),
+                "virsh under the sandbox: {}",
+                out.failure_message()
+            );
+            println!("virsh ran under the sandbox");
+        }
+        None => println!("virsh not installed: its run under the sandbox was not tried"),
+    }
+    if let Some(smi) = nvidia_smi {
+        // Only queries: a test never changes a GPU's state.
+        for args in [
+            &["-L"][..],
+            &[
+                "--query-gpu=pci.bus_id,persistence_mode",
+                "--format=csv,noheader",
+            ][..],
+        ] {
+            let out = run(&smi, args);
+            assert!(
+                out.success(),
+                "nvidia-smi {args:?} under the sandbox: {}",
+                out.failure_message()
+            );
+            println!(
+                "nvidia-smi {args:?}: {}",
+                String::from_utf8_lossy(&out.stdout).trim()
+            );
+        }
+        println!("nvidia-smi ran under the sandbox");
+    }
+    println!("sandboxed child: all checks passed");
+}
+
+#[test]
+fn landlock_confines_the_helper_and_the_programs_it_runs() {
+    let (out, text) = run_sandboxed_child();
+    if out.status.code() == Some(EXIT_NO_LANDLOCK) {
+        println!("skipped: this kernel does not enforce Landlock\n{text}");
+        return;
+    }
+    assert!(out.status.success(), "the sandboxed child failed:\n{text}");
+    assert!(
+        text.contains("sandboxed child: all checks passed"),
+        "{text}"
+    );
+    assert!(
+        text.contains("landlock: \"full\"") || text.contains("landlock: \"partial\""),
+        "{text}"
+    );
+    assert!(text.contains("NoNewPrivs:\t1"), "{text}");
+}
+
+#[test]
+fn nvidia_smi_runs_under_the_sandbox() {
+    let Some(smi) = on_path("nvidia-smi") else {
+        println!("skipped: nvidia-smi is not installed");
+        return;
+    };
+    if !Path::new("/dev/nvidiactl").exists() {
+        println!("skipped: no NVIDIA driver loaded (/dev/nvidiactl is missing)");
+        return;
+    }
+    let (out, text) = run_sandboxed_child_with(Some(&smi));
+    if out.status.code() == Some(EXIT_NO_LANDLOCK) {
+        println!("skipped: this kernel does not enforce Landlock\n{text}");
+        return;
+    }
+    assert!(out.status.success(), "the sandboxed child failed:\n{text}");
+    assert!(text.contains("nvidia-smi ran under the sandbox"), "{text}");
+}
+
+#[test]
+fn only_the_kept_capabilities_remain() {
+    if !nix::unistd::geteuid().is_root() {
+        println!("skipped: capabilities can only be dropped, and so checked, as root");
+        return;
+    }
+    let (out, text) = run_sandboxed_child();
+    if out.status.code() == Some(EXIT_NO_LANDLOCK) {
+        println!("note: no Landlock on this kernel; capabilities are still checked");
+    } else {
+        assert!(out.status.success(), "the sandboxed child failed:\n{text}");
+    }
+    let kept_mask: u64 = KEPT_CAPABILITIES.iter().map(|(c, _)| c.bitmask()).sum();
+    let mask_of = |name: &str| -> u64 {
+        let line = text
+            .lines()
+            .find(|l| l.starts_with(name))
+            .unwrap_or_else(|| panic!("no {name} in:\n{text}"));
+        u64::from_str_radix(line.split_whitespace().nth(1).unwrap(), 16).unwrap()
+    };
+    assert_eq!(mask_of("CapEff:"), kept_mask, "{text}");
+    assert_eq!(mask_of("CapPrm:"), kept_mask, "{text}");
+    assert_eq!(mask_of("CapBnd:"), kept_mask, "{text}");
+    assert_eq!(mask_of("CapInh:"), 0, "{text}");
+    assert_eq!(mask_of("CapAmb:"), 0, "{text}");
+    assert!(
+        text.contains("capabilities: [\"CAP_DAC_OVERRIDE\", \"CAP_SYS_ADMIN\"]"),
+        "{text}"
+    );
+}
+
+#[test]
+fn every_rule_maps_to_rights_of_the_pinned_abi() {
+    for allow in [Allow::Exec, Allow::Read, Allow::ReadWrite, Allow::Device] {
+        let access = allow.access(PINNED_ABI);
+        assert!(!access.is_empty(), "{allow:?}");
+        assert!(access.contains(AccessFs::ReadFile), "{allow:?}");
+    }
+    assert!(Allow::Device
+        .access(PINNED_ABI)
+        .contains(AccessFs::IoctlDev));
+    assert!(!Allow::ReadWrite
+        .access(PINNED_ABI)
+        .contains(AccessFs::Execute));
+    assert!(!Allow::ReadWrite
+        .access(PINNED_ABI)
+        .contains(AccessFs::IoctlDev));
+    // Older ABIs lose what they do not know rather than fail.
+    assert!(!Allow::Device.access(ABI::V1).contains(AccessFs::IoctlDev));
+}
+
+#[test]
+fn nvidia_device_nodes_lists_only_nvidia_entries() {
+    let dev = tempfile::tempdir().unwrap();
+    for name in ["nvidia0", "nvidiactl", "nvidia-uvm", "null", "vfio"] {
+        std::fs::write(dev.path().join(name), "").unwrap();
+    }
+    std::fs::create_dir(dev.path().join("nvidia-caps")).unwrap();
+    let names: Vec<String> = nvidia_device_nodes(dev.path())
+        .iter()
+        .map(|p| p.file_name().unwrap().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(names, ["nvidia-caps", "nvidia-uvm", "nvidia0", "nvidiactl"]);
+    assert!(nvidia_device_nodes(&dev.path().join("missing")).is_empty());
+}
