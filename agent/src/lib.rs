@@ -9,5 +9,6 @@ pub mod cli;
 pub mod commands;
 pub mod host;
 pub mod inventory;
+pub mod node;
 pub mod smi;
 pub mod state;

@@ -10,26 +10,47 @@ use bcd::smi::runner::{RunError, Runner};
 use bcd::smi::snapshot::{probe, samples, snapshot, SampleSource, SnapshotError};
 
 fn smi(host: &str) -> Runner {
-    Runner::new(Path::new(env!("CARGO_MANIFEST_DIR")).join("../testdata/hosts").join(host).join("bin/nvidia-smi"))
+    Runner::new(
+        Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../testdata/hosts")
+            .join(host)
+            .join("bin/nvidia-smi"),
+    )
 }
 
 #[tokio::test]
 async fn wsl2_optional_queries_fail_and_leave_their_fields_empty() {
     let snap = snapshot(&smi("wsl2")).await.unwrap();
     assert_eq!(snap.xml.gpus.len(), 1);
-    assert!(snap.topology.is_empty(), "topo -m is not even asked with one GPU");
+    assert!(
+        snap.topology.is_empty(),
+        "topo -m is not even asked with one GPU"
+    );
     assert!(snap.mig_profiles.is_empty());
     assert!(snap.nvlink_status.iter().all(|g| g.links.is_empty()));
     assert!(!snap.listed.is_empty(), "-L still answered");
-    assert!(snap.queries.iter().any(|q| q.query == "-q -x" && q.error.is_none()));
+    assert!(snap
+        .queries
+        .iter()
+        .any(|q| q.query == "-q -x" && q.error.is_none()));
 }
 
 #[tokio::test]
 async fn r470_without_compute_cap_keeps_the_rest() {
     let snap = snapshot(&smi("r470-old")).await.unwrap();
     assert!(snap.compute_caps.is_empty());
-    let failed = snap.queries.iter().find(|q| q.query.starts_with("--query-gpu=uuid,compute_cap")).unwrap();
-    assert!(failed.error.as_deref().is_some_and(|e| e.contains("not a valid field")), "{failed:?}");
+    let failed = snap
+        .queries
+        .iter()
+        .find(|q| q.query.starts_with("--query-gpu=uuid,compute_cap"))
+        .unwrap();
+    assert!(
+        failed
+            .error
+            .as_deref()
+            .is_some_and(|e| e.contains("not a valid field")),
+        "{failed:?}"
+    );
     assert_eq!(snap.xml.gpus.len(), 2);
     assert!(!snap.topology.is_empty());
 }
@@ -37,33 +58,56 @@ async fn r470_without_compute_cap_keeps_the_rest() {
 #[tokio::test]
 async fn a_wedged_gpu_fails_the_snapshot_at_the_bound() {
     let started = Instant::now();
-    let err = snapshot(&smi("wedged").with_timeout(Duration::from_millis(500))).await.unwrap_err();
-    assert!(matches!(err, SnapshotError::Run(RunError::Timeout { .. })), "{err}");
+    let err = snapshot(&smi("wedged").with_timeout(Duration::from_millis(500)))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, SnapshotError::Run(RunError::Timeout { .. })),
+        "{err}"
+    );
     assert!(started.elapsed() < Duration::from_secs(5));
-    assert!(bcd::smi::hint::error_hint(&err.to_string()).is_some(), "a timeout has a hint: {err}");
+    assert!(
+        bcd::smi::hint::error_hint(&err.to_string()).is_some(),
+        "a timeout has a hint: {err}"
+    );
 }
 
 #[tokio::test]
 async fn no_driver_is_no_driver_for_snapshot_samples_and_probe() {
     let none = smi("no-driver");
     assert!(snapshot(&none).await.unwrap_err().is_no_driver());
-    assert!(samples(&none).await.unwrap_err().is_no_driver(), "samples never fall back without a driver");
+    assert!(
+        samples(&none).await.unwrap_err().is_no_driver(),
+        "samples never fall back without a driver"
+    );
     let err = probe(&none).await.unwrap_err();
-    assert_eq!(err.to_string(), "nvml: nvidia-smi not found (no NVIDIA driver on this host)");
+    assert_eq!(
+        err.to_string(),
+        "nvml: nvidia-smi not found (no NVIDIA driver on this host)"
+    );
 }
 
 #[tokio::test]
 async fn samples_use_the_csv_where_they_can() {
     let (s, source) = samples(&smi("hgx-h100")).await.unwrap();
     // One GPU is in MIG mode: the whole sample falls back to -q -x.
-    assert!(matches!(source, SampleSource::Snapshot(ref why) if why.contains("MIG")), "{source:?}");
+    assert!(
+        matches!(source, SampleSource::Snapshot(ref why) if why.contains("MIG")),
+        "{source:?}"
+    );
     assert_eq!(s.len(), 8);
     let (s, source) = samples(&smi("wsl2")).await.unwrap();
     assert_eq!(source, SampleSource::Csv);
     assert_eq!(s.len(), 1);
-    assert_eq!(s[0].compute_processes, 0, "Xwayland is a graphics process, no workload");
+    assert_eq!(
+        s[0].compute_processes, 0,
+        "Xwayland is a graphics process, no workload"
+    );
     let (s, source) = samples(&smi("r470-old")).await.unwrap();
-    assert!(matches!(source, SampleSource::Snapshot(ref why) if why.contains("memory.reserved")), "{source:?}");
+    assert!(
+        matches!(source, SampleSource::Snapshot(ref why) if why.contains("memory.reserved")),
+        "{source:?}"
+    );
     assert_eq!(s.len(), 2);
 }
 
@@ -72,13 +116,29 @@ async fn both_sample_paths_agree_on_the_hgx_host() {
     let runner = smi("hgx-h100");
     let snap = snapshot(&runner).await.unwrap();
     let from_xml = bcd::smi::snapshot::samples_from_xml(&snap.xml);
-    let csv = std::fs::read(Path::new(env!("CARGO_MANIFEST_DIR")).join("../testdata/hosts/hgx-h100/answers/samples.out")).unwrap();
-    let apps = std::fs::read(Path::new(env!("CARGO_MANIFEST_DIR")).join("../testdata/hosts/hgx-h100/answers/compute-apps.out")).unwrap();
+    let csv = std::fs::read(
+        Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../testdata/hosts/hgx-h100/answers/samples.out"),
+    )
+    .unwrap();
+    let apps = std::fs::read(
+        Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../testdata/hosts/hgx-h100/answers/compute-apps.out"),
+    )
+    .unwrap();
     // The CSV falls back because of the MIG GPU; its lines for the other GPUs still parse.
-    let lines: Vec<&[u8]> = csv.split(|b| *b == b'\n').filter(|l| !l.is_empty() && !l.ends_with(b"Enabled")).collect();
+    let lines: Vec<&[u8]> = csv
+        .split(|b| *b == b'\n')
+        .filter(|l| !l.is_empty() && !l.ends_with(b"Enabled"))
+        .collect();
     let parsed = bcd::smi::samples::parse_samples(&lines.join(&b'\n')).unwrap();
-    let bcd::smi::samples::SampleParse::Samples(mut from_csv) = parsed else { panic!("{parsed:?}") };
-    bcd::smi::samples::attach_compute_counts(&mut from_csv, &bcd::smi::samples::count_compute_apps(&apps));
+    let bcd::smi::samples::SampleParse::Samples(mut from_csv) = parsed else {
+        panic!("{parsed:?}")
+    };
+    bcd::smi::samples::attach_compute_counts(
+        &mut from_csv,
+        &bcd::smi::samples::count_compute_apps(&apps),
+    );
     for c in &from_csv {
         let x = from_xml.iter().find(|x| x.uuid == c.uuid).unwrap();
         assert_eq!(c.memory_total_mib, x.memory_total_mib, "{}", c.uuid);
@@ -92,7 +152,8 @@ async fn both_sample_paths_agree_on_the_hgx_host() {
 async fn optional_queries_run_concurrently() {
     let dir = tempfile::tempdir().unwrap();
     let log = dir.path().join("log");
-    let qx = Path::new(env!("CARGO_MANIFEST_DIR")).join("../testdata/hosts/hgx-h100/answers/q-x.out");
+    let qx =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../testdata/hosts/hgx-h100/answers/q-x.out");
     let script = dir.path().join("nvidia-smi");
     std::fs::write(
         &script,
@@ -111,8 +172,14 @@ async fn optional_queries_run_concurrently() {
     let lines: Vec<&str> = text.lines().collect();
     // Serial runs would alternate start/end; concurrent ones start several before any ends.
     let starts_before_first_end = lines.iter().take_while(|l| l.starts_with("start")).count();
-    assert!(starts_before_first_end >= 3, "optional queries ran one after another:\n{text}");
-    assert!(snap.queries.iter().filter(|q| q.error.is_some()).count() >= 4, "every failing optional query is recorded");
+    assert!(
+        starts_before_first_end >= 3,
+        "optional queries ran one after another:\n{text}"
+    );
+    assert!(
+        snap.queries.iter().filter(|q| q.error.is_some()).count() >= 4,
+        "every failing optional query is recorded"
+    );
 }
 
 /// Runs only on a host with a real GPU and driver: `BCD_REAL_GPU=1`.
@@ -123,13 +190,21 @@ async fn live_host_gpus_are_complete_and_samples_agree() {
         return;
     }
     let runner = Runner::new(PathBuf::from("nvidia-smi"));
-    let snap = snapshot(&runner).await.expect("the real nvidia-smi answers");
+    let snap = snapshot(&runner)
+        .await
+        .expect("the real nvidia-smi answers");
     let gpus = bcd::inventory::merge::gpus_from_snapshot(&snap);
     assert!(!gpus.is_empty());
     for g in &gpus {
         assert!(g.uuid.starts_with("GPU-"), "{g:?}");
-        assert!(g.name.is_some() && g.architecture.is_some() && g.memory_total_mib.is_some(), "{g:?}");
-        assert!(g.compute_capability.is_some() && g.bus_id.is_some(), "{g:?}");
+        assert!(
+            g.name.is_some() && g.architecture.is_some() && g.memory_total_mib.is_some(),
+            "{g:?}"
+        );
+        assert!(
+            g.compute_capability.is_some() && g.bus_id.is_some(),
+            "{g:?}"
+        );
     }
     let (light, _) = samples(&runner).await.unwrap();
     let full = bcd::smi::snapshot::samples_from_xml(&snap.xml);
