@@ -5,4 +5,5 @@
 //! `bcd-protocol`. Everything it parses (nvidia-smi output, procfs, sysfs, the kernel log) is
 //! untrusted input and is read by pure parsers that return errors, never panic.
 
+pub mod helper_client;
 pub mod smi;
