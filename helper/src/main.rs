@@ -33,6 +33,8 @@ use config::{Config, Parsed};
 
 /// The first descriptor systemd passes (`SD_LISTEN_FDS_START`).
 const LISTEN_FDS_START: RawFd = 3;
+/// Most passed descriptors marked close-on-exec (a socket unit passes one).
+const MAX_PASSED_FDS: RawFd = 64;
 /// The socket file's mode under `--listen` (the socket unit sets the same in production).
 const SOCKET_MODE: u32 = 0o660;
 /// How long, at exit, to wait for sysfs writes still blocked in the kernel.
@@ -72,6 +74,16 @@ fn take_activation() -> Activation {
     let fds = fds
         .and_then(|n| n.parse::<usize>().ok())
         .filter(|n| ours && *n >= 1);
+    if let Some(n) = fds {
+        // systemd passes its fds inheritable; none of them may reach a child.
+        let last = LISTEN_FDS_START.saturating_add(i32::try_from(n).unwrap_or(i32::MAX) - 1);
+        for fd in LISTEN_FDS_START..=last.min(LISTEN_FDS_START + MAX_PASSED_FDS) {
+            let _ = nix::fcntl::fcntl(
+                fd,
+                nix::fcntl::FcntlArg::F_SETFD(nix::fcntl::FdFlag::FD_CLOEXEC),
+            );
+        }
+    }
     Activation { fds }
 }
 

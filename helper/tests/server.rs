@@ -121,7 +121,7 @@ fn socket_activation_serves_hides_the_listen_variables_and_exits_when_idle() {
         .stdout(Stdio::null())
         .spawn()
         .unwrap();
-    common::wait_for(&sock, Duration::from_secs(10));
+    common::wait_listening(&sock, Duration::from_secs(10));
     let mut c = RawClient::connect(&sock);
     c.hello();
     let gpu: GpuRef = "0000:18:00.0".parse().unwrap();

@@ -60,7 +60,7 @@ impl Helper {
             sock,
             audit,
         };
-        wait_for(&h.sock, Duration::from_secs(10));
+        wait_listening(&h.sock, Duration::from_secs(10));
         h
     }
 
@@ -103,6 +103,27 @@ pub fn wait_for(path: &Path, bound: Duration) {
     let start = Instant::now();
     while !path.exists() {
         assert!(start.elapsed() < bound, "{} did not appear", path.display());
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// Waits for a Unix socket at `path` to be listening (its file appears a moment before the
+/// `listen` call, and a stale file may be there from the start), read from `/proc/net/unix`
+/// so that waiting opens no connection.
+pub fn wait_listening(path: &Path, bound: Duration) {
+    const ACCEPTING: &str = "00010000";
+    let start = Instant::now();
+    let want = path.display().to_string();
+    loop {
+        let table = std::fs::read_to_string("/proc/net/unix").unwrap_or_default();
+        let listening = table.lines().any(|l| {
+            let cols: Vec<&str> = l.split_whitespace().collect();
+            cols.len() >= 8 && cols[3] == ACCEPTING && cols[7] == want
+        });
+        if listening {
+            return;
+        }
+        assert!(start.elapsed() < bound, "{want} is not listening");
         std::thread::sleep(Duration::from_millis(10));
     }
 }
