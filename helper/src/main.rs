@@ -37,6 +37,9 @@ const LISTEN_FDS_START: RawFd = 3;
 const MAX_PASSED_FDS: RawFd = 64;
 /// The socket file's mode under `--listen` (the socket unit sets the same in production).
 const SOCKET_MODE: u32 = 0o660;
+/// How long, at exit, to let running operations finish (systemd's default stop timeout is
+/// 90 s; an operation's own bounds are shorter than this).
+const SHUTDOWN_DRAIN: Duration = Duration::from_secs(80);
 /// How long, at exit, to wait for sysfs writes still blocked in the kernel.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(1);
 /// The environment variable that sets the log level.
@@ -256,7 +259,8 @@ fn start(config: &Config, activation: &Activation) -> Result<(), StartError> {
                 .map(|p| p.display().to_string())
                 .unwrap_or_else(|| "socket activation".to_owned())
         );
-        server::serve(listener, shared, idle_exit).await;
+        server::serve(listener, shared.clone(), idle_exit).await;
+        shared.drain(SHUTDOWN_DRAIN).await;
         Ok::<(), StartError>(())
     })?;
     if let Some(path) = &config.listen {

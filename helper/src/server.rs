@@ -57,6 +57,7 @@ pub struct Shared {
     /// Bound on one frame.
     pub frame_timeout: Duration,
     active: AtomicUsize,
+    in_flight: AtomicUsize,
     last_activity: Mutex<Instant>,
 }
 
@@ -76,7 +77,24 @@ impl Shared {
             max_connections,
             frame_timeout,
             active: AtomicUsize::new(0),
+            in_flight: AtomicUsize::new(0),
             last_activity: Mutex::new(Instant::now()),
+        }
+    }
+
+    /// Waits, at most `bound`, for operations still running: stopping in the middle of a bind
+    /// could leave a function with an override and no driver.
+    pub async fn drain(&self, bound: Duration) {
+        let deadline = Instant::now() + bound;
+        while self.in_flight.load(Ordering::SeqCst) > 0 && Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        let left = self.in_flight.load(Ordering::SeqCst);
+        if left > 0 {
+            tracing::error!(
+                "exiting with {left} operations still running after {}s",
+                bound.as_secs()
+            );
         }
     }
 
@@ -89,6 +107,15 @@ impl Shared {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .elapsed()
+    }
+}
+
+/// Counts an operation while it runs.
+struct InFlight<'a>(&'a AtomicUsize);
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
     }
 }
 
@@ -317,6 +344,8 @@ async fn refuse_frame(
 async fn run_request(shared: &Shared, peer: &Peer, request: Request, started: Instant) -> Response {
     let Request { id, op } = request;
     let kind = op.kind();
+    shared.in_flight.fetch_add(1, Ordering::SeqCst);
+    let _in_flight = InFlight(&shared.in_flight);
     let result = match (&op, shared.audit.health()) {
         // A helper that cannot leave a trace does nothing privileged.
         (Operation::Ping, _) | (_, Ok(())) => shared.ops.run(&op).await,

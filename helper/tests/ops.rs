@@ -410,3 +410,32 @@ fn operations_on_one_gpu_never_overlap_and_on_different_gpus_they_do() {
         "{elapsed:?} is not below the serial {serial:?}"
     );
 }
+
+#[test]
+fn sigterm_lets_a_running_operation_finish_before_exiting() {
+    let dir = tempfile::tempdir().unwrap();
+    let smi = fake_program(dir.path(), "nvidia-smi-slow", "nvidia-smi");
+    let mut h = Helper::start_in(dir, &["--nvidia-smi", smi.to_str().unwrap()]);
+    let mut c = h.client();
+    let sock = h.sock.clone();
+    let pid = nix::unistd::Pid::from_raw(h.child.id() as i32);
+    let killer = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(50));
+        nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).unwrap();
+        sock
+    });
+    let out = c.request(
+        1,
+        Operation::SetPersistence {
+            gpu: GpuRef::Pci(pci(GPU)),
+            enabled: true,
+        },
+    );
+    assert!(out.is_ok(), "{out:?}");
+    let sock = killer.join().unwrap();
+    let status = h.child.wait().unwrap();
+    assert!(status.success(), "{status:?}");
+    let log = std::fs::read_to_string(h.path("log")).unwrap();
+    assert!(log.contains("end "), "{log}");
+    assert!(!sock.exists(), "the --listen socket was left behind");
+}
