@@ -36,8 +36,8 @@ const MAX_IDLE_LOCKS: usize = 1024;
 /// operation that takes both takes them in that order, so lock waits cannot form a cycle.
 ///
 /// A GPU named by UUID and the same GPU named by address are two keys: mapping one to the
-/// other would take an `nvidia-smi` query per request. The agent names GPUs one way per
-/// operation kind, and `nvidia-smi` itself serialises calls on one GPU, so the gap is small.
+/// other would take an `nvidia-smi` query per request. Callers that want one lock per GPU
+/// must name each GPU one way (the agent should use its PCI address).
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum DeviceKey {
     /// A libvirt domain.
