@@ -1,11 +1,276 @@
-//! `bcd-helper`: the root helper. It runs only the privileged steps bcd needs, for peers it
-//! has checked, with arguments it has validated, and audits each one.
+//! `bcd-helper`: bcd's root helper. It runs only the privileged steps bcd needs
+//! (`nvidia-smi -pm`, `nvidia-smi --gpu-reset`, vfio-pci bind/release through sysfs, `virsh
+//! start/restore/destroy` with persistence mode around them) for peers whose kernel-reported
+//! credentials it allows, with arguments the protocol has already validated, and writes one
+//! audit line for each.
+//!
+//! It must never: run a shell; take a path, a program or a command line from its peer; decide
+//! by a peer's pid; parse more than a domain's `<hostdev>` addresses; panic on bytes from the
+//! socket; or act while it cannot write its audit log (only `Ping` is answered then).
+//!
+//! Start-up order matters: the socket-activation variables are read and removed before any
+//! thread exists, the socket is bound, the sandbox is applied (so every thread inherits it),
+//! and only then is the async runtime built.
 
-#[allow(dead_code)] // wired by the server's main.rs
+mod audit;
 mod child;
-#[allow(dead_code)] // wired by the server's main.rs
+mod config;
 mod libvirt;
-#[allow(dead_code)] // wired by the server's main.rs
+mod ops;
 mod sandbox;
+mod server;
+mod sysfs;
 
-fn main() {}
+use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, RawFd};
+use std::os::unix::fs::{FileTypeExt, PermissionsExt};
+use std::os::unix::net::UnixListener as StdListener;
+use std::path::Path;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+use config::{Config, Parsed};
+
+/// The first descriptor systemd passes (`SD_LISTEN_FDS_START`).
+const LISTEN_FDS_START: RawFd = 3;
+/// Most passed descriptors marked close-on-exec (a socket unit passes one).
+const MAX_PASSED_FDS: RawFd = 64;
+/// The socket file's mode under `--listen` (the socket unit sets the same in production).
+const SOCKET_MODE: u32 = 0o660;
+/// How long, at exit, to let running operations finish (systemd's default stop timeout is
+/// 90 s; an operation's own bounds are shorter than this).
+const SHUTDOWN_DRAIN: Duration = Duration::from_secs(80);
+/// How long, at exit, to wait for sysfs writes still blocked in the kernel.
+const SHUTDOWN_GRACE: Duration = Duration::from_secs(1);
+/// The environment variable that sets the log level.
+const LOG_ENV: &str = "BCD_HELPER_LOG";
+
+/// Why the helper could not start serving. `Display` is the operator's sentence.
+#[derive(Debug, thiserror::Error)]
+enum StartError {
+    #[error("bcd-helper: no socket to serve: give --listen PATH, or start it from bcd-helper.socket (LISTEN_PID/LISTEN_FDS are not set for this process)")]
+    NotActivated,
+    #[error("bcd-helper: socket activation passed fd {LISTEN_FDS_START}, but it is not a listening Unix stream socket: {0}")]
+    BadActivatedFd(String),
+    #[error("bcd-helper: cannot listen on {path}: {reason}")]
+    Listen { path: String, reason: String },
+    #[error("bcd-helper: cannot start the async runtime: {0}")]
+    Runtime(std::io::Error),
+}
+
+/// What systemd passed, read (and removed from the environment) first thing.
+struct Activation {
+    fds: Option<usize>,
+}
+
+/// Reads and removes `LISTEN_PID`/`LISTEN_FDS`/`LISTEN_FDNAMES`, so no child inherits them.
+/// Must run before any thread exists: changing the environment is not thread safe.
+fn take_activation() -> Activation {
+    let pid = std::env::var("LISTEN_PID").ok();
+    let fds = std::env::var("LISTEN_FDS").ok();
+    for name in ["LISTEN_PID", "LISTEN_FDS", "LISTEN_FDNAMES"] {
+        std::env::remove_var(name);
+    }
+    let ours = pid
+        .and_then(|p| p.parse::<u32>().ok())
+        .is_some_and(|p| p == std::process::id());
+    let fds = fds
+        .and_then(|n| n.parse::<usize>().ok())
+        .filter(|n| ours && *n >= 1);
+    if let Some(n) = fds {
+        // systemd passes its fds inheritable; none of them may reach a child.
+        let last = LISTEN_FDS_START.saturating_add(i32::try_from(n).unwrap_or(i32::MAX) - 1);
+        for fd in LISTEN_FDS_START..=last.min(LISTEN_FDS_START + MAX_PASSED_FDS) {
+            let _ = nix::fcntl::fcntl(
+                fd,
+                nix::fcntl::FcntlArg::F_SETFD(nix::fcntl::FdFlag::FD_CLOEXEC),
+            );
+        }
+    }
+    Activation { fds }
+}
+
+/// Takes fd 3 after checking it is a listening Unix stream socket, and marks it close-on-exec.
+fn activated_listener() -> Result<StdListener, StartError> {
+    use nix::fcntl::{fcntl, FcntlArg, FdFlag};
+    use nix::sys::socket::{
+        getsockname, getsockopt, sockopt, AddressFamily, SockType, SockaddrLike, UnixAddr,
+    };
+    let bad = |why: &str| StartError::BadActivatedFd(why.to_owned());
+    // SAFETY: fd 3 is open for the life of the process (systemd passed it); it is only
+    // borrowed here for the checks, and owned below once they pass.
+    let fd = unsafe { BorrowedFd::borrow_raw(LISTEN_FDS_START) };
+    match getsockopt(&fd, sockopt::SockType) {
+        Ok(SockType::Stream) => {}
+        Ok(other) => return Err(bad(&format!("it is a {other:?} socket"))),
+        Err(e) => return Err(bad(&format!("it is not a socket ({e})"))),
+    }
+    if !getsockopt(&fd, sockopt::AcceptConn).unwrap_or(false) {
+        return Err(bad("it is not listening"));
+    }
+    let family = getsockname::<UnixAddr>(LISTEN_FDS_START)
+        .ok()
+        .and_then(|a| a.family());
+    if family != Some(AddressFamily::Unix) {
+        return Err(bad("it is not a Unix socket"));
+    }
+    fcntl(LISTEN_FDS_START, FcntlArg::F_SETFD(FdFlag::FD_CLOEXEC))
+        .map_err(|e| bad(&format!("cannot set close-on-exec ({e})")))?;
+    // SAFETY: checked above to be a listening Unix stream socket that nothing else owns.
+    Ok(unsafe { StdListener::from_raw_fd(LISTEN_FDS_START) })
+}
+
+/// Binds `path` with mode 0660, first removing a stale socket there (never another file).
+fn bind(path: &Path) -> Result<StdListener, StartError> {
+    let fail = |reason: String| StartError::Listen {
+        path: path.display().to_string(),
+        reason,
+    };
+    match std::fs::symlink_metadata(path) {
+        Ok(m) if m.file_type().is_socket() => {
+            std::fs::remove_file(path)
+                .map_err(|e| fail(format!("cannot remove the stale socket: {e}")))?;
+        }
+        Ok(_) => return Err(fail("something that is not a socket is there".to_owned())),
+        Err(_) => {}
+    }
+    // Bind with a umask that already gives 0660, so there is no moment of a wider mode.
+    let old = nix::sys::stat::umask(nix::sys::stat::Mode::from_bits_truncate(0o117));
+    let bound = StdListener::bind(path);
+    nix::sys::stat::umask(old);
+    let listener = bound.map_err(|e| fail(e.to_string()))?;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(SOCKET_MODE))
+        .map_err(|e| fail(format!("cannot set its mode: {e}")))?;
+    Ok(listener)
+}
+
+fn init_logging() {
+    let filter = tracing_subscriber::EnvFilter::try_from_env(LOG_ENV)
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_ansi(false)
+        .with_writer(std::io::stderr)
+        .init();
+}
+
+fn sandbox_paths(c: &Config) -> sandbox::SandboxPaths {
+    // bus/pci/devices/ADDR links into devices/: Landlock checks the resolved path, so both.
+    let mut read_write = vec![
+        c.sysfs_root.join("bus/pci"),
+        c.sysfs_root.join("devices"),
+        "/run/libvirt".into(),
+    ];
+    if let Some(folder) = c.audit_log.as_deref().and_then(std::path::Path::parent) {
+        read_write.push(folder.to_path_buf());
+    }
+    sandbox::SandboxPaths {
+        exec: vec![c.nvidia_smi.clone(), c.virsh.clone()],
+        read_write,
+        read: vec![c.save_dir.clone()],
+        devices: sandbox::nvidia_device_nodes(std::path::Path::new("/dev")),
+    }
+}
+
+fn main() -> ExitCode {
+    // First, before any thread: the activation variables leave the environment.
+    let activation = take_activation();
+    let config = match config::parse(std::env::args().skip(1)) {
+        Ok(Parsed::Run(c)) => c,
+        Ok(Parsed::Help) => {
+            print!("{}", config::USAGE);
+            return ExitCode::SUCCESS;
+        }
+        Err(e) => {
+            eprintln!("{e}");
+            return ExitCode::from(2);
+        }
+    };
+    init_logging();
+    match start(&config, &activation) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            tracing::error!("{e}");
+            eprintln!("{e}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+fn start(config: &Config, activation: &Activation) -> Result<(), StartError> {
+    let (listener, idle_exit) = match (&config.listen, activation.fds) {
+        (Some(path), _) => (bind(path)?, None),
+        (None, Some(_)) => (activated_listener()?, config.idle_exit),
+        (None, None) => return Err(StartError::NotActivated),
+    };
+    listener
+        .set_nonblocking(true)
+        .map_err(|e| StartError::BadActivatedFd(e.to_string()))?;
+    // Opened before the sandbox, so Landlock need not allow creating it.
+    let audit = audit::Audit::open(config.audit_log.as_deref());
+    if config.no_sandbox {
+        tracing::warn!("--no-sandbox: running with every capability and no Landlock");
+    } else {
+        let report = sandbox::enforce(&sandbox_paths(config));
+        tracing::info!(
+            "sandbox: landlock {}, capabilities [{}]",
+            report.landlock,
+            report.capabilities.join(", ")
+        );
+        for warning in &report.warnings {
+            tracing::warn!("sandbox: {warning}");
+        }
+    }
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .max_blocking_threads(64)
+        .enable_all()
+        .build()
+        .map_err(StartError::Runtime)?;
+    let ops = ops::Ops {
+        nvidia_smi: config.nvidia_smi.clone(),
+        smi_timeout: config.nvidia_smi_timeout,
+        unbind_timeout: config.unbind_timeout,
+        sysfs: sysfs::Sysfs::new(&config.sysfs_root),
+        libvirt: libvirt::Libvirt {
+            virsh: config.virsh.clone(),
+            uri: config.libvirt_uri.clone(),
+            timeout: config.virsh_timeout,
+            save_dir: config.save_dir.clone(),
+        },
+        locks: ops::DeviceLocks::default(),
+    };
+    let shared = Arc::new(server::Shared::new(
+        ops,
+        audit,
+        server::Allow {
+            uids: config.allow_uids.clone(),
+            gids: config.allow_gids.clone(),
+        },
+        config.max_connections,
+        config.frame_timeout,
+    ));
+    let listener_fd = listener.as_raw_fd();
+    runtime.block_on(async {
+        let listener = tokio::net::UnixListener::from_std(listener)
+            .map_err(|e| StartError::BadActivatedFd(e.to_string()))?;
+        tracing::info!(
+            "bcd-helper {} serving on fd {listener_fd} ({})",
+            env!("CARGO_PKG_VERSION"),
+            config
+                .listen
+                .as_ref()
+                .map(|p| p.display().to_string())
+                .unwrap_or_else(|| "socket activation".to_owned())
+        );
+        server::serve(listener, shared.clone(), idle_exit).await;
+        shared.drain(SHUTDOWN_DRAIN).await;
+        Ok::<(), StartError>(())
+    })?;
+    if let Some(path) = &config.listen {
+        let _ = std::fs::remove_file(path);
+    }
+    // A sysfs write still blocked in the kernel keeps its thread; do not wait on it forever.
+    runtime.shutdown_timeout(SHUTDOWN_GRACE);
+    Ok(())
+}

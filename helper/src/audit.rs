@@ -1,0 +1,313 @@
+//! The audit trail: one JSON line per request (and per refused connection or frame), appended
+//! to the audit log and sent to the journal through `tracing`.
+//!
+//! A root helper that cannot write its audit log must not act: while the log is unwritable
+//! every operation but `Ping` is refused with `Failed` (see [`Audit::health`]). The journal
+//! still gets every line.
+
+use std::fmt::Write as _;
+use std::fs::{File, OpenOptions};
+use std::io::Write as _;
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+/// The audit log's file mode.
+pub const AUDIT_LOG_MODE: u32 = 0o600;
+
+/// Who asked.
+#[derive(Debug, Clone, Default)]
+pub struct Peer {
+    /// The peer's pid as the kernel reported it (for the record only: never used to decide).
+    pub pid: i32,
+    /// Its uid.
+    pub uid: u32,
+    /// Its primary gid.
+    pub gid: u32,
+    /// `/proc/<pid>/exe`, best effort.
+    pub exe: Option<String>,
+}
+
+/// How a request ended, as the audit line says it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verdict {
+    /// Done.
+    Ok,
+    /// Peer not allowed.
+    Denied,
+    /// Argument or frame refused.
+    Invalid,
+    /// Busy.
+    Busy,
+    /// A bound expired.
+    Timeout,
+    /// The step failed.
+    Failed,
+    /// Not offered.
+    Unsupported,
+}
+
+impl Verdict {
+    /// The word in the audit line.
+    pub fn word(self) -> &'static str {
+        match self {
+            Verdict::Ok => "ok",
+            Verdict::Denied => "denied",
+            Verdict::Invalid => "invalid",
+            Verdict::Busy => "busy",
+            Verdict::Timeout => "timeout",
+            Verdict::Failed => "failed",
+            Verdict::Unsupported => "unsupported",
+        }
+    }
+
+    /// The verdict that matches a helper error.
+    pub fn of(err: &bcd_protocol::HelperError) -> Self {
+        use bcd_protocol::HelperError as E;
+        match err {
+            E::Denied => Verdict::Denied,
+            E::Invalid { .. } => Verdict::Invalid,
+            E::Busy { .. } => Verdict::Busy,
+            E::Timeout { .. } => Verdict::Timeout,
+            E::Failed { .. } => Verdict::Failed,
+            E::Unsupported => Verdict::Unsupported,
+        }
+    }
+}
+
+/// One audit record.
+#[derive(Debug, Clone)]
+pub struct Record<'a> {
+    /// Who.
+    pub peer: &'a Peer,
+    /// The audit name: `vfio.bind`, `connect`, `hello`, `frame`, ...
+    pub operation: &'a str,
+    /// The arguments, as strings.
+    pub arguments: &'a [(&'static str, String)],
+    /// How it ended.
+    pub verdict: Verdict,
+    /// The error's sentence, when not ok.
+    pub message: Option<String>,
+    /// How long it took.
+    pub duration: Duration,
+}
+
+/// The audit log (possibly none) and whether it can be written.
+#[derive(Debug)]
+pub struct Audit {
+    path: Option<PathBuf>,
+    file: Mutex<Option<File>>,
+    /// Why the log cannot be written, when it cannot.
+    broken: Mutex<Option<String>>,
+}
+
+impl Audit {
+    /// Opens (creating with mode 0600, never following a link) the audit log for appending.
+    /// A failure is kept and reported by [`Audit::health`], not fatal: `Ping` still works and
+    /// the journal says why the rest is refused.
+    pub fn open(path: Option<&Path>) -> Self {
+        let (file, broken) = match path {
+            None => (None, None),
+            Some(p) => match open_log(p) {
+                Ok(f) => (Some(f), None),
+                Err(e) => {
+                    let why = format!("the audit log {} cannot be written: {e}", p.display());
+                    tracing::error!("{why}");
+                    (None, Some(why))
+                }
+            },
+        };
+        Self {
+            path: path.map(Path::to_path_buf),
+            file: Mutex::new(file),
+            broken: Mutex::new(broken),
+        }
+    }
+
+    /// `Err(sentence)` while the audit log cannot be written.
+    pub fn health(&self) -> Result<(), String> {
+        match lock(&self.broken).as_ref() {
+            Some(why) => Err(why.clone()),
+            None => Ok(()),
+        }
+    }
+
+    /// Writes one record to the journal and appends it to the log. A failed append marks the
+    /// log broken (see [`Audit::health`]); a later successful one clears it.
+    pub fn write(&self, record: &Record<'_>) {
+        let line = render(record, SystemTime::now());
+        if record.verdict == Verdict::Ok {
+            tracing::info!(target: "bcd_helper::audit", "{line}");
+        } else {
+            tracing::warn!(target: "bcd_helper::audit", "{line}");
+        }
+        let Some(path) = &self.path else { return };
+        let mut file = lock(&self.file);
+        if file.is_none() {
+            // The open failed before: try again, the folder may exist now.
+            *file = open_log(path).ok();
+        }
+        let result = match file.as_mut() {
+            Some(f) => f.write_all(format!("{line}\n").as_bytes()),
+            None => Err(std::io::Error::other("it could not be opened")),
+        };
+        let mut broken = lock(&self.broken);
+        match result {
+            Ok(()) => *broken = None,
+            Err(e) => {
+                let why = format!("the audit log {} cannot be written: {e}", path.display());
+                tracing::error!("{why}");
+                *broken = Some(why);
+            }
+        }
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    // A panic while holding it cannot leave a half-written state worth refusing over.
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+fn open_log(path: &Path) -> std::io::Result<File> {
+    OpenOptions::new()
+        .append(true)
+        .create(true)
+        .mode(AUDIT_LOG_MODE)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .open(path)
+}
+
+/// Renders one record as a JSON line (without the newline).
+pub fn render(r: &Record<'_>, now: SystemTime) -> String {
+    let mut s = String::with_capacity(256);
+    s.push_str("{\"time\":");
+    json_string(&mut s, &rfc3339(now));
+    let _ = write!(
+        s,
+        ",\"peer\":{{\"pid\":{},\"uid\":{},\"gid\":{},\"exe\":",
+        r.peer.pid, r.peer.uid, r.peer.gid
+    );
+    match &r.peer.exe {
+        Some(exe) => json_string(&mut s, exe),
+        None => s.push_str("null"),
+    }
+    s.push_str("},\"operation\":");
+    json_string(&mut s, r.operation);
+    s.push_str(",\"arguments\":{");
+    for (i, (k, v)) in r.arguments.iter().enumerate() {
+        if i > 0 {
+            s.push(',');
+        }
+        json_string(&mut s, k);
+        s.push(':');
+        json_string(&mut s, v);
+    }
+    s.push_str("},\"outcome\":");
+    json_string(&mut s, r.verdict.word());
+    if let Some(m) = &r.message {
+        s.push_str(",\"message\":");
+        json_string(&mut s, m);
+    }
+    let _ = write!(s, ",\"duration_ms\":{}}}", r.duration.as_millis());
+    s
+}
+
+/// Appends `v` as a JSON string: `"` and `\` escaped, every control character as `\u00XX`.
+pub fn json_string(out: &mut String, v: &str) {
+    out.push('"');
+    for c in v.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            // U+2028/2029 are valid JSON but break some line-oriented readers.
+            c if c.is_control() || c == '\u{2028}' || c == '\u{2029}' => {
+                let mut buf = [0u16; 2];
+                for unit in c.encode_utf16(&mut buf) {
+                    let _ = write!(out, "\\u{unit:04x}");
+                }
+            }
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+}
+
+/// RFC 3339 in UTC with milliseconds: `2025-01-31T12:34:56.789Z`.
+pub fn rfc3339(t: SystemTime) -> String {
+    let since = t.duration_since(UNIX_EPOCH).unwrap_or_default();
+    let secs = since.as_secs();
+    let days = (secs / 86_400) as i64;
+    let rem = secs % 86_400;
+    let (y, m, d) = civil_from_days(days);
+    format!(
+        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}.{:03}Z",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60,
+        since.subsec_millis()
+    )
+}
+
+/// Days since 1970-01-01 to a proleptic Gregorian (year, month, day), by 400-year eras.
+fn civil_from_days(z: i64) -> (i64, u32, u32) {
+    let z = z + 719_468; // shift the epoch to 0000-03-01
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097); // day of era, 0..=146096
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365; // year of era
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100); // day of year, March-based
+    let mp = (5 * doy + 2) / 153; // month, March = 0
+    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    (y, m, d)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn dates_are_rfc3339_utc() {
+        assert_eq!(rfc3339(UNIX_EPOCH), "1970-01-01T00:00:00.000Z");
+        // 2000-02-29 (a leap day in a century leap year) 12:00:00.5
+        let t = UNIX_EPOCH + Duration::from_millis(951_825_600_500);
+        assert_eq!(rfc3339(t), "2000-02-29T12:00:00.500Z");
+        let t = UNIX_EPOCH + Duration::from_secs(1_735_689_599);
+        assert_eq!(rfc3339(t), "2024-12-31T23:59:59.000Z");
+    }
+
+    #[test]
+    fn strings_are_escaped() {
+        let mut s = String::new();
+        json_string(&mut s, "a\"b\\c\n\u{1}\u{7f}é");
+        assert_eq!(s, "\"a\\\"b\\\\c\\u000a\\u0001\\u007fé\"");
+    }
+
+    #[test]
+    fn a_line_has_every_field() {
+        let peer = Peer {
+            pid: 12,
+            uid: 990,
+            gid: 991,
+            exe: Some("/usr/bin/bcd".into()),
+        };
+        let line = render(
+            &Record {
+                peer: &peer,
+                operation: "vfio.bind",
+                arguments: &[("device", "0000:18:00.0".into())],
+                verdict: Verdict::Failed,
+                message: Some("x".into()),
+                duration: Duration::from_millis(7),
+            },
+            UNIX_EPOCH,
+        );
+        assert_eq!(
+            line,
+            "{\"time\":\"1970-01-01T00:00:00.000Z\",\"peer\":{\"pid\":12,\"uid\":990,\"gid\":991,\
+             \"exe\":\"/usr/bin/bcd\"},\"operation\":\"vfio.bind\",\"arguments\":{\"device\":\
+             \"0000:18:00.0\"},\"outcome\":\"failed\",\"message\":\"x\",\"duration_ms\":7}"
+        );
+    }
+}

@@ -1,0 +1,341 @@
+//! Test helpers: start the real `bcd-helper` binary on a socket in a temporary folder, talk to
+//! it with a raw client over a std `UnixStream`, install fake programs from `testdata/helper`,
+//! and emulate the kernel's side of a PCI sysfs tree.
+
+#![allow(dead_code)] // each test file uses a different part
+
+use std::collections::{HashMap, HashSet};
+use std::io::{Read, Write};
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use bcd_protocol::frame::{decode_frame, encode, HEADER_LEN};
+use bcd_protocol::{
+    ClientFrame, HelperError, Operation, Outcome, Request, ServerFrame, PROTOCOL_VERSION,
+};
+
+/// The helper under test.
+pub const HELPER: &str = env!("CARGO_BIN_EXE_bcd-helper");
+
+/// A running helper with its own temporary folder, killed on drop.
+pub struct Helper {
+    pub child: Child,
+    pub dir: tempfile::TempDir,
+    pub sock: PathBuf,
+    pub audit: PathBuf,
+}
+
+impl Helper {
+    /// Starts a helper with `--listen`, `--audit-log` and `--no-sandbox` in a fresh folder.
+    pub fn start(extra: &[&str]) -> Self {
+        Self::start_in(tempfile::tempdir().unwrap(), extra)
+    }
+
+    /// As [`Helper::start`], in a folder the test has already filled (fake programs, sysfs).
+    pub fn start_in(dir: tempfile::TempDir, extra: &[&str]) -> Self {
+        let sock = dir.path().join("helper.sock");
+        let audit = dir.path().join("audit.log");
+        let child = Command::new(HELPER)
+            .arg("--listen")
+            .arg(&sock)
+            .arg("--audit-log")
+            .arg(&audit)
+            .arg("--no-sandbox")
+            .args(extra)
+            .env("BCD_HELPER_LOG", "warn")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .unwrap();
+        let h = Self {
+            child,
+            dir,
+            sock,
+            audit,
+        };
+        wait_listening(&h.sock, Duration::from_secs(10));
+        h
+    }
+
+    /// A connected raw client (no `Hello` yet).
+    pub fn connect(&self) -> RawClient {
+        RawClient::connect(&self.sock)
+    }
+
+    /// A connected client past `Hello`.
+    pub fn client(&self) -> RawClient {
+        let mut c = self.connect();
+        c.hello();
+        c
+    }
+
+    /// The audit log's lines.
+    pub fn audit_lines(&self) -> Vec<String> {
+        std::fs::read_to_string(&self.audit)
+            .unwrap_or_default()
+            .lines()
+            .map(str::to_owned)
+            .collect()
+    }
+
+    /// A path in the helper's folder.
+    pub fn path(&self, name: &str) -> PathBuf {
+        self.dir.path().join(name)
+    }
+}
+
+impl Drop for Helper {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Waits for a path to appear.
+pub fn wait_for(path: &Path, bound: Duration) {
+    let start = Instant::now();
+    while !path.exists() {
+        assert!(start.elapsed() < bound, "{} did not appear", path.display());
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// Waits for a Unix socket at `path` to be listening (its file appears a moment before the
+/// `listen` call, and a stale file may be there from the start), read from `/proc/net/unix`
+/// so that waiting opens no connection.
+pub fn wait_listening(path: &Path, bound: Duration) {
+    const ACCEPTING: &str = "00010000";
+    let start = Instant::now();
+    let want = path.display().to_string();
+    loop {
+        let table = std::fs::read_to_string("/proc/net/unix").unwrap_or_default();
+        let listening = table.lines().any(|l| {
+            let cols: Vec<&str> = l.split_whitespace().collect();
+            cols.len() >= 8 && cols[3] == ACCEPTING && cols[7] == want
+        });
+        if listening {
+            return;
+        }
+        assert!(start.elapsed() < bound, "{want} is not listening");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// Copies `testdata/helper/<template>` to `<dir>/<name>`, baking in `dir` for `@DIR@`.
+pub fn fake_program(dir: &Path, template: &str, name: &str) -> PathBuf {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../testdata/helper")
+        .join(template);
+    let text = std::fs::read_to_string(&src).unwrap();
+    let out = dir.join(name);
+    std::fs::write(&out, text.replace("@DIR@", &dir.display().to_string())).unwrap();
+    std::fs::set_permissions(&out, std::fs::Permissions::from_mode(0o755)).unwrap();
+    out
+}
+
+/// A client that speaks raw frames over a std socket.
+pub struct RawClient {
+    pub stream: UnixStream,
+}
+
+impl RawClient {
+    /// Connects, with a 20 s read bound so a broken helper fails the test instead of hanging.
+    pub fn connect(sock: &Path) -> Self {
+        let stream = UnixStream::connect(sock).unwrap();
+        stream
+            .set_read_timeout(Some(Duration::from_secs(20)))
+            .unwrap();
+        Self { stream }
+    }
+
+    /// Sends one frame.
+    pub fn send(&mut self, frame: &ClientFrame) {
+        self.send_raw(&encode(frame).unwrap());
+    }
+
+    /// Sends bytes as they are; errors (the helper may have closed) are ignored.
+    pub fn send_raw(&mut self, bytes: &[u8]) {
+        let _ = self.stream.write_all(bytes);
+    }
+
+    /// The next frame, or `None` when the helper closed the connection.
+    pub fn recv(&mut self) -> Option<ServerFrame> {
+        let mut header = [0u8; HEADER_LEN];
+        self.stream.read_exact(&mut header).ok()?;
+        let len = u32::from_be_bytes(header) as usize;
+        let mut bytes = header.to_vec();
+        bytes.resize(HEADER_LEN + len, 0);
+        self.stream.read_exact(&mut bytes[HEADER_LEN..]).ok()?;
+        Some(decode_frame(&bytes).expect("the helper sent a frame that does not decode"))
+    }
+
+    /// Whether the helper has closed the connection (reads EOF or a reset).
+    pub fn closed(&mut self) -> bool {
+        let mut b = [0u8; 1];
+        matches!(self.stream.read(&mut b), Ok(0) | Err(_))
+    }
+
+    /// Says `Hello` and checks the answer.
+    pub fn hello(&mut self) {
+        self.send(&ClientFrame::Hello {
+            version: PROTOCOL_VERSION,
+        });
+        match self.recv() {
+            Some(ServerFrame::Hello(Ok(a))) => assert_eq!(a.version, PROTOCOL_VERSION),
+            other => panic!("unexpected answer to Hello: {other:?}"),
+        }
+    }
+
+    /// Runs one request and checks the echoed id.
+    pub fn request(&mut self, id: u64, op: Operation) -> Result<Outcome, HelperError> {
+        self.send(&ClientFrame::Request(Request { id, op }));
+        match self.recv() {
+            Some(ServerFrame::Response(r)) => {
+                assert_eq!(r.id, id);
+                r.result
+            }
+            other => panic!("unexpected answer to request {id}: {other:?}"),
+        }
+    }
+}
+
+/// A fake PCI sysfs tree under `<root>/bus/pci`, with a thread playing the kernel: a write to
+/// a driver's `unbind` removes the function's `driver` link (unless the function is "stuck"),
+/// and a write to `drivers_probe` links a driverless function to its `driver_override`, or to
+/// its default driver when the override is empty.
+pub struct FakeSysfs {
+    pub root: PathBuf,
+    defaults: Arc<Mutex<HashMap<String, String>>>,
+    /// Functions whose driver never lets go.
+    pub stuck: Arc<Mutex<HashSet<String>>>,
+    stop: Arc<AtomicBool>,
+    kernel: Option<JoinHandle<()>>,
+}
+
+/// How often the fake kernel looks at the files.
+const KERNEL_POLL: Duration = Duration::from_millis(10);
+
+impl FakeSysfs {
+    /// An empty tree with the `nvidia` and `vfio-pci` drivers and `drivers_probe`.
+    pub fn new(root: &Path) -> Self {
+        let pci = root.join("bus/pci");
+        for d in ["nvidia", "vfio-pci", "snd_hda_intel", "ixgbe"] {
+            let dir = pci.join("drivers").join(d);
+            std::fs::create_dir_all(&dir).unwrap();
+            std::fs::write(dir.join("unbind"), "").unwrap();
+            std::fs::write(dir.join("bind"), "").unwrap();
+        }
+        std::fs::create_dir_all(pci.join("devices")).unwrap();
+        std::fs::write(pci.join("drivers_probe"), "").unwrap();
+        Self {
+            root: root.to_path_buf(),
+            defaults: Arc::default(),
+            stuck: Arc::default(),
+            stop: Arc::default(),
+            kernel: None,
+        }
+    }
+
+    /// Adds a function on `driver` (which is also where a probe without override sends it).
+    pub fn add_function(&self, addr: &str, vendor: &str, class: &str, driver: &str) {
+        let dev = self.device(addr);
+        std::fs::create_dir_all(&dev).unwrap();
+        std::fs::write(dev.join("vendor"), format!("{vendor}\n")).unwrap();
+        std::fs::write(dev.join("class"), format!("{class}\n")).unwrap();
+        std::fs::write(dev.join("driver_override"), "").unwrap();
+        link_driver(&dev, driver);
+        self.defaults
+            .lock()
+            .unwrap()
+            .insert(addr.to_owned(), driver.to_owned());
+    }
+
+    /// `<root>/bus/pci/devices/<addr>`.
+    pub fn device(&self, addr: &str) -> PathBuf {
+        self.root.join("bus/pci/devices").join(addr)
+    }
+
+    /// The function's driver now.
+    pub fn driver(&self, addr: &str) -> Option<String> {
+        std::fs::read_link(self.device(addr).join("driver"))
+            .ok()
+            .and_then(|t| t.file_name().map(|n| n.to_string_lossy().into_owned()))
+    }
+
+    /// `driver_override` as it is now.
+    pub fn driver_override(&self, addr: &str) -> String {
+        std::fs::read_to_string(self.device(addr).join("driver_override")).unwrap()
+    }
+
+    /// Starts the kernel thread.
+    pub fn start_kernel(&mut self) {
+        let pci = self.root.join("bus/pci");
+        let defaults = self.defaults.clone();
+        let stuck = self.stuck.clone();
+        let stop = self.stop.clone();
+        self.kernel = Some(std::thread::spawn(move || {
+            while !stop.load(Ordering::SeqCst) {
+                kernel_step(&pci, &defaults, &stuck);
+                std::thread::sleep(KERNEL_POLL);
+            }
+        }));
+    }
+}
+
+impl Drop for FakeSysfs {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+        if let Some(k) = self.kernel.take() {
+            let _ = k.join();
+        }
+    }
+}
+
+fn link_driver(dev: &Path, driver: &str) {
+    std::os::unix::fs::symlink(format!("../../drivers/{driver}"), dev.join("driver")).unwrap();
+}
+
+/// Takes (reads and empties) a file's content.
+fn take(path: &Path) -> String {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    if !text.is_empty() {
+        let _ = std::fs::write(path, "");
+    }
+    text.trim().to_owned()
+}
+
+fn kernel_step(
+    pci: &Path,
+    defaults: &Mutex<HashMap<String, String>>,
+    stuck: &Mutex<HashSet<String>>,
+) {
+    for driver in std::fs::read_dir(pci.join("drivers")).unwrap().flatten() {
+        let addr = take(&driver.path().join("unbind"));
+        if !addr.is_empty() && !stuck.lock().unwrap().contains(&addr) {
+            let _ = std::fs::remove_file(pci.join("devices").join(&addr).join("driver"));
+        }
+    }
+    let addr = take(&pci.join("drivers_probe"));
+    if addr.is_empty() {
+        return;
+    }
+    let dev = pci.join("devices").join(&addr);
+    if std::fs::symlink_metadata(dev.join("driver")).is_ok() {
+        return;
+    }
+    let over = std::fs::read_to_string(dev.join("driver_override")).unwrap_or_default();
+    let target = match over.trim() {
+        "" => defaults.lock().unwrap().get(&addr).cloned(),
+        o => Some(o.to_owned()),
+    };
+    if let Some(t) = target {
+        link_driver(&dev, &t);
+    }
+}
