@@ -565,14 +565,16 @@ fn group_name(gid: u32) -> String {
 pub fn kmsg(opened: io::Result<KmsgNode>, restrict: Option<bool>) -> Check {
     let missed = "XIDs from the NVIDIA driver would be missed";
     let e = match opened {
-        Ok(_) => return Check::new(
-            Status::Ok,
-            name::KMSG,
-            format!(
+        Ok(_) => {
+            return Check::new(
+                Status::Ok,
+                name::KMSG,
+                format!(
                 "the kernel log /dev/kmsg is readable by this user (uid {}), so XIDs will be seen",
                 nix::unistd::geteuid()
             ),
-        ),
+            )
+        }
         Err(e) => e,
     };
     let (node, errno) = KmsgDenied::parts(&e);
