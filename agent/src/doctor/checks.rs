@@ -87,7 +87,7 @@ pub fn nvml(probe: &Result<Probe, ProbeFailure>) -> Check {
             Check::new(
                 Status::Fail,
                 name::NVML,
-                format!("{}: {}", clause(&text), hint_for(&text)),
+                format!("{}; {}", clause(&text), hint_for(&text)),
             )
         }
     }
