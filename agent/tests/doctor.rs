@@ -492,25 +492,107 @@ async fn kmsg_missing_warns() {
     assert!(report.passed(), "a warning passes");
 }
 
-#[tokio::test]
-async fn kmsg_refused_by_mode_names_the_group() {
-    if nix::unistd::geteuid().is_root() {
-        eprintln!("skipped: root reads any file whatever its mode; the refusal's message is unit-tested in doctor::checks");
-        return;
+/// Runs `bcd doctor ARGS` as `nobody` (root only, through `setpriv`), from a copy of the
+/// binary in `dir` so that nobody can reach it; `None` when that cannot be done here.
+fn doctor_as_nobody(dir: &Path, args: &[&str]) -> Option<String> {
+    if !nix::unistd::geteuid().is_root() {
+        eprintln!("skipped: only root can run doctor as another user");
+        return None;
     }
-    let (s, env) = env_of("r470-old");
+    let bin = dir.join("bcd");
+    std::fs::copy(env!("CARGO_BIN_EXE_bcd"), &bin).unwrap();
+    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let out = Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+        .arg(&bin)
+        .arg("doctor")
+        .args(args)
+        .output();
+    match out {
+        Ok(out) if out.status.code().is_some_and(|c| c <= 1) => {
+            Some(String::from_utf8_lossy(&out.stdout).into_owned())
+        }
+        Ok(out) => {
+            eprintln!(
+                "skipped: setpriv could not run doctor as nobody: {}",
+                String::from_utf8_lossy(&out.stderr).trim()
+            );
+            None
+        }
+        Err(e) => {
+            eprintln!("skipped: no setpriv ({e})");
+            None
+        }
+    }
+}
+
+fn kmsg_line(text: &str) -> String {
+    text.lines()
+        .find(|l| l.split_whitespace().nth(1) == Some("kmsg"))
+        .unwrap_or_else(|| panic!("no kmsg line in:\n{text}"))
+        .to_owned()
+}
+
+#[test]
+fn kmsg_refused_by_mode_names_the_group() {
+    let s = Scratch::of("r470-old");
     std::fs::set_permissions(
         s.path("root/dev/kmsg"),
         std::fs::Permissions::from_mode(0o000),
     )
     .unwrap();
-    let report = run(&env).await;
-    let c = one(&report, name::KMSG);
-    assert_eq!(c.status, Status::Warn);
+    let host = s.dir.path().join(s.name);
+    let sock = s.dir.path().join("none.sock");
+    let Some(text) = doctor_as_nobody(
+        s.dir.path(),
+        &[
+            "--host",
+            host.to_str().unwrap(),
+            "--helper-socket",
+            sock.to_str().unwrap(),
+        ],
+    ) else {
+        return;
+    };
+    let line = kmsg_line(&text);
+    assert!(line.starts_with("warn "), "{line}");
     assert!(
-        c.message.contains("mode 0000") && c.message.contains("SupplementaryGroups="),
-        "{}",
-        c.message
+        line.contains("(mode 0000, group ") && line.contains("SupplementaryGroups="),
+        "{line}"
+    );
+}
+
+/// With `kernel.dmesg_restrict = 1` (Debian's default) the kernel refuses `/dev/kmsg` to a
+/// user without CAP_SYSLOG whatever the node's mode and groups: the fix doctor names is the
+/// capability.
+#[test]
+fn kmsg_refused_by_dmesg_restrict_names_cap_syslog() {
+    let restricted =
+        std::fs::read_to_string("/proc/sys/kernel/dmesg_restrict").is_ok_and(|t| t.trim() == "1");
+    if !restricted || !Path::new("/dev/kmsg").exists() {
+        eprintln!("skipped: this machine has no /dev/kmsg or kernel.dmesg_restrict is not 1");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let sock = dir.path().join("none.sock");
+    let Some(text) = doctor_as_nobody(
+        dir.path(),
+        &[
+            "--host-root",
+            "/",
+            "--nvidia-smi",
+            "/nonexistent/nvidia-smi",
+            "--helper-socket",
+            sock.to_str().unwrap(),
+        ],
+    ) else {
+        return;
+    };
+    let line = kmsg_line(&text);
+    assert!(line.starts_with("warn "), "{line}");
+    assert!(
+        line.contains("kernel.dmesg_restrict is 1") && line.contains("CAP_SYSLOG"),
+        "{line}"
     );
 }
 
