@@ -76,4 +76,11 @@ impl Global {
 pub enum Command {
     /// Collect the inventory once (without the passthrough memory) and print it.
     Hardware,
+    /// Check this host before trusting it with GPU work: one line per check (ok, warn or
+    /// fail, its name, its message); exit status 1 when any check fails.
+    Doctor {
+        /// The systemctl asked whether nvidia-fabricmanager is active (for tests and demos).
+        #[arg(long, hide = true, value_name = "PATH", default_value = "systemctl")]
+        systemctl: PathBuf,
+    },
 }

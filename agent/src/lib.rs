@@ -7,6 +7,7 @@
 
 pub mod cli;
 pub mod commands;
+pub mod doctor;
 pub mod helper_client;
 pub mod host;
 pub mod inventory;

@@ -29,8 +29,9 @@ fn main() -> ExitCode {
         }
     };
     runtime.block_on(async {
-        match cli.command {
+        match &cli.command {
             Command::Hardware => commands::hardware(&cli.global).await,
+            Command::Doctor { systemctl } => bcd::doctor::command(&cli.global, systemctl).await,
         }
     })
 }

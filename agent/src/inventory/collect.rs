@@ -26,9 +26,14 @@ pub struct Collection {
 
 /// Collects the inventory of `host`.
 pub async fn collect(host: &Host, memory: Option<&GpuMemory>) -> Collection {
-    let runner = Runner::new(host.nvidia_smi());
+    collect_with(host, memory, &Runner::new(host.nvidia_smi())).await
+}
+
+/// Collects the inventory of `host`, running `nvidia-smi` through `runner` (doctor bounds its
+/// queries with its own timeout; `runner` should run `host.nvidia_smi()`).
+pub async fn collect_with(host: &Host, memory: Option<&GpuMemory>, runner: &Runner) -> Collection {
     let base = procfs::collect(host);
-    let (snap, snapshot_error) = match snapshot(&runner).await {
+    let (snap, snapshot_error) = match snapshot(runner).await {
         Ok(s) => (Some(s), None),
         Err(e) => (None, Some(e)),
     };

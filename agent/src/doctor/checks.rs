@@ -1,0 +1,1003 @@
+//! Doctor's checks as pure functions from what was read to a [`Check`], plus the few small
+//! reads they need (`/dev/kmsg`, `dmesg_restrict`, the WSL test). Each function documents when
+//! it gives which status; a check that has nothing to say returns `None` and prints no line.
+
+use std::io;
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+
+use super::helper::PingError;
+use super::systemd::UnitState;
+use super::{Check, Status};
+use crate::host::Host;
+use crate::inventory::collect::Collection;
+use crate::inventory::memory::{PciFunction, NVIDIA_VENDOR};
+use crate::smi::hint::error_hint;
+use crate::smi::probe::Probe;
+use crate::smi::runner::RunError;
+use crate::smi::snapshot::{ProbeFailure, SnapshotError};
+use crate::smi::xml::XmlGpu;
+
+/// The checks' names, as printed.
+pub mod name {
+    /// `nvidia-smi` answers the probe.
+    pub const NVML: &str = "nvml";
+    /// The inventory collected and hashed.
+    pub const HARDWARE: &str = "hardware";
+    /// One per GPU `nvidia-smi` lists.
+    pub const GPU: &str = "gpu";
+    /// The snapshot failed.
+    pub const GPUS: &str = "gpus";
+    /// WSL 2's paravirtual GPU.
+    pub const GPU_HOST: &str = "gpu-host";
+    /// `nouveau` loaded.
+    pub const NOUVEAU: &str = "nouveau";
+    /// GPUs on the PCI bus against GPUs `nvidia-smi` lists.
+    pub const GPU_BUS: &str = "gpu-bus";
+    /// Persistence mode.
+    pub const PERSISTENCE: &str = "persistence";
+    /// NVSwitches and `nvidia-fabricmanager`.
+    pub const FABRIC_MANAGER: &str = "fabric-manager";
+    /// The kernel module's version against `nvidia-smi`'s.
+    pub const DRIVER_VERSION: &str = "driver-version";
+    /// `/dev/kmsg` readable (XIDs).
+    pub const KMSG: &str = "kmsg";
+    /// The helper answers `Ping`.
+    pub const HELPER: &str = "helper";
+    /// GPUs, and a helper to do their privileged steps.
+    pub const GPU_BINDING: &str = "gpu-binding";
+}
+
+/// What to do when a failure has no entry in the hints table.
+const NO_HINT: &str = "run the same nvidia-smi command by hand to read the whole error";
+
+/// The hint for a failure's text, or the generic advice.
+fn hint_for(text: &str) -> &'static str {
+    error_hint(text).unwrap_or(NO_HINT)
+}
+
+/// A failure's text without a trailing full stop, so a hint can follow it.
+fn clause(text: &str) -> String {
+    text.trim().trim_end_matches('.').to_owned()
+}
+
+fn plural(n: usize, one: &str, many: &str) -> String {
+    format!("{n} {}", if n == 1 { one } else { many })
+}
+
+/// `nvml`: `ok` when the probe answered (driver version and GPU count), `warn` without
+/// `nvidia-smi`, `fail` for any other failure, with the hint for its text.
+pub fn nvml(probe: &Result<Probe, ProbeFailure>) -> Check {
+    match probe {
+        Ok(p) => Check::new(
+            Status::Ok,
+            name::NVML,
+            format!(
+                "driver {}, {}",
+                p.driver_version,
+                plural(p.gpu_count, "GPU", "GPUs")
+            ),
+        ),
+        Err(ProbeFailure::Run(RunError::NoDriver)) => Check::new(
+            Status::Warn,
+            name::NVML,
+            "nvidia-smi not found, so this host has no NVIDIA driver: install it (the nvidia-driver unit) if this node should serve GPUs",
+        ),
+        Err(e) => {
+            let text = e.to_string();
+            Check::new(
+                Status::Fail,
+                name::NVML,
+                format!("{}; {}", clause(&text), hint_for(&text)),
+            )
+        }
+    }
+}
+
+/// `hardware`: always `ok` once the collector ran (it never fails; what it could not read
+/// is left out): how many GPUs the inventory lists and its hash.
+pub fn hardware(collection: &Collection) -> Check {
+    let inv = &collection.inventory;
+    let source = if collection.snapshot.is_some() {
+        ""
+    } else {
+        " (from procfs and sysfs only: nvidia-smi did not answer)"
+    };
+    Check::new(
+        Status::Ok,
+        name::HARDWARE,
+        format!(
+            "{} in the inventory, hashed {}{source}",
+            plural(inv.gpu.gpus.len(), "GPU", "GPUs"),
+            short_hash(&inv.hash)
+        ),
+    )
+}
+
+/// `sha256:` and the first 16 hex digits: enough to compare two nodes by eye.
+fn short_hash(hash: &str) -> String {
+    let end = hash
+        .char_indices()
+        .nth("sha256:".len() + 16)
+        .map_or(hash.len(), |(i, _)| i);
+    format!("{}…", &hash[..end])
+}
+
+/// `gpu`, one per GPU `nvidia-smi` lists: its UUID, name, busy %, temperature, power draw of
+/// its limit, memory used of its total. `fail` for failed row remapping or uncorrectable
+/// volatile ECC errors; `warn` for a pending row remap or a MIG mode change waiting for a
+/// reset; else `ok`.
+pub fn gpu(g: &XmlGpu) -> Check {
+    let id = g
+        .uuid
+        .clone()
+        .or_else(|| g.pci_bus_id.clone())
+        .unwrap_or_else(|| "a GPU without UUID".into());
+    let mut parts = vec![
+        id.clone(),
+        g.product_name
+            .clone()
+            .unwrap_or_else(|| "unknown model".into()),
+    ];
+    if let Some(busy) = g.utilization_gpu_pct {
+        parts.push(format!("busy {busy}%"));
+    }
+    if let Some(t) = g.temperature_c {
+        parts.push(format!("{t} C"));
+    }
+    match (g.power_draw_w, g.power_limit_w) {
+        (Some(d), Some(l)) => parts.push(format!("{d:.0} W of {l:.0} W")),
+        (Some(d), None) => parts.push(format!("{d:.0} W")),
+        _ => {}
+    }
+    match (g.memory_used_mib, g.memory_total_mib) {
+        (Some(u), Some(t)) => parts.push(format!("{u} of {t} MiB used")),
+        (None, Some(t)) => parts.push(format!("{t} MiB")),
+        _ => {}
+    }
+    let mut status = Status::Ok;
+    let mut problems = Vec::new();
+    let reset = format!("drain it and reset it (bcd gpu reset {id})");
+    if g.row_remap.as_ref().and_then(|r| r.failure) == Some(true) {
+        status = Status::Fail;
+        problems.push(
+            "row remapping failed: the GPU needs replacing, so drain it and take it out of service"
+                .to_owned(),
+        );
+    }
+    if let Some(n) = g.ecc.volatile.uncorrectable.filter(|n| *n > 0) {
+        status = Status::Fail;
+        problems.push(format!(
+            "{} since the driver loaded: {reset}, and replace it if they come back",
+            plural(
+                usize::try_from(n).unwrap_or(usize::MAX),
+                "uncorrectable ECC error",
+                "uncorrectable ECC errors"
+            )
+        ));
+    }
+    if g.row_remap.as_ref().and_then(|r| r.pending) == Some(true) {
+        status = status.max(Status::Warn);
+        problems.push(format!("a row remap waits for a GPU reset: {reset}"));
+    }
+    if let (Some(now), Some(next)) = (g.mig_mode_current, g.mig_mode_pending) {
+        if now != next {
+            status = status.max(Status::Warn);
+            problems.push(format!(
+                "MIG mode turns {} at the next GPU reset: {reset} or reboot",
+                if next { "on" } else { "off" }
+            ));
+        }
+    }
+    let mut message = parts.join(", ");
+    for p in problems {
+        message.push_str("; ");
+        message.push_str(&p);
+    }
+    Check::new(status, name::GPU, message)
+}
+
+/// `gpus`: `fail` when the snapshot (`nvidia-smi -q -x`) failed, with the hint for its text.
+/// No line when it answered, or when there is no `nvidia-smi` at all (`nvml` warns then).
+pub fn gpus(error: Option<&SnapshotError>) -> Option<Check> {
+    let e = error.filter(|e| !e.is_no_driver())?;
+    let text = e.to_string();
+    Some(Check::new(
+        Status::Fail,
+        name::GPUS,
+        format!(
+            "the GPU snapshot failed: {}; {}",
+            clause(&text),
+            hint_for(&text)
+        ),
+    ))
+}
+
+/// WSL 2's paravirtual GPU: `/dev/dxg` without `/dev/nvidiactl`.
+pub fn is_paravirtual_gpu(host: &Host) -> bool {
+    host.path("/dev/dxg").exists() && !host.path("/dev/nvidiactl").exists()
+}
+
+/// `gpu-host`, only under WSL 2: `warn` with what works there and what does not.
+pub fn gpu_host() -> Check {
+    Check::new(
+        Status::Warn,
+        name::GPU_HOST,
+        "WSL 2's paravirtual GPU (/dev/dxg without /dev/nvidiactl): CUDA containers work (CDI: nvidia-ctk cdi generate --mode=wsl), but there is no VFIO passthrough, gpu.reset, MIG or DCGM here, so the host checks are skipped",
+    )
+}
+
+/// `nouveau`: `fail` when `/proc/modules` lists it, `warn` when `/proc/modules` cannot be
+/// read, else `ok`.
+pub fn nouveau(modules: Result<&str, &io::Error>) -> Check {
+    match modules {
+        Ok(text) if text.lines().any(|l| l.split_whitespace().next() == Some("nouveau")) => {
+            Check::new(
+                Status::Fail,
+                name::NOUVEAU,
+                "the nouveau module is loaded and keeps the NVIDIA driver off the GPUs: blacklist it (blacklist nouveau and options nouveau modeset=0 in /etc/modprobe.d), rebuild the initramfs (update-initramfs -u) and reboot",
+            )
+        }
+        Ok(_) => Check::new(Status::Ok, name::NOUVEAU, "the nouveau module is not loaded"),
+        Err(e) => Check::new(
+            Status::Warn,
+            name::NOUVEAU,
+            format!("cannot read /proc/modules ({e}), so whether nouveau is loaded is unknown: run lsmod | grep nouveau"),
+        ),
+    }
+}
+
+/// What `nvidia-smi` made of the GPUs, for `gpu-bus`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SmiView {
+    /// The snapshot answered, listing this many GPUs.
+    Answered(usize),
+    /// There is no `nvidia-smi`.
+    NoDriver,
+    /// It failed (the `gpus` check says how).
+    Failed,
+}
+
+impl SmiView {
+    /// The view a collection gives.
+    pub fn of(collection: &Collection) -> Self {
+        match (&collection.snapshot, &collection.snapshot_error) {
+            (Some(s), _) => SmiView::Answered(s.xml.gpus.len()),
+            (None, Some(e)) if e.is_no_driver() => SmiView::NoDriver,
+            (None, _) => SmiView::Failed,
+        }
+    }
+}
+
+/// `gpu-bus`: the NVIDIA display functions in `/sys/bus/pci/devices` against the GPUs
+/// `nvidia-smi` lists.
+///
+/// - `fail`: more GPUs bound to `nvidia` than `nvidia-smi` lists (one fell off the bus or did
+///   not initialize).
+/// - `warn`: GPUs on the bus but no NVIDIA driver answers, or GPUs with no driver bound (or
+///   bound to another driver than `nvidia` and `vfio-pci`).
+/// - `ok`: how many GPUs, how many on `nvidia`, how many on `vfio-pci`; also when the bus has
+///   no NVIDIA GPU.
+pub fn gpu_bus(pci: &[PciFunction], smi: SmiView) -> Check {
+    let gpus: Vec<&PciFunction> = pci.iter().filter(|f| f.is_nvidia_gpu()).collect();
+    let on = |d: &str| {
+        gpus.iter()
+            .filter(|f| f.driver.as_deref() == Some(d))
+            .count()
+    };
+    let (nvidia, vfio) = (on("nvidia"), on("vfio-pci"));
+    let unbound = gpus.iter().filter(|f| f.driver.is_none()).count();
+    let elsewhere = gpus.len() - nvidia - vfio - unbound;
+    if gpus.is_empty() {
+        return Check::new(Status::Ok, name::GPU_BUS, "no NVIDIA GPU on the PCI bus");
+    }
+    let on_bus = format!(
+        "{} on the PCI bus",
+        plural(gpus.len(), "NVIDIA GPU", "NVIDIA GPUs")
+    );
+    if let SmiView::Answered(listed) = smi {
+        if nvidia > listed {
+            return Check::new(
+                Status::Fail,
+                name::GPU_BUS,
+                format!(
+                    "{} bound to nvidia but nvidia-smi lists {listed}: a GPU fell off the bus or did not initialize; look in dmesg for Xid 79 or RmInitAdapter failed, then reset the GPU or reboot",
+                    plural(nvidia, "GPU is", "GPUs are")
+                ),
+            );
+        }
+    }
+    if nvidia > 0 && matches!(smi, SmiView::Answered(_)) && unbound + elsewhere == 0 {
+        let vfio_note = if vfio > 0 {
+            format!(", {vfio} on vfio-pci (passthrough)")
+        } else {
+            String::new()
+        };
+        return Check::new(
+            Status::Ok,
+            name::GPU_BUS,
+            format!("{on_bus}: {nvidia} on nvidia{vfio_note}"),
+        );
+    }
+    if nvidia == 0 && unbound + elsewhere == 0 {
+        // Every GPU is on vfio-pci: a passthrough-only host needs no driver answering.
+        return Check::new(
+            Status::Ok,
+            name::GPU_BUS,
+            format!("{on_bus}: {vfio} on vfio-pci (passthrough)"),
+        );
+    }
+    let mut found = Vec::new();
+    if nvidia > 0 {
+        found.push(format!("{nvidia} on nvidia"));
+    }
+    if vfio > 0 {
+        found.push(format!("{vfio} on vfio-pci"));
+    }
+    if unbound > 0 {
+        found.push(format!("{unbound} with no driver bound"));
+    }
+    if elsewhere > 0 {
+        found.push(format!("{elsewhere} on another driver"));
+    }
+    let found = found.join(", ");
+    let todo = match smi {
+        SmiView::NoDriver => {
+            "no NVIDIA driver answers: install it (the nvidia-driver unit) and reboot"
+        }
+        SmiView::Failed => {
+            "nvidia-smi does not answer: fix what the gpus check says, then run doctor again"
+        }
+        SmiView::Answered(_) => {
+            "some GPUs have no usable driver: check dmesg for why nvidia did not bind them (nouveau, a driver_override) and rebind or reboot"
+        }
+    };
+    Check::new(
+        Status::Warn,
+        name::GPU_BUS,
+        format!("{on_bus} ({found}) but {todo}"),
+    )
+}
+
+/// GPUs on this node for `gpu-binding`: the more of the PCI bus's and `nvidia-smi`'s count.
+pub fn gpu_count(pci: &[PciFunction], smi: SmiView) -> usize {
+    let on_bus = pci.iter().filter(|f| f.is_nvidia_gpu()).count();
+    match smi {
+        SmiView::Answered(n) => n.max(on_bus),
+        _ => on_bus,
+    }
+}
+
+/// `persistence`: `warn` naming the GPUs whose persistence mode is off, `ok` when every GPU
+/// that reports it has it on; no line when none reports it (WSL says `N/A`).
+pub fn persistence(gpus: &[XmlGpu]) -> Option<Check> {
+    let reported: Vec<&XmlGpu> = gpus
+        .iter()
+        .filter(|g| g.persistence_mode.is_some())
+        .collect();
+    if reported.is_empty() {
+        return None;
+    }
+    let off: Vec<String> = reported
+        .iter()
+        .filter(|g| g.persistence_mode == Some(false))
+        .map(|g| {
+            g.uuid
+                .clone()
+                .or_else(|| g.pci_bus_id.clone())
+                .unwrap_or_else(|| "a GPU without UUID".into())
+        })
+        .collect();
+    Some(if off.is_empty() {
+        Check::new(
+            Status::Ok,
+            name::PERSISTENCE,
+            match reported.len() {
+                1 => "persistence mode is on for the GPU".to_owned(),
+                n => format!("persistence mode is on for all {n} GPUs"),
+            },
+        )
+    } else {
+        Check::new(
+            Status::Warn,
+            name::PERSISTENCE,
+            format!(
+                "persistence mode is off on {}, so every first CUDA call re-initializes the GPU: run nvidia-persistenced (systemctl enable --now nvidia-persistenced)",
+                off.join(", ")
+            ),
+        )
+    })
+}
+
+/// NVIDIA functions of class `0x0680xx` (bridge, other): the NVSwitches of an HGX board.
+pub fn nvswitch_count(pci: &[PciFunction]) -> usize {
+    pci.iter()
+        .filter(|f| f.vendor == NVIDIA_VENDOR && f.class.starts_with("0x0680"))
+        .count()
+}
+
+/// `fabric-manager`, only with NVSwitches on the bus: `ok` when `nvidia-fabricmanager` is
+/// active (or reloading), `warn` while it is still starting or when systemd could not be
+/// asked, `fail` in any other state (without it CUDA fails on every GPU).
+pub fn fabric_manager(switches: usize, state: &UnitState) -> Check {
+    let on_bus = format!(
+        "{} on the PCI bus",
+        plural(switches, "NVSwitch", "NVSwitches")
+    );
+    let unit = "nvidia-fabricmanager";
+    match state {
+        UnitState::Is(s) if matches!(s.as_str(), "active" | "reloading" | "refreshing") => {
+            Check::new(
+                Status::Ok,
+                name::FABRIC_MANAGER,
+                format!("{on_bus} and {unit} is {s}"),
+            )
+        }
+        UnitState::Is(s) if s == "activating" => Check::new(
+            Status::Warn,
+            name::FABRIC_MANAGER,
+            format!("{on_bus} and {unit} is still starting: run doctor again in a minute, and see journalctl -u {unit} if it stays so"),
+        ),
+        UnitState::Is(s) => Check::new(
+            Status::Fail,
+            name::FABRIC_MANAGER,
+            format!("{on_bus} but {unit} is {s}, and without it CUDA fails on every GPU: install it for this driver branch and start it (systemctl enable --now {unit})"),
+        ),
+        UnitState::Unknown(why) => Check::new(
+            Status::Warn,
+            name::FABRIC_MANAGER,
+            format!("{on_bus} but whether {unit} runs could not be told ({}); without it CUDA fails on every GPU: check systemctl status {unit}", clause(why)),
+        ),
+    }
+}
+
+/// `driver-version`: `fail` when the loaded kernel module (`/proc/driver/nvidia/version`) and
+/// `nvidia-smi` report different versions, `ok` when they agree; no line unless both are known.
+pub fn driver_version(module: Option<&str>, smi: Option<&str>) -> Option<Check> {
+    let (module, smi) = (module?, smi?);
+    Some(if module == smi {
+        Check::new(
+            Status::Ok,
+            name::DRIVER_VERSION,
+            format!("the kernel module and nvidia-smi both report {module}"),
+        )
+    } else {
+        Check::new(
+            Status::Fail,
+            name::DRIVER_VERSION,
+            format!("the loaded kernel module is {module} (/proc/driver/nvidia/version) but nvidia-smi reports {smi}: the driver was upgraded without reloading the module; reboot, or unload and reload the nvidia modules"),
+        )
+    })
+}
+
+/// Opens the host's `/dev/kmsg` for reading, as the XID watcher would, and closes it.
+///
+/// # Errors
+/// The open's error: `EPERM` is the kernel refusing the log (`dmesg_restrict`), `EACCES` the
+/// device node's mode, `ENOENT` no node.
+pub fn open_kmsg(host: &Host) -> io::Result<KmsgNode> {
+    let path = host.path("/dev/kmsg");
+    let node = match std::fs::metadata(&path) {
+        Ok(m) => KmsgNode {
+            mode: m.mode() & 0o7777,
+            gid: m.gid(),
+        },
+        Err(e) => return Err(e),
+    };
+    // Non-blocking, so the open can never wait; nothing is read.
+    std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(&path)
+        .map(|_| node)
+        .map_err(|e| KmsgDenied::attach(e, node))
+}
+
+/// The device node's mode and group, for the message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct KmsgNode {
+    /// Permission bits.
+    pub mode: u32,
+    /// Owning group.
+    pub gid: u32,
+}
+
+/// An open error that carries the node it was refused on.
+#[derive(Debug)]
+pub struct KmsgDenied {
+    /// The node.
+    pub node: KmsgNode,
+    /// The open's error.
+    pub source: io::Error,
+}
+
+impl std::fmt::Display for KmsgDenied {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.source.fmt(f)
+    }
+}
+
+impl std::error::Error for KmsgDenied {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        Some(&self.source)
+    }
+}
+
+impl KmsgDenied {
+    fn attach(source: io::Error, node: KmsgNode) -> io::Error {
+        io::Error::new(source.kind(), KmsgDenied { node, source })
+    }
+
+    /// The node and the OS error number of an error [`open_kmsg`] returned.
+    pub fn parts(e: &io::Error) -> (Option<KmsgNode>, Option<i32>) {
+        match e.get_ref().and_then(|i| i.downcast_ref::<KmsgDenied>()) {
+            Some(d) => (Some(d.node), d.source.raw_os_error()),
+            None => (None, e.raw_os_error()),
+        }
+    }
+}
+
+/// The host's `kernel.dmesg_restrict`, when readable.
+pub fn dmesg_restrict(host: &Host) -> Option<bool> {
+    std::fs::read_to_string(host.path("/proc/sys/kernel/dmesg_restrict"))
+        .ok()
+        .and_then(|t| t.trim().parse::<u8>().ok())
+        .map(|v| v != 0)
+}
+
+fn group_name(gid: u32) -> String {
+    nix::unistd::Group::from_gid(nix::unistd::Gid::from_raw(gid))
+        .ok()
+        .flatten()
+        .map_or_else(|| format!("gid {gid}"), |g| g.name)
+}
+
+/// `kmsg`: `ok` when `/dev/kmsg` opens for reading; otherwise `warn`, since XIDs (a GPU
+/// falling off the bus, double-bit ECC) would be missed, naming what fixes it:
+///
+/// - `EPERM`: the kernel refuses its log to users without `CAP_SYSLOG` when
+///   `kernel.dmesg_restrict` is 1 (Debian's default), whatever the node's mode; the fix is
+///   `CAP_SYSLOG` for bcd, or `dmesg_restrict=0`.
+/// - `EACCES`: the node's mode; the fix is its group.
+/// - no node (a container without `/dev/kmsg`).
+///
+/// The check speaks for the user running doctor: run it as the `bcd` user to see what the
+/// service sees (root always passes).
+pub fn kmsg(opened: io::Result<KmsgNode>, restrict: Option<bool>) -> Check {
+    let missed = "XIDs from the NVIDIA driver would be missed";
+    let e = match opened {
+        Ok(_) => {
+            return Check::new(
+                Status::Ok,
+                name::KMSG,
+                format!(
+                "the kernel log /dev/kmsg is readable by this user (uid {}), so XIDs will be seen",
+                nix::unistd::geteuid()
+            ),
+            )
+        }
+        Err(e) => e,
+    };
+    let (node, errno) = KmsgDenied::parts(&e);
+    let message = match (errno, e.kind()) {
+        (Some(libc::EPERM), _) => {
+            let setting = match restrict {
+                Some(true) => "kernel.dmesg_restrict is 1",
+                Some(false) => "a security module refuses it",
+                None => "kernel.dmesg_restrict is probably 1",
+            };
+            format!("the kernel refuses /dev/kmsg to this user ({setting}), so {missed}: give bcd CAP_SYSLOG (AmbientCapabilities=CAP_SYSLOG and CapabilityBoundingSet=CAP_SYSLOG in bcd.service) or set the sysctl kernel.dmesg_restrict=0")
+        }
+        (Some(libc::EACCES), _) | (_, io::ErrorKind::PermissionDenied) => {
+            let (mode, group) = node.map_or_else(
+                || ("unknown".to_owned(), "its group".to_owned()),
+                |n| (format!("{:04o}", n.mode), group_name(n.gid)),
+            );
+            format!("/dev/kmsg (mode {mode}, group {group}) is not readable by this user, so {missed}: add bcd to the group {group} (SupplementaryGroups={group} in bcd.service) or give it CAP_SYSLOG")
+        }
+        (_, io::ErrorKind::NotFound) => format!(
+            "there is no /dev/kmsg, so {missed}: run bcd where the kernel log is available (a container needs /dev/kmsg passed in)"
+        ),
+        _ => format!("/dev/kmsg cannot be opened ({e}), so {missed}: check its mode and kernel.dmesg_restrict, and give bcd CAP_SYSLOG"),
+    };
+    Check::new(Status::Warn, name::KMSG, message)
+}
+
+/// `helper`: `ok` with the helper's version when it answered `Ping`; otherwise the error's
+/// sentence, `warn` when nothing listens (no helper installed or started), `fail` when
+/// something answered wrongly or not in time.
+pub fn helper(location: &str, ping: &Result<String, PingError>) -> Check {
+    match ping {
+        Ok(version) => Check::new(
+            Status::Ok,
+            name::HELPER,
+            format!("bcd-helper {version} answers at {location}"),
+        ),
+        Err(e) => Check::new(e.status(), name::HELPER, e.to_string()),
+    }
+}
+
+/// `gpu-binding`, only with GPUs: `warn` when the helper did not answer (bcd runs as the
+/// unprivileged `bcd` user, so the privileged steps would fail), `ok` when it did.
+pub fn gpu_binding(gpus: usize, helper_answers: bool) -> Option<Check> {
+    if gpus == 0 {
+        return None;
+    }
+    let gpus = plural(gpus, "GPU", "GPUs");
+    Some(if helper_answers {
+        Check::new(
+            Status::Ok,
+            name::GPU_BINDING,
+            format!("{gpus}, and bcd-helper answers for their privileged steps"),
+        )
+    } else {
+        Check::new(
+            Status::Warn,
+            name::GPU_BINDING,
+            format!("{gpus}, but bcd runs as an unprivileged user and bcd-helper does not answer: gpu.reset, persistence changes and VFIO passthrough will fail until bcd-helper.socket is active (systemctl enable --now bcd-helper.socket)"),
+        )
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::smi::xml::{Counts, EccCounts, RowRemap};
+
+    fn function(addr: &str, class: &str, driver: Option<&str>) -> PciFunction {
+        PciFunction {
+            address: addr.parse().unwrap(),
+            vendor: NVIDIA_VENDOR.into(),
+            class: class.into(),
+            driver: driver.map(str::to_owned),
+            numa_node: None,
+        }
+    }
+
+    fn healthy() -> XmlGpu {
+        XmlGpu {
+            uuid: Some("GPU-00000000-0000-0000-0000-000000000001".into()),
+            product_name: Some("NVIDIA H100 80GB HBM3".into()),
+            utilization_gpu_pct: Some(12),
+            temperature_c: Some(41),
+            power_draw_w: Some(71.4),
+            power_limit_w: Some(700.0),
+            memory_used_mib: Some(1),
+            memory_total_mib: Some(81559),
+            persistence_mode: Some(true),
+            mig_mode_current: Some(false),
+            mig_mode_pending: Some(false),
+            row_remap: Some(RowRemap {
+                pending: Some(false),
+                failure: Some(false),
+                ..RowRemap::default()
+            }),
+            ..XmlGpu::default()
+        }
+    }
+
+    #[test]
+    fn nvml_each_status() {
+        let ok = nvml(&Ok(Probe {
+            driver_version: "570.133.20".into(),
+            gpu_count: 8,
+        }));
+        assert_eq!(
+            (ok.status, ok.message.as_str()),
+            (Status::Ok, "driver 570.133.20, 8 GPUs")
+        );
+        let warn = nvml(&Err(ProbeFailure::Run(RunError::NoDriver)));
+        assert_eq!(warn.status, Status::Warn);
+        assert!(
+            warn.message.contains("nvidia-driver unit"),
+            "{}",
+            warn.message
+        );
+        let fail = nvml(&Err(ProbeFailure::Run(RunError::Failed {
+            query: "--query-gpu=driver_version --format=csv,noheader".into(),
+            exit_code: Some(18),
+            message: "Failed to initialize NVML: Driver/library version mismatch".into(),
+        })));
+        assert_eq!(fail.status, Status::Fail);
+        assert!(
+            fail.message.contains("reload the nvidia modules"),
+            "{}",
+            fail.message
+        );
+        let unknown = nvml(&Err(ProbeFailure::Parse("garbage".into())));
+        assert!(unknown.message.ends_with(NO_HINT), "{}", unknown.message);
+    }
+
+    #[test]
+    fn gpu_line_and_its_statuses() {
+        let ok = gpu(&healthy());
+        assert_eq!(ok.status, Status::Ok);
+        assert_eq!(
+            ok.message,
+            "GPU-00000000-0000-0000-0000-000000000001, NVIDIA H100 80GB HBM3, busy 12%, 41 C, 71 W of 700 W, 1 of 81559 MiB used"
+        );
+
+        let mut pending = healthy();
+        pending.row_remap.as_mut().unwrap().pending = Some(true);
+        let c = gpu(&pending);
+        assert_eq!(c.status, Status::Warn);
+        assert!(
+            c.message.contains(
+                "a row remap waits for a GPU reset: drain it and reset it (bcd gpu reset GPU-"
+            ),
+            "{}",
+            c.message
+        );
+
+        let mut mig = healthy();
+        mig.mig_mode_pending = Some(true);
+        let c = gpu(&mig);
+        assert_eq!(c.status, Status::Warn);
+        assert!(
+            c.message
+                .contains("MIG mode turns on at the next GPU reset"),
+            "{}",
+            c.message
+        );
+
+        let mut failed = healthy();
+        failed.row_remap.as_mut().unwrap().failure = Some(true);
+        failed.row_remap.as_mut().unwrap().pending = Some(true);
+        let c = gpu(&failed);
+        assert_eq!(c.status, Status::Fail, "fail wins over warn");
+        assert!(
+            c.message.contains("row remapping failed") && c.message.contains("row remap waits")
+        );
+
+        let mut ecc = healthy();
+        ecc.ecc = EccCounts {
+            volatile: Counts {
+                correctable: Some(3),
+                uncorrectable: Some(2),
+            },
+            ..EccCounts::default()
+        };
+        let c = gpu(&ecc);
+        assert_eq!(c.status, Status::Fail);
+        assert!(
+            c.message
+                .contains("2 uncorrectable ECC errors since the driver loaded"),
+            "{}",
+            c.message
+        );
+
+        let bare = gpu(&XmlGpu::default());
+        assert_eq!(bare.message, "a GPU without UUID, unknown model");
+    }
+
+    #[test]
+    fn gpus_carries_each_hint() {
+        let failed = |message: &str| {
+            SnapshotError::Run(RunError::Failed {
+                query: "-q -x".into(),
+                exit_code: Some(9),
+                message: message.into(),
+            })
+        };
+        let cases = [
+            ("Failed to initialize NVML: Driver/library version mismatch", "unload and reload the nvidia modules"),
+            ("NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver. Make sure that the latest NVIDIA driver is installed and running.", "modprobe nvidia"),
+            ("No devices were found", "lspci -d 10de:"),
+            ("Unable to determine the device handle: Unknown Error", NO_HINT),
+        ];
+        for (text, hint) in cases {
+            let c = gpus(Some(&failed(text))).unwrap();
+            assert_eq!(c.status, Status::Fail);
+            assert!(c.message.contains(hint), "{text}: {}", c.message);
+            assert!(!c.message.contains(".;"), "{}", c.message);
+        }
+        let hung = SnapshotError::Run(RunError::Timeout {
+            query: "-q -x".into(),
+            after: std::time::Duration::from_secs(30),
+        });
+        assert!(gpus(Some(&hung)).unwrap().message.contains("Xid 79 or 119"));
+        assert_eq!(gpus(Some(&SnapshotError::Run(RunError::NoDriver))), None);
+        assert_eq!(gpus(None), None);
+    }
+
+    #[test]
+    fn nouveau_each_status() {
+        assert_eq!(
+            nouveau(Ok("nouveau 3096576 0 - Live 0x0\n")).status,
+            Status::Fail
+        );
+        assert_eq!(
+            nouveau(Ok("nouveau_x 1 0 - Live 0x0\nnvidia 1 0 - Live\n")).status,
+            Status::Ok
+        );
+        let e = io::Error::from(io::ErrorKind::PermissionDenied);
+        assert_eq!(nouveau(Err(&e)).status, Status::Warn);
+    }
+
+    #[test]
+    fn gpu_bus_each_status() {
+        let two_nvidia = [
+            function("0000:18:00.0", "0x030200", Some("nvidia")),
+            function("0000:2a:00.0", "0x030200", Some("nvidia")),
+        ];
+        let c = gpu_bus(&two_nvidia, SmiView::Answered(2));
+        assert_eq!(
+            (c.status, c.message.as_str()),
+            (Status::Ok, "2 NVIDIA GPUs on the PCI bus: 2 on nvidia")
+        );
+        let c = gpu_bus(&two_nvidia, SmiView::Answered(1));
+        assert_eq!(c.status, Status::Fail);
+        assert!(
+            c.message.starts_with(
+                "2 GPUs are bound to nvidia but nvidia-smi lists 1: a GPU fell off the bus"
+            ),
+            "{}",
+            c.message
+        );
+        let c = gpu_bus(&two_nvidia, SmiView::NoDriver);
+        assert_eq!(c.status, Status::Warn);
+        assert!(
+            c.message.contains("install it (the nvidia-driver unit)"),
+            "{}",
+            c.message
+        );
+        let c = gpu_bus(&two_nvidia, SmiView::Failed);
+        assert_eq!(c.status, Status::Warn);
+        assert!(c.message.contains("gpus check"), "{}", c.message);
+
+        let mixed = [
+            function("0000:4a:00.0", "0x030200", Some("nvidia")),
+            function("0000:61:00.0", "0x030200", Some("vfio-pci")),
+            function("0000:61:00.1", "0x040300", Some("vfio-pci")),
+        ];
+        let c = gpu_bus(&mixed, SmiView::Answered(1));
+        assert_eq!(
+            c.message,
+            "2 NVIDIA GPUs on the PCI bus: 1 on nvidia, 1 on vfio-pci (passthrough)"
+        );
+        let c = gpu_bus(&mixed[1..], SmiView::NoDriver);
+        assert_eq!(
+            (c.status, c.message.as_str()),
+            (
+                Status::Ok,
+                "1 NVIDIA GPU on the PCI bus: 1 on vfio-pci (passthrough)"
+            )
+        );
+
+        let unbound = [
+            function("0000:18:00.0", "0x030200", Some("nvidia")),
+            function("0000:41:00.0", "0x030000", None),
+            function("0000:c1:00.0", "0x030200", Some("nouveau")),
+        ];
+        let c = gpu_bus(&unbound, SmiView::Answered(1));
+        assert_eq!(c.status, Status::Warn);
+        assert!(
+            c.message
+                .contains("1 with no driver bound, 1 on another driver"),
+            "{}",
+            c.message
+        );
+
+        let c = gpu_bus(
+            &[function("0000:05:00.0", "0x068000", None)],
+            SmiView::NoDriver,
+        );
+        assert_eq!(
+            (c.status, c.message.as_str()),
+            (Status::Ok, "no NVIDIA GPU on the PCI bus")
+        );
+        assert_eq!(gpu_count(&two_nvidia, SmiView::Answered(3)), 3);
+        assert_eq!(gpu_count(&two_nvidia, SmiView::Failed), 2);
+    }
+
+    #[test]
+    fn persistence_each_status() {
+        let mut off = healthy();
+        off.persistence_mode = Some(false);
+        let c = persistence(&[healthy(), off]).unwrap();
+        assert_eq!(c.status, Status::Warn);
+        assert!(
+            c.message.contains(
+                "off on GPU-00000000-0000-0000-0000-000000000001, so every first CUDA call"
+            ),
+            "{}",
+            c.message
+        );
+        let c = persistence(&[healthy(), healthy()]).unwrap();
+        assert_eq!(
+            (c.status, c.message.as_str()),
+            (Status::Ok, "persistence mode is on for all 2 GPUs")
+        );
+        assert_eq!(persistence(&[XmlGpu::default()]), None);
+    }
+
+    #[test]
+    fn fabric_manager_each_status() {
+        let is = |s: &str| UnitState::Is(s.into());
+        assert_eq!(fabric_manager(4, &is("active")).status, Status::Ok);
+        assert_eq!(fabric_manager(4, &is("activating")).status, Status::Warn);
+        for s in ["inactive", "failed", "unknown", "deactivating"] {
+            let c = fabric_manager(4, &is(s));
+            assert_eq!(c.status, Status::Fail, "{s}");
+            assert!(c
+                .message
+                .contains("systemctl enable --now nvidia-fabricmanager"));
+        }
+        let c = fabric_manager(1, &UnitState::Unknown("systemctl not found.".into()));
+        assert_eq!(c.status, Status::Warn);
+        assert!(c.message.starts_with("1 NVSwitch on the PCI bus but whether nvidia-fabricmanager runs could not be told (systemctl not found)"), "{}", c.message);
+        let pci = [
+            function("0000:05:00.0", "0x068000", None),
+            function("0000:18:00.0", "0x030200", Some("nvidia")),
+        ];
+        assert_eq!(nvswitch_count(&pci), 1);
+    }
+
+    #[test]
+    fn driver_version_each_status() {
+        assert_eq!(
+            driver_version(Some("570.133.20"), Some("570.133.20"))
+                .unwrap()
+                .status,
+            Status::Ok
+        );
+        let c = driver_version(Some("570.133.20"), Some("570.172.08")).unwrap();
+        assert_eq!(c.status, Status::Fail);
+        assert!(c.message.contains("kernel module is 570.133.20"));
+        assert_eq!(driver_version(None, Some("1")), None);
+        assert_eq!(driver_version(Some("1"), None), None);
+    }
+
+    #[test]
+    fn kmsg_names_the_fix_for_each_refusal() {
+        let node = KmsgNode {
+            mode: 0o640,
+            gid: 0,
+        };
+        let ok = kmsg(Ok(node), Some(true));
+        assert_eq!(ok.status, Status::Ok);
+        let eperm = KmsgDenied::attach(io::Error::from_raw_os_error(libc::EPERM), node);
+        let c = kmsg(Err(eperm), Some(true));
+        assert_eq!(c.status, Status::Warn);
+        assert!(
+            c.message.contains("kernel.dmesg_restrict is 1") && c.message.contains("CAP_SYSLOG"),
+            "{}",
+            c.message
+        );
+        let eacces = KmsgDenied::attach(io::Error::from_raw_os_error(libc::EACCES), node);
+        let c = kmsg(Err(eacces), None);
+        assert!(
+            c.message.contains("mode 0640, group ") && c.message.contains("SupplementaryGroups="),
+            "{}",
+            c.message
+        );
+        let c = kmsg(Err(io::Error::from_raw_os_error(libc::ENOENT)), None);
+        assert!(
+            c.message.starts_with("there is no /dev/kmsg"),
+            "{}",
+            c.message
+        );
+        assert!(c
+            .message
+            .contains("XIDs from the NVIDIA driver would be missed"));
+    }
+
+    #[test]
+    fn gpu_binding_each_status() {
+        assert_eq!(gpu_binding(0, false), None);
+        assert_eq!(gpu_binding(2, true).unwrap().status, Status::Ok);
+        let c = gpu_binding(1, false).unwrap();
+        assert_eq!(c.status, Status::Warn);
+        assert!(c
+            .message
+            .starts_with("1 GPU, but bcd runs as an unprivileged user"));
+    }
+
+    #[test]
+    fn short_hashes() {
+        assert_eq!(
+            short_hash("sha256:0123456789abcdef0123"),
+            "sha256:0123456789abcdef…"
+        );
+        assert_eq!(short_hash("x"), "x…");
+    }
+}

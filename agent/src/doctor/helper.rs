@@ -1,0 +1,220 @@
+//! Whether `bcd-helper` answers: doctor's `helper` and `gpu-binding` checks.
+//!
+//! [`HelperProbe`] is the seam: doctor asks it for the helper's version and nothing else. The
+//! default, [`SocketProbe`], speaks the protocol itself (`Hello`, then `Request { id: 1, op:
+//! Ping }`, expecting `Pong`) over the Unix socket, bounded as a whole by [`PING_TIMEOUT`],
+//! so doctor does not depend on the agent's full helper client.
+
+use std::future::Future;
+use std::io;
+use std::path::{Path, PathBuf};
+use std::pin::Pin;
+use std::time::Duration;
+
+use bcd_protocol::frame::{read_frame, write_frame, FrameError};
+use bcd_protocol::{
+    ClientFrame, HelperError, Operation, Outcome, Request, Response, ServerFrame, PROTOCOL_VERSION,
+};
+use tokio::net::UnixStream;
+
+use super::Status;
+
+/// The bound on a whole ping: connect, greeting and answer. Socket activation starts the
+/// helper on the first connection, which takes well under a second on a healthy host.
+pub const PING_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// The id of doctor's one request.
+const PING_ID: u64 = 1;
+
+/// A boxed ping, so that [`HelperProbe`] stays object-safe.
+pub type PingFuture<'a> = Pin<Box<dyn Future<Output = Result<String, PingError>> + Send + 'a>>;
+
+/// Asks the helper whether it is there.
+pub trait HelperProbe: Send + Sync + std::fmt::Debug {
+    /// Where the helper is looked for, for messages (the socket's path).
+    fn location(&self) -> String;
+
+    /// The helper's package version, or why there is none. Must finish within a bounded
+    /// time of its own.
+    fn ping(&self) -> PingFuture<'_>;
+}
+
+/// Why the helper did not answer `Ping`. `Display` is the sentence an operator reads.
+#[derive(Debug, thiserror::Error)]
+pub enum PingError {
+    /// No socket at the path.
+    #[error("bcd-helper's socket {} does not exist, so no privileged step can run: install bcd-helper and enable its socket (systemctl enable --now bcd-helper.socket)", path.display())]
+    NoSocket {
+        /// The socket's path.
+        path: PathBuf,
+    },
+    /// A socket file, but nothing listens on it.
+    #[error("nothing listens on bcd-helper's socket {} ({source}): start it (systemctl enable --now bcd-helper.socket)", path.display())]
+    NotListening {
+        /// The socket's path.
+        path: PathBuf,
+        /// The connect error.
+        source: io::Error,
+    },
+    /// This user may not open the socket.
+    #[error("this user may not open bcd-helper's socket {} (root:bcd, mode 0660): run bcd as the bcd user or add this user to the group bcd", path.display())]
+    PermissionDenied {
+        /// The socket's path.
+        path: PathBuf,
+    },
+    /// Connecting failed otherwise.
+    #[error("cannot connect to bcd-helper's socket {} ({source}): check systemctl status bcd-helper.socket", path.display())]
+    Connect {
+        /// The socket's path.
+        path: PathBuf,
+        /// The connect error.
+        source: io::Error,
+    },
+    /// No answer within the bound.
+    #[error("bcd-helper at {} did not answer within {after:?}: see journalctl -u bcd-helper", path.display())]
+    Timeout {
+        /// The socket's path.
+        path: PathBuf,
+        /// The bound.
+        after: Duration,
+    },
+    /// The helper refused, in its own words.
+    #[error("{0}")]
+    Helper(HelperError),
+    /// Frames that are not the protocol's answers.
+    #[error("bcd-helper at {} answered outside the protocol ({what}): install matching versions of bcd and bcd-helper", path.display())]
+    Protocol {
+        /// The socket's path.
+        path: PathBuf,
+        /// What was wrong.
+        what: String,
+    },
+}
+
+impl PingError {
+    /// `warn` when no helper is there at all (a node may run without one, losing only the
+    /// privileged steps); `fail` when one is there but broken.
+    pub fn status(&self) -> Status {
+        match self {
+            PingError::NoSocket { .. } | PingError::NotListening { .. } => Status::Warn,
+            _ => Status::Fail,
+        }
+    }
+
+    fn connect(path: &Path, source: io::Error) -> Self {
+        let path = path.to_path_buf();
+        match source.kind() {
+            io::ErrorKind::NotFound => PingError::NoSocket { path },
+            io::ErrorKind::ConnectionRefused => PingError::NotListening { path, source },
+            io::ErrorKind::PermissionDenied => PingError::PermissionDenied { path },
+            _ => PingError::Connect { path, source },
+        }
+    }
+
+    fn frame(path: &Path, e: FrameError, after: Duration) -> Self {
+        let path = path.to_path_buf();
+        match e {
+            FrameError::Stalled(_) => PingError::Timeout { path, after },
+            other => PingError::Protocol {
+                path,
+                what: other.to_string(),
+            },
+        }
+    }
+}
+
+/// Pings the helper over its Unix socket.
+#[derive(Debug, Clone)]
+pub struct SocketProbe {
+    path: PathBuf,
+    timeout: Duration,
+}
+
+impl SocketProbe {
+    /// The helper at `path`, bounded by [`PING_TIMEOUT`].
+    pub fn new(path: impl Into<PathBuf>) -> Self {
+        Self {
+            path: path.into(),
+            timeout: PING_TIMEOUT,
+        }
+    }
+
+    /// The same probe with another bound.
+    pub fn with_timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = timeout;
+        self
+    }
+
+    async fn exchange(&self) -> Result<String, PingError> {
+        let (path, after) = (self.path.as_path(), self.timeout);
+        let frame_error = |e| PingError::frame(path, e, after);
+        let protocol = |what: &str| PingError::Protocol {
+            path: path.to_path_buf(),
+            what: what.to_owned(),
+        };
+        let mut stream = UnixStream::connect(path)
+            .await
+            .map_err(|e| PingError::connect(path, e))?;
+        write_frame(
+            &mut stream,
+            &ClientFrame::Hello {
+                version: PROTOCOL_VERSION,
+            },
+        )
+        .await
+        .map_err(frame_error)?;
+        match read_frame::<_, ServerFrame>(&mut stream, after)
+            .await
+            .map_err(frame_error)?
+        {
+            ServerFrame::Hello(Ok(_)) => {}
+            ServerFrame::Hello(Err(e)) | ServerFrame::Closing(e) => {
+                return Err(PingError::Helper(e))
+            }
+            ServerFrame::Response(_) => return Err(protocol("a response before the greeting")),
+        }
+        write_frame(
+            &mut stream,
+            &ClientFrame::Request(Request {
+                id: PING_ID,
+                op: Operation::Ping,
+            }),
+        )
+        .await
+        .map_err(frame_error)?;
+        match read_frame::<_, ServerFrame>(&mut stream, after)
+            .await
+            .map_err(frame_error)?
+        {
+            ServerFrame::Response(Response { id, result }) if id == PING_ID => match result {
+                Ok(Outcome::Pong { helper_version }) => Ok(helper_version),
+                Ok(_) => Err(protocol("another outcome than Pong")),
+                Err(e) => Err(PingError::Helper(e)),
+            },
+            ServerFrame::Response(_) => Err(protocol("an answer to another request")),
+            ServerFrame::Closing(e) => Err(PingError::Helper(e)),
+            ServerFrame::Hello(_) => Err(protocol("a second greeting")),
+        }
+    }
+}
+
+impl HelperProbe for SocketProbe {
+    fn location(&self) -> String {
+        self.path.display().to_string()
+    }
+
+    fn ping(&self) -> PingFuture<'_> {
+        Box::pin(async move {
+            // One bound for the whole exchange: each frame also has it, but a helper that
+            // trickles bytes must not stretch doctor past it.
+            tokio::time::timeout(self.timeout, self.exchange())
+                .await
+                .unwrap_or_else(|_| {
+                    Err(PingError::Timeout {
+                        path: self.path.clone(),
+                        after: self.timeout,
+                    })
+                })
+        })
+    }
+}

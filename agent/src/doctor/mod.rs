@@ -1,0 +1,283 @@
+//! `bcd doctor`: the checks an operator runs before trusting a GPU node, one line each.
+//!
+//! Doctor gathers facts at the edges (one `nvidia-smi` probe, one full snapshot through the
+//! inventory collector, procfs, sysfs, `/dev`, `systemctl`, the helper's socket) and turns
+//! them into [`Check`]s with the pure functions of [`checks`]. Every message says what is
+//! wrong and what to do, in one line. Nothing here changes the host: doctor only reads, asks
+//! `systemctl is-active` and pings the helper.
+//!
+//! Under WSL 2 (`/dev/dxg` without `/dev/nvidiactl`) the host checks after `gpu-host` are
+//! skipped: there is no PCI function, kernel module, kernel log or privileged step to check.
+
+pub mod checks;
+pub mod helper;
+pub mod systemd;
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde::Serialize;
+
+use crate::cli::Global;
+use crate::host::Host;
+use crate::inventory::collect::collect_with;
+use crate::inventory::memory::pci_functions;
+use crate::smi::runner::{Runner, QUERY_TIMEOUT};
+use crate::smi::snapshot::probe;
+
+pub use helper::{HelperProbe, PingError, SocketProbe, PING_TIMEOUT};
+
+/// A check's verdict. Serialised and printed as exactly `ok`, `warn` or `fail`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Status {
+    /// Nothing to do.
+    Ok,
+    /// The node works, but something an operator should fix or know.
+    Warn,
+    /// The node should not be trusted with GPU work until this is fixed.
+    Fail,
+}
+
+impl Status {
+    /// The word printed: `ok`, `warn`, `fail`.
+    pub fn word(self) -> &'static str {
+        match self {
+            Status::Ok => "ok",
+            Status::Warn => "warn",
+            Status::Fail => "fail",
+        }
+    }
+}
+
+impl std::fmt::Display for Status {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.word())
+    }
+}
+
+/// One line of doctor's report.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Check {
+    /// The verdict.
+    pub status: Status,
+    /// The check's name (`nvml`, `gpu-bus`, ...; see [`checks::name`]).
+    pub name: String,
+    /// What was found and, unless the status is `ok`, what to do; always one line.
+    pub message: String,
+}
+
+impl Check {
+    /// A check; the message is folded onto one line (whitespace runs, newlines included,
+    /// become one space) and trimmed, since `nvidia-smi` errors span lines.
+    pub fn new(status: Status, name: &str, message: impl AsRef<str>) -> Self {
+        Self {
+            status,
+            name: name.to_owned(),
+            message: one_line(message.as_ref()),
+        }
+    }
+}
+
+fn one_line(text: &str) -> String {
+    text.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+/// Everything doctor found, in the order it checked.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct Report {
+    /// The checks.
+    pub checks: Vec<Check>,
+}
+
+impl Report {
+    /// Whether no check failed (warnings pass).
+    pub fn passed(&self) -> bool {
+        self.checks.iter().all(|c| c.status != Status::Fail)
+    }
+
+    /// The checks named `name`, in order.
+    pub fn named<'a>(&'a self, name: &'a str) -> impl Iterator<Item = &'a Check> + 'a {
+        self.checks.iter().filter(move |c| c.name == name)
+    }
+
+    /// One line per check: status, name, message, in aligned columns.
+    pub fn render_text(&self) -> String {
+        let width = self.checks.iter().map(|c| c.name.len()).max().unwrap_or(0);
+        self.checks
+            .iter()
+            .map(|c| format!("{:<4} {:<width$} {}\n", c.status.word(), c.name, c.message))
+            .collect()
+    }
+
+    /// `{"checks": [{"status", "name", "message"}]}`.
+    ///
+    /// # Errors
+    /// Never for this type in practice; serde_json's error is passed on.
+    pub fn to_json(&self) -> Result<String, serde_json::Error> {
+        serde_json::to_string_pretty(self)
+    }
+}
+
+/// Where doctor looks and how long it waits. Tests point every field at fakes.
+#[derive(Debug, Clone)]
+pub struct DoctorEnv {
+    /// The host: `/proc`, `/sys`, `/dev` and the `nvidia-smi` to run.
+    pub host: Host,
+    /// The `systemctl` asked whether `nvidia-fabricmanager` is active (a bare name is looked
+    /// up on `PATH`).
+    pub systemctl: PathBuf,
+    /// The bound on each `nvidia-smi` query (the probe and every query of the snapshot). A
+    /// wedged GPU hangs `nvidia-smi`; the default is the reader's 30 s.
+    pub query_timeout: Duration,
+    /// How the helper is reached for the `helper` and `gpu-binding` checks.
+    pub helper: Arc<dyn HelperProbe>,
+}
+
+impl DoctorEnv {
+    /// The defaults: `systemctl` from `PATH`, the reader's query bound, and the helper at
+    /// `helper_socket` pinged within [`PING_TIMEOUT`].
+    pub fn new(host: Host, helper_socket: impl Into<PathBuf>) -> Self {
+        Self {
+            host,
+            systemctl: PathBuf::from("systemctl"),
+            query_timeout: QUERY_TIMEOUT,
+            helper: Arc::new(SocketProbe::new(helper_socket)),
+        }
+    }
+}
+
+/// Runs every check. Never fails: what cannot be read becomes a check's message.
+pub async fn run(env: &DoctorEnv) -> Report {
+    let host = &env.host;
+    let runner = Runner::new(host.nvidia_smi()).with_timeout(env.query_timeout);
+    let wsl = checks::is_paravirtual_gpu(host);
+    // The helper is pinged while nvidia-smi works: both are bounded, neither waits on the other.
+    let ping = async {
+        if wsl {
+            None
+        } else {
+            Some(env.helper.ping().await)
+        }
+    };
+    let (probed, collection, ping) =
+        tokio::join!(probe(&runner), collect_with(host, None, &runner), ping);
+
+    let mut report = Report::default();
+    let out = &mut report.checks;
+    out.push(checks::nvml(&probed));
+    out.push(checks::hardware(&collection));
+    let xml = collection.snapshot.as_ref().map(|s| &s.xml);
+    if let Some(xml) = xml {
+        out.extend(xml.gpus.iter().map(checks::gpu));
+    }
+    out.extend(checks::gpus(collection.snapshot_error.as_ref()));
+    if wsl {
+        out.push(checks::gpu_host());
+        return report;
+    }
+    out.push(checks::nouveau(
+        std::fs::read_to_string(host.path("/proc/modules")).as_deref(),
+    ));
+    let pci = pci_functions(host);
+    let seen = checks::SmiView::of(&collection);
+    out.push(checks::gpu_bus(&pci, seen));
+    if let Some(xml) = xml {
+        out.extend(checks::persistence(&xml.gpus));
+    }
+    let switches = checks::nvswitch_count(&pci);
+    if switches > 0 {
+        let state = systemd::is_active(&env.systemctl, systemd::FABRIC_MANAGER_UNIT).await;
+        out.push(checks::fabric_manager(switches, &state));
+    }
+    let module_version = std::fs::read_to_string(host.path("/proc/driver/nvidia/version"))
+        .ok()
+        .and_then(|t| crate::inventory::procfs::parse_module_version(&t));
+    let smi_version = xml
+        .and_then(|x| x.driver_version.clone())
+        .or_else(|| probed.as_ref().ok().map(|p| p.driver_version.clone()));
+    out.extend(checks::driver_version(
+        module_version.as_deref(),
+        smi_version.as_deref(),
+    ));
+    out.push(checks::kmsg(
+        checks::open_kmsg(host),
+        checks::dmesg_restrict(host),
+    ));
+    if let Some(ping) = ping {
+        let location = env.helper.location();
+        out.push(checks::helper(&location, &ping));
+        let gpus = checks::gpu_count(&pci, seen);
+        out.extend(checks::gpu_binding(gpus, ping.is_ok()));
+    }
+    report
+}
+
+/// Writes to stdout; a closed pipe (`bcd doctor | head`) ends quietly.
+fn print(text: &str) {
+    let _ = std::io::stdout().lock().write_all(text.as_bytes());
+}
+
+/// `bcd doctor [--json]`: prints the report; exit status 1 when any check failed.
+pub async fn command(global: &Global, systemctl: &Path) -> ExitCode {
+    let mut env = DoctorEnv::new(global.host(), &global.helper_socket);
+    env.systemctl = systemctl.to_path_buf();
+    let report = run(&env).await;
+    if global.json {
+        match report.to_json() {
+            Ok(json) => print(&format!("{json}\n")),
+            Err(e) => {
+                eprintln!("bcd: cannot encode doctor's report: {e}");
+                return ExitCode::from(1);
+            }
+        }
+    } else {
+        print(&report.render_text());
+    }
+    if report.passed() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn messages_are_one_line_and_status_words_exact() {
+        let c = Check::new(Status::Fail, "gpus", "  a\nb\t c \n");
+        assert_eq!(c.message, "a b c");
+        assert_eq!(
+            [Status::Ok, Status::Warn, Status::Fail].map(Status::word),
+            ["ok", "warn", "fail"]
+        );
+    }
+
+    #[test]
+    fn report_renders_text_and_json() {
+        let report = Report {
+            checks: vec![
+                Check::new(Status::Ok, "nvml", "driver 1.2, 1 GPUs"),
+                Check::new(Status::Warn, "gpu-bus", "x"),
+            ],
+        };
+        assert!(report.passed());
+        assert_eq!(
+            report.render_text(),
+            "ok   nvml    driver 1.2, 1 GPUs\nwarn gpu-bus x\n"
+        );
+        let v: serde_json::Value = serde_json::from_str(&report.to_json().unwrap()).unwrap();
+        assert_eq!(v["checks"][1]["status"], "warn");
+        assert_eq!(v["checks"][0]["name"], "nvml");
+        assert_eq!(v["checks"][0]["message"], "driver 1.2, 1 GPUs");
+        let failing = Report {
+            checks: vec![Check::new(Status::Fail, "nouveau", "x")],
+        };
+        assert!(!failing.passed());
+    }
+}
