@@ -71,9 +71,21 @@ impl Global {
     }
 }
 
+/// `bcd helper ...`.
+#[derive(Debug, Subcommand)]
+pub enum HelperCommand {
+    /// Ask bcd-helper for its version and the operations it offers.
+    Ping,
+}
+
 /// The subcommands.
 #[derive(Debug, Subcommand)]
 pub enum Command {
+    /// Talk to the root helper directly.
+    Helper {
+        #[command(subcommand)]
+        command: HelperCommand,
+    },
     /// Collect the inventory once (without the passthrough memory) and print it.
     Hardware,
     /// Check this host before trusting it with GPU work: one line per check (ok, warn or

@@ -42,6 +42,51 @@ pub async fn hardware(global: &Global) -> ExitCode {
     ExitCode::SUCCESS
 }
 
+/// `bcd helper ping`: the helper's version and operations, from its `Hello` and a `Ping`.
+pub async fn helper_ping(global: &Global) -> ExitCode {
+    use crate::helper_client::{suggested_timeout, HelperClient, CONNECT_TIMEOUT};
+    use bcd_protocol::{Operation, Outcome};
+    let result = async {
+        let mut client = HelperClient::connect(&global.helper_socket, CONNECT_TIMEOUT).await?;
+        let hello = client.hello().clone();
+        let outcome = client
+            .request(Operation::Ping, suggested_timeout(&Operation::Ping))
+            .await?;
+        Ok::<_, crate::helper_client::ClientError>((hello, outcome))
+    }
+    .await;
+    match result {
+        Ok((hello, outcome)) => {
+            let version = match outcome {
+                Outcome::Pong { helper_version } => helper_version,
+                _ => hello.helper_version.clone(),
+            };
+            let operations: Vec<&str> = hello.operations.iter().map(|o| o.name()).collect();
+            if global.json {
+                let doc = serde_json::json!({
+                    "socket": global.helper_socket,
+                    "helper_version": version,
+                    "protocol_version": hello.version,
+                    "operations": operations,
+                });
+                print(&format!("{doc}\n"));
+            } else {
+                print(&format!(
+                    "bcd-helper {version} at {} (protocol {}): {}\n",
+                    global.helper_socket.display(),
+                    hello.version,
+                    operations.join(", ")
+                ));
+            }
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("bcd: {e}");
+            ExitCode::from(1)
+        }
+    }
+}
+
 /// The inventory as an operator reads it: one header line, then one line per GPU.
 pub fn render_inventory(inv: &Inventory) -> String {
     let s = &inv.gpu;

@@ -4,7 +4,7 @@ use std::process::ExitCode;
 
 use clap::Parser;
 
-use bcd::cli::{Cli, Command};
+use bcd::cli::{Cli, Command, HelperCommand};
 use bcd::commands;
 
 fn main() -> ExitCode {
@@ -31,6 +31,9 @@ fn main() -> ExitCode {
     runtime.block_on(async {
         match &cli.command {
             Command::Hardware => commands::hardware(&cli.global).await,
+            Command::Helper {
+                command: HelperCommand::Ping,
+            } => commands::helper_ping(&cli.global).await,
             Command::Doctor { systemctl } => bcd::doctor::command(&cli.global, systemctl).await,
         }
     })

@@ -135,8 +135,8 @@ Usage: bcd-helper [FLAGS]
   --listen PATH             bind PATH (mode 0660) instead of using socket activation
   --idle-exit SECONDS       socket-activated: exit after this long without connections
                             (default 30; 0: never)
-  --allow-uid UID           serve this uid as well as root (repeatable)
-  --allow-group GID         serve peers whose primary group is GID (repeatable)
+  --allow-uid UID|USER      serve this user as well as root (repeatable)
+  --allow-group GID|GROUP   serve peers whose primary group is this (repeatable)
   --audit-log FILE          append one JSON line per request to FILE (created 0600)
   --nvidia-smi PATH         nvidia-smi to run (default /usr/bin/nvidia-smi)
   --nvidia-smi-timeout S    bound on one nvidia-smi call (default 30)
@@ -262,14 +262,30 @@ fn seconds(flag: &'static str, value: &str, zero_ok: bool) -> Result<Duration, U
         })
 }
 
+/// A uid or gid, numeric or by name (`bcd`), resolved once at start-up from the system's user
+/// database, so the unit can say `--allow-group bcd` whatever gid sysusers gave it.
 fn id(flag: &'static str, value: &str) -> Result<u32, UsageError> {
+    let by_name = || -> Option<u32> {
+        if flag == "--allow-uid" {
+            nix::unistd::User::from_name(value)
+                .ok()
+                .flatten()
+                .map(|u| u.uid.as_raw())
+        } else {
+            nix::unistd::Group::from_name(value)
+                .ok()
+                .flatten()
+                .map(|g| g.gid.as_raw())
+        }
+    };
     value
         .parse::<u32>()
         .ok()
+        .or_else(by_name)
         .filter(|n| *n != u32::MAX)
         .ok_or(UsageError::BadValue {
             flag,
-            takes: "a numeric id",
+            takes: "a numeric id or an existing user or group name",
             value: value.to_owned(),
         })
 }
@@ -302,6 +318,23 @@ mod tests {
         assert_eq!(c.allow_gids, [991]);
         assert_eq!(c.idle_exit, None);
         assert_eq!(c.nvidia_smi, Path::new(DEFAULT_NVIDIA_SMI));
+    }
+
+    #[test]
+    fn ids_may_be_names_from_the_user_database() {
+        let Parsed::Run(c) =
+            parse(args(&["--allow-uid", "root", "--allow-group", "root"])).unwrap()
+        else {
+            panic!("not run")
+        };
+        assert_eq!(
+            (c.allow_uids.as_slice(), c.allow_gids.as_slice()),
+            (&[0][..], &[0][..])
+        );
+        assert!(matches!(
+            parse(args(&["--allow-group", "no-such-group-bcd"])),
+            Err(UsageError::BadValue { .. })
+        ));
     }
 
     #[test]

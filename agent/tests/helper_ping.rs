@@ -1,0 +1,78 @@
+//! `bcd helper ping` against a real `bcd-helper` started by the test, and against nothing.
+
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// `bcd-helper` beside `bcd` in the target folder (built by `cargo test --workspace`).
+fn helper_binary() -> Option<PathBuf> {
+    let bin = PathBuf::from(env!("CARGO_BIN_EXE_bcd")).with_file_name("bcd-helper");
+    bin.exists().then_some(bin)
+}
+
+#[test]
+fn ping_prints_the_helpers_version_and_operations() {
+    let Some(helper) = helper_binary() else {
+        eprintln!("skipped: bcd-helper is not built beside bcd (run cargo test --workspace)");
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let socket = dir.path().join("helper.sock");
+    let mut child = Command::new(helper)
+        .arg("--listen")
+        .arg(&socket)
+        .arg("--no-sandbox")
+        .arg("--allow-uid")
+        .arg(nix::unistd::getuid().as_raw().to_string())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let started = Instant::now();
+    while !socket.exists() && started.elapsed() < Duration::from_secs(10) {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let out = Command::new(env!("CARGO_BIN_EXE_bcd"))
+        .args(["helper", "ping", "--json", "--helper-socket"])
+        .arg(&socket)
+        .output()
+        .unwrap();
+    child.kill().unwrap();
+    child.wait().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(doc["protocol_version"], 1);
+    let ops: Vec<&str> = doc["operations"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|v| v.as_str())
+        .collect();
+    assert!(
+        ops.contains(&"vfio.bind") && ops.contains(&"gpu.reset"),
+        "{ops:?}"
+    );
+}
+
+#[test]
+fn ping_without_a_helper_says_what_to_do() {
+    let out = Command::new(env!("CARGO_BIN_EXE_bcd"))
+        .args([
+            "helper",
+            "ping",
+            "--helper-socket",
+            "/nonexistent/helper.sock",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("cannot reach bcd-helper at /nonexistent/helper.sock")
+            && err.contains("systemctl enable --now bcd-helper.socket"),
+        "{err}"
+    );
+}
