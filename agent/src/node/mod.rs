@@ -1,4 +1,7 @@
 //! The node service, `bcd node`: it keeps the latest inventory, the GPUs' conditions and the
-//! holds, collects on the scheduler's rules, watches XIDs, and answers the API on a Unix socket.
+//! holds, collects on the scheduler's rules, watches XIDs, samples the GPUs for metrics, and
+//! answers the API on a Unix socket.
 
 pub mod http;
+pub mod metrics;
+pub mod notify;
