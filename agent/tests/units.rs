@@ -1,0 +1,84 @@
+//! The packaged systemd units: `systemd-analyze verify` accepts them, and
+//! `systemd-analyze security --offline=yes` rates `bcd.service` at most 2.0 and
+//! `bcd-helper.service` at most 4.0.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+fn units() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../packaging/systemd")
+}
+
+/// The units with their `ExecStart=` binaries pointed at the ones this build made.
+fn staged() -> Option<tempfile::TempDir> {
+    if Command::new("systemd-analyze")
+        .arg("--version")
+        .output()
+        .is_err()
+    {
+        eprintln!("skipped: systemd-analyze is not installed (Debian package systemd)");
+        return None;
+    }
+    let bcd = PathBuf::from(env!("CARGO_BIN_EXE_bcd"));
+    let helper = bcd.with_file_name("bcd-helper");
+    let helper = if helper.exists() { helper } else { bcd.clone() };
+    let dir = tempfile::tempdir().unwrap();
+    for entry in std::fs::read_dir(units()).unwrap() {
+        let entry = entry.unwrap();
+        let text = std::fs::read_to_string(entry.path()).unwrap();
+        let text = text
+            .replace("/usr/libexec/bcd/bcd-helper", &helper.to_string_lossy())
+            .replace("/usr/bin/bcd ", &format!("{} ", bcd.display()));
+        std::fs::write(dir.path().join(entry.file_name()), text).unwrap();
+    }
+    Some(dir)
+}
+
+#[test]
+fn the_units_verify() {
+    let Some(dir) = staged() else { return };
+    let out = Command::new("systemd-analyze")
+        .arg("verify")
+        .args(
+            ["bcd.service", "bcd-helper.service", "bcd-helper.socket"].map(|u| dir.path().join(u)),
+        )
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success() && said.trim().is_empty(),
+        "systemd-analyze verify: {said}"
+    );
+}
+
+fn exposure(dir: &Path, unit: &str) -> f64 {
+    let out = Command::new("systemd-analyze")
+        .args(["security", "--offline=yes", "--no-pager"])
+        .arg(dir.join(unit))
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    let line = text
+        .lines()
+        .find(|l| l.contains("Overall exposure level"))
+        .unwrap_or_else(|| panic!("no rating for {unit}: {text}"));
+    let value = line
+        .split(':')
+        .nth(1)
+        .and_then(|v| v.split_whitespace().next())
+        .unwrap();
+    value.parse().unwrap()
+}
+
+#[test]
+fn the_services_are_hardened() {
+    let Some(dir) = staged() else { return };
+    let agent = exposure(dir.path(), "bcd.service");
+    let helper = exposure(dir.path(), "bcd-helper.service");
+    eprintln!("systemd-analyze security: bcd.service {agent}, bcd-helper.service {helper}");
+    assert!(agent <= 2.0, "bcd.service is rated {agent}, above 2.0");
+    assert!(
+        helper <= 4.0,
+        "bcd-helper.service is rated {helper}, above 4.0"
+    );
+}
