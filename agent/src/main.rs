@@ -4,7 +4,7 @@ use std::process::ExitCode;
 
 use clap::Parser;
 
-use bcd::cli::{Cli, Command};
+use bcd::cli::{CdiCommand, Cli, Command};
 use bcd::commands;
 
 fn main() -> ExitCode {
@@ -31,6 +31,11 @@ fn main() -> ExitCode {
     runtime.block_on(async {
         match cli.command {
             Command::Hardware => commands::hardware(&cli.global).await,
+            Command::Cdi(CdiCommand::Render {
+                hold,
+                devices,
+                kubernetes,
+            }) => commands::cdi::render(&cli.global, &hold, &devices, kubernetes).await,
         }
     })
 }

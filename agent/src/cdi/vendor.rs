@@ -12,6 +12,7 @@ use std::io::Read;
 use std::path::{Path, PathBuf};
 
 use crate::inventory::document::Inventory;
+use crate::smi::list::ListedGpu;
 
 use super::ids::{DeviceId, DeviceKind};
 use super::spec::{parse_spec, Device, Format, Spec, SpecError, MAX_SPEC_BYTES};
@@ -121,9 +122,10 @@ pub struct CatalogEntry {
     /// The GPU's index, or the index of the GPU the MIG device is on.
     pub gpu_index: u32,
     /// The MIG device number (`nvidia-smi -L`'s `Device N`), which index names use (`0:N`).
-    /// The inventory document does not carry it yet, so it is `None` from
-    /// [`DeviceCatalog::from_inventory`] and such names are not matched: guessing it from
-    /// the order of the instances could hand over another instance's device nodes.
+    /// The inventory document does not carry it, so [`DeviceCatalog::from_inventory`] leaves
+    /// it `None` and [`DeviceCatalog::add_mig_numbers`] fills it from `-L`; without it such
+    /// names are not matched: guessing it from the order of the instances could hand over
+    /// another instance's device nodes.
     pub mig_index: Option<u32>,
     /// GPU instance and compute instance ids of a MIG device.
     pub gi_ci: Option<(u32, u32)>,
@@ -160,6 +162,24 @@ impl DeviceCatalog {
             }
         }
         Self { entries }
+    }
+
+    /// Sets each MIG device's number from `nvidia-smi -L` (matched by UUID and GPU index).
+    pub fn add_mig_numbers(&mut self, listed: &[ListedGpu]) {
+        for gpu in listed {
+            for mig in &gpu.mig {
+                let Ok(id) = mig.uuid.parse::<DeviceId>() else {
+                    continue;
+                };
+                if let Some(e) = self
+                    .entries
+                    .iter_mut()
+                    .find(|e| e.id == id && e.gpu_index == gpu.index)
+                {
+                    e.mig_index = Some(mig.device);
+                }
+            }
+        }
     }
 
     /// The entry of `id`.
