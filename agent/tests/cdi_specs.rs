@@ -587,9 +587,73 @@ async fn the_converger_logs_held_devices_nvidias_spec_does_not_name() {
     );
 }
 
-/// The real specs of `../shared/fixtures/real/cdi/`: every `nvidia.com/gpu` one reads, and a
-/// hold of each device it names (or of a GPU, for WSL's `all`) renders a valid spec that
-/// keeps that device's edits and the vendor's version or later.
+/// A made-up UUID for the `n`th made-up device.
+fn made_up(prefix: &str, n: usize) -> DeviceId {
+    format!("{prefix}-{n:08x}-0000-4000-8000-000000000000")
+        .parse()
+        .unwrap()
+}
+
+/// What a hold of one device named in `spec` needs: the device id, and a catalog that maps
+/// it to the spec's index name when the spec does not name UUIDs.
+fn targets_of(spec: &bcd::cdi::spec::Spec) -> Vec<(DeviceId, String, DeviceCatalog)> {
+    let mut out = Vec::new();
+    let only_all = spec.devices.len() == 1 && spec.devices[0].name == "all";
+    // A spec that names UUIDs is matched by UUID only (its index names are tested elsewhere).
+    let by_uuid = bcd::cdi::vendor::names_uuids(spec);
+    let mut migs = 0;
+    for (n, d) in spec.devices.iter().enumerate() {
+        let name = d.name.as_str();
+        let entry = |id: DeviceId, gpu_index: u32, gi_ci| bcd::cdi::vendor::CatalogEntry {
+            id,
+            gpu_index,
+            mig_index: None,
+            gi_ci,
+        };
+        let (id, catalog) = if name.starts_with("GPU-") || name.starts_with("MIG-") {
+            (name.parse().unwrap(), DeviceCatalog::default())
+        } else if by_uuid {
+            continue;
+        } else if let Some(i) = name
+            .strip_prefix("gpu")
+            .or(Some(name))
+            .and_then(|i| i.parse::<u32>().ok())
+        {
+            let id = made_up("GPU", n);
+            let catalog = DeviceCatalog {
+                entries: vec![entry(id.clone(), i, None)],
+            };
+            (id, catalog)
+        } else if let Some(rest) = name.strip_prefix("mig-gpu") {
+            // NVIDIA's DRA prototype: mig-gpu<i>-gi<g>-ci<c>; a few are enough.
+            migs += 1;
+            if migs > 3 {
+                continue;
+            }
+            let nums: Vec<u32> = rest
+                .split(['-', 'g', 'i', 'c'])
+                .filter_map(|x| x.parse().ok())
+                .collect();
+            let id = made_up("MIG", n);
+            let catalog = DeviceCatalog {
+                entries: vec![entry(id.clone(), nums[0], Some((nums[1], nums[2])))],
+            };
+            (id, catalog)
+        } else if only_all {
+            (WSL_GPU.parse().unwrap(), DeviceCatalog::default())
+        } else {
+            continue;
+        };
+        out.push((id, name.to_owned(), catalog));
+    }
+    out
+}
+
+/// The real specs of `../shared/fixtures/real/cdi/`: every one parses; those of kind
+/// `nvidia.com/gpu` are read as vendor specs; and, read as a vendor spec whatever its kind
+/// (the toolkit's goldens use `example.com/device`), a hold of each device it names (a
+/// GPU for WSL's `all`) renders a valid spec that keeps exactly that device's edits and the
+/// vendor's version or later.
 #[test]
 fn real_nvidia_specs_render_valid_hold_specs() {
     let dir = repo().join("../shared/fixtures/real/cdi");
@@ -602,50 +666,55 @@ fn real_nvidia_specs_render_valid_hold_specs() {
     }
     let read = read_vendor_specs(std::slice::from_ref(&dir));
     assert!(read.problems.is_empty(), "{:?}", read.problems);
-    assert!(read.specs.len() >= 7, "{}", read.specs.len());
-    let mut held_any = 0;
-    for v in &read.specs {
-        let only_all = v.spec.devices.len() == 1 && v.spec.devices[0].name == "all";
-        let mut targets: Vec<&str> = v
-            .spec
-            .devices
-            .iter()
-            .map(|d| d.name.as_str())
-            .filter(|n| n.starts_with("GPU-") || n.starts_with("MIG-"))
-            .collect();
-        if only_all {
-            targets.push(WSL_GPU);
-        }
-        for target in targets {
+    let mut files: Vec<PathBuf> = fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    files.sort();
+    let gpu_kind = read.specs.len();
+    assert!(gpu_kind >= 5, "{gpu_kind}");
+    let mut held = 0;
+    for path in files {
+        let name = path.file_name().unwrap().to_str().unwrap().to_owned();
+        let spec = parse_spec(
+            &fs::read(&path).unwrap(),
+            Format::of_file_name(&name).unwrap(),
+        )
+        .unwrap_or_else(|e| panic!("{name} {e}"));
+        let v = VendorSpec { path, spec };
+        let vendor_version: bcd::cdi::spec::CdiVersion = v.spec.cdi_version.parse().unwrap();
+        for (id, vendor_name, catalog) in targets_of(&v.spec) {
             let rendered = render_hold(
                 "real",
-                &[target],
+                &[id.as_str()],
                 false,
-                std::slice::from_ref(v),
-                &DeviceCatalog::default(),
+                std::slice::from_ref(&v),
+                &catalog,
             );
-            let name = v.path.display();
-            let json = checked(&rendered);
             let version: bcd::cdi::spec::CdiVersion = rendered.spec.cdi_version.parse().unwrap();
-            let vendor_version: bcd::cdi::spec::CdiVersion = v.spec.cdi_version.parse().unwrap();
             assert!(version >= vendor_version, "{name}");
-            if only_all {
-                // WSL's `all` is /dev/dxg; a management spec's `all` holds /dev/nvidia0 and
-                // must not stand in.
-                let dxg = node_paths(&json["devices"][0]) == ["/dev/dxg"];
-                assert!(dxg || rendered.unnamed.len() == 1, "{name}");
+            let vendor_dev = vendor_device(&v, &vendor_name);
+            let per_gpu_all = vendor_name == "all"
+                && vendor_dev.container_edits.device_nodes.iter().any(|n| {
+                    n.path
+                        .trim_start_matches("/dev/nvidia")
+                        .parse::<u32>()
+                        .is_ok()
+                });
+            if per_gpu_all {
+                // A management spec's `all` holds /dev/nvidia0: it must not stand in.
+                assert_eq!(rendered.unnamed, [id], "{name}");
             } else {
-                assert!(rendered.unnamed.is_empty(), "{name}: {target}");
+                assert!(rendered.unnamed.is_empty(), "{name}: {vendor_name}");
                 assert_eq!(
-                    rendered.spec.devices[0].container_edits,
-                    vendor_device(v, target).container_edits,
-                    "{name}: {target}"
+                    rendered.spec.devices[0].container_edits, vendor_dev.container_edits,
+                    "{name}: {vendor_name}"
                 );
             }
-            held_any += 1;
+            held += 1;
         }
     }
-    assert!(held_any >= 5, "{held_any}");
+    assert!(held >= 12, "{held}");
 }
 
 #[test]
@@ -683,4 +752,30 @@ fn bcd_cdi_render_prints_the_spec_and_writes_nothing() {
         .unwrap();
     assert!(!refused.status.success());
     assert!(String::from_utf8_lossy(&refused.stderr).contains("not a safe name"));
+}
+
+#[test]
+fn the_schema_checker_is_not_vacuous() {
+    let Some(schema) = cdi_schema::CdiSchema::load() else {
+        return;
+    };
+    let bad = serde_json::json!({
+        "cdiVersion": "0.5.0",
+        "kind": "bcd.dev/gpu",
+        "devices": [{"name": "x"}, {"name": "y", "containerEdits": {
+            "deviceNodes": [{"major": 1}], "additionalGids": [-1],
+            "mounts": [{"hostPath": "/a"}], "hooks": [{"hookName": 3, "path": "/h"}]}}],
+        "annotations": {"a": 1}
+    });
+    let v = schema.violations(&bad);
+    for want in [
+        "$.devices[0]: missing containerEdits",
+        "$.devices[1].containerEdits.deviceNodes[0]: missing path",
+        "$.devices[1].containerEdits.additionalGids[0]: -1 < 0",
+        "$.devices[1].containerEdits.mounts[0]: missing containerPath",
+        "$.devices[1].containerEdits.hooks[0].hookName: not string: 3",
+        "$.annotations.a: not string: 1",
+    ] {
+        assert!(v.iter().any(|x| x == want), "{want} not in {v:#?}");
+    }
 }
