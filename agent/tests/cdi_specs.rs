@@ -494,7 +494,7 @@ async fn the_converger_writes_holds_removes_orphans_and_reconciles_after_a_resta
     fs::write(cdi.join("bcd-gone.json"), "{}").unwrap();
 
     let cat = catalog("hgx-h100").await;
-    let vendor = read_vendor_specs(&[cdi.clone()]).specs;
+    let vendor = read_vendor_specs(std::slice::from_ref(&cdi)).specs;
     let mut holds = Holds::load(&data).unwrap();
     holds
         .apply(hold("train"), ids(&[H100[0], H100[1]]), false)
@@ -547,12 +547,12 @@ async fn the_converger_writes_holds_removes_orphans_and_reconciles_after_a_resta
     drop(holds);
     let mut holds = Holds::load(&data).unwrap();
     let restarted = converge(&holds, &vendor, &cat, &cdi);
-    assert_eq!(restarted.written, [train.clone()]);
+    assert_eq!(restarted.written, std::slice::from_ref(&train));
 
     // Release removes the spec.
     holds.release(&hold("train")).unwrap().unwrap();
     let released = converge(&holds, &vendor, &cat, &cdi);
-    assert_eq!(released.removed, [train.clone()]);
+    assert_eq!(released.removed, std::slice::from_ref(&train));
     assert!(!train.exists());
     // The device is free for another hold now.
     holds.apply(hold("greedy"), ids(&[H100[1]]), false).unwrap();
