@@ -95,4 +95,23 @@ pub enum Command {
         #[arg(long, hide = true, value_name = "PATH", default_value = "systemctl")]
         systemctl: PathBuf,
     },
+    /// CDI specs of holds.
+    #[command(subcommand)]
+    Cdi(CdiCommand),
+}
+
+/// `bcd cdi ...`.
+#[derive(Debug, Subcommand)]
+pub enum CdiCommand {
+    /// Print the CDI spec a hold of these devices would get, writing nothing.
+    Render {
+        /// The hold's id (1 to 63 of a-z, 0-9, '_', '.', '-').
+        hold: crate::cdi::HoldId,
+        /// GPU (GPU-...) or MIG device (MIG-...) UUIDs.
+        #[arg(required = true)]
+        devices: Vec<crate::cdi::DeviceId>,
+        /// A Kubernetes binding: the spec carries no NVIDIA edits.
+        #[arg(long)]
+        kubernetes: bool,
+    },
 }

@@ -1,5 +1,7 @@
 //! What each subcommand does and prints. Each returns the process's exit status.
 
+pub mod cdi;
+
 use std::io::Write;
 use std::process::ExitCode;
 

@@ -5,6 +5,7 @@
 //! `bcd-protocol`. Everything it parses (nvidia-smi output, procfs, sysfs, the kernel log) is
 //! untrusted input and is read by pure parsers that return errors, never panic.
 
+pub mod cdi;
 pub mod cli;
 pub mod commands;
 pub mod doctor;

@@ -4,7 +4,7 @@ use std::process::ExitCode;
 
 use clap::Parser;
 
-use bcd::cli::{Cli, Command, HelperCommand};
+use bcd::cli::{CdiCommand, Cli, Command, HelperCommand};
 use bcd::commands;
 
 fn main() -> ExitCode {
@@ -35,6 +35,11 @@ fn main() -> ExitCode {
                 command: HelperCommand::Ping,
             } => commands::helper_ping(&cli.global).await,
             Command::Doctor { systemctl } => bcd::doctor::command(&cli.global, systemctl).await,
+            Command::Cdi(CdiCommand::Render {
+                hold,
+                devices,
+                kubernetes,
+            }) => commands::cdi::render(&cli.global, hold, devices, *kubernetes).await,
         }
     })
 }

@@ -1,0 +1,287 @@
+//! The names a hold is made of: the hold's own id, which becomes a file name, and the devices
+//! it holds, which become CDI device names and `NVIDIA_VISIBLE_DEVICES` entries.
+//!
+//! Both are validated on parse and only on parse: holding a value of these types is proof that
+//! it is safe to put in a path or a spec.
+
+use std::fmt;
+use std::str::FromStr;
+
+use serde::{Deserialize, Serialize};
+
+/// The longest hold id: 63 characters, so `bcd-<id>.json` stays a short, ordinary file name.
+pub const HOLD_ID_MAX_LEN: usize = 63;
+
+/// Why a hold id or a device id was refused. `Display` is the operator's sentence.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum IdError {
+    /// The hold id is not a safe name.
+    #[error(
+        "hold id {0:?} is not a safe name: use 1 to 63 of a-z, 0-9, '_', '.' and '-', starting with a letter or digit"
+    )]
+    HoldId(String),
+    /// The device is neither a GPU UUID nor a MIG device UUID.
+    #[error(
+        "device {0:?} is neither a GPU UUID (GPU- and 8-4-4-4-12 hex digits) nor a MIG device UUID (MIG-, or R450's MIG-GPU-<uuid>/<gi>/<ci>)"
+    )]
+    Device(String),
+}
+
+/// A hold's id: `[a-z0-9][a-z0-9_.-]{0,62}`. It names the hold's spec file,
+/// `bcd-<id>.json`, so it can hold no `/`, no upper case (file systems that fold case would
+/// merge two holds) and cannot be `.` or `..`.
+#[derive(Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(try_from = "String", into = "String")]
+pub struct HoldId(String);
+
+impl HoldId {
+    /// The id as given (it is already in its only form).
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+
+    /// The name of this hold's CDI spec file: `bcd-<id>.json`.
+    pub fn spec_file_name(&self) -> String {
+        format!(
+            "{}{}{}",
+            super::HOLD_SPEC_PREFIX,
+            self.0,
+            super::HOLD_SPEC_SUFFIX
+        )
+    }
+}
+
+impl FromStr for HoldId {
+    type Err = IdError;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let mut bytes = s.bytes();
+        let first_ok = bytes
+            .next()
+            .is_some_and(|b| b.is_ascii_lowercase() || b.is_ascii_digit());
+        let rest_ok = bytes.all(|b| {
+            b.is_ascii_lowercase() || b.is_ascii_digit() || matches!(b, b'_' | b'.' | b'-')
+        });
+        if first_ok && rest_ok && s.len() <= HOLD_ID_MAX_LEN {
+            Ok(Self(s.to_owned()))
+        } else {
+            Err(IdError::HoldId(shown(s)))
+        }
+    }
+}
+
+impl TryFrom<String> for HoldId {
+    type Error = IdError;
+    fn try_from(s: String) -> Result<Self, Self::Error> {
+        s.parse()
+    }
+}
+
+impl From<HoldId> for String {
+    fn from(v: HoldId) -> Self {
+        v.0
+    }
+}
+
+impl fmt::Display for HoldId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl fmt::Debug for HoldId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "HoldId({})", self.0)
+    }
+}
+
+/// A device a hold can hold: a whole GPU (`GPU-<uuid>`), a MIG device (`MIG-<uuid>`), or a
+/// MIG device in R450's form (`MIG-GPU-<uuid>/<gi>/<ci>`). Hex digits are kept lower case,
+/// as `nvidia-smi` prints them, so the same device always compares equal.
+#[derive(Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(try_from = "String", into = "String")]
+pub struct DeviceId(String);
+
+/// What kind of device a [`DeviceId`] names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DeviceKind {
+    /// A whole GPU.
+    Gpu,
+    /// A MIG device.
+    Mig,
+}
+
+impl DeviceId {
+    /// The id in its normal form; this is what `NVIDIA_VISIBLE_DEVICES` carries.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+
+    /// Whether it is a whole GPU or a MIG device.
+    pub fn kind(&self) -> DeviceKind {
+        if self.0.starts_with("GPU-") {
+            DeviceKind::Gpu
+        } else {
+            DeviceKind::Mig
+        }
+    }
+
+    /// The CDI device name: the id itself, except that R450's `/` separators become `:`,
+    /// since a CDI device name may not hold a `/`.
+    pub fn cdi_name(&self) -> String {
+        self.0.replace('/', ":")
+    }
+}
+
+/// `8-4-4-4-12` hex digits, lower-cased; `None` when the shape is wrong.
+fn uuid_body(s: &str) -> Option<String> {
+    let mut groups = 0;
+    for (group, want) in s.split('-').zip([8usize, 4, 4, 4, 12]) {
+        if group.len() != want || !group.bytes().all(|b| b.is_ascii_hexdigit()) {
+            return None;
+        }
+        groups += 1;
+    }
+    (groups == 5 && s.split('-').count() == 5).then(|| s.to_ascii_lowercase())
+}
+
+impl FromStr for DeviceId {
+    type Err = IdError;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let refuse = || IdError::Device(shown(s));
+        if let Some(body) = s.strip_prefix("GPU-") {
+            return uuid_body(body)
+                .map(|b| Self(format!("GPU-{b}")))
+                .ok_or_else(refuse);
+        }
+        if let Some(legacy) = s.strip_prefix("MIG-GPU-") {
+            let mut parts = legacy.split('/');
+            let (Some(uuid), Some(gi), Some(ci), None) =
+                (parts.next(), parts.next(), parts.next(), parts.next())
+            else {
+                return Err(refuse());
+            };
+            let small = |n: &str| {
+                (!n.is_empty() && n.len() <= 3 && n.bytes().all(|b| b.is_ascii_digit()))
+                    .then(|| n.parse::<u32>().ok())
+                    .flatten()
+            };
+            return match (uuid_body(uuid), small(gi), small(ci)) {
+                (Some(u), Some(g), Some(c)) => Ok(Self(format!("MIG-GPU-{u}/{g}/{c}"))),
+                _ => Err(refuse()),
+            };
+        }
+        if let Some(body) = s.strip_prefix("MIG-") {
+            return uuid_body(body)
+                .map(|b| Self(format!("MIG-{b}")))
+                .ok_or_else(refuse);
+        }
+        Err(refuse())
+    }
+}
+
+impl TryFrom<String> for DeviceId {
+    type Error = IdError;
+    fn try_from(s: String) -> Result<Self, Self::Error> {
+        s.parse()
+    }
+}
+
+impl From<DeviceId> for String {
+    fn from(v: DeviceId) -> Self {
+        v.0
+    }
+}
+
+impl fmt::Display for DeviceId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl fmt::Debug for DeviceId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "DeviceId({})", self.0)
+    }
+}
+
+/// An untrusted string as an error shows it: at most 80 characters, so a hostile argument
+/// cannot flood a log line.
+fn shown(s: &str) -> String {
+    s.chars().take(80).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hold_ids_are_safe_file_names() {
+        for ok in ["a", "job-42", "0", "train.v2_b", &"x".repeat(63)] {
+            assert_eq!(ok.parse::<HoldId>().unwrap().as_str(), ok);
+        }
+        for bad in [
+            "",
+            ".",
+            "..",
+            "-a",
+            "_a",
+            "A",
+            "a/b",
+            "a b",
+            "ä",
+            "a\n",
+            &"x".repeat(64),
+        ] {
+            assert!(bad.parse::<HoldId>().is_err(), "{bad:?} must be refused");
+        }
+        let id: HoldId = "job-1".parse().unwrap();
+        assert_eq!(id.spec_file_name(), "bcd-job-1.json");
+    }
+
+    #[test]
+    fn device_ids_take_gpu_mig_and_r450_forms() {
+        let gpu: DeviceId = "GPU-5AE30E40-78ba-e5df-4b1a-d79c2d43241b".parse().unwrap();
+        assert_eq!(gpu.as_str(), "GPU-5ae30e40-78ba-e5df-4b1a-d79c2d43241b");
+        assert_eq!(gpu.kind(), DeviceKind::Gpu);
+        let mig: DeviceId = "MIG-58866115-6175-6822-e455-1694c2bc414b".parse().unwrap();
+        assert_eq!(mig.kind(), DeviceKind::Mig);
+        assert_eq!(mig.cdi_name(), mig.as_str());
+        let old: DeviceId = "MIG-GPU-5ae30e40-78ba-e5df-4b1a-d79c2d43241b/7/0"
+            .parse()
+            .unwrap();
+        assert_eq!(old.kind(), DeviceKind::Mig);
+        assert_eq!(
+            old.cdi_name(),
+            "MIG-GPU-5ae30e40-78ba-e5df-4b1a-d79c2d43241b:7:0"
+        );
+        for bad in [
+            "",
+            "GPU-",
+            "gpu-5ae30e40-78ba-e5df-4b1a-d79c2d43241b",
+            "GPU-5ae30e40-78ba-e5df-4b1a-d79c2d43241",
+            "GPU-5ae30e40-78ba-e5df-4b1a-d79c2d43241b-",
+            "GPU-5ae30e40-78ba-e5df-4b1a-d79c2d43241g",
+            "MIG-GPU-5ae30e40-78ba-e5df-4b1a-d79c2d43241b/7",
+            "MIG-GPU-5ae30e40-78ba-e5df-4b1a-d79c2d43241b/7/0/1",
+            "MIG-GPU-5ae30e40-78ba-e5df-4b1a-d79c2d43241b/x/0",
+            "MIG-GPU-5ae30e40-78ba-e5df-4b1a-d79c2d43241b/7/../0",
+            "0",
+            "all",
+        ] {
+            assert!(bad.parse::<DeviceId>().is_err(), "{bad:?} must be refused");
+        }
+    }
+
+    #[test]
+    fn ids_round_trip_through_json_and_refuse_bad_values() {
+        let id: DeviceId =
+            serde_json::from_str("\"GPU-5ae30e40-78ba-e5df-4b1a-d79c2d43241b\"").unwrap();
+        assert_eq!(
+            serde_json::to_string(&id).unwrap(),
+            "\"GPU-5ae30e40-78ba-e5df-4b1a-d79c2d43241b\""
+        );
+        assert!(serde_json::from_str::<HoldId>("\"../etc\"").is_err());
+    }
+}

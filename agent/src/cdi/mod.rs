@@ -1,0 +1,36 @@
+//! Holds and their CDI specs, built from NVIDIA's own spec.
+//!
+//! A hold reserves GPUs or MIG devices ([`holds`]); for each hold bcd writes
+//! `<cdi>/bcd-<hold>.json` (kind `bcd.dev/gpu`, one device per held device named by its
+//! UUID), so `bcd.dev/gpu=<uuid>` is all a container needs. With the NVIDIA Container
+//! Toolkit in CDI mode `NVIDIA_VISIBLE_DEVICES` alone grants nothing, so each held device
+//! carries the edits of the device that stands for it in NVIDIA's spec ([`vendor`]): its
+//! device nodes, never another GPU's. [`render`] builds a spec without I/O; [`converge`]
+//! writes them all and removes orphans.
+//!
+//! This module never runs a privileged step and never writes a file other than `holds.json`
+//! and `bcd-<hold>.json`.
+
+pub mod converge;
+pub mod holds;
+pub mod ids;
+pub mod render;
+pub mod spec;
+pub mod vendor;
+
+pub use converge::{converge, ConvergeError, Convergence};
+pub use holds::{Hold, HoldError, Holds};
+pub use ids::{DeviceId, HoldId, IdError};
+pub use render::{render, HoldRequest, Rendered};
+pub use vendor::{read_vendor_specs, DeviceCatalog, VendorSpec, VendorSpecs};
+
+/// bcd's spec files are `bcd-<hold id>.json`; vendor spec reading skips every `bcd-*` file.
+pub const HOLD_SPEC_PREFIX: &str = "bcd-";
+/// See [`HOLD_SPEC_PREFIX`].
+pub const HOLD_SPEC_SUFFIX: &str = ".json";
+
+/// The folders vendor specs are read from, in order: the CDI folder, then the toolkit's
+/// `/var/run/cdi` under the host's root.
+pub fn vendor_dirs(cdi_dir: &std::path::Path, host: &crate::host::Host) -> Vec<std::path::PathBuf> {
+    vec![cdi_dir.to_path_buf(), host.path(vendor::DYNAMIC_CDI_DIR)]
+}

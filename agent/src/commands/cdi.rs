@@ -1,0 +1,48 @@
+//! `bcd cdi render`: the spec a hold would get, printed, nothing written.
+
+use std::process::ExitCode;
+
+use crate::cdi::{self, DeviceCatalog, DeviceId, HoldId, HoldRequest};
+use crate::cli::Global;
+use crate::inventory::collect::collect;
+
+/// `bcd cdi render HOLD DEVICE... [--kubernetes]`: collects the inventory (to match specs
+/// that name devices by index), reads NVIDIA's specs, and prints the hold's spec as it would
+/// be written. Problems with NVIDIA's specs and devices they do not name are logged to
+/// stderr; the spec is printed all the same, as the converger would write it.
+pub async fn render(
+    global: &Global,
+    hold: &HoldId,
+    devices: &[DeviceId],
+    kubernetes: bool,
+) -> ExitCode {
+    let host = global.host();
+    let collection = collect(&host, None).await;
+    let mut catalog = DeviceCatalog::from_inventory(&collection.inventory);
+    if let Some(snapshot) = &collection.snapshot {
+        catalog.add_mig_numbers(&snapshot.listed);
+    }
+    for d in devices {
+        if catalog.get(d).is_none() {
+            tracing::warn!(device = %d, "not in this node's inventory; it can only be matched by UUID");
+        }
+    }
+    let vendor = cdi::read_vendor_specs(&cdi::vendor_dirs(&global.cdi_dir, &host));
+    for problem in &vendor.problems {
+        tracing::warn!("{problem}");
+    }
+    let rendered = cdi::render(
+        HoldRequest {
+            hold,
+            devices,
+            kubernetes,
+        },
+        &vendor.specs,
+        &catalog,
+    );
+    if !rendered.unnamed.is_empty() {
+        cdi::converge::warn_unnamed(hold, &rendered.unnamed, rendered.vendor.as_deref());
+    }
+    super::print(&String::from_utf8_lossy(&rendered.to_json()));
+    ExitCode::SUCCESS
+}
