@@ -7,6 +7,7 @@
 
 pub mod cli;
 pub mod commands;
+pub mod health;
 pub mod host;
 pub mod inventory;
 pub mod smi;

@@ -5,7 +5,7 @@ use std::process::ExitCode;
 use clap::Parser;
 
 use bcd::cli::{Cli, Command};
-use bcd::commands;
+use bcd::{commands, health};
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
@@ -31,6 +31,10 @@ fn main() -> ExitCode {
     runtime.block_on(async {
         match cli.command {
             Command::Hardware => commands::hardware(&cli.global).await,
+            Command::Status => health::commands::status_command(&cli.global).await,
+            Command::Diag { gpu, expected_gpus } => {
+                health::commands::diag_command(&cli.global, &gpu, expected_gpus).await
+            }
         }
     })
 }
