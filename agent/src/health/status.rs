@@ -174,10 +174,10 @@ pub fn render(report: &StatusReport) -> String {
     let mut out = String::new();
     for g in &report.gpus {
         let mut line = format!(
-            "GPU {}  {}  {}% busy  {}/{} MiB  {}°C  {}/{} W  {} process(es)",
+            "GPU {}  {}  {} busy  {}/{} MiB  {}°C  {}/{} W  {} process(es)",
             or_dash(g.index),
             g.name.as_deref().unwrap_or(&g.uuid),
-            or_dash(g.utilization_gpu_pct),
+            or_dash(g.utilization_gpu_pct.map(|p| format!("{p}%"))),
             or_dash(g.memory_used_mib),
             or_dash(g.memory_total_mib),
             or_dash(g.temperature_c),
