@@ -21,8 +21,11 @@ fn bcd(host: &str, args: &[&str]) -> Output {
         .unwrap()
 }
 
-/// The (check, gpu, passed) of each check of `bcd diag --json`.
-fn diag(host: &str, args: &[&str]) -> (i32, bool, Vec<(String, Option<String>, bool)>) {
+/// One check of `bcd diag --json`: (check, gpu, passed).
+type CheckRow = (String, Option<String>, bool);
+
+/// The exit status, `passed` and the checks of `bcd diag --json`.
+fn diag(host: &str, args: &[&str]) -> (i32, bool, Vec<CheckRow>) {
     let mut all = vec!["diag", "--json"];
     all.extend_from_slice(args);
     let out = bcd(host, &all);
@@ -47,7 +50,7 @@ fn diag(host: &str, args: &[&str]) -> (i32, bool, Vec<(String, Option<String>, b
     )
 }
 
-fn failed(checks: &[(String, Option<String>, bool)]) -> Vec<(&str, Option<&str>)> {
+fn failed(checks: &[CheckRow]) -> Vec<(&str, Option<&str>)> {
     checks
         .iter()
         .filter(|c| !c.2)
@@ -100,7 +103,12 @@ fn count_and_presence_fail_on_request() {
     let unknown = "GPU-00000000-1111-2222-3333-444444444444";
     let (code, _, checks) = diag(
         "hgx-h100",
-        &["--gpu", unknown, "--gpu", "GPU-a4303385-f265-4ffc-ad1b-b0bef156d59a"],
+        &[
+            "--gpu",
+            unknown,
+            "--gpu",
+            "GPU-a4303385-f265-4ffc-ad1b-b0bef156d59a",
+        ],
     );
     assert_eq!(code, 1);
     assert_eq!(failed(&checks), [("gpu.present", Some(unknown))]);
