@@ -98,6 +98,18 @@ pub enum Command {
     /// CDI specs of holds.
     #[command(subcommand)]
     Cdi(CdiCommand),
+    /// One line per GPU from a live sample (waits at most 10 s), with UNHEALTHY where the
+    /// healthy rule fails.
+    Status,
+    /// diag.nvml: collect again and check the GPUs; exit 1 unless every check passed.
+    Diag {
+        /// Check only this GPU (UUID); repeatable.
+        #[arg(long = "gpu", value_name = "UUID")]
+        gpu: Vec<String>,
+        /// Fail gpu.count when fewer GPUs are visible.
+        #[arg(long, value_name = "N")]
+        expected_gpus: Option<usize>,
+    },
 }
 
 /// `bcd cdi ...`.

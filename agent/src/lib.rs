@@ -9,6 +9,7 @@ pub mod cdi;
 pub mod cli;
 pub mod commands;
 pub mod doctor;
+pub mod health;
 pub mod helper_client;
 pub mod host;
 pub mod inventory;

@@ -5,7 +5,7 @@ use std::process::ExitCode;
 use clap::Parser;
 
 use bcd::cli::{CdiCommand, Cli, Command, HelperCommand};
-use bcd::commands;
+use bcd::{commands, health};
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
@@ -40,6 +40,10 @@ fn main() -> ExitCode {
                 devices,
                 kubernetes,
             }) => commands::cdi::render(&cli.global, hold, devices, *kubernetes).await,
+            Command::Status => health::commands::status_command(&cli.global).await,
+            Command::Diag { gpu, expected_gpus } => {
+                health::commands::diag_command(&cli.global, gpu, *expected_gpus).await
+            }
         }
     })
 }

@@ -1,0 +1,94 @@
+//! `bcd status` and `bcd diag`: what they print and their exit statuses.
+
+use std::io::Write;
+use std::process::ExitCode;
+
+use super::diag::{diag_nvml, link_widths, render as render_diag, DiagRequest, NvmlState};
+use super::faults::{read_boot_id, read_this_boot};
+use super::status::{render as render_status, status};
+use crate::cli::Global;
+use crate::inventory::collect::collect;
+
+/// Writes to stdout; a closed pipe ends quietly.
+fn print(text: &str) {
+    let _ = std::io::stdout().lock().write_all(text.as_bytes());
+}
+
+fn print_json<T: serde::Serialize>(value: &T) -> bool {
+    match serde_json::to_string_pretty(value) {
+        Ok(json) => {
+            print(&format!("{json}\n"));
+            true
+        }
+        Err(e) => {
+            eprintln!("bcd: cannot encode the result: {e}");
+            false
+        }
+    }
+}
+
+/// `bcd status`: exit 0 with a sample, 1 without (no driver, failure, timeout).
+pub async fn status_command(global: &Global) -> ExitCode {
+    let host = global.host();
+    match status(&host, &global.data_dir).await {
+        Ok(report) => {
+            let printed = if global.json {
+                print_json(&report)
+            } else {
+                print(&render_status(&report));
+                true
+            };
+            if printed {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::from(1)
+            }
+        }
+        Err(e) => {
+            eprintln!("bcd: {e}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+/// `bcd diag`: collects again, runs `diag.nvml`, exit 0 only when every check passed.
+pub async fn diag_command(
+    global: &Global,
+    gpu_uuids: &[String],
+    expected_gpus: Option<usize>,
+) -> ExitCode {
+    let host = global.host();
+    let collection = collect(&host, None).await;
+    let conditions = match read_boot_id(&host).and_then(|b| read_this_boot(&global.data_dir, &b)) {
+        Ok(c) => c,
+        Err(e) => {
+            // Diag still runs: xid.recent then shows only what it can know.
+            eprintln!("bcd: {e}; xid.recent cannot see earlier XIDs");
+            Vec::new()
+        }
+    };
+    let error = collection.snapshot_error.as_ref();
+    let nvml = match error {
+        Some(e) if e.is_no_driver() => NvmlState::Unavailable,
+        _ => NvmlState::Collected(&collection.inventory),
+    };
+    let detail = error.filter(|e| !e.is_no_driver()).map(ToString::to_string);
+    let request = DiagRequest {
+        gpu_uuids: gpu_uuids.to_vec(),
+        expected_gpu_count: expected_gpus,
+    };
+    let links = link_widths(&host, &collection.inventory);
+    let report = diag_nvml(nvml, detail.as_deref(), &links, &conditions, &request);
+    if global.json {
+        if !print_json(&report) {
+            return ExitCode::from(1);
+        }
+    } else {
+        print(&render_diag(&report));
+    }
+    if report.passed {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    }
+}

@@ -1,0 +1,343 @@
+//! `<data-dir>/faults.json`: the XID conditions of this boot, so a restart of bcd in the same
+//! boot reports them again although it reads the kernel log from its end.
+//!
+//! The file holds the boot id (`/proc/sys/kernel/random/boot_id`) it was written in. The first
+//! start in another boot finds a different id and drops the conditions (rewriting the file);
+//! readers that only look ([`read_this_boot`], for `bcd status` and `bcd diag`) never write.
+//! The file is private (0600) and written atomically; a torn file is set aside, never replaced
+//! silently (see [`crate::state`]).
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, PoisonError};
+
+use serde::{Deserialize, Serialize};
+use tokio::sync::watch;
+
+use super::Condition;
+use crate::host::Host;
+use crate::state::{self, StateError, PRIVATE_MODE};
+
+/// The file's name in the data folder.
+pub const FAULTS_FILE: &str = "faults.json";
+/// Where the kernel gives this boot's id.
+pub const BOOT_ID_PATH: &str = "/proc/sys/kernel/random/boot_id";
+
+/// Why the faults could not be kept.
+#[derive(Debug, thiserror::Error)]
+pub enum FaultsError {
+    /// The boot id could not be read.
+    #[error("cannot read this boot's id from {path}: {source}; XID conditions cannot be kept across restarts")]
+    BootId {
+        /// The file.
+        path: PathBuf,
+        /// What the system said.
+        source: std::io::Error,
+    },
+    /// The state file could not be read or written.
+    #[error("XID conditions: {0}")]
+    State(#[from] StateError),
+}
+
+/// The file's contents.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+struct Document {
+    boot_id: String,
+    #[serde(default)]
+    conditions: Vec<Condition>,
+}
+
+/// Reads this boot's id from `host`, trimmed.
+///
+/// # Errors
+/// [`FaultsError::BootId`] when the file cannot be read.
+pub fn read_boot_id(host: &Host) -> Result<String, FaultsError> {
+    let path = host.path(BOOT_ID_PATH);
+    std::fs::read_to_string(&path)
+        .map(|s| s.trim().to_owned())
+        .map_err(|source| FaultsError::BootId { path, source })
+}
+
+fn parse(bytes: &[u8]) -> Result<Document, String> {
+    serde_json::from_slice(bytes).map_err(|e| e.to_string())
+}
+
+/// The conditions `faults.json` holds for `boot_id`, without writing anything: none when the
+/// file is absent or from another boot.
+///
+/// # Errors
+/// [`FaultsError::State`] when the file is a link, unreadable or does not parse (it is left
+/// where it is: readers never set files aside).
+pub fn read_this_boot(data_dir: &Path, boot_id: &str) -> Result<Vec<Condition>, FaultsError> {
+    let path = data_dir.join(FAULTS_FILE);
+    let Some(bytes) = state::read(&path)? else {
+        return Ok(Vec::new());
+    };
+    let doc = parse(&bytes).map_err(|reason| {
+        FaultsError::State(StateError::Io {
+            path: path.clone(),
+            source: std::io::Error::new(std::io::ErrorKind::InvalidData, reason),
+        })
+    })?;
+    Ok(if doc.boot_id == boot_id {
+        doc.conditions
+    } else {
+        Vec::new()
+    })
+}
+
+/// The faults file of one boot, owned by the node service.
+#[derive(Debug)]
+pub struct FaultStore {
+    path: PathBuf,
+    boot_id: String,
+    conditions: Vec<Condition>,
+}
+
+impl FaultStore {
+    /// Opens `<data_dir>/faults.json` for `boot_id`: the same boot's conditions are kept;
+    /// another boot's are dropped and the file rewritten at once.
+    ///
+    /// # Errors
+    /// [`FaultsError::State`]: a torn file has been set aside (the store then starts empty and
+    /// the error says where the old file went), or the file cannot be read or rewritten.
+    pub fn open(data_dir: &Path, boot_id: &str) -> Result<Self, FaultsError> {
+        let path = data_dir.join(FAULTS_FILE);
+        let loaded = state::load(&path, parse)?;
+        let mut store = Self {
+            path,
+            boot_id: boot_id.to_owned(),
+            conditions: Vec::new(),
+        };
+        match loaded {
+            Some(doc) if doc.boot_id == boot_id => store.conditions = doc.conditions,
+            Some(doc) => {
+                tracing::info!(
+                    "dropping {} XID condition(s) of an earlier boot ({})",
+                    doc.conditions.len(),
+                    doc.boot_id
+                );
+                store.save()?;
+            }
+            None => {}
+        }
+        Ok(store)
+    }
+
+    /// This boot's conditions.
+    pub fn conditions(&self) -> &[Condition] {
+        &self.conditions
+    }
+
+    /// The file.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Raises `kind` for `device_id` and writes the file when that changed anything.
+    ///
+    /// # Errors
+    /// [`FaultsError::State`] when the write failed; the condition is kept in memory anyway.
+    pub fn raise(
+        &mut self,
+        kind: &str,
+        device_id: &str,
+        message: &str,
+    ) -> Result<bool, FaultsError> {
+        let changed = super::raise(
+            &mut self.conditions,
+            kind,
+            device_id,
+            message,
+            super::unix_now(),
+        );
+        if changed {
+            self.save()?;
+        }
+        Ok(changed)
+    }
+
+    /// Drops every XID condition of `uuid` (after a reset left it healthy) and writes the
+    /// file. Returns how many were dropped.
+    ///
+    /// # Errors
+    /// [`FaultsError::State`] when the write failed; memory is cleared anyway.
+    pub fn clear_gpu(&mut self, uuid: &str) -> Result<usize, FaultsError> {
+        let before = self.conditions.len();
+        self.conditions.retain(|c| !c.is_xid_of(uuid));
+        let dropped = before - self.conditions.len();
+        if dropped > 0 {
+            self.save()?;
+        }
+        Ok(dropped)
+    }
+
+    fn save(&self) -> Result<(), FaultsError> {
+        let doc = Document {
+            boot_id: self.boot_id.clone(),
+            conditions: self.conditions.clone(),
+        };
+        // Plain data always encodes.
+        let bytes = serde_json::to_vec_pretty(&doc).unwrap_or_default();
+        state::write_atomic(&self.path, &bytes, PRIVATE_MODE)?;
+        Ok(())
+    }
+}
+
+/// The faults store shared by the XID watcher, `gpu.reset` and the node service's readers:
+/// every change is written to the file and published at once on a `watch` channel. Cheap to
+/// clone.
+#[derive(Debug, Clone)]
+pub struct Health {
+    store: Arc<Mutex<FaultStore>>,
+    published: Arc<watch::Sender<Vec<Condition>>>,
+}
+
+impl Health {
+    /// Shares `store`, publishing its current conditions.
+    pub fn new(store: FaultStore) -> Self {
+        let (tx, _) = watch::channel(store.conditions().to_vec());
+        Self {
+            store: Arc::new(Mutex::new(store)),
+            published: Arc::new(tx),
+        }
+    }
+
+    /// A receiver that sees every change of the conditions.
+    pub fn subscribe(&self) -> watch::Receiver<Vec<Condition>> {
+        self.published.subscribe()
+    }
+
+    /// The conditions now.
+    pub fn conditions(&self) -> Vec<Condition> {
+        self.published.borrow().clone()
+    }
+
+    /// Raises a condition, writes the file and publishes; see [`FaultStore::raise`].
+    ///
+    /// # Errors
+    /// The write's error; the condition is published anyway (readers must see it now).
+    pub fn raise(&self, kind: &str, device_id: &str, message: &str) -> Result<(), FaultsError> {
+        self.change(|s| s.raise(kind, device_id, message).map(|_| ()))
+    }
+
+    /// Drops `uuid`'s XID conditions, writes the file and publishes; see
+    /// [`FaultStore::clear_gpu`].
+    ///
+    /// # Errors
+    /// The write's error; memory and readers are cleared anyway.
+    pub fn clear_gpu(&self, uuid: &str) -> Result<usize, FaultsError> {
+        self.change(|s| s.clear_gpu(uuid))
+    }
+
+    fn change<T>(
+        &self,
+        f: impl FnOnce(&mut FaultStore) -> Result<T, FaultsError>,
+    ) -> Result<T, FaultsError> {
+        // A panic while holding the lock cannot leave the conditions half-written: each change
+        // is one push, one field update or one retain.
+        let mut store = self.store.lock().unwrap_or_else(PoisonError::into_inner);
+        let result = f(&mut store);
+        let now = store.conditions().to_vec();
+        drop(store);
+        self.published.send_if_modified(|current| {
+            if *current == now {
+                false
+            } else {
+                *current = now;
+                true
+            }
+        });
+        result
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::PermissionsExt;
+
+    const GPU_A: &str = "GPU-ff1dacfa-2e1a-0504-a88b-76a3118ee48b";
+    const GPU_B: &str = "GPU-a4303385-f265-4ffc-ad1b-b0bef156d59a";
+
+    /// A fake host whose boot id file the test rewrites to simulate a reboot.
+    fn host_with_boot(dir: &Path, boot_id: &str) -> Host {
+        let file = dir.join("root/proc/sys/kernel/random/boot_id");
+        std::fs::create_dir_all(file.parent().unwrap()).unwrap();
+        std::fs::write(&file, format!("{boot_id}\n")).unwrap();
+        Host::new(dir.join("root"), "nvidia-smi")
+    }
+
+    #[test]
+    fn a_restart_in_the_same_boot_keeps_conditions_and_another_boot_drops_them() {
+        let dir = tempfile::tempdir().unwrap();
+        let data = dir.path().join("data");
+        std::fs::create_dir_all(&data).unwrap();
+        let host = host_with_boot(dir.path(), "boot-1");
+        let boot = read_boot_id(&host).unwrap();
+        assert_eq!(boot, "boot-1");
+
+        let mut store = FaultStore::open(&data, &boot).unwrap();
+        store
+            .raise("Xid79", GPU_A, "NVRM: Xid (PCI:0000:18:00): 79, ...")
+            .unwrap();
+        store
+            .raise("Xid13", GPU_B, "NVRM: Xid (PCI:0000:2a:00): 13, ...")
+            .unwrap();
+        let file = data.join(FAULTS_FILE);
+        assert_eq!(
+            std::fs::metadata(&file).unwrap().permissions().mode() & 0o777,
+            0o600
+        );
+
+        // Restart, same boot.
+        let again = FaultStore::open(&data, &read_boot_id(&host).unwrap()).unwrap();
+        assert_eq!(again.conditions().len(), 2);
+        assert_eq!(read_this_boot(&data, "boot-1").unwrap().len(), 2);
+
+        // Reboot: a reader sees nothing and writes nothing; the service's start drops them.
+        let host = host_with_boot(dir.path(), "boot-2");
+        let boot = read_boot_id(&host).unwrap();
+        assert!(read_this_boot(&data, &boot).unwrap().is_empty());
+        assert!(std::fs::read_to_string(&file).unwrap().contains("boot-1"));
+        let fresh = FaultStore::open(&data, &boot).unwrap();
+        assert!(fresh.conditions().is_empty());
+        let text = std::fs::read_to_string(&file).unwrap();
+        assert!(text.contains("boot-2") && !text.contains("Xid79"), "{text}");
+        assert_eq!(
+            std::fs::metadata(&file).unwrap().permissions().mode() & 0o777,
+            0o600
+        );
+    }
+
+    #[test]
+    fn clearing_a_gpu_drops_only_its_xids() {
+        let dir = tempfile::tempdir().unwrap();
+        let health = Health::new(FaultStore::open(dir.path(), "b").unwrap());
+        let mut rx = health.subscribe();
+        health.raise("Xid79", GPU_A, "a").unwrap();
+        assert!(rx.has_changed().unwrap());
+        assert_eq!(rx.borrow_and_update().len(), 1);
+        health.raise("Xid48", GPU_B, "b").unwrap();
+        health.raise("Xid13", GPU_A, "c").unwrap();
+        assert_eq!(health.clear_gpu(GPU_A).unwrap(), 2);
+        assert_eq!(health.clear_gpu(GPU_A).unwrap(), 0);
+        let left = read_this_boot(dir.path(), "b").unwrap();
+        assert_eq!(left.len(), 1);
+        assert_eq!(left[0].device_id, GPU_B);
+        assert_eq!(health.conditions(), left);
+    }
+
+    #[test]
+    fn a_torn_file_is_set_aside_and_a_reader_reports_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join(FAULTS_FILE);
+        std::fs::write(&file, b"{\"boot_id\": \"b\", \"condi").unwrap();
+        assert!(read_this_boot(dir.path(), "b").is_err());
+        assert!(file.exists(), "a reader leaves the file alone");
+        let err = FaultStore::open(dir.path(), "b").unwrap_err();
+        assert!(err.to_string().contains("does not parse"), "{err}");
+        assert!(!file.exists());
+        let store = FaultStore::open(dir.path(), "b").unwrap();
+        assert!(store.conditions().is_empty());
+    }
+}

@@ -1,0 +1,277 @@
+//! GPU health: XIDs from the kernel log, the conditions they raise (kept per boot in
+//! `faults.json`), the one healthy rule every reader uses, `diag.nvml`, `bcd status` and the
+//! policy half of `gpu.reset`.
+//!
+//! The rule ([`gpu_healthy`]) is: no failed or pending row remap, no uncorrectable volatile ECC
+//! errors, and no `Xid*` condition for the GPU this boot. Conditions only ever come from the
+//! faults store, which drops those of earlier boots, so "this boot" holds by construction.
+
+pub mod commands;
+pub mod diag;
+pub mod faults;
+pub mod kmsg;
+pub mod reset;
+pub mod status;
+pub mod watcher;
+
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use serde::{Deserialize, Serialize};
+
+use crate::inventory::document::Gpu;
+
+/// The prefix of an XID condition's kind; the number follows (`Xid79`).
+pub const XID_KIND_PREFIX: &str = "Xid";
+
+/// The kind of the condition an XID raises: `Xid<N>`.
+pub fn xid_kind(number: u32) -> String {
+    format!("{XID_KIND_PREFIX}{number}")
+}
+
+/// Whether `kind` is an XID condition's kind (`Xid` and digits).
+pub fn is_xid_kind(kind: &str) -> bool {
+    kind.strip_prefix(XID_KIND_PREFIX)
+        .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
+}
+
+/// A device condition, as the node service reports it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Condition {
+    /// `Xid79`, ...
+    pub kind: String,
+    /// Whether the condition holds now.
+    pub status: bool,
+    /// The GPU's UUID.
+    pub device_id: String,
+    /// The driver's text of the latest occurrence.
+    pub message: String,
+    /// When it was first seen, seconds since the Unix epoch.
+    pub first_seen: u64,
+    /// When it was last seen, seconds since the Unix epoch.
+    pub last_seen: u64,
+}
+
+impl Condition {
+    /// Whether this is a live XID condition of `uuid`.
+    pub fn is_xid_of(&self, uuid: &str) -> bool {
+        self.status && self.device_id == uuid && is_xid_kind(&self.kind)
+    }
+}
+
+/// Seconds since the Unix epoch now (0 if the clock is before it).
+pub fn unix_now() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+/// Raises `kind` for `device_id` in `conditions`: a new condition, or the existing one with
+/// its `last_seen` and message updated (one condition per kind and GPU). Returns whether
+/// anything changed.
+pub fn raise(
+    conditions: &mut Vec<Condition>,
+    kind: &str,
+    device_id: &str,
+    message: &str,
+    now: u64,
+) -> bool {
+    if let Some(c) = conditions
+        .iter_mut()
+        .find(|c| c.kind == kind && c.device_id == device_id)
+    {
+        let changed = !c.status || c.message != message || c.last_seen != now;
+        c.status = true;
+        c.message = message.to_owned();
+        c.last_seen = now;
+        return changed;
+    }
+    conditions.push(Condition {
+        kind: kind.to_owned(),
+        status: true,
+        device_id: device_id.to_owned(),
+        message: message.to_owned(),
+        first_seen: now,
+        last_seen: now,
+    });
+    true
+}
+
+/// Why the hardware counters say `gpu` may not take work, in words; empty when they do not.
+/// XIDs are not looked at (a reset clears them, not these).
+pub fn hardware_problems(gpu: &Gpu) -> Vec<String> {
+    let mut out = Vec::new();
+    if let Some(rr) = &gpu.row_remap {
+        if rr.failure == Some(true) {
+            out.push("row remapping failed: the GPU needs replacing".to_owned());
+        }
+        if rr.pending == Some(true) {
+            out.push("a row remap waits for a GPU reset".to_owned());
+        }
+    }
+    if let Some(n) = uncorrectable_volatile(gpu) {
+        out.push(format!(
+            "{n} uncorrectable volatile ECC error(s) since the driver loaded"
+        ));
+    }
+    out
+}
+
+/// The count of uncorrectable volatile ECC errors, when above zero.
+pub fn uncorrectable_volatile(gpu: &Gpu) -> Option<u64> {
+    gpu.ecc
+        .as_ref()
+        .and_then(|e| e.volatile.as_ref())
+        .and_then(|v| v.uncorrectable)
+        .filter(|&n| n > 0)
+}
+
+/// The XID conditions of `gpu` (live, this boot), in the order given.
+pub fn xid_conditions<'a>(gpu: &Gpu, conditions: &'a [Condition]) -> Vec<&'a Condition> {
+    conditions
+        .iter()
+        .filter(|c| c.is_xid_of(&gpu.uuid))
+        .collect()
+}
+
+/// Why `gpu` is unhealthy, in words, one reason each; empty when it is healthy.
+pub fn unhealthy_reasons(gpu: &Gpu, conditions: &[Condition]) -> Vec<String> {
+    let mut out = hardware_problems(gpu);
+    let xids: Vec<&str> = xid_conditions(gpu, conditions)
+        .iter()
+        .map(|c| c.kind.as_str())
+        .collect();
+    if !xids.is_empty() {
+        out.push(format!("{} this boot", xids.join(", ")));
+    }
+    out
+}
+
+/// The healthy rule: may this GPU take work? No failed or pending row remap, no uncorrectable
+/// volatile ECC errors, no `Xid*` condition for it in `conditions` (which must be this boot's).
+pub fn gpu_healthy(gpu: &Gpu, conditions: &[Condition]) -> bool {
+    unhealthy_reasons(gpu, conditions).is_empty()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::inventory::document::{Ecc, EccCounts, RowRemap};
+
+    const UUID: &str = "GPU-ff1dacfa-2e1a-0504-a88b-76a3118ee48b";
+
+    fn healthy_gpu() -> Gpu {
+        Gpu {
+            uuid: UUID.into(),
+            ecc: Some(Ecc {
+                mode: Some(true),
+                volatile: Some(EccCounts {
+                    correctable: Some(12),
+                    uncorrectable: Some(0),
+                }),
+                aggregate: Some(EccCounts {
+                    correctable: Some(40),
+                    uncorrectable: Some(3),
+                }),
+            }),
+            row_remap: Some(RowRemap {
+                pending: Some(false),
+                failure: Some(false),
+                ..RowRemap::default()
+            }),
+            ..Gpu::default()
+        }
+    }
+
+    fn xid(kind: &str, device: &str) -> Condition {
+        let mut v = Vec::new();
+        raise(&mut v, kind, device, "NVRM: Xid ...", 1);
+        v.remove(0)
+    }
+
+    #[test]
+    fn a_clean_gpu_is_healthy_even_with_aggregate_errors_and_correctables() {
+        assert!(gpu_healthy(&healthy_gpu(), &[]));
+        assert!(
+            gpu_healthy(&Gpu::default(), &[]),
+            "no counters is no evidence"
+        );
+    }
+
+    #[test]
+    fn a_pending_row_remap_is_unhealthy() {
+        let mut g = healthy_gpu();
+        g.row_remap.as_mut().unwrap().pending = Some(true);
+        assert!(!gpu_healthy(&g, &[]));
+        assert_eq!(
+            unhealthy_reasons(&g, &[]),
+            ["a row remap waits for a GPU reset"]
+        );
+    }
+
+    #[test]
+    fn a_failed_row_remap_is_unhealthy() {
+        let mut g = healthy_gpu();
+        g.row_remap.as_mut().unwrap().failure = Some(true);
+        assert_eq!(
+            unhealthy_reasons(&g, &[]),
+            ["row remapping failed: the GPU needs replacing"]
+        );
+    }
+
+    #[test]
+    fn uncorrectable_volatile_ecc_is_unhealthy() {
+        let mut g = healthy_gpu();
+        g.ecc
+            .as_mut()
+            .unwrap()
+            .volatile
+            .as_mut()
+            .unwrap()
+            .uncorrectable = Some(2);
+        assert_eq!(
+            unhealthy_reasons(&g, &[]),
+            ["2 uncorrectable volatile ECC error(s) since the driver loaded"]
+        );
+    }
+
+    #[test]
+    fn an_xid_of_this_gpu_is_unhealthy_and_others_are_not() {
+        let g = healthy_gpu();
+        let conds = [
+            xid("Xid79", UUID),
+            xid("Xid13", UUID),
+            xid("Xid48", "GPU-other"),
+        ];
+        assert_eq!(unhealthy_reasons(&g, &conds), ["Xid79, Xid13 this boot"]);
+        let mut cleared = xid("Xid79", UUID);
+        cleared.status = false;
+        let not_xid = xid("MemoryPressure", UUID);
+        assert!(gpu_healthy(
+            &g,
+            &[cleared, not_xid, xid("Xid48", "GPU-other")]
+        ));
+    }
+
+    #[test]
+    fn raising_twice_keeps_one_condition_per_kind_and_gpu() {
+        let mut v = Vec::new();
+        assert!(raise(&mut v, "Xid79", UUID, "first", 10));
+        assert!(raise(&mut v, "Xid79", UUID, "second", 20));
+        assert!(raise(&mut v, "Xid13", UUID, "other", 20));
+        assert_eq!(v.len(), 2);
+        assert_eq!(
+            (v[0].first_seen, v[0].last_seen, v[0].message.as_str()),
+            (10, 20, "second")
+        );
+        assert!(!raise(&mut v, "Xid13", UUID, "other", 20), "nothing new");
+    }
+
+    #[test]
+    fn xid_kinds() {
+        assert_eq!(xid_kind(79), "Xid79");
+        assert!(is_xid_kind("Xid79"));
+        assert!(!is_xid_kind("Xid"));
+        assert!(!is_xid_kind("XidX"));
+        assert!(!is_xid_kind("SXid20034"));
+    }
+}

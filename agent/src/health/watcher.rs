@@ -1,0 +1,667 @@
+//! The XID watcher: reads `<host-root>/dev/kmsg` from its end for the life of the node service,
+//! turns each XID of a GPU the inventory lists into an `Xid<N>` condition (written to
+//! `faults.json` and published at once), and asks for an inventory collection, debounced.
+//!
+//! `/dev/kmsg` is opened non-blocking and polled: a read gives one record on the real character
+//! device, `EAGAIN` when there is none, and `EPIPE` when records were overwritten before they
+//! were read (the next record's sequence number tells how many). A fake host's `dev/kmsg` is a
+//! regular file a test appends to; there one read returns many records, split on newlines. The
+//! same loop serves both, polling every [`POLL_INTERVAL`] when there is nothing to read: a
+//! regular file cannot be waited on with epoll, and a tenth of a second is far below the
+//! ~2 seconds the collection after an XID waits anyway.
+
+use std::fs::{File, OpenOptions};
+use std::io::{self, Read, Seek, SeekFrom};
+use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use bcd_protocol::PciAddress;
+use tokio::sync::{mpsc, watch};
+
+use super::faults::Health;
+use super::kmsg::{parse_xid_record, Xid};
+use super::xid_kind;
+use crate::host::Host;
+use crate::inventory::document::{Gpu, Inventory};
+
+/// How long the watcher sleeps when the kernel log has nothing new.
+pub const POLL_INTERVAL: Duration = Duration::from_millis(100);
+/// How long the watcher waits before opening the kernel log again after its reader failed.
+pub const RESTART_DELAY: Duration = Duration::from_secs(1);
+/// How long after the first XID of a burst the inventory is collected again; the XIDs of the
+/// burst that arrive meanwhile join that one collection.
+pub const COLLECT_DELAY: Duration = Duration::from_secs(2);
+/// The longest kernel log record (the kernel's `CONSOLE_EXT_LOG_MAX`).
+const MAX_RECORD: usize = 8192;
+/// How much one read of a regular file takes.
+const FILE_CHUNK: usize = 64 * 1024;
+
+/// What one poll of the kernel log gave.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Polled {
+    /// Whole records, in order (without the trailing newline).
+    Records(Vec<Vec<u8>>),
+    /// Nothing new yet.
+    Idle,
+    /// Records were overwritten before they were read (`EPIPE`); reading goes on.
+    Lost,
+}
+
+/// A reader of kernel log records from the end of the log on.
+pub struct KmsgReader {
+    source: Box<dyn Read + Send>,
+    /// The character device returns one record per read; a regular file many lines.
+    one_record_per_read: bool,
+    buf: Vec<u8>,
+    pending: Vec<u8>,
+}
+
+impl std::fmt::Debug for KmsgReader {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("KmsgReader")
+            .field("one_record_per_read", &self.one_record_per_read)
+            .field("pending", &self.pending.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl KmsgReader {
+    /// Opens `path` non-blocking and seeks to its end (`SEEK_END`: on `/dev/kmsg` the next
+    /// record to come, on a regular file its current end).
+    ///
+    /// # Errors
+    /// The open, `fstat` or seek error.
+    pub fn open(path: &Path) -> io::Result<Self> {
+        let mut file: File = OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NONBLOCK)
+            .open(path)?;
+        let char_device = file.metadata()?.file_type().is_char_device();
+        file.seek(SeekFrom::End(0))?;
+        Ok(Self::from_source(Box::new(file), char_device))
+    }
+
+    /// A reader over any source: `one_record_per_read` as the character device behaves, else
+    /// as a regular file.
+    pub fn from_source(source: Box<dyn Read + Send>, one_record_per_read: bool) -> Self {
+        Self {
+            source,
+            one_record_per_read,
+            buf: vec![
+                0;
+                if one_record_per_read {
+                    MAX_RECORD
+                } else {
+                    FILE_CHUNK
+                }
+            ],
+            pending: Vec::new(),
+        }
+    }
+
+    /// Reads what is there now, without blocking.
+    ///
+    /// # Errors
+    /// Any read error but `EAGAIN`, `EINTR` and `EPIPE`.
+    pub fn poll(&mut self) -> io::Result<Polled> {
+        let n = loop {
+            match self.source.read(&mut self.buf) {
+                Ok(n) => break n,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(Polled::Idle),
+                Err(e) if e.raw_os_error() == Some(libc::EPIPE) => return Ok(Polled::Lost),
+                Err(e) => return Err(e),
+            }
+        };
+        if self.one_record_per_read {
+            if n == 0 {
+                return Ok(Polled::Idle);
+            }
+            let record = self.buf[..n].strip_suffix(b"\n").unwrap_or(&self.buf[..n]);
+            return Ok(Polled::Records(vec![record.to_vec()]));
+        }
+        if n > 0 {
+            self.pending.extend_from_slice(&self.buf[..n]);
+        }
+        let records = self.split_pending(n == 0);
+        Ok(if records.is_empty() {
+            Polled::Idle
+        } else {
+            Polled::Records(records)
+        })
+    }
+
+    /// Takes the whole records out of a regular file's buffer. A record ends at a newline
+    /// followed by a line that is not a continuation (does not start with a space); at the end
+    /// of the file (`at_end`), a buffer ending in a newline is whole as written so far.
+    fn split_pending(&mut self, at_end: bool) -> Vec<Vec<u8>> {
+        let mut out = Vec::new();
+        let mut start = 0;
+        let mut i = 0;
+        while let Some(nl) = self.pending[i..].iter().position(|&b| b == b'\n') {
+            let end = i + nl;
+            match self.pending.get(end + 1) {
+                Some(b' ') => {}
+                Some(_) => {
+                    out.push(self.pending[start..end].to_vec());
+                    start = end + 1;
+                }
+                None if at_end => {
+                    out.push(self.pending[start..end].to_vec());
+                    start = end + 1;
+                }
+                None => break,
+            }
+            i = end + 1;
+        }
+        self.pending.drain(..start);
+        out.retain(|r| !r.is_empty());
+        out
+    }
+}
+
+/// What the watcher has done, for metrics and tests.
+#[derive(Debug, Default)]
+pub struct WatcherStats {
+    /// Records read.
+    pub records: AtomicU64,
+    /// XIDs of GPUs the inventory lists.
+    pub xids: AtomicU64,
+    /// XIDs on a bus the inventory does not list.
+    pub unknown_bus: AtomicU64,
+    /// Records overwritten before they were read.
+    pub skipped: AtomicU64,
+    /// Times the reader was opened again after failing.
+    pub restarts: AtomicU64,
+}
+
+type Opener = Box<dyn Fn() -> io::Result<KmsgReader> + Send + Sync>;
+
+/// The XID watcher. Build it, then spawn [`XidWatcher::run`].
+pub struct XidWatcher {
+    path: PathBuf,
+    open: Opener,
+    inventory: watch::Receiver<Inventory>,
+    health: Health,
+    collect: mpsc::Sender<()>,
+    stats: Arc<WatcherStats>,
+    last_sequence: Option<u64>,
+    lost: bool,
+}
+
+impl std::fmt::Debug for XidWatcher {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("XidWatcher")
+            .field("path", &self.path)
+            .field("stats", &self.stats)
+            .finish_non_exhaustive()
+    }
+}
+
+impl XidWatcher {
+    /// A watcher of `host`'s `/dev/kmsg`, matching XIDs against the latest inventory, raising
+    /// conditions in `health` and sending a collection request to `collect` for each XID (a
+    /// full channel means one is already waiting, which is enough).
+    pub fn new(
+        host: &Host,
+        inventory: watch::Receiver<Inventory>,
+        health: Health,
+        collect: mpsc::Sender<()>,
+    ) -> Self {
+        let path = host.path("/dev/kmsg");
+        let open_path = path.clone();
+        Self {
+            path,
+            open: Box::new(move || KmsgReader::open(&open_path)),
+            inventory,
+            health,
+            collect,
+            stats: Arc::default(),
+            last_sequence: None,
+            lost: false,
+        }
+    }
+
+    /// Replaces how the kernel log is opened (tests hand in failing or `EPIPE` sources).
+    pub fn with_opener(
+        mut self,
+        open: impl Fn() -> io::Result<KmsgReader> + Send + Sync + 'static,
+    ) -> Self {
+        self.open = Box::new(open);
+        self
+    }
+
+    /// The watcher's counters, shared.
+    pub fn stats(&self) -> Arc<WatcherStats> {
+        Arc::clone(&self.stats)
+    }
+
+    /// Watches for ever: a reader that fails is opened again after [`RESTART_DELAY`] (from the
+    /// log's end again: what was logged in between is not read), and each restart is logged.
+    ///
+    /// # Cancel safety
+    /// Dropping the future stops the watcher; nothing is left half-written (each condition is
+    /// written atomically before it is published).
+    pub async fn run(mut self) {
+        let mut first = true;
+        loop {
+            if !first {
+                self.stats.restarts.fetch_add(1, Ordering::Relaxed);
+            }
+            first = false;
+            match (self.open)() {
+                Ok(reader) => {
+                    let e = self.read_until_failure(reader).await;
+                    tracing::warn!(
+                        "reading XIDs from {} failed: {e}; opening it again in {}s",
+                        self.path.display(),
+                        RESTART_DELAY.as_secs()
+                    );
+                }
+                Err(e) => tracing::warn!(
+                    "cannot open {} to watch for XIDs: {e}; trying again in {}s",
+                    self.path.display(),
+                    RESTART_DELAY.as_secs()
+                ),
+            }
+            tokio::time::sleep(RESTART_DELAY).await;
+        }
+    }
+
+    async fn read_until_failure(&mut self, mut reader: KmsgReader) -> io::Error {
+        self.last_sequence = None;
+        self.lost = false;
+        loop {
+            match reader.poll() {
+                Ok(Polled::Records(records)) => {
+                    for record in &records {
+                        self.handle(record);
+                    }
+                    // A burst must not starve the runtime's other tasks.
+                    tokio::task::yield_now().await;
+                }
+                Ok(Polled::Idle) => tokio::time::sleep(POLL_INTERVAL).await,
+                Ok(Polled::Lost) => self.lost = true,
+                Err(e) => return e,
+            }
+        }
+    }
+
+    fn handle(&mut self, bytes: &[u8]) {
+        self.stats.records.fetch_add(1, Ordering::Relaxed);
+        let (record, xid) = match parse_xid_record(bytes) {
+            Ok(parsed) => parsed,
+            Err(e) => {
+                tracing::debug!("kernel log: {e}");
+                return;
+            }
+        };
+        if self.lost {
+            self.lost = false;
+            let skipped = self
+                .last_sequence
+                .map_or(0, |last| record.sequence.saturating_sub(last + 1));
+            self.stats.skipped.fetch_add(skipped, Ordering::Relaxed);
+            tracing::warn!(
+                "the kernel log overwrote {skipped} record(s) before bcd read them; XIDs among them are lost"
+            );
+        }
+        self.last_sequence = Some(record.sequence);
+        if let Some(xid) = xid {
+            self.raise(&xid);
+        }
+    }
+
+    fn raise(&mut self, xid: &Xid) {
+        let uuid = {
+            let inventory = self.inventory.borrow();
+            gpu_at(&inventory, &xid.address).map(|g| g.uuid.clone())
+        };
+        let Some(uuid) = uuid else {
+            self.stats.unknown_bus.fetch_add(1, Ordering::Relaxed);
+            tracing::warn!(
+                "Xid {} on {}, a bus the inventory does not list: {}",
+                xid.number,
+                xid.bus_id(),
+                xid.text
+            );
+            return;
+        };
+        self.stats.xids.fetch_add(1, Ordering::Relaxed);
+        tracing::warn!("Xid {} on GPU {uuid}: {}", xid.number, xid.text);
+        if let Err(e) = self.health.raise(&xid_kind(xid.number), &uuid, &xid.text) {
+            tracing::error!("{e}");
+        }
+        // Full: a request is already waiting, and one collection serves both.
+        let _ = self.collect.try_send(());
+    }
+}
+
+/// The GPU of `inventory` at `address` (function and domain compared, not the spelling).
+pub fn gpu_at<'a>(inventory: &'a Inventory, address: &PciAddress) -> Option<&'a Gpu> {
+    inventory.gpu.gpus.iter().find(|g| {
+        g.bus_id
+            .as_deref()
+            .and_then(|b| b.parse::<PciAddress>().ok())
+            .is_some_and(|a| a == *address)
+    })
+}
+
+/// The channel of collection requests: the watcher sends, the scheduler receives debounced.
+pub fn collect_requests() -> (mpsc::Sender<()>, CollectRequests) {
+    let (tx, rx) = mpsc::channel(1);
+    (
+        tx,
+        CollectRequests {
+            rx,
+            delay: COLLECT_DELAY,
+        },
+    )
+}
+
+/// Collection requests, debounced: one collection [`COLLECT_DELAY`] after the first request
+/// of a burst.
+#[derive(Debug)]
+pub struct CollectRequests {
+    rx: mpsc::Receiver<()>,
+    delay: Duration,
+}
+
+impl CollectRequests {
+    /// Waits for a request, then [`COLLECT_DELAY`], then takes every request that came
+    /// meanwhile; returns `None` when every sender is gone. The delay counts from the first
+    /// request, not the last, so a steady stream of XIDs (a GPU can log hundreds of Xid 13)
+    /// still gets a collection every two seconds instead of postponing it for ever.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: a request taken before the future was dropped is lost, which is harmless,
+    /// since the caller collects on its own schedule too.
+    pub async fn next(&mut self) -> Option<()> {
+        self.rx.recv().await?;
+        tokio::time::sleep(self.delay).await;
+        while self.rx.try_recv().is_ok() {}
+        Some(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::health::faults::FaultStore;
+    use crate::health::Condition;
+    use crate::inventory::document::GpuSection;
+    use std::io::Write;
+    use std::time::Instant;
+
+    const GPUS: &[(&str, &str)] = &[
+        (
+            "GPU-ff1dacfa-2e1a-0504-a88b-76a3118ee48b",
+            "00000000:18:00.0",
+        ),
+        (
+            "GPU-a4303385-f265-4ffc-ad1b-b0bef156d59a",
+            "00000000:2A:00.0",
+        ),
+        (
+            "GPU-30e15e2f-5971-0b16-04be-39a46d1071ce",
+            "00000000:3A:00.0",
+        ),
+        (
+            "GPU-70823a7e-f12c-9777-a04d-fa2e9a8cf5b8",
+            "00000000:DB:00.0",
+        ),
+    ];
+
+    fn inventory() -> Inventory {
+        let gpus = GPUS
+            .iter()
+            .enumerate()
+            .map(|(i, (uuid, bus))| Gpu {
+                index: i as u32,
+                uuid: (*uuid).into(),
+                bus_id: Some((*bus).into()),
+                ..Gpu::default()
+            })
+            .collect();
+        Inventory::new(GpuSection {
+            gpus,
+            ..GpuSection::default()
+        })
+    }
+
+    fn fixture() -> Vec<u8> {
+        std::fs::read(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../testdata/kmsg/xids.txt"
+        ))
+        .unwrap()
+    }
+
+    struct Setup {
+        _dir: tempfile::TempDir,
+        kmsg: PathBuf,
+        health: Health,
+        watcher: XidWatcher,
+        requests: CollectRequests,
+        _inventory: watch::Sender<Inventory>,
+    }
+
+    /// A fake host whose `dev/kmsg` already holds an XID from before the watcher started.
+    fn setup() -> Setup {
+        let dir = tempfile::tempdir().unwrap();
+        let kmsg = dir.path().join("root/dev/kmsg");
+        std::fs::create_dir_all(kmsg.parent().unwrap()).unwrap();
+        std::fs::write(
+            &kmsg,
+            "4,1,1,-;NVRM: Xid (PCI:0000:2a:00): 31, logged before bcd started\n",
+        )
+        .unwrap();
+        let host = Host::new(dir.path().join("root"), "nvidia-smi");
+        let health = Health::new(FaultStore::open(dir.path(), "boot").unwrap());
+        let (inv_tx, inv_rx) = watch::channel(inventory());
+        let (tx, requests) = collect_requests();
+        let watcher = XidWatcher::new(&host, inv_rx, health.clone(), tx);
+        Setup {
+            _dir: dir,
+            kmsg,
+            health,
+            watcher,
+            requests,
+            _inventory: inv_tx,
+        }
+    }
+
+    fn append(path: &Path, bytes: &[u8]) {
+        let mut f = OpenOptions::new().append(true).open(path).unwrap();
+        f.write_all(bytes).unwrap();
+    }
+
+    /// Waits (real time) until `health` holds `n` conditions, at most `limit`.
+    async fn wait_for(health: &Health, n: usize, limit: Duration) -> Vec<Condition> {
+        let mut rx = health.subscribe();
+        let deadline = Instant::now() + limit;
+        loop {
+            let now = rx.borrow_and_update().clone();
+            if now.len() >= n || Instant::now() > deadline {
+                return now;
+            }
+            let _ = tokio::time::timeout(Duration::from_millis(50), rx.changed()).await;
+        }
+    }
+
+    #[tokio::test]
+    async fn xids_appended_after_start_raise_conditions_within_a_second() {
+        let mut s = setup();
+        let stats = s.watcher.stats();
+        let task = tokio::spawn(s.watcher.run());
+        tokio::time::sleep(Duration::from_millis(150)).await;
+        let started = Instant::now();
+        append(&s.kmsg, &fixture());
+        let conds = wait_for(&s.health, 5, Duration::from_secs(3)).await;
+        assert!(
+            started.elapsed() < Duration::from_secs(1),
+            "{:?}",
+            started.elapsed()
+        );
+        let mut seen: Vec<(String, String)> = conds
+            .iter()
+            .map(|c| (c.kind.clone(), c.device_id[..12].to_owned()))
+            .collect();
+        seen.sort();
+        assert_eq!(
+            seen,
+            [
+                ("Xid13", "GPU-30e15e2f"),
+                ("Xid13", "GPU-70823a7e"),
+                ("Xid48", "GPU-a4303385"),
+                ("Xid63", "GPU-70823a7e"),
+                ("Xid79", "GPU-ff1dacfa"),
+            ]
+            .map(|(a, b)| (a.to_owned(), b.to_owned()))
+        );
+        let x79 = conds.iter().find(|c| c.kind == "Xid79").unwrap();
+        assert!(x79.status);
+        assert!(x79
+            .message
+            .starts_with("NVRM: Xid (PCI:0000:18:00): 79, pid='<unknown>'"));
+        assert!(x79.first_seen > 0 && x79.first_seen == x79.last_seen);
+        // The XID logged before start (Xid31 on 2A) was not read; 99:00 was only logged.
+        assert_eq!(stats.unknown_bus.load(Ordering::Relaxed), 1);
+        assert_eq!(stats.xids.load(Ordering::Relaxed), 5);
+        assert_eq!(stats.records.load(Ordering::Relaxed), 12);
+        // The same XID again updates, never duplicates.
+        append(
+            &s.kmsg,
+            b"4,3000,9,-;NVRM: Xid (PCI:0000:18:00.0): 79, pid=1, name=x, again\n",
+        );
+        tokio::time::sleep(Duration::from_millis(400)).await;
+        let conds = s.health.conditions();
+        assert_eq!(conds.len(), 5);
+        assert!(conds.iter().any(|c| c.message.ends_with("again")));
+        // Requests were sent; the debouncer turns them into one collection.
+        assert_eq!(
+            tokio::time::timeout(Duration::from_secs(3), s.requests.next())
+                .await
+                .unwrap(),
+            Some(())
+        );
+        task.abort();
+    }
+
+    /// A source that replays reads: each item is one read's result.
+    struct Script(std::collections::VecDeque<io::Result<Vec<u8>>>);
+
+    impl Read for Script {
+        fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+            match self.0.pop_front() {
+                Some(Ok(bytes)) => {
+                    buf[..bytes.len()].copy_from_slice(&bytes);
+                    Ok(bytes.len())
+                }
+                Some(Err(e)) => Err(e),
+                None => Err(io::ErrorKind::WouldBlock.into()),
+            }
+        }
+    }
+
+    #[tokio::test]
+    async fn an_epipe_counts_the_skipped_records_and_reading_goes_on() {
+        let s = setup();
+        let script = || {
+            Script(
+                [
+                    Ok(b"6,10,1,-;hello\n".to_vec()),
+                    Err(io::Error::from_raw_os_error(libc::EPIPE)),
+                    Ok(b"4,15,2,-;NVRM: Xid (PCI:0000:18:00): 79, after the gap\n".to_vec()),
+                ]
+                .into_iter()
+                .collect(),
+            )
+        };
+        let watcher = s
+            .watcher
+            .with_opener(move || Ok(KmsgReader::from_source(Box::new(script()), true)));
+        let stats = watcher.stats();
+        let task = tokio::spawn(watcher.run());
+        let conds = wait_for(&s.health, 1, Duration::from_secs(2)).await;
+        task.abort();
+        assert_eq!(conds.len(), 1);
+        assert_eq!(stats.skipped.load(Ordering::Relaxed), 4);
+        assert_eq!(stats.restarts.load(Ordering::Relaxed), 0);
+    }
+
+    #[tokio::test]
+    async fn a_failed_reader_is_restarted() {
+        let s = setup();
+        let opened = Arc::new(AtomicU64::new(0));
+        let kmsg = s.kmsg.clone();
+        let counter = Arc::clone(&opened);
+        let watcher = s.watcher.with_opener(move || {
+            if counter.fetch_add(1, Ordering::Relaxed) == 0 {
+                let failing = Script([Err(io::Error::from_raw_os_error(libc::EIO))].into());
+                Ok(KmsgReader::from_source(Box::new(failing), true))
+            } else {
+                KmsgReader::open(&kmsg)
+            }
+        });
+        let stats = watcher.stats();
+        let task = tokio::spawn(watcher.run());
+        // Past the restart delay, the second reader is at the file's end.
+        tokio::time::sleep(RESTART_DELAY + Duration::from_millis(300)).await;
+        append(
+            &s.kmsg,
+            b"4,20,3,-;NVRM: Xid (PCI:0000:db:00): 79, after the restart\n",
+        );
+        let conds = wait_for(&s.health, 1, Duration::from_secs(2)).await;
+        task.abort();
+        assert_eq!(conds.len(), 1, "{conds:?}");
+        assert_eq!(stats.restarts.load(Ordering::Relaxed), 1);
+        assert_eq!(opened.load(Ordering::Relaxed), 2);
+    }
+
+    #[test]
+    fn a_regular_file_splits_into_records_with_their_continuations() {
+        let text = b"6,1,1,-;a\n SUBSYSTEM=pci\n6,2,1,-;b\n6,3,1,-;c\n DEVICE=x";
+        let mut reader =
+            KmsgReader::from_source(Box::new(Script([Ok(text.to_vec())].into())), false);
+        // The last record may still get continuation lines: it waits for its newline.
+        let Polled::Records(r) = reader.poll().unwrap() else {
+            panic!()
+        };
+        assert_eq!(
+            r,
+            [b"6,1,1,-;a\n SUBSYSTEM=pci".to_vec(), b"6,2,1,-;b".to_vec()]
+        );
+        assert_eq!(reader.poll().unwrap(), Polled::Idle);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_burst_of_requests_is_collected_once_two_seconds_after_its_first() {
+        let (tx, mut requests) = collect_requests();
+        let started = tokio::time::Instant::now();
+        tx.try_send(()).unwrap();
+        let burst = tokio::spawn({
+            let tx = tx.clone();
+            async move {
+                for _ in 0..10 {
+                    tokio::time::sleep(Duration::from_millis(150)).await;
+                    let _ = tx.try_send(());
+                }
+            }
+        });
+        assert_eq!(requests.next().await, Some(()));
+        assert_eq!(started.elapsed(), COLLECT_DELAY);
+        burst.await.unwrap();
+        // Nothing came after the first collection: the burst was read once.
+        assert!(
+            tokio::time::timeout(Duration::from_secs(10), requests.next())
+                .await
+                .is_err()
+        );
+        drop(tx);
+        assert_eq!(requests.next().await, None);
+    }
+}

@@ -1,0 +1,137 @@
+//! `bcd diag` and `bcd status` on the fake hosts: each diag check failing where its host
+//! breaks it, the `nvml.init` stop, and the exit statuses.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+fn hosts() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../testdata/hosts")
+}
+
+/// Runs `bcd` against a fake host with a fresh data folder.
+fn bcd(host: &str, args: &[&str]) -> Output {
+    let data = tempfile::tempdir().unwrap();
+    Command::new(env!("CARGO_BIN_EXE_bcd"))
+        .arg("--host")
+        .arg(hosts().join(host))
+        .arg("--data-dir")
+        .arg(data.path())
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+/// One check of `bcd diag --json`: (check, gpu, passed).
+type CheckRow = (String, Option<String>, bool);
+
+/// The exit status, `passed` and the checks of `bcd diag --json`.
+fn diag(host: &str, args: &[&str]) -> (i32, bool, Vec<CheckRow>) {
+    let mut all = vec!["diag", "--json"];
+    all.extend_from_slice(args);
+    let out = bcd(host, &all);
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)));
+    let checks = json["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| {
+            (
+                c["check"].as_str().unwrap().to_owned(),
+                c["gpu"].as_str().map(str::to_owned),
+                c["passed"].as_bool().unwrap(),
+            )
+        })
+        .collect();
+    (
+        out.status.code().unwrap(),
+        json["passed"].as_bool().unwrap(),
+        checks,
+    )
+}
+
+fn failed(checks: &[CheckRow]) -> Vec<(&str, Option<&str>)> {
+    checks
+        .iter()
+        .filter(|c| !c.2)
+        .map(|c| (c.0.as_str(), c.1.as_deref()))
+        .collect()
+}
+
+#[test]
+fn hgx_h100_passes_every_check() {
+    let (code, passed, checks) = diag("hgx-h100", &[]);
+    assert_eq!((code, passed), (0, true));
+    // nvml.init, then five checks for each of the eight GPUs.
+    assert_eq!(checks.len(), 1 + 8 * 5);
+}
+
+#[test]
+fn r470_old_fails_pcie_link_for_the_narrowed_gpu_only() {
+    let (code, _, checks) = diag("r470-old", &[]);
+    assert_eq!(code, 1);
+    assert_eq!(
+        failed(&checks),
+        [(
+            "pcie.link",
+            Some("GPU-770a8583-ddab-d174-2973-722164bb8d69")
+        )]
+    );
+}
+
+#[test]
+fn no_driver_fails_nvml_init_and_stops() {
+    let (code, _, checks) = diag("no-driver", &[]);
+    assert_eq!(code, 1);
+    assert_eq!(checks.len(), 1);
+    assert_eq!(failed(&checks), [("nvml.init", None)]);
+    let out = bcd("no-driver", &["diag"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.starts_with("FAIL nvml.init") && text.contains("NVML is not available on this node"),
+        "{text}"
+    );
+}
+
+#[test]
+fn count_and_presence_fail_on_request() {
+    let (code, _, checks) = diag("hgx-h100", &["--expected-gpus", "9"]);
+    assert_eq!(code, 1);
+    assert_eq!(failed(&checks), [("gpu.count", None)]);
+    let (code, _, checks) = diag("hgx-h100", &["--expected-gpus", "8"]);
+    assert_eq!(code, 0, "{checks:?}");
+    let unknown = "GPU-00000000-1111-2222-3333-444444444444";
+    let (code, _, checks) = diag(
+        "hgx-h100",
+        &[
+            "--gpu",
+            unknown,
+            "--gpu",
+            "GPU-a4303385-f265-4ffc-ad1b-b0bef156d59a",
+        ],
+    );
+    assert_eq!(code, 1);
+    assert_eq!(failed(&checks), [("gpu.present", Some(unknown))]);
+    // Only the GPU asked for is checked: presence twice, nvml.init, five checks.
+    assert_eq!(checks.len(), 1 + 2 + 5);
+}
+
+#[test]
+fn wsl2_without_sysfs_link_widths_passes_pcie_link() {
+    let (code, passed, _) = diag("wsl2", &[]);
+    assert_eq!((code, passed), (0, true));
+}
+
+#[test]
+fn status_prints_one_line_per_gpu_and_fails_without_a_driver() {
+    let out = bcd("hgx-h100", &["status"]);
+    assert_eq!(out.status.code(), Some(0));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(text.lines().count(), 8, "{text}");
+    assert!(!text.contains("UNHEALTHY"), "{text}");
+    let out = bcd("no-driver", &["status"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(out.stdout.is_empty());
+    assert!(String::from_utf8_lossy(&out.stderr)
+        .contains("nvml: nvidia-smi not found (no NVIDIA driver on this host)"));
+}
