@@ -98,6 +98,24 @@ pub enum Command {
     /// CDI specs of holds.
     #[command(subcommand)]
     Cdi(CdiCommand),
+    /// GPU operations, through the node service.
+    #[command(subcommand)]
+    Gpu(GpuCommand),
+    /// Holds and their CDI specs, through the node service.
+    #[command(subcommand)]
+    Hold(HoldCommand),
+    /// The long-running node service.
+    Node {
+        /// Serve Prometheus metrics on this address (GET /metrics); off by default.
+        #[arg(long, value_name = "ADDR")]
+        metrics_listen: Option<std::net::SocketAddr>,
+        /// Seconds between GPU samples (at least 5).
+        #[arg(long, value_name = "SECONDS", default_value_t = 5)]
+        sample_interval: u64,
+        /// The group given the API socket (mode 0660).
+        #[arg(long, value_name = "GROUP", default_value = "bcd")]
+        api_group: String,
+    },
     /// One line per GPU from a live sample (waits at most 10 s), with UNHEALTHY where the
     /// healthy rule fails.
     Status,
@@ -110,6 +128,41 @@ pub enum Command {
         #[arg(long, value_name = "N")]
         expected_gpus: Option<usize>,
     },
+}
+
+/// `bcd gpu ...`.
+#[derive(Debug, Subcommand)]
+pub enum GpuCommand {
+    /// gpu.reset through the node service: refused as a whole when a GPU is held or passed
+    /// through; each reset GPU is checked again afterwards.
+    Reset {
+        /// GPU UUIDs (GPU-...).
+        #[arg(required = true)]
+        gpus: Vec<String>,
+    },
+}
+
+/// `bcd hold ...`, through the node service.
+#[derive(Debug, Subcommand)]
+pub enum HoldCommand {
+    /// Hold devices and write their CDI spec (bcd.dev/gpu=<uuid>).
+    Apply {
+        /// The hold's id (1 to 63 of a-z, 0-9, '_', '.', '-').
+        id: String,
+        /// GPU (GPU-...) or MIG device (MIG-...) UUIDs.
+        #[arg(required = true)]
+        devices: Vec<String>,
+        /// A Kubernetes binding: the spec carries no NVIDIA edits.
+        #[arg(long)]
+        kubernetes: bool,
+    },
+    /// Release a hold and remove its CDI spec.
+    Release {
+        /// The hold's id.
+        id: String,
+    },
+    /// List the holds.
+    List,
 }
 
 /// `bcd cdi ...`.

@@ -1,6 +1,7 @@
 //! What each subcommand does and prints. Each returns the process's exit status.
 
 pub mod cdi;
+pub mod service;
 
 use std::io::Write;
 use std::process::ExitCode;

@@ -5,6 +5,7 @@ use std::process::ExitCode;
 use clap::Parser;
 
 use bcd::cli::{CdiCommand, Cli, Command, HelperCommand};
+use bcd::commands::service as svc;
 use bcd::{commands, health};
 
 fn main() -> ExitCode {
@@ -40,6 +41,13 @@ fn main() -> ExitCode {
                 devices,
                 kubernetes,
             }) => commands::cdi::render(&cli.global, hold, devices, *kubernetes).await,
+            Command::Gpu(cmd) => svc::gpu(&cli.global, cmd).await,
+            Command::Hold(cmd) => svc::hold(&cli.global, cmd).await,
+            Command::Node {
+                metrics_listen,
+                sample_interval,
+                api_group,
+            } => svc::node(&cli.global, *metrics_listen, *sample_interval, api_group).await,
             Command::Status => health::commands::status_command(&cli.global).await,
             Command::Diag { gpu, expected_gpus } => {
                 health::commands::diag_command(&cli.global, gpu, *expected_gpus).await

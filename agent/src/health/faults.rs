@@ -123,6 +123,16 @@ impl FaultStore {
         Ok(store)
     }
 
+    /// A store with no conditions that has not read its file: for a node whose file cannot
+    /// be read (the error is reported); its first change tries to write the file again.
+    pub fn empty(data_dir: &Path, boot_id: &str) -> Self {
+        Self {
+            path: data_dir.join(FAULTS_FILE),
+            boot_id: boot_id.to_owned(),
+            conditions: Vec::new(),
+        }
+    }
+
     /// This boot's conditions.
     pub fn conditions(&self) -> &[Condition] {
         &self.conditions

@@ -88,7 +88,7 @@ pub struct ResetReport {
 
 /// What holds `gpu` or one of its MIG instances, when anything does. `busy` answers for a GPU
 /// UUID (holds on it or its slots, pending Kubernetes releases) and for a MIG device UUID.
-fn holder(gpu: &Gpu, busy: &dyn Fn(&str) -> Option<String>) -> Option<String> {
+fn holder(gpu: &Gpu, busy: &(dyn Fn(&str) -> Option<String> + Sync)) -> Option<String> {
     if gpu.passed_through {
         return Some("passed through to a VM".to_owned());
     }
@@ -114,7 +114,7 @@ fn holder(gpu: &Gpu, busy: &dyn Fn(&str) -> Option<String>) -> Option<String> {
 pub async fn reset_gpus<F, Fut>(
     uuids: &[String],
     inventory: &Inventory,
-    busy: &dyn Fn(&str) -> Option<String>,
+    busy: &(dyn Fn(&str) -> Option<String> + Sync),
     resetter: &dyn Resetter,
     recollect: F,
     health: &Health,
@@ -264,7 +264,7 @@ mod tests {
     async fn refused(
         uuids: &[&str],
         inv: &Inventory,
-        busy: &dyn Fn(&str) -> Option<String>,
+        busy: &(dyn Fn(&str) -> Option<String> + Sync),
     ) -> ResetError {
         let dir = tempfile::tempdir().unwrap();
         let h = health(dir.path());

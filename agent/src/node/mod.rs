@@ -2,6 +2,9 @@
 //! holds, collects on the scheduler's rules, watches XIDs, samples the GPUs for metrics, and
 //! answers the API on a Unix socket.
 
+pub mod api;
+pub mod client;
 pub mod http;
 pub mod metrics;
 pub mod notify;
+pub mod service;

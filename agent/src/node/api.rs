@@ -1,0 +1,361 @@
+//! The node service's API: versioned paths, JSON in and out, errors as
+//! `{"error": "<sentence>", "code": "<kind>"}`.
+//!
+//! | method and path | does |
+//! | --- | --- |
+//! | `GET /v1/status` | capabilities, inventory hash and age, one line per GPU with health, problems |
+//! | `GET /v1/inventory` | the inventory document |
+//! | `GET /v1/conditions` | this boot's conditions |
+//! | `POST /v1/inventory/refresh` | asks for a collection |
+//! | `POST /v1/diag` | `diag.nvml` on a fresh collection: `{"gpus": [...], "expected_gpus": N}` |
+//! | `POST /v1/gpus/reset` | `gpu.reset`: `{"gpus": [UUID...]}` |
+//! | `GET /v1/holds` | the holds |
+//! | `POST /v1/holds` | applies a hold: `{"id", "devices": [...], "kubernetes": bool}` |
+//! | `DELETE /v1/holds/<id>` | releases a hold |
+
+use serde::Deserialize;
+use serde_json::{json, Value};
+
+use bcd_protocol::{GpuRef, GpuUuid, Operation, Outcome};
+
+use crate::cdi::{DeviceId, HoldError, HoldId};
+use crate::health::diag::{diag_nvml, link_widths, DiagRequest, NvmlState};
+use crate::health::reset::{reset_gpus, BoxFuture, Resetter};
+use crate::health::status::gpu_statuses;
+use crate::helper_client::{suggested_timeout, HelperClient, CONNECT_TIMEOUT};
+use crate::inventory::scheduler::Trigger;
+use crate::node::http::Request;
+use crate::node::service::Node;
+
+/// An answer: status code and JSON body.
+pub type Answer = (u16, Vec<u8>);
+
+fn ok(value: &Value) -> Answer {
+    (200, value.to_string().into_bytes())
+}
+
+fn error(status: u16, code: &str, sentence: impl std::fmt::Display) -> Answer {
+    (
+        status,
+        json!({ "error": sentence.to_string(), "code": code })
+            .to_string()
+            .into_bytes(),
+    )
+}
+
+fn body<T: for<'de> Deserialize<'de>>(request: &Request) -> Result<T, Answer> {
+    let bytes: &[u8] = if request.body.is_empty() {
+        b"{}"
+    } else {
+        &request.body
+    };
+    serde_json::from_slice(bytes).map_err(|e| {
+        error(
+            400,
+            "invalid-argument",
+            format!(
+                "the request body is not what {} {} takes: {e}",
+                request.method, request.path
+            ),
+        )
+    })
+}
+
+/// Answers one request.
+pub async fn handle(node: &Node, request: &Request) -> Answer {
+    let path = request.path.trim_end_matches('/');
+    let result = match (request.method.as_str(), path) {
+        ("GET", "/v1/status") => Ok(status(node).await),
+        ("GET", "/v1/inventory") => Ok(ok(
+            &serde_json::to_value(node.inventory().await).unwrap_or(Value::Null)
+        )),
+        ("GET", "/v1/conditions") => Ok(ok(&json!({ "conditions": node.health.conditions() }))),
+        ("POST", "/v1/inventory/refresh") => {
+            node.scheduler.request(Trigger::Refresh);
+            Ok((202, json!({ "requested": true }).to_string().into_bytes()))
+        }
+        ("POST", "/v1/diag") => diag(node, request).await,
+        ("POST", "/v1/gpus/reset") => reset(node, request).await,
+        ("GET", "/v1/holds") => Ok(list_holds(node).await),
+        ("POST", "/v1/holds") => apply_hold(node, request).await,
+        ("DELETE", p) if p.starts_with("/v1/holds/") => {
+            release_hold(node, &p["/v1/holds/".len()..]).await
+        }
+        (
+            _,
+            "/v1/status"
+            | "/v1/inventory"
+            | "/v1/conditions"
+            | "/v1/inventory/refresh"
+            | "/v1/diag"
+            | "/v1/gpus/reset"
+            | "/v1/holds",
+        ) => Err(error(
+            405,
+            "method-not-allowed",
+            format!("{} is not allowed on {path}", request.method),
+        )),
+        _ => Err(error(
+            404,
+            "not-found",
+            format!("no such API path: {path} (see GET /v1/status)"),
+        )),
+    };
+    result.unwrap_or_else(|answer| answer)
+}
+
+async fn status(node: &Node) -> Answer {
+    let inventory = node.inventory().await;
+    let samples = node.samples.read().await.clone();
+    let conditions = node.health.conditions();
+    let latest = node.latest.read().await;
+    // The seed's Hello rule: nvml only when nvidia-smi answered (a CUDA driver version).
+    let capabilities: Vec<&str> = if inventory.gpu.cuda_driver_version.is_some() {
+        vec!["nvml"]
+    } else {
+        Vec::new()
+    };
+    let problems = node.problems.lock().map(|p| p.clone()).unwrap_or_default();
+    ok(&json!({
+        "capabilities": capabilities,
+        "inventory_hash": inventory.hash,
+        "inventory_age_s": latest.as_ref().map(|l| l.at.elapsed().as_secs()),
+        "collections": node.collections.load(std::sync::atomic::Ordering::Relaxed),
+        "nvidia_smi_error": latest.as_ref().and_then(|l| l.snapshot_error.clone()),
+        "gpus": gpu_statuses(&samples, Some(&inventory), &conditions),
+        "conditions": conditions,
+        "problems": problems,
+    }))
+}
+
+#[derive(Deserialize)]
+struct DiagBody {
+    #[serde(default)]
+    gpus: Vec<String>,
+    #[serde(default)]
+    expected_gpus: Option<usize>,
+}
+
+async fn diag(node: &Node, request: &Request) -> Result<Answer, Answer> {
+    let asked: DiagBody = body(request)?;
+    let inventory = node.collect_now().await;
+    let latest = node.latest.read().await;
+    let error = latest.as_ref().and_then(|l| l.snapshot_error.clone());
+    let no_driver = error
+        .as_deref()
+        .is_some_and(|e| e.contains("nvidia-smi not found"));
+    let nvml = if no_driver {
+        NvmlState::Unavailable
+    } else {
+        NvmlState::Collected(&inventory)
+    };
+    let links = link_widths(&node.config.host, &inventory);
+    let report = diag_nvml(
+        nvml,
+        error.as_deref().filter(|_| !no_driver),
+        &links,
+        &node.health.conditions(),
+        &DiagRequest {
+            gpu_uuids: asked.gpus,
+            expected_gpu_count: asked.expected_gpus,
+        },
+    );
+    Ok(ok(&serde_json::to_value(&report).unwrap_or(Value::Null)))
+}
+
+/// Resets through the root helper, one connection per GPU.
+struct HelperResetter<'a> {
+    node: &'a Node,
+}
+
+impl Resetter for HelperResetter<'_> {
+    fn reset_gpu<'a>(&'a self, gpu: &'a GpuUuid) -> BoxFuture<'a, Result<(), String>> {
+        Box::pin(async move {
+            let op = Operation::ResetGpu {
+                gpu: GpuRef::Uuid(gpu.clone()),
+            };
+            let timeout = suggested_timeout(&op);
+            let mut client =
+                HelperClient::connect(&self.node.config.helper_socket, CONNECT_TIMEOUT)
+                    .await
+                    .map_err(|e| e.to_string())?;
+            match client
+                .request(op, timeout)
+                .await
+                .map_err(|e| e.to_string())?
+            {
+                Outcome::Reset { .. } => Ok(()),
+                other => Err(format!("bcd-helper answered a reset with {other:?}")),
+            }
+        })
+    }
+}
+
+#[derive(Deserialize)]
+struct ResetBody {
+    gpus: Vec<String>,
+}
+
+async fn reset(node: &Node, request: &Request) -> Result<Answer, Answer> {
+    let asked: ResetBody = body(request)?;
+    let inventory = node.inventory().await;
+    let holders: Vec<(String, String)> = {
+        let holds = node.holds.lock().await;
+        holds
+            .as_ref()
+            .map(|h| {
+                h.list()
+                    .flat_map(|hold| {
+                        hold.devices.iter().map(move |d| {
+                            (
+                                d.as_str().to_owned(),
+                                format!("held by {}", hold.id.as_str()),
+                            )
+                        })
+                    })
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    let busy = |uuid: &str| {
+        holders
+            .iter()
+            .find(|(d, _)| d.eq_ignore_ascii_case(uuid))
+            .map(|(_, h)| h.clone())
+    };
+    let resetter = HelperResetter { node };
+    let result = reset_gpus(
+        &asked.gpus,
+        &inventory,
+        &busy,
+        &resetter,
+        || node.collect_now(),
+        &node.health,
+    )
+    .await;
+    match result {
+        Ok(report) => Ok(ok(&serde_json::to_value(&report).unwrap_or(Value::Null))),
+        Err(e) => {
+            let status = if e.code() == "gpu-busy" { 409 } else { 422 };
+            Err(error(status, e.code(), e))
+        }
+    }
+}
+
+fn hold_json(hold: &crate::cdi::Hold) -> Value {
+    json!({
+        "id": hold.id.as_str(),
+        "devices": hold.devices.iter().map(DeviceId::as_str).collect::<Vec<_>>(),
+        "kubernetes": hold.kubernetes,
+    })
+}
+
+async fn list_holds(node: &Node) -> Answer {
+    let holds = node.holds.lock().await;
+    match holds.as_ref() {
+        Some(h) => ok(&json!({ "holds": h.list().map(hold_json).collect::<Vec<_>>() })),
+        None => error(
+            503,
+            "holds-unavailable",
+            "holds.json could not be read when bcd node started; see bcd status",
+        ),
+    }
+}
+
+#[derive(Deserialize)]
+struct HoldBody {
+    id: String,
+    devices: Vec<String>,
+    #[serde(default)]
+    kubernetes: bool,
+}
+
+async fn apply_hold(node: &Node, request: &Request) -> Result<Answer, Answer> {
+    let asked: HoldBody = body(request)?;
+    let id: HoldId = asked
+        .id
+        .parse()
+        .map_err(|e| error(400, "invalid-argument", e))?;
+    let devices = asked
+        .devices
+        .iter()
+        .map(|d| d.parse::<DeviceId>())
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| error(400, "invalid-argument", e))?;
+    let inventory = node.inventory().await;
+    for device in &devices {
+        let gpu = inventory.gpu.gpus.iter().find(|g| {
+            g.uuid.eq_ignore_ascii_case(device.as_str())
+                || g.mig.iter().flat_map(|m| &m.devices).any(|m| {
+                    m.uuid
+                        .as_deref()
+                        .is_some_and(|u| u.eq_ignore_ascii_case(device.as_str()))
+                })
+        });
+        match gpu {
+            None => {
+                return Err(error(
+                    422,
+                    "unknown-device",
+                    format!(
+                        "unknown device {}: the inventory does not list it",
+                        device.as_str()
+                    ),
+                ))
+            }
+            Some(g) if g.passed_through => {
+                return Err(error(
+                    409,
+                    "gpu-busy",
+                    format!(
+                        "{} is passed through to a VM; release it first (bcd vfio release)",
+                        device.as_str()
+                    ),
+                ))
+            }
+            Some(_) => {}
+        }
+    }
+    let answer = {
+        let mut holds = node.holds.lock().await;
+        let Some(holds) = holds.as_mut() else {
+            return Err(error(
+                503,
+                "holds-unavailable",
+                "holds.json could not be read when bcd node started; see bcd status",
+            ));
+        };
+        match holds.apply(id, devices, asked.kubernetes) {
+            Ok(hold) => (201, hold_json(hold).to_string().into_bytes()),
+            Err(e @ HoldError::Held { .. }) => return Err(error(409, "device-held", e)),
+            Err(e @ HoldError::NoDevices(_)) => return Err(error(400, "invalid-argument", e)),
+            Err(e) => return Err(error(500, "state", e)),
+        }
+    };
+    node.converge_holds().await;
+    Ok(answer)
+}
+
+async fn release_hold(node: &Node, id: &str) -> Result<Answer, Answer> {
+    let id: HoldId = id.parse().map_err(|e| error(400, "invalid-argument", e))?;
+    let released = {
+        let mut holds = node.holds.lock().await;
+        let Some(holds) = holds.as_mut() else {
+            return Err(error(
+                503,
+                "holds-unavailable",
+                "holds.json could not be read when bcd node started; see bcd status",
+            ));
+        };
+        holds.release(&id).map_err(|e| error(500, "state", e))?
+    };
+    node.converge_holds().await;
+    match released {
+        Some(hold) => Ok(ok(&hold_json(&hold))),
+        None => Err(error(
+            404,
+            "unknown-hold",
+            format!("there is no hold {}", id.as_str()),
+        )),
+    }
+}

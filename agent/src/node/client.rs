@@ -1,0 +1,100 @@
+//! The CLI's side of the API: one request to the node service's socket, its errors as the
+//! sentences the service wrote.
+
+use std::path::Path;
+use std::time::Duration;
+
+use serde_json::Value;
+use tokio::net::UnixStream;
+
+use crate::node::http::exchange;
+
+/// The longest a CLI waits for the service (a reset or a bind may take a minute).
+pub const API_TIMEOUT: Duration = Duration::from_secs(180);
+
+/// Why a call to the node service failed. `Display` is the sentence to print.
+#[derive(Debug, thiserror::Error)]
+pub enum ApiError {
+    /// Nothing answers on the socket.
+    #[error("cannot reach the bcd node service at {path}: {reason} (is bcd.service running? systemctl start bcd)")]
+    Connect {
+        /// The socket.
+        path: String,
+        /// Why.
+        reason: String,
+    },
+    /// The service answered with an error.
+    #[error("{message}")]
+    Refused {
+        /// The HTTP status.
+        status: u16,
+        /// The service's `code`.
+        code: String,
+        /// The service's sentence.
+        message: String,
+    },
+    /// The answer was not JSON, or did not come in time.
+    #[error("the bcd node service at {path} answered badly: {what}")]
+    Bad {
+        /// The socket.
+        path: String,
+        /// What was wrong.
+        what: String,
+    },
+}
+
+/// Sends one request and returns the JSON answer of a 2xx status.
+///
+/// # Errors
+/// [`ApiError`], with the service's own sentence for a refusal.
+pub async fn call(
+    socket: &Path,
+    method: &str,
+    path: &str,
+    body: Option<&Value>,
+) -> Result<Value, ApiError> {
+    let shown = socket.display().to_string();
+    let stream = UnixStream::connect(socket)
+        .await
+        .map_err(|e| ApiError::Connect {
+            path: shown.clone(),
+            reason: match e.kind() {
+                std::io::ErrorKind::NotFound => "no socket there".to_owned(),
+                std::io::ErrorKind::ConnectionRefused => "nothing listens there".to_owned(),
+                std::io::ErrorKind::PermissionDenied => {
+                    "permission denied (is this user in the bcd group?)".to_owned()
+                }
+                _ => e.to_string(),
+            },
+        })?;
+    let payload = body.map(|b| b.to_string().into_bytes());
+    let response = tokio::time::timeout(
+        API_TIMEOUT,
+        exchange(stream, method, path, payload.as_deref()),
+    )
+    .await
+    .map_err(|_| ApiError::Bad {
+        path: shown.clone(),
+        what: format!("no answer within {}s", API_TIMEOUT.as_secs()),
+    })?
+    .map_err(|e| ApiError::Bad {
+        path: shown.clone(),
+        what: e.to_string(),
+    })?;
+    let value: Value = serde_json::from_slice(&response.body).map_err(|e| ApiError::Bad {
+        path: shown.clone(),
+        what: format!("not JSON ({e})"),
+    })?;
+    if (200..300).contains(&response.status) {
+        Ok(value)
+    } else {
+        Err(ApiError::Refused {
+            status: response.status,
+            code: value["code"].as_str().unwrap_or_default().to_owned(),
+            message: value["error"]
+                .as_str()
+                .unwrap_or("the service refused without saying why")
+                .to_owned(),
+        })
+    }
+}

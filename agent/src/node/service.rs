@@ -1,0 +1,498 @@
+//! The node service's state and its long-running tasks: the collection scheduler, the XID
+//! watcher, the sampler, the API socket and the metrics listener.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::os::unix::fs::PermissionsExt;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use tokio::net::{TcpListener, UnixListener};
+use tokio::sync::{mpsc, watch, RwLock};
+
+use crate::cdi::{self, converge, DeviceCatalog, Holds};
+use crate::health::faults::{read_boot_id, FaultStore, Health};
+use crate::health::watcher::XidWatcher;
+use crate::health::{gpu_healthy, Condition};
+use crate::host::Host;
+use crate::inventory::collect::collect;
+use crate::inventory::document::{GpuSection, Inventory};
+use crate::inventory::memory::GpuMemory;
+use crate::inventory::scheduler::{Scheduler, SchedulerHandle, Trigger};
+use crate::node::{api, http, metrics, notify};
+use crate::smi::list::ListedGpu;
+use crate::smi::runner::Runner;
+use crate::smi::samples::GpuSample;
+use crate::smi::snapshot::{samples, QueryRecord};
+
+/// The shortest sample interval: `nvidia-smi` costs driver time on every GPU.
+pub const MIN_SAMPLE_INTERVAL: Duration = Duration::from_secs(5);
+/// How long a shutdown waits for requests in flight.
+pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(20);
+
+/// What `bcd node` was told.
+#[derive(Debug, Clone)]
+pub struct NodeConfig {
+    /// The host to manage.
+    pub host: Host,
+    /// The state folder.
+    pub data_dir: PathBuf,
+    /// Where hold specs are written.
+    pub cdi_dir: PathBuf,
+    /// The root helper's socket.
+    pub helper_socket: PathBuf,
+    /// The API socket.
+    pub api_socket: PathBuf,
+    /// The group given the API socket (mode 0660), when it exists.
+    pub api_group: Option<String>,
+    /// Where to serve Prometheus metrics; off when `None`.
+    pub metrics_listen: Option<SocketAddr>,
+    /// How often to sample the GPUs (at least [`MIN_SAMPLE_INTERVAL`]).
+    pub sample_interval: Duration,
+}
+
+/// The latest collection.
+#[derive(Debug, Clone)]
+pub struct Latest {
+    /// The inventory.
+    pub inventory: Inventory,
+    /// When it was collected.
+    pub at: Instant,
+    /// How each `nvidia-smi` query went.
+    pub queries: Vec<QueryRecord>,
+    /// `nvidia-smi -L`, for MIG device numbers in index-named CDI specs.
+    pub listed: Vec<ListedGpu>,
+    /// Why `nvidia-smi` did not answer, when it did not.
+    pub snapshot_error: Option<String>,
+}
+
+/// Everything the API and the tasks share.
+#[derive(Debug)]
+pub struct Node {
+    /// The configuration.
+    pub config: NodeConfig,
+    /// The latest collection, published to the XID watcher too.
+    pub latest: RwLock<Option<Latest>>,
+    inventory_tx: watch::Sender<Inventory>,
+    /// The GPUs' conditions, kept per boot.
+    pub health: Health,
+    /// The holds; `None` when `holds.json` could not be read (nothing is converged then, so
+    /// no spec of a lost hold is removed).
+    pub holds: tokio::sync::Mutex<Option<Holds>>,
+    /// The latest samples.
+    pub samples: RwLock<Vec<GpuSample>>,
+    /// Asks for collections.
+    pub scheduler: SchedulerHandle,
+    /// The passthrough memory.
+    pub memory: GpuMemory,
+    /// What did not start as it should, in sentences (also logged).
+    pub problems: Mutex<Vec<String>>,
+    /// How many collections ran.
+    pub collections: std::sync::atomic::AtomicU64,
+}
+
+impl Node {
+    /// Records a start-up or runtime problem an operator should see in `status`.
+    pub fn problem(&self, sentence: String) {
+        tracing::error!("{sentence}");
+        if let Ok(mut p) = self.problems.lock() {
+            if !p.contains(&sentence) {
+                p.push(sentence);
+            }
+        }
+    }
+
+    /// The latest inventory (empty before the first collection).
+    pub async fn inventory(&self) -> Inventory {
+        self.latest.read().await.as_ref().map_or_else(
+            || Inventory::new(GpuSection::default()),
+            |l| l.inventory.clone(),
+        )
+    }
+
+    /// Collects now, publishes the result and converges the hold specs; returns it.
+    pub async fn collect_now(&self) -> Inventory {
+        let collection = collect(&self.config.host, Some(&self.memory)).await;
+        let listed = collection
+            .snapshot
+            .as_ref()
+            .map(|s| s.listed.clone())
+            .unwrap_or_default();
+        let queries = collection
+            .snapshot
+            .as_ref()
+            .map(|s| s.queries.clone())
+            .unwrap_or_default();
+        if let Some(e) = &collection.snapshot_error {
+            if !e.is_no_driver() {
+                tracing::warn!("nvidia-smi: {e}");
+            }
+        }
+        if let Some(e) = &collection.memory_error {
+            self.problem(format!("passthrough memory: {e}"));
+        }
+        let latest = Latest {
+            inventory: collection.inventory.clone(),
+            at: Instant::now(),
+            queries,
+            listed,
+            snapshot_error: collection.snapshot_error.as_ref().map(ToString::to_string),
+        };
+        *self.latest.write().await = Some(latest);
+        self.inventory_tx.send_replace(collection.inventory.clone());
+        self.collections
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        self.converge_holds().await;
+        collection.inventory
+    }
+
+    /// Writes every hold's spec and removes those of released holds.
+    pub async fn converge_holds(&self) {
+        let holds = self.holds.lock().await;
+        let Some(holds) = holds.as_ref() else { return };
+        let catalog = {
+            let latest = self.latest.read().await;
+            let mut catalog = DeviceCatalog::from_inventory(
+                latest
+                    .as_ref()
+                    .map_or(&Inventory::new(GpuSection::default()), |l| &l.inventory),
+            );
+            if let Some(l) = latest.as_ref() {
+                catalog.add_mig_numbers(&l.listed);
+            }
+            catalog
+        };
+        let vendor =
+            cdi::read_vendor_specs(&cdi::vendor_dirs(&self.config.cdi_dir, &self.config.host));
+        for problem in &vendor.problems {
+            tracing::warn!("{problem}");
+        }
+        let result = converge(holds, &vendor.specs, &catalog, &self.config.cdi_dir);
+        for e in &result.errors {
+            self.problem(format!("CDI specs: {e}"));
+        }
+    }
+
+    /// Per GPU UUID, the healthy rule's verdict on the latest inventory.
+    pub async fn healthy_map(&self) -> BTreeMap<String, bool> {
+        let conditions = self.health.conditions();
+        let latest = self.latest.read().await;
+        latest
+            .as_ref()
+            .map(|l| {
+                l.inventory
+                    .gpu
+                    .gpus
+                    .iter()
+                    .map(|g| (g.uuid.clone(), gpu_healthy(g, &conditions)))
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
+    /// The Prometheus text for a scrape.
+    pub async fn metrics_text(&self) -> String {
+        let samples = self.samples.read().await.clone();
+        let healthy = self.healthy_map().await;
+        let conditions: Vec<Condition> = self.health.conditions();
+        let mut xids: BTreeMap<String, Vec<u32>> = BTreeMap::new();
+        for c in conditions
+            .iter()
+            .filter(|c| crate::health::is_xid_kind(&c.kind))
+        {
+            if let Ok(n) = c
+                .kind
+                .trim_start_matches(crate::health::XID_KIND_PREFIX)
+                .parse()
+            {
+                xids.entry(c.device_id.clone()).or_default().push(n);
+            }
+        }
+        let latest = self.latest.read().await;
+        let view = metrics::MetricsView {
+            inventory: latest.as_ref().map(|l| &l.inventory),
+            inventory_age: latest.as_ref().map(|l| l.at.elapsed()),
+            samples: &samples,
+            healthy,
+            xids,
+            queries: latest.as_ref().map_or(&[], |l| l.queries.as_slice()),
+        };
+        metrics::render(&view)
+    }
+}
+
+/// Why the service could not start at all.
+#[derive(Debug, thiserror::Error)]
+pub enum NodeError {
+    /// The API socket could not be created.
+    #[error("cannot listen on the API socket {path}: {source}")]
+    ApiSocket {
+        /// The socket.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The metrics address could not be bound.
+    #[error("cannot serve metrics on {addr}: {source}")]
+    Metrics {
+        /// The address.
+        addr: SocketAddr,
+        /// Why.
+        source: std::io::Error,
+    },
+}
+
+/// Opens the state a node keeps, reporting (not failing on) what is unusable.
+fn open_state(config: &NodeConfig, problems: &mut Vec<String>) -> (Health, Option<Holds>) {
+    if let Err(e) = std::fs::create_dir_all(&config.data_dir) {
+        problems.push(format!(
+            "the data folder {} cannot be created ({e}): state will not be kept; check --data-dir and its owner",
+            config.data_dir.display()
+        ));
+    }
+    let boot_id = read_boot_id(&config.host).unwrap_or_else(|e| {
+        problems.push(format!("{e}; XID conditions are kept without a boot id"));
+        String::from("unknown")
+    });
+    let store = match FaultStore::open(&config.data_dir, &boot_id) {
+        Ok(store) => store,
+        Err(e) => {
+            problems.push(format!("{e}"));
+            // A torn file was set aside; the retry starts from empty.
+            FaultStore::open(&config.data_dir, &boot_id)
+                .unwrap_or_else(|_| FaultStore::empty(&config.data_dir, &boot_id))
+        }
+    };
+    let holds = match Holds::load(&config.data_dir) {
+        Ok(h) => Some(h),
+        Err(e) => {
+            problems.push(format!(
+                "{e}; holds are not changed and no hold spec is removed until it is fixed"
+            ));
+            None
+        }
+    };
+    (Health::new(store), holds)
+}
+
+/// Binds the API socket: a stale socket file is replaced, anything else at the path is not.
+fn bind_api(config: &NodeConfig) -> Result<UnixListener, NodeError> {
+    let path = &config.api_socket;
+    let err = |source| NodeError::ApiSocket {
+        path: path.clone(),
+        source,
+    };
+    if let Some(parent) = path.parent() {
+        std::fs::create_dir_all(parent).map_err(err)?;
+    }
+    match std::fs::symlink_metadata(path) {
+        Ok(meta) if std::os::unix::fs::FileTypeExt::is_socket(&meta.file_type()) => {
+            std::fs::remove_file(path).map_err(err)?;
+        }
+        Ok(_) => {
+            return Err(err(std::io::Error::new(
+                std::io::ErrorKind::AlreadyExists,
+                "something other than a socket is there; remove it",
+            )))
+        }
+        Err(_) => {}
+    }
+    let listener = UnixListener::bind(path).map_err(err)?;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o660)).map_err(err)?;
+    if let Some(group) = &config.api_group {
+        if let Ok(Some(g)) = nix::unistd::Group::from_name(group) {
+            if let Err(e) = nix::unistd::chown(path.as_path(), None, Some(g.gid)) {
+                tracing::warn!("cannot give the API socket to group {group}: {e}");
+            }
+        }
+    }
+    Ok(listener)
+}
+
+/// Runs the node service until SIGTERM or SIGINT.
+///
+/// # Errors
+/// [`NodeError`] when the API socket or the metrics address cannot be bound.
+pub async fn run(config: NodeConfig) -> Result<(), NodeError> {
+    let mut problems = Vec::new();
+    let (health, holds) = open_state(&config, &mut problems);
+    let api_listener = bind_api(&config)?;
+    let metrics_listener = match config.metrics_listen {
+        Some(addr) => Some(
+            TcpListener::bind(addr)
+                .await
+                .map_err(|source| NodeError::Metrics { addr, source })?,
+        ),
+        None => None,
+    };
+    let (scheduler_handle, scheduler) = Scheduler::new();
+    let (inventory_tx, inventory_rx) = watch::channel(Inventory::new(GpuSection::default()));
+    let node = Arc::new(Node {
+        memory: GpuMemory::new(&config.data_dir),
+        config: config.clone(),
+        latest: RwLock::new(None),
+        inventory_tx,
+        health: health.clone(),
+        holds: tokio::sync::Mutex::new(holds),
+        samples: RwLock::new(Vec::new()),
+        scheduler: scheduler_handle.clone(),
+        problems: Mutex::new(Vec::new()),
+        collections: std::sync::atomic::AtomicU64::new(0),
+    });
+    for p in problems {
+        node.problem(p);
+    }
+    if !config.host.path("/dev/kmsg").exists() {
+        node.problem(format!(
+            "{} does not exist: XIDs will not be seen",
+            config.host.path("/dev/kmsg").display()
+        ));
+    }
+
+    let (first_tx, first_rx) = tokio::sync::oneshot::channel::<()>();
+    let collector = node.clone();
+    let mut first_tx = Some(first_tx);
+    tokio::spawn(scheduler.run(move || {
+        let node = collector.clone();
+        let first = first_tx.take();
+        async move {
+            node.collect_now().await;
+            if let Some(first) = first {
+                let _ = first.send(());
+            }
+        }
+    }));
+
+    // XIDs: the watcher asks for collections; the scheduler debounces them.
+    let (xid_tx, mut xid_rx) = mpsc::channel::<()>(64);
+    tokio::spawn(XidWatcher::new(&config.host, inventory_rx, health, xid_tx).run());
+    let handle = scheduler_handle.clone();
+    tokio::spawn(async move {
+        while xid_rx.recv().await.is_some() {
+            handle.request(Trigger::Xid);
+        }
+    });
+
+    let sampler = node.clone();
+    let interval = config.sample_interval.max(MIN_SAMPLE_INTERVAL);
+    tokio::spawn(async move {
+        let runner = Runner::new(sampler.config.host.nvidia_smi());
+        let mut tick = tokio::time::interval(interval);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tick.tick().await;
+            match samples(&runner).await {
+                Ok((s, _)) => *sampler.samples.write().await = s,
+                Err(e) if e.is_no_driver() => {}
+                Err(e) => tracing::warn!("sample: {e}"),
+            }
+        }
+    });
+
+    let in_flight = Arc::new(RwLock::new(()));
+    let api_node = node.clone();
+    let api_in_flight = in_flight.clone();
+    let api = tokio::spawn(async move {
+        loop {
+            let Ok((stream, _)) = api_listener.accept().await else {
+                continue;
+            };
+            let node = api_node.clone();
+            let guard = api_in_flight.clone().read_owned().await;
+            tokio::spawn(async move {
+                let _guard = guard;
+                let (reader, writer) = stream.into_split();
+                match http::read_request(reader).await {
+                    Ok(request) => {
+                        let (status, body) = api::handle(&node, &request).await;
+                        let _ =
+                            http::write_response(writer, status, "application/json", &body).await;
+                    }
+                    Err(e) => {
+                        let body = serde_json::json!({ "error": e.to_string() }).to_string();
+                        let _ = http::write_response(
+                            writer,
+                            e.status(),
+                            "application/json",
+                            body.as_bytes(),
+                        )
+                        .await;
+                    }
+                }
+            });
+        }
+    });
+
+    if let Some(listener) = metrics_listener {
+        let node = node.clone();
+        tokio::spawn(async move {
+            loop {
+                let Ok((stream, _)) = listener.accept().await else {
+                    continue;
+                };
+                let node = node.clone();
+                tokio::spawn(async move {
+                    let (reader, writer) = stream.into_split();
+                    let (status, body) = match http::read_request(reader).await {
+                        Ok(r) if r.method == "GET" && r.path == "/metrics" => {
+                            (200, node.metrics_text().await)
+                        }
+                        Ok(_) => (404, "only GET /metrics is served here\n".to_owned()),
+                        Err(e) => (e.status(), format!("{e}\n")),
+                    };
+                    let _ = http::write_response(
+                        writer,
+                        status,
+                        "text/plain; version=0.0.4",
+                        body.as_bytes(),
+                    )
+                    .await;
+                });
+            }
+        });
+    }
+
+    // Ready once the first inventory is in, so a client's first status has GPUs.
+    let _ = tokio::time::timeout(crate::smi::runner::SNAPSHOT_TIMEOUT, first_rx).await;
+    notify::notify("READY=1\nSTATUS=serving");
+    tracing::info!(
+        "bcd node: serving the API on {}",
+        config.api_socket.display()
+    );
+    if let Some(every) = notify::watchdog_interval() {
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(every);
+            loop {
+                tick.tick().await;
+                notify::notify("WATCHDOG=1");
+            }
+        });
+    }
+
+    wait_for_stop().await;
+    notify::notify("STOPPING=1");
+    api.abort();
+    // Every state file is written atomically; waiting for the requests in flight lets the
+    // ones that change state finish and answer.
+    let _ = tokio::time::timeout(SHUTDOWN_GRACE, in_flight.write()).await;
+    let _ = std::fs::remove_file(&config.api_socket);
+    tracing::info!("bcd node: stopped");
+    Ok(())
+}
+
+async fn wait_for_stop() {
+    use tokio::signal::unix::{signal, SignalKind};
+    let (Ok(mut term), Ok(mut int)) = (
+        signal(SignalKind::terminate()),
+        signal(SignalKind::interrupt()),
+    ) else {
+        // Without signal handlers the service can only be killed; run until then.
+        std::future::pending::<()>().await;
+        return;
+    };
+    tokio::select! {
+        _ = term.recv() => {}
+        _ = int.recv() => {}
+    }
+}
