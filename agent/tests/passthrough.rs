@@ -428,3 +428,129 @@ async fn a_cut_off_bind_that_stranded_nothing_is_left_as_it_stands() {
     );
     assert_eq!(rig.record(), Vec::<String>::new());
 }
+
+/// The record's lines with `virsh` runs shortened to their subcommand (the URI carries a
+/// temporary path).
+fn shortened(lines: Vec<String>) -> Vec<String> {
+    lines
+        .into_iter()
+        .map(|l| match l.strip_prefix("virsh ") {
+            Some(rest) => {
+                let words: Vec<&str> = rest.split_whitespace().collect();
+                // virsh -c URI SUBCOMMAND ...
+                format!("virsh {}", words.get(2).copied().unwrap_or("?"))
+            }
+            None => l,
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn libvirt_start_and_destroy_turn_persistence_off_and_on_for_exactly_the_two_gpus() {
+    let Some(binary) = helper_binary() else {
+        return;
+    };
+    let Some(real_virsh) = common::on_path("virsh") else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let record = dir.path().join("record");
+    let sys = dir.path().join("root/sys");
+    let mut sysfs = FakeSysfs::new(&sys, &record);
+    sysfs.add_function("0000:18:00.0", "0x10de", "0x030200", Some("nvidia"), 1);
+    sysfs.add_function(
+        "0000:18:00.1",
+        "0x10de",
+        "0x040300",
+        Some("snd_hda_intel"),
+        1,
+    );
+    sysfs.add_function("0000:3b:00.0", "0x10de", "0x030200", Some("nvidia"), 2);
+    sysfs.add_function("0000:19:00.0", "0x8086", "0x020000", Some("ixgbe"), 3);
+    sysfs.start_kernel();
+    let smi = common::recording_nvidia_smi(dir.path(), &record);
+    let virsh = common::recording_virsh(dir.path(), &record, &real_virsh);
+    let node = std::fs::canonicalize(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../testdata/libvirt/test-node.xml"
+    ))
+    .unwrap();
+    let save = dir.path().join("save");
+    std::fs::create_dir(&save).unwrap();
+    let extra = [
+        "--sysfs-root".to_owned(),
+        sys.display().to_string(),
+        "--nvidia-smi".to_owned(),
+        smi.display().to_string(),
+        "--virsh".to_owned(),
+        virsh.display().to_string(),
+        "--libvirt-uri".to_owned(),
+        format!("test://{}", node.display()),
+        "--save-dir".to_owned(),
+        save.display().to_string(),
+    ];
+    let helper = start_helper(&binary, dir.path(), &extra);
+    let changes = Arc::new(AtomicUsize::new(0));
+    let counted = changes.clone();
+    let agent = Passthrough::new(
+        Host::new(dir.path().join("root"), "nvidia-smi"),
+        dir.path(),
+        Arc::new(SocketHelper::new(&helper.sock)),
+    )
+    .on_host_change(move || {
+        counted.fetch_add(1, Ordering::SeqCst);
+    });
+
+    let report = agent.start(&"two-gpu-vm".parse().unwrap()).await.unwrap();
+    assert_eq!(
+        report.to_string(),
+        "domain two-gpu-vm started\n  \
+         GPU 0000:18:00.0: nvidia -> nvidia, persistence mode off\n  \
+         GPU 0000:3b:00.0: nvidia -> nvidia, persistence mode off"
+    );
+    assert_eq!(
+        shortened(recorded(&record)),
+        [
+            "virsh dumpxml",
+            "nvidia-smi -i 00000000:18:00.0 -pm 0",
+            "nvidia-smi -i 00000000:3B:00.0 -pm 0",
+            "virsh start",
+        ]
+    );
+    std::fs::remove_file(&record).unwrap();
+
+    let report = agent
+        .destroy(&"two-gpu-vm-running".parse().unwrap())
+        .await
+        .unwrap();
+    assert_eq!(
+        report.to_string(),
+        "domain two-gpu-vm-running destroyed\n  \
+         GPU 0000:18:00.0: nvidia -> nvidia, persistence mode on\n  \
+         GPU 0000:3b:00.0: nvidia -> nvidia, persistence mode on"
+    );
+    assert_eq!(
+        shortened(recorded(&record)),
+        [
+            "virsh dumpxml",
+            "virsh destroy",
+            "nvidia-smi -i 00000000:18:00.0 -pm 1",
+            "nvidia-smi -i 00000000:3B:00.0 -pm 1",
+        ]
+    );
+    std::fs::remove_file(&record).unwrap();
+
+    // virsh's refusal reaches the operator, and no persistence call follows a failed destroy.
+    let err = agent
+        .destroy(&"two-gpu-vm".parse().unwrap())
+        .await
+        .unwrap_err();
+    let text = err.to_string();
+    assert!(text.starts_with("domain two-gpu-vm: "), "{text}");
+    assert!(text.contains("not running"), "{text}");
+    assert_eq!(
+        shortened(recorded(&record)),
+        ["virsh dumpxml", "virsh destroy"]
+    );
+    assert_eq!(changes.load(Ordering::SeqCst), 3);
+}
