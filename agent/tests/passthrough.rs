@@ -554,3 +554,39 @@ async fn libvirt_start_and_destroy_turn_persistence_off_and_on_for_exactly_the_t
     );
     assert_eq!(changes.load(Ordering::SeqCst), 3);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bind_that_fails_on_the_audio_function_gives_the_gpu_back_to_nvidia() {
+    let Some(rig) = Rig::new(1) else { return };
+    rig.sysfs.stuck.lock().unwrap().insert(AUDIO.to_owned());
+    let agent = rig.agent();
+    let err = agent
+        .bind(&GpuRef::Pci(pci(GPU)), &not_held)
+        .await
+        .unwrap_err();
+    let text = err.to_string();
+    assert!(
+        text.starts_with("0000:61:00.1: the privileged step failed: its driver has not let go"),
+        "{text}"
+    );
+    assert!(
+        text.ends_with("; GPU 0000:61:00.0: rolled back: vfio-pci -> nvidia, persistence mode on"),
+        "{text}"
+    );
+    assert_eq!(rig.sysfs.driver(GPU).as_deref(), Some("nvidia"));
+    assert_eq!(rig.sysfs.driver(AUDIO).as_deref(), Some("snd_hda_intel"));
+    let entry = rig.journal().load().unwrap()[&pci(GPU)].clone();
+    assert!(!entry.open);
+    assert_eq!(entry.intent, Intent::Rollback);
+    assert_eq!(
+        rig.record(),
+        [
+            "nvidia-smi -i 00000000:61:00.0 -pm 0",
+            "kernel: unbind 0000:61:00.0 from nvidia",
+            "kernel: probe 0000:61:00.0 -> vfio-pci",
+            "kernel: unbind 0000:61:00.0 from vfio-pci",
+            "kernel: probe 0000:61:00.0 -> nvidia",
+            "nvidia-smi -i 00000000:61:00.0 -pm 1",
+        ]
+    );
+}

@@ -327,3 +327,75 @@ fn unexpected(what: &str, outcome: &Outcome) -> ClientError {
 fn answered(e: &ClientError) -> bool {
     matches!(e, ClientError::Helper(h) if !matches!(h, HelperError::Denied | HelperError::Unsupported))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Mutex;
+
+    /// A helper that records each operation and answers as if the function moved, without
+    /// touching any file (the fake host stays as it is).
+    #[derive(Debug, Default)]
+    struct Recording {
+        ops: Mutex<Vec<Operation>>,
+    }
+
+    impl HelperOps for Recording {
+        fn run(&self, op: Operation) -> BoxFuture<'_, Result<Outcome, ClientError>> {
+            self.ops.lock().unwrap().push(op.clone());
+            Box::pin(async move {
+                match op {
+                    Operation::VfioRelease { device } => Ok(Outcome::Vfio {
+                        device,
+                        driver_before: Some(iommu::VFIO_DRIVER.into()),
+                        driver_after: Some("nvidia".into()),
+                        persistence: PersistenceNote::Set { enabled: true },
+                    }),
+                    _ => Err(ClientError::Helper(HelperError::Unsupported)),
+                }
+            })
+        }
+    }
+
+    #[tokio::test]
+    async fn release_asks_for_the_other_functions_first_and_the_gpu_last() {
+        let host = Host::fake(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../testdata/hosts/passthrough"
+        ));
+        let data = tempfile::tempdir().unwrap();
+        let helper = Arc::new(Recording::default());
+        let changes = Arc::new(AtomicUsize::new(0));
+        let counted = changes.clone();
+        let runtime =
+            Passthrough::new(host, data.path(), helper.clone()).on_host_change(move || {
+                counted.fetch_add(1, Ordering::SeqCst);
+            });
+        let gpu: PciAddress = "0000:61:00.0".parse().unwrap();
+        let report = runtime.release(&gpu).await.unwrap();
+        let asked: Vec<String> = helper
+            .ops
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|op| match op {
+                Operation::VfioRelease { device } => device.to_string(),
+                other => format!("{other:?}"),
+            })
+            .collect();
+        assert_eq!(asked, ["0000:61:00.1", "0000:61:00.0"]);
+        assert_eq!(report.functions.len(), 2);
+        assert_eq!(changes.load(Ordering::SeqCst), 1);
+        // A GPU on nvidia is not passed through: refused before the helper is asked.
+        let err = runtime
+            .release(&"0000:4a:00.0".parse().unwrap())
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(err, RuntimeError::NotPassedThrough { .. }),
+            "{err}"
+        );
+        assert_eq!(helper.ops.lock().unwrap().len(), 2);
+    }
+}
