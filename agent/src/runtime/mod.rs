@@ -34,9 +34,7 @@ use std::path::{Path, PathBuf};
 use std::pin::Pin;
 use std::sync::Arc;
 
-use bcd_protocol::{
-    GpuUuid, HelperError, InvalidArgument, Operation, Outcome, PciAddress, PersistenceNote,
-};
+use bcd_protocol::{GpuUuid, InvalidArgument, Operation, Outcome, PciAddress, PersistenceNote};
 
 use crate::helper_client::{suggested_timeout, ClientError, HelperClient, CONNECT_TIMEOUT};
 use crate::host::Host;
@@ -322,15 +320,16 @@ fn unexpected(what: &str, outcome: &Outcome) -> ClientError {
     }
 }
 
-/// Whether the helper answered (its own cleanup then ran), rather than the answer never
-/// coming.
+/// Whether the helper answered (it then either did nothing or cleaned up after itself),
+/// rather than the answer never coming (connection refused or broken, no answer in time).
 fn answered(e: &ClientError) -> bool {
-    matches!(e, ClientError::Helper(h) if !matches!(h, HelperError::Denied | HelperError::Unsupported))
+    matches!(e, ClientError::Helper(_))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use bcd_protocol::HelperError;
     use std::sync::atomic::{AtomicUsize, Ordering};
     use std::sync::Mutex;
 
