@@ -14,5 +14,6 @@ pub mod helper_client;
 pub mod host;
 pub mod inventory;
 pub mod node;
+pub mod runtime;
 pub mod smi;
 pub mod state;

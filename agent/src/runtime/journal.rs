@@ -1,0 +1,253 @@
+//! The passthrough journal, `<data-dir>/passthrough.json` (0600, written atomically): what a
+//! bind or release meant to do and how far it got, so that a step cut off by a crash (of the
+//! agent or of the helper) can be finished or rolled back at the next start.
+//!
+//! One entry per GPU (by the address of the GPU asked for), replaced by that GPU's next
+//! operation, so the file stays as small as the node. Before any function moves, the entry
+//! records every function's original driver and persistence mode; before each helper call the
+//! function is marked [`Step::Moving`], and after it [`Step::Done`] or [`Step::Failed`] with
+//! the driver sysfs showed then. An entry stays `open` until nothing of it is left half-done.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use bcd_protocol::PciAddress;
+use serde::{Deserialize, Serialize};
+
+use crate::state::{self, StateError, PRIVATE_MODE};
+
+/// The file's name in the data folder.
+pub const FILE_NAME: &str = "passthrough.json";
+/// The format version written; a file of another version is set aside, not misread.
+const FORMAT_VERSION: u32 = 1;
+
+/// What an entry set out to do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Intent {
+    /// Move the group's NVIDIA functions to `vfio-pci` (an operator's `vfio bind`).
+    Bind,
+    /// Give them back to the kernel's driver (an operator's `vfio release`).
+    Release,
+    /// Undo a bind that failed part-way: the operator was told it failed, so nothing of it
+    /// may stay.
+    Rollback,
+}
+
+impl Intent {
+    /// The intent as a noun for sentences: `bind`, `release`, `rollback of a failed bind`.
+    pub fn noun(self) -> &'static str {
+        match self {
+            Intent::Bind => "bind",
+            Intent::Release => "release",
+            Intent::Rollback => "rollback of a failed bind",
+        }
+    }
+}
+
+/// A GPU's persistence mode before bcd touched it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Persistence {
+    /// On.
+    On,
+    /// Off.
+    Off,
+    /// Not known to the agent (not a GPU, or not read).
+    Unknown,
+}
+
+/// How far one function got.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case", tag = "step")]
+pub enum Step {
+    /// Not asked yet.
+    Untouched,
+    /// Asked; no answer recorded. After a crash its state is whatever sysfs shows.
+    Moving,
+    /// The helper answered that it moved.
+    Done,
+    /// It did not move as asked.
+    Failed {
+        /// The error, as the operator read it.
+        error: String,
+        /// Whether the helper answered (then it cleaned up after itself); `false` when the
+        /// answer never came and the function's state is unknown.
+        answered: bool,
+    },
+}
+
+/// One function of an entry.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FunctionRecord {
+    /// The function.
+    pub address: PciAddress,
+    /// Whether it is a GPU (display controller), whose persistence mode matters.
+    pub gpu: bool,
+    /// Its driver before the entry began (`None`: no driver).
+    pub original_driver: Option<String>,
+    /// Its persistence mode before the entry began.
+    pub original_persistence: Persistence,
+    /// How far it got.
+    #[serde(flatten)]
+    pub step: Step,
+    /// Its driver when last looked at (`None`: no driver).
+    pub driver: Option<String>,
+}
+
+/// One bind or release of a GPU and its group.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Entry {
+    /// What it set out to do.
+    pub intent: Intent,
+    /// The GPU asked for.
+    pub gpu: PciAddress,
+    /// Its IOMMU group.
+    pub group: String,
+    /// The functions, in the order they move.
+    pub functions: Vec<FunctionRecord>,
+    /// `true` until nothing of it is half-done.
+    pub open: bool,
+    /// When it last changed, in Unix seconds.
+    pub updated_unix_s: u64,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+struct JournalFile {
+    version: u32,
+    entries: BTreeMap<PciAddress, Entry>,
+}
+
+/// The journal in one data folder.
+#[derive(Debug, Clone)]
+pub struct Journal {
+    path: PathBuf,
+}
+
+impl Journal {
+    /// The journal kept in `data_dir`.
+    pub fn new(data_dir: &Path) -> Self {
+        Self {
+            path: data_dir.join(FILE_NAME),
+        }
+    }
+
+    /// The file.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Every entry, by GPU; empty before the first write.
+    ///
+    /// # Errors
+    /// [`StateError::SetAside`] when the file does not parse (it was renamed aside and is
+    /// kept for the operator), [`StateError::Io`] or [`StateError::Symlink`].
+    pub fn load(&self) -> Result<BTreeMap<PciAddress, Entry>, StateError> {
+        let parsed = state::load(&self.path, |bytes| {
+            let file: JournalFile = serde_json::from_slice(bytes).map_err(|e| e.to_string())?;
+            if file.version != FORMAT_VERSION {
+                return Err(format!(
+                    "format version {} is not {FORMAT_VERSION}",
+                    file.version
+                ));
+            }
+            Ok(file.entries)
+        })?;
+        Ok(parsed.unwrap_or_default())
+    }
+
+    /// Writes `entry` (stamped now) in place of the GPU's previous one. Callers serialise
+    /// their writes (the runtime runs one passthrough step at a time).
+    ///
+    /// # Errors
+    /// As [`Journal::load`], except that a file set aside is replaced by one holding `entry`
+    /// (what it held is kept beside it), and [`StateError::Io`] when writing fails.
+    pub fn put(&self, entry: &mut Entry) -> Result<(), StateError> {
+        entry.updated_unix_s = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs());
+        let mut entries = match self.load() {
+            Ok(e) => e,
+            Err(StateError::SetAside { .. }) => BTreeMap::new(),
+            Err(e) => return Err(e),
+        };
+        entries.insert(entry.gpu, entry.clone());
+        let mut bytes = serde_json::to_vec_pretty(&JournalFile {
+            version: FORMAT_VERSION,
+            entries,
+        })
+        .map_err(|e| StateError::Io {
+            path: self.path.clone(),
+            source: std::io::Error::other(e),
+        })?;
+        bytes.push(b'\n');
+        state::write_atomic(&self.path, &bytes, PRIVATE_MODE)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::PermissionsExt;
+
+    fn entry() -> Entry {
+        Entry {
+            intent: Intent::Bind,
+            gpu: "0000:61:00.0".parse().unwrap(),
+            group: "61".into(),
+            functions: vec![FunctionRecord {
+                address: "0000:61:00.0".parse().unwrap(),
+                gpu: true,
+                original_driver: Some("nvidia".into()),
+                original_persistence: Persistence::Unknown,
+                step: Step::Failed {
+                    error: "its driver has not let go".into(),
+                    answered: true,
+                },
+                driver: Some("nvidia".into()),
+            }],
+            open: true,
+            updated_unix_s: 0,
+        }
+    }
+
+    #[test]
+    fn entries_round_trip_privately_and_replace_per_gpu() {
+        let dir = tempfile::tempdir().unwrap();
+        let journal = Journal::new(dir.path());
+        assert!(journal.load().unwrap().is_empty());
+        let mut e = entry();
+        journal.put(&mut e).unwrap();
+        e.open = false;
+        journal.put(&mut e).unwrap();
+        let loaded = journal.load().unwrap();
+        assert_eq!(loaded.len(), 1);
+        assert_eq!(loaded.values().next().unwrap(), &e);
+        let mode = std::fs::metadata(journal.path())
+            .unwrap()
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o777, 0o600);
+        let text = std::fs::read_to_string(journal.path()).unwrap();
+        assert!(text.contains("\"step\": \"failed\""), "{text}");
+        assert!(text.contains("\"original_driver\": \"nvidia\""), "{text}");
+    }
+
+    #[test]
+    fn a_torn_journal_is_set_aside_and_the_next_write_starts_afresh() {
+        let dir = tempfile::tempdir().unwrap();
+        let journal = Journal::new(dir.path());
+        std::fs::write(journal.path(), b"{\"version\":1,\"entr").unwrap();
+        let err = journal.load().unwrap_err();
+        assert!(matches!(err, StateError::SetAside { .. }), "{err}");
+        journal.put(&mut entry()).unwrap();
+        assert_eq!(journal.load().unwrap().len(), 1);
+        let kept = std::fs::read_dir(dir.path())
+            .unwrap()
+            .filter_map(Result::ok)
+            .filter(|e| e.file_name().to_string_lossy().contains(".unreadable-"))
+            .count();
+        assert_eq!(kept, 1);
+    }
+}

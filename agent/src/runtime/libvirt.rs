@@ -1,0 +1,104 @@
+//! The libvirt runtime: `virsh start`, `restore` and `destroy` through the helper, which reads
+//! the domain's hostdevs and turns persistence off (before a start or restore) and on again
+//! (after a destroy, once a GPU is back on `nvidia`) for exactly its NVIDIA GPUs. The agent
+//! reads each GPU's driver before and after, to say what happened to it.
+
+use std::collections::BTreeMap;
+
+use bcd_protocol::{DomainName, Operation, Outcome, PciAddress, PersistenceNote, SaveFile};
+
+use super::iommu::driver_of;
+use super::{unexpected, Action, FunctionChange, Passthrough, Report, RuntimeError};
+use crate::inventory::memory::pci_functions;
+
+impl Passthrough {
+    /// Starts a defined domain (`libvirt.start`): persistence off for its GPUs, then
+    /// `virsh start`.
+    ///
+    /// # Errors
+    /// [`RuntimeError::Helper`] with the helper's sentence (`virsh`'s own words included).
+    pub async fn start(&self, domain: &DomainName) -> Result<Report, RuntimeError> {
+        let op = Operation::LibvirtStart {
+            domain: domain.clone(),
+        };
+        self.libvirt(Action::VmStart, format!("domain {domain}"), op)
+            .await
+    }
+
+    /// Restores a saved domain (`libvirt.restore`, the file checked by the helper against its
+    /// save folder): persistence off for the image's GPUs, then `virsh restore`.
+    ///
+    /// # Errors
+    /// As [`Passthrough::start`].
+    pub async fn restore(&self, file: &SaveFile) -> Result<Report, RuntimeError> {
+        let op = Operation::LibvirtRestore { file: file.clone() };
+        self.libvirt(Action::VmRestore, format!("save image {file}"), op)
+            .await
+    }
+
+    /// Stops a running domain at once (`libvirt.destroy`): `virsh destroy`, then persistence
+    /// on for its GPUs that are back on `nvidia`.
+    ///
+    /// # Errors
+    /// As [`Passthrough::start`].
+    pub async fn destroy(&self, domain: &DomainName) -> Result<Report, RuntimeError> {
+        let op = Operation::LibvirtDestroy {
+            domain: domain.clone(),
+        };
+        self.libvirt(Action::VmDestroy, format!("domain {domain}"), op)
+            .await
+    }
+
+    async fn libvirt(
+        &self,
+        action: Action,
+        subject: String,
+        op: Operation,
+    ) -> Result<Report, RuntimeError> {
+        let _one = self.one_at_a_time.lock().await;
+        // Which GPUs the domain has is the helper's reading of its XML; read every NVIDIA
+        // function's driver now so that each can be shown before and after.
+        let before: BTreeMap<PciAddress, Option<String>> = pci_functions(&self.host)
+            .into_iter()
+            .filter(|f| f.vendor == crate::inventory::memory::NVIDIA_VENDOR)
+            .map(|f| (f.address, f.driver))
+            .collect();
+        let answer = self.helper.run(op).await;
+        self.changed();
+        let (gpus, persistence) = match answer {
+            Ok(Outcome::Libvirt { gpus, persistence }) => (gpus, persistence),
+            Ok(other) => {
+                return Err(RuntimeError::Helper {
+                    device: subject,
+                    source: unexpected("a libvirt request", &other),
+                    aftermath: String::new(),
+                })
+            }
+            Err(source) => {
+                return Err(RuntimeError::Helper {
+                    device: subject,
+                    source,
+                    aftermath: String::new(),
+                })
+            }
+        };
+        let functions = gpus
+            .iter()
+            .map(|gpu| FunctionChange {
+                address: *gpu,
+                gpu: true,
+                driver_before: before.get(gpu).cloned().flatten(),
+                driver_after: driver_of(&self.host, gpu),
+                persistence: persistence
+                    .iter()
+                    .find(|(a, _)| a == gpu)
+                    .map_or(PersistenceNote::NotTouched, |(_, n)| n.clone()),
+            })
+            .collect();
+        Ok(Report {
+            action,
+            subject,
+            functions,
+        })
+    }
+}

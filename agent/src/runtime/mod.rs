@@ -1,0 +1,400 @@
+//! Passthrough: GPUs to VMs and back, through `bcd-helper`, without ever stranding one.
+//!
+//! The agent decides (is the GPU held? which functions share its IOMMU group? what was cut
+//! off by a crash?) and the helper acts (persistence, sysfs unbind/probe, `virsh`). Two
+//! runtimes, as the seed names them:
+//!
+//! - VFIO ([`Passthrough::bind`], [`Passthrough::release`]): a GPU and the other NVIDIA
+//!   functions of its IOMMU group move to `vfio-pci` and back, one helper call per function,
+//!   each step written to the [`journal`] first.
+//! - libvirt ([`Passthrough::start`], [`Passthrough::restore`], [`Passthrough::destroy`]):
+//!   the helper reads the domain's hostdevs and turns persistence off and on around `virsh`.
+//!
+//! Guarantees:
+//! - A held GPU, a function that is not an NVIDIA GPU, and a group with another vendor's
+//!   device are refused before the helper is asked anything.
+//! - No function is left on no driver by a failure the agent sees: a bind that fails part-way
+//!   is rolled back at once; a step whose answer never came (helper killed) stays in the
+//!   journal and [`Passthrough::reconcile`] settles it at the next start.
+//! - The operator's last answer is the truth: a bind the operator was told failed is rolled
+//!   back; a bind or release the operator got no answer for (the agent died) is finished when
+//!   a function of it was left on no driver, and otherwise left as it stands.
+//! - After every bind, release, start, restore and destroy (failed or not) the inventory is
+//!   asked to collect again ([`Trigger::HostChange`]).
+//! - One passthrough step runs at a time on a node.
+
+pub mod iommu;
+pub mod journal;
+mod libvirt;
+mod vfio;
+
+use std::fmt;
+use std::future::Future;
+use std::path::{Path, PathBuf};
+use std::pin::Pin;
+use std::sync::Arc;
+
+use bcd_protocol::{GpuUuid, InvalidArgument, Operation, Outcome, PciAddress, PersistenceNote};
+
+use crate::helper_client::{suggested_timeout, ClientError, HelperClient, CONNECT_TIMEOUT};
+use crate::host::Host;
+use crate::inventory::memory::GpuMemory;
+use crate::inventory::scheduler::{SchedulerHandle, Trigger};
+use crate::state::StateError;
+
+pub use iommu::GroupError;
+pub use journal::Journal;
+pub use vfio::reconcile;
+
+/// A boxed future, so that [`HelperOps`] stays object-safe.
+pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// Answers "is this GPU held, and by which hold?" for the GPU's address and, when the
+/// passthrough memory knows it, its UUID. The node service plugs its hold store in here.
+pub type HoldLookup<'a> = &'a (dyn Fn(&PciAddress, Option<&GpuUuid>) -> Option<String> + Sync);
+
+/// The helper's operations, as the runtimes use them: the real helper over its socket
+/// ([`SocketHelper`]) or a recording fake in tests.
+pub trait HelperOps: Send + Sync + fmt::Debug {
+    /// Runs one operation to its answer.
+    fn run(&self, op: Operation) -> BoxFuture<'_, Result<Outcome, ClientError>>;
+}
+
+/// The real helper: one connection per operation (the helper is socket-activated and exits
+/// when idle; a connection broken by one operation's timeout cannot spoil the next), each
+/// bounded by [`suggested_timeout`].
+#[derive(Debug, Clone)]
+pub struct SocketHelper {
+    path: PathBuf,
+}
+
+impl SocketHelper {
+    /// The helper listening at `path`.
+    pub fn new(path: impl Into<PathBuf>) -> Self {
+        Self { path: path.into() }
+    }
+}
+
+impl HelperOps for SocketHelper {
+    fn run(&self, op: Operation) -> BoxFuture<'_, Result<Outcome, ClientError>> {
+        Box::pin(async move {
+            let mut client = HelperClient::connect(&self.path, CONNECT_TIMEOUT).await?;
+            let bound = suggested_timeout(&op);
+            client.request(op, bound).await
+        })
+    }
+}
+
+/// Why a passthrough step was refused or failed. `Display` is the operator's sentence; the
+/// helper's own sentence is carried verbatim.
+#[derive(Debug, thiserror::Error)]
+pub enum RuntimeError {
+    /// A UUID the passthrough memory does not know.
+    #[error("GPU {uuid} is not in the passthrough memory ({path}): bcd learns a GPU's PCI address when the driver lists it; name it by its PCI address instead")]
+    UnknownGpu {
+        /// The UUID.
+        uuid: GpuUuid,
+        /// The memory file.
+        path: PathBuf,
+    },
+    /// The address is not an NVIDIA GPU here.
+    #[error(
+        "{address} {why}: only an NVIDIA GPU can be passed through (its other functions follow it)"
+    )]
+    NotAGpu {
+        /// The address.
+        address: PciAddress,
+        /// What it is instead.
+        why: String,
+    },
+    /// The GPU has a live hold.
+    #[error("{gpu} is held by {hold}: release the hold before passing the GPU to a VM")]
+    Held {
+        /// The GPU (its address, and UUID where known).
+        gpu: String,
+        /// The hold's id.
+        hold: String,
+    },
+    /// The IOMMU group cannot be passed through.
+    #[error(transparent)]
+    Group(#[from] GroupError),
+    /// Release of a function that is not on `vfio-pci`.
+    #[error("{address} is not passed through (its driver is {driver}): nothing to release")]
+    NotPassedThrough {
+        /// The address.
+        address: PciAddress,
+        /// Its driver, as a word.
+        driver: String,
+    },
+    /// A helper call failed. The helper's sentence comes first, verbatim; `aftermath` says
+    /// what the agent did about it.
+    #[error("{device}: {source}{aftermath}")]
+    Helper {
+        /// The function or domain the call was about.
+        device: String,
+        /// The helper's (or the connection's) error.
+        source: ClientError,
+        /// What was undone or kept for later, starting with `; `, or empty.
+        aftermath: String,
+    },
+    /// The passthrough memory or journal could not be read or written.
+    #[error(transparent)]
+    State(#[from] StateError),
+    /// An argument from the operator that does not parse.
+    #[error(transparent)]
+    Invalid(#[from] InvalidArgument),
+}
+
+/// What kind of function a change is about.
+fn kind_word(gpu: bool) -> &'static str {
+    if gpu {
+        "GPU"
+    } else {
+        "function"
+    }
+}
+
+/// What happened to one PCI function.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FunctionChange {
+    /// The function.
+    pub address: PciAddress,
+    /// Whether it is a GPU (rather than its audio or other function).
+    pub gpu: bool,
+    /// Its driver before (`None`: no driver).
+    pub driver_before: Option<String>,
+    /// Its driver after (`None`: no driver).
+    pub driver_after: Option<String>,
+    /// What happened to its persistence mode.
+    pub persistence: PersistenceNote,
+}
+
+impl fmt::Display for FunctionChange {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{} {}: {} -> {}, {}",
+            kind_word(self.gpu),
+            self.address,
+            iommu::driver_word(self.driver_before.as_deref()),
+            iommu::driver_word(self.driver_after.as_deref()),
+            self.persistence
+        )
+    }
+}
+
+/// Which passthrough step a report is about.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Action {
+    /// `vfio bind`.
+    VfioBind,
+    /// `vfio release`.
+    VfioRelease,
+    /// `vm start`.
+    VmStart,
+    /// `vm restore`.
+    VmRestore,
+    /// `vm destroy`.
+    VmDestroy,
+}
+
+impl fmt::Display for Action {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Action::VfioBind => "bound to vfio-pci",
+            Action::VfioRelease => "released from vfio-pci",
+            Action::VmStart => "started",
+            Action::VmRestore => "restored",
+            Action::VmDestroy => "destroyed",
+        })
+    }
+}
+
+/// What a passthrough step did: one line for the step, then one per function.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Report {
+    /// The step.
+    pub action: Action,
+    /// What it was about: a GPU and its IOMMU group, a domain, a save image.
+    pub subject: String,
+    /// Each function touched, in the order it moved.
+    pub functions: Vec<FunctionChange>,
+}
+
+impl fmt::Display for Report {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} {}", self.subject, self.action)?;
+        if self.functions.is_empty() {
+            write!(f, " (no NVIDIA GPU among its devices)")?;
+        }
+        for c in &self.functions {
+            write!(f, "\n  {c}")?;
+        }
+        Ok(())
+    }
+}
+
+/// What [`Passthrough::reconcile`] did, in sentences for the operator. Empty when the
+/// journal had nothing cut off.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ReconcileReport {
+    /// One sentence each.
+    pub sentences: Vec<String>,
+    /// Whether every entry was settled (`false`: some stay in the journal for next time).
+    pub settled: bool,
+}
+
+impl fmt::Display for ReconcileReport {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (i, s) in self.sentences.iter().enumerate() {
+            if i > 0 {
+                f.write_str("\n")?;
+            }
+            f.write_str(s)?;
+        }
+        Ok(())
+    }
+}
+
+/// The passthrough runtimes of one node.
+pub struct Passthrough {
+    host: Host,
+    helper: Arc<dyn HelperOps>,
+    journal: Journal,
+    memory: GpuMemory,
+    on_change: Box<dyn Fn() + Send + Sync>,
+    one_at_a_time: tokio::sync::Mutex<()>,
+}
+
+impl fmt::Debug for Passthrough {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Passthrough")
+            .field("host", &self.host)
+            .field("helper", &self.helper)
+            .field("journal", &self.journal)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Passthrough {
+    /// The runtimes for `host`, keeping the journal and reading the passthrough memory in
+    /// `data_dir`, acting through `helper`. Nothing is asked of the inventory until
+    /// [`Passthrough::with_scheduler`] or [`Passthrough::on_host_change`] says how.
+    pub fn new(host: Host, data_dir: &Path, helper: Arc<dyn HelperOps>) -> Self {
+        Self {
+            host,
+            helper,
+            journal: Journal::new(data_dir),
+            memory: GpuMemory::new(data_dir),
+            on_change: Box::new(|| {}),
+            one_at_a_time: tokio::sync::Mutex::new(()),
+        }
+    }
+
+    /// Asks `scheduler` for a collection ([`Trigger::HostChange`]) after every step.
+    pub fn with_scheduler(self, scheduler: SchedulerHandle) -> Self {
+        self.on_host_change(move || scheduler.request(Trigger::HostChange))
+    }
+
+    /// Calls `f` after every step instead.
+    pub fn on_host_change(mut self, f: impl Fn() + Send + Sync + 'static) -> Self {
+        self.on_change = Box::new(f);
+        self
+    }
+
+    /// The journal.
+    pub fn journal(&self) -> &Journal {
+        &self.journal
+    }
+
+    fn changed(&self) {
+        (self.on_change)();
+    }
+}
+
+/// A helper answer of the wrong kind, as a connection-level error.
+fn unexpected(what: &str, outcome: &Outcome) -> ClientError {
+    ClientError::Protocol {
+        path: PathBuf::from("bcd-helper"),
+        what: format!("it answered {what} with {outcome:?}"),
+    }
+}
+
+/// Whether the helper answered (it then either did nothing or cleaned up after itself),
+/// rather than the answer never coming (connection refused or broken, no answer in time).
+fn answered(e: &ClientError) -> bool {
+    matches!(e, ClientError::Helper(_))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bcd_protocol::HelperError;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Mutex;
+
+    /// A helper that records each operation and answers as if the function moved, without
+    /// touching any file (the fake host stays as it is).
+    #[derive(Debug, Default)]
+    struct Recording {
+        ops: Mutex<Vec<Operation>>,
+    }
+
+    impl HelperOps for Recording {
+        fn run(&self, op: Operation) -> BoxFuture<'_, Result<Outcome, ClientError>> {
+            self.ops.lock().unwrap().push(op.clone());
+            Box::pin(async move {
+                match op {
+                    Operation::VfioRelease { device } => Ok(Outcome::Vfio {
+                        device,
+                        driver_before: Some(iommu::VFIO_DRIVER.into()),
+                        driver_after: Some("nvidia".into()),
+                        persistence: PersistenceNote::Set { enabled: true },
+                    }),
+                    _ => Err(ClientError::Helper(HelperError::Unsupported)),
+                }
+            })
+        }
+    }
+
+    #[tokio::test]
+    async fn release_asks_for_the_other_functions_first_and_the_gpu_last() {
+        let host = Host::fake(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../testdata/hosts/passthrough"
+        ));
+        let data = tempfile::tempdir().unwrap();
+        let helper = Arc::new(Recording::default());
+        let changes = Arc::new(AtomicUsize::new(0));
+        let counted = changes.clone();
+        let runtime =
+            Passthrough::new(host, data.path(), helper.clone()).on_host_change(move || {
+                counted.fetch_add(1, Ordering::SeqCst);
+            });
+        let gpu: PciAddress = "0000:61:00.0".parse().unwrap();
+        let report = runtime.release(&gpu).await.unwrap();
+        let asked: Vec<String> = helper
+            .ops
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|op| match op {
+                Operation::VfioRelease { device } => device.to_string(),
+                other => format!("{other:?}"),
+            })
+            .collect();
+        assert_eq!(asked, ["0000:61:00.1", "0000:61:00.0"]);
+        assert_eq!(report.functions.len(), 2);
+        assert_eq!(changes.load(Ordering::SeqCst), 1);
+        // A GPU on nvidia is not passed through: refused before the helper is asked.
+        let err = runtime
+            .release(&"0000:4a:00.0".parse().unwrap())
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(err, RuntimeError::NotPassedThrough { .. }),
+            "{err}"
+        );
+        assert_eq!(helper.ops.lock().unwrap().len(), 2);
+    }
+}
