@@ -52,7 +52,15 @@ fn listen_creates_a_0660_socket_and_answers_hello_and_ping() {
 fn a_stale_socket_is_replaced_but_another_file_is_not() {
     let dir = tempfile::tempdir().unwrap();
     let stale = dir.path().join("helper.sock");
-    drop(std::os::unix::net::UnixListener::bind(&stale).unwrap());
+    // A socket inode nobody listens on, made without a file descriptor: a listener bound and
+    // dropped here could linger in a child another test thread forks meanwhile.
+    nix::sys::stat::mknod(
+        &stale,
+        nix::sys::stat::SFlag::S_IFSOCK,
+        nix::sys::stat::Mode::from_bits_truncate(0o600),
+        0,
+    )
+    .unwrap();
     let h = Helper::start_in(dir, &[]);
     h.client().request(1, Operation::Ping).unwrap();
     drop(h);
