@@ -104,6 +104,12 @@ pub enum Command {
     /// Holds and their CDI specs, through the node service.
     #[command(subcommand)]
     Hold(HoldCommand),
+    /// GPUs to vfio-pci and back, through the node service.
+    #[command(subcommand)]
+    Vfio(VfioCommand),
+    /// libvirt domains with GPUs, through the node service.
+    #[command(subcommand)]
+    Vm(VmCommand),
     /// The long-running node service.
     Node {
         /// Serve Prometheus metrics on this address (GET /metrics); off by default.
@@ -163,6 +169,41 @@ pub enum HoldCommand {
     },
     /// List the holds.
     List,
+}
+
+/// `bcd vfio ...`, through the node service and the helper.
+#[derive(Debug, Subcommand)]
+pub enum VfioCommand {
+    /// Move a GPU (and the other NVIDIA functions of its IOMMU group) to vfio-pci.
+    Bind {
+        /// PCI address (0000:18:00.0) or GPU UUID.
+        device: String,
+    },
+    /// Give a GPU on vfio-pci back to the kernel's driver.
+    Release {
+        /// PCI address.
+        device: String,
+    },
+}
+
+/// `bcd vm ...`, libvirt domains through the node service and the helper.
+#[derive(Debug, Subcommand)]
+pub enum VmCommand {
+    /// Persistence off for the domain's GPUs, then virsh start.
+    Start {
+        /// The domain's name.
+        name: String,
+    },
+    /// Persistence off for the image's GPUs, then virsh restore.
+    Restore {
+        /// The save image, under the helper's save folder.
+        file: String,
+    },
+    /// virsh destroy, then persistence on for the GPUs back on nvidia.
+    Destroy {
+        /// The domain's name.
+        name: String,
+    },
 }
 
 /// `bcd cdi ...`.

@@ -43,6 +43,8 @@ fn main() -> ExitCode {
             }) => commands::cdi::render(&cli.global, hold, devices, *kubernetes).await,
             Command::Gpu(cmd) => svc::gpu(&cli.global, cmd).await,
             Command::Hold(cmd) => svc::hold(&cli.global, cmd).await,
+            Command::Vfio(cmd) => svc::vfio(&cli.global, cmd).await,
+            Command::Vm(cmd) => svc::vm(&cli.global, cmd).await,
             Command::Node {
                 metrics_listen,
                 sample_interval,

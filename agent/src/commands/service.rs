@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 
-use crate::cli::{Global, GpuCommand, HoldCommand};
+use crate::cli::{Global, GpuCommand, HoldCommand, VfioCommand, VmCommand};
 use crate::node::client::call;
 use crate::node::service::{run, NodeConfig};
 
@@ -140,6 +140,36 @@ pub async fn hold(global: &Global, cmd: &HoldCommand) -> ExitCode {
             .await
         }
     }
+}
+
+fn summary(v: &Value) -> String {
+    format!("{}\n", v["summary"].as_str().unwrap_or_default())
+}
+
+/// `bcd vfio bind|release`.
+pub async fn vfio(global: &Global, cmd: &VfioCommand) -> ExitCode {
+    let (path, device) = match cmd {
+        VfioCommand::Bind { device } => ("/v1/vfio/bind", device),
+        VfioCommand::Release { device } => ("/v1/vfio/release", device),
+    };
+    through_service(
+        global,
+        "POST",
+        path,
+        Some(json!({ "device": device })),
+        summary,
+    )
+    .await
+}
+
+/// `bcd vm start|restore|destroy`.
+pub async fn vm(global: &Global, cmd: &VmCommand) -> ExitCode {
+    let (path, body) = match cmd {
+        VmCommand::Start { name } => ("/v1/vm/start", json!({ "domain": name })),
+        VmCommand::Restore { file } => ("/v1/vm/restore", json!({ "file": file })),
+        VmCommand::Destroy { name } => ("/v1/vm/destroy", json!({ "domain": name })),
+    };
+    through_service(global, "POST", path, Some(body), summary).await
 }
 
 /// `bcd node`.

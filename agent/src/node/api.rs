@@ -12,6 +12,10 @@
 //! | `GET /v1/holds` | the holds |
 //! | `POST /v1/holds` | applies a hold: `{"id", "devices": [...], "kubernetes": bool}` |
 //! | `DELETE /v1/holds/<id>` | releases a hold |
+//! | `POST /v1/vfio/bind` | `{"device": ADDR or UUID}`: the GPU and its IOMMU group to `vfio-pci` |
+//! | `POST /v1/vfio/release` | `{"device": ADDR}`: back to the kernel's driver |
+//! | `POST /v1/vm/start`, `/v1/vm/destroy` | `{"domain": NAME}` through libvirt |
+//! | `POST /v1/vm/restore` | `{"file": PATH}` through libvirt |
 
 use serde::Deserialize;
 use serde_json::{json, Value};
@@ -81,6 +85,11 @@ pub async fn handle(node: &Node, request: &Request) -> Answer {
         ("DELETE", p) if p.starts_with("/v1/holds/") => {
             release_hold(node, &p["/v1/holds/".len()..]).await
         }
+        (
+            "POST",
+            "/v1/vfio/bind" | "/v1/vfio/release" | "/v1/vm/start" | "/v1/vm/restore"
+            | "/v1/vm/destroy",
+        ) => passthrough(node, path, request).await,
         (
             _,
             "/v1/status"
@@ -357,5 +366,119 @@ async fn release_hold(node: &Node, id: &str) -> Result<Answer, Answer> {
             "unknown-hold",
             format!("there is no hold {}", id.as_str()),
         )),
+    }
+}
+
+#[derive(Deserialize)]
+struct PassthroughBody {
+    #[serde(default)]
+    device: Option<String>,
+    #[serde(default)]
+    domain: Option<String>,
+    #[serde(default)]
+    file: Option<String>,
+}
+
+fn field<T: std::str::FromStr>(value: Option<String>, name: &str) -> Result<T, Answer>
+where
+    T::Err: std::fmt::Display,
+{
+    let raw = value.ok_or_else(|| {
+        error(
+            400,
+            "invalid-argument",
+            format!("the request needs \"{name}\""),
+        )
+    })?;
+    raw.parse().map_err(|e| error(400, "invalid-argument", e))
+}
+
+/// A held GPU as the VFIO runtime asks about it: by UUID or by address.
+struct HeldGpu {
+    uuid: String,
+    address: Option<bcd_protocol::PciAddress>,
+    hold: String,
+}
+
+/// Every GPU a hold names, directly or through one of its MIG devices.
+async fn held_gpus(node: &Node) -> Vec<HeldGpu> {
+    let inventory = node.inventory().await;
+    let holds = node.holds.lock().await;
+    let mut table = Vec::new();
+    for hold in holds.as_ref().into_iter().flat_map(|h| h.list()) {
+        for device in &hold.devices {
+            let owner = inventory.gpu.gpus.iter().find(|g| {
+                g.uuid.eq_ignore_ascii_case(device.as_str())
+                    || g.mig.iter().flat_map(|m| &m.devices).any(|m| {
+                        m.uuid
+                            .as_deref()
+                            .is_some_and(|u| u.eq_ignore_ascii_case(device.as_str()))
+                    })
+            });
+            table.push(HeldGpu {
+                uuid: owner.map_or_else(
+                    || device.as_str().to_owned(),
+                    |g| g.uuid.to_ascii_lowercase(),
+                ),
+                address: owner
+                    .and_then(|g| g.bus_id.as_deref())
+                    .and_then(|b| b.parse().ok()),
+                hold: hold.id.as_str().to_owned(),
+            });
+        }
+    }
+    table
+}
+
+async fn passthrough(node: &Node, path: &str, request: &Request) -> Result<Answer, Answer> {
+    use crate::runtime::RuntimeError;
+    let asked: PassthroughBody = body(request)?;
+    let table = held_gpus(node).await;
+    let held = |address: &bcd_protocol::PciAddress, uuid: Option<&GpuUuid>| -> Option<String> {
+        table
+            .iter()
+            .find(|h| {
+                h.address.as_ref() == Some(address) || uuid.is_some_and(|u| u.as_str() == h.uuid)
+            })
+            .map(|h| h.hold.clone())
+    };
+    let result = match path {
+        "/v1/vfio/bind" => {
+            node.passthrough
+                .bind(&field::<GpuRef>(asked.device, "device")?, &held)
+                .await
+        }
+        "/v1/vfio/release" => {
+            node.passthrough
+                .release(&field(asked.device, "device")?)
+                .await
+        }
+        "/v1/vm/start" => {
+            node.passthrough
+                .start(&field(asked.domain, "domain")?)
+                .await
+        }
+        "/v1/vm/restore" => node.passthrough.restore(&field(asked.file, "file")?).await,
+        _ => {
+            node.passthrough
+                .destroy(&field(asked.domain, "domain")?)
+                .await
+        }
+    };
+    match result {
+        Ok(report) => Ok(ok(&json!({ "summary": report.to_string() }))),
+        Err(e) => {
+            let (status, code) = match &e {
+                RuntimeError::Held { .. } => (409, "gpu-busy"),
+                RuntimeError::UnknownGpu { .. } => (422, "unknown-gpu"),
+                RuntimeError::NotAGpu { .. }
+                | RuntimeError::Group(_)
+                | RuntimeError::NotPassedThrough { .. }
+                | RuntimeError::Invalid(_) => (422, "refused"),
+                RuntimeError::Helper { .. } => (502, "helper"),
+                RuntimeError::State(_) => (500, "state"),
+            };
+            Err(error(status, code, e))
+        }
     }
 }

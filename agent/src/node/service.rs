@@ -21,6 +21,7 @@ use crate::inventory::document::{GpuSection, Inventory};
 use crate::inventory::memory::GpuMemory;
 use crate::inventory::scheduler::{Scheduler, SchedulerHandle, Trigger};
 use crate::node::{api, http, metrics, notify};
+use crate::runtime::{Passthrough, SocketHelper};
 use crate::smi::list::ListedGpu;
 use crate::smi::runner::Runner;
 use crate::smi::samples::GpuSample;
@@ -90,6 +91,8 @@ pub struct Node {
     pub problems: Mutex<Vec<String>>,
     /// How many collections ran.
     pub collections: std::sync::atomic::AtomicU64,
+    /// GPUs to VMs and back, through the helper.
+    pub passthrough: Passthrough,
 }
 
 impl Node {
@@ -339,6 +342,12 @@ pub async fn run(config: NodeConfig) -> Result<(), NodeError> {
         scheduler: scheduler_handle.clone(),
         problems: Mutex::new(Vec::new()),
         collections: std::sync::atomic::AtomicU64::new(0),
+        passthrough: Passthrough::new(
+            config.host.clone(),
+            &config.data_dir,
+            Arc::new(SocketHelper::new(config.helper_socket.clone())),
+        )
+        .with_scheduler(scheduler_handle.clone()),
     });
     for p in problems {
         node.problem(p);
@@ -348,6 +357,22 @@ pub async fn run(config: NodeConfig) -> Result<(), NodeError> {
             "{} does not exist: XIDs will not be seen",
             config.host.path("/dev/kmsg").display()
         ));
+    }
+
+    // A bind or release cut off by a crash is settled before anything else moves a GPU.
+    match node.passthrough.reconcile().await {
+        Ok(report) => {
+            for sentence in &report.sentences {
+                tracing::warn!("passthrough journal: {sentence}");
+            }
+            if !report.settled {
+                node.problem(format!(
+                    "the passthrough journal still holds steps that could not be settled ({}); they are retried at the next start",
+                    report.sentences.join(" ")
+                ));
+            }
+        }
+        Err(e) => node.problem(format!("passthrough journal: {e}")),
     }
 
     let (first_tx, first_rx) = tokio::sync::oneshot::channel::<()>();
