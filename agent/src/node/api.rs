@@ -259,15 +259,20 @@ fn hold_json(hold: &crate::cdi::Hold) -> Value {
     })
 }
 
+/// The refusal while `holds.json` is unreadable: nothing may change holds until it is fixed.
+fn holds_unavailable() -> Answer {
+    error(
+        503,
+        "holds-unavailable",
+        "holds.json could not be read when bcd node started; see bcd status",
+    )
+}
+
 async fn list_holds(node: &Node) -> Answer {
     let holds = node.holds.lock().await;
     match holds.as_ref() {
         Some(h) => ok(&json!({ "holds": h.list().map(hold_json).collect::<Vec<_>>() })),
-        None => error(
-            503,
-            "holds-unavailable",
-            "holds.json could not be read when bcd node started; see bcd status",
-        ),
+        None => holds_unavailable(),
     }
 }
 
@@ -327,13 +332,7 @@ async fn apply_hold(node: &Node, request: &Request) -> Result<Answer, Answer> {
     }
     let answer = {
         let mut holds = node.holds.lock().await;
-        let Some(holds) = holds.as_mut() else {
-            return Err(error(
-                503,
-                "holds-unavailable",
-                "holds.json could not be read when bcd node started; see bcd status",
-            ));
-        };
+        let holds = holds.as_mut().ok_or_else(holds_unavailable)?;
         match holds.apply(id, devices, asked.kubernetes) {
             Ok(hold) => (201, hold_json(hold).to_string().into_bytes()),
             Err(e @ HoldError::Held { .. }) => return Err(error(409, "device-held", e)),
@@ -349,13 +348,7 @@ async fn release_hold(node: &Node, id: &str) -> Result<Answer, Answer> {
     let id: HoldId = id.parse().map_err(|e| error(400, "invalid-argument", e))?;
     let released = {
         let mut holds = node.holds.lock().await;
-        let Some(holds) = holds.as_mut() else {
-            return Err(error(
-                503,
-                "holds-unavailable",
-                "holds.json could not be read when bcd node started; see bcd status",
-            ));
-        };
+        let holds = holds.as_mut().ok_or_else(holds_unavailable)?;
         holds.release(&id).map_err(|e| error(500, "state", e))?
     };
     node.converge_holds().await;
