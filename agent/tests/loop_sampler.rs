@@ -116,7 +116,10 @@ exit 1";
     let latest = sampler.subscribe().borrow().clone().unwrap();
     assert_eq!(latest.mode, Mode::Loop, "a death is no refusal");
     assert_eq!(latest.samples.len(), 2);
-    assert!(starts(dir.path()) >= 8, "both children start again each time");
+    assert!(
+        starts(dir.path()) >= 8,
+        "both children start again each time"
+    );
 }
 
 #[tokio::test]
@@ -150,9 +153,12 @@ async fn a_refused_loop_mode_falls_back_to_one_shot_samples() {
 if [ -n \"$APPS\" ]; then exit 0; fi
 cat \"$LINES\"";
     let sampler = Sampler::spawn(fake(dir.path(), body), timing());
-    wait_until(&sampler, Duration::from_secs(10), "one-shot samples", |_, s| {
-        s.is_some_and(|s| matches!(s.mode, Mode::OneShot(_)) && s.samples.len() == 2)
-    })
+    wait_until(
+        &sampler,
+        Duration::from_secs(10),
+        "one-shot samples",
+        |_, s| s.is_some_and(|s| matches!(s.mode, Mode::OneShot(_)) && s.samples.len() == 2),
+    )
     .await;
     let Some(Sampled {
         mode: Mode::OneShot(why),
@@ -174,9 +180,12 @@ if [ -n \"$LMS\" ]; then
 fi
 exit 9";
     let sampler = Sampler::spawn(fake(dir.path(), body), timing());
-    wait_until(&sampler, Duration::from_secs(10), "the fall back", |s, _| {
-        s.stats().one_shots.load(Ordering::Relaxed) >= 1
-    })
+    wait_until(
+        &sampler,
+        Duration::from_secs(10),
+        "the fall back",
+        |s, _| s.stats().one_shots.load(Ordering::Relaxed) >= 1,
+    )
     .await;
 }
 
@@ -184,10 +193,7 @@ exit 9";
 async fn dropping_the_sampler_leaves_no_process_behind() {
     let dir = tempfile::tempdir().unwrap();
     let pids = dir.path().join("pids");
-    let body = format!(
-        "echo $$ >> '{}'\n{STEADY}",
-        pids.display()
-    );
+    let body = format!("echo $$ >> '{}'\n{STEADY}", pids.display());
     let sampler = Sampler::spawn(fake(dir.path(), &body), timing());
     wait_until(&sampler, Duration::from_secs(10), "a batch", |s, _| {
         s.stats().batches.load(Ordering::Relaxed) >= 1

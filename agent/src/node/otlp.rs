@@ -521,12 +521,36 @@ pub async fn send(endpoint: &OtlpEndpoint, body: &[u8]) -> Result<(), ExportErro
     }
 }
 
+/// Whether the collector is down, so an outage is logged when it starts and when it ends.
+#[derive(Debug, Default)]
+struct Outage {
+    down: bool,
+}
+
+/// What to log after one export.
+#[derive(Debug, PartialEq, Eq)]
+enum Transition {
+    Down,
+    Up,
+}
+
+impl Outage {
+    fn record(&mut self, ok: bool) -> Option<Transition> {
+        let was_down = std::mem::replace(&mut self.down, !ok);
+        match (was_down, ok) {
+            (false, false) => Some(Transition::Down),
+            (true, true) => Some(Transition::Up),
+            _ => None,
+        }
+    }
+}
+
 /// Exports the node's latest samples every `interval`, for as long as the node runs.
 pub async fn export_loop(node: Arc<Node>, endpoint: OtlpEndpoint, interval: Duration) {
     let resource = Resource::of_host(&node.config.host);
     let mut tick = tokio::time::interval(interval);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let mut down = false;
+    let mut outage = Outage::default();
     tracing::info!(
         "OTLP: sending GPU metrics to {endpoint} every {}s",
         interval.as_secs()
@@ -539,19 +563,13 @@ pub async fn export_loop(node: Arc<Node>, endpoint: OtlpEndpoint, interval: Dura
         }
         let healthy = node.healthy_map().await;
         let body = encode_request(&resource, &samples, &healthy, SystemTime::now());
-        match send(&endpoint, &body).await {
-            Ok(()) if down => {
-                down = false;
-                tracing::info!("OTLP: {endpoint} takes metrics again");
-            }
-            Ok(()) => {}
-            Err(e) if !down => {
-                down = true;
-                tracing::warn!(
-                    "OTLP: {e}; metrics are dropped until it answers (said once per outage)"
-                );
-            }
-            Err(_) => {}
+        let result = send(&endpoint, &body).await;
+        match (outage.record(result.is_ok()), result) {
+            (Some(Transition::Down), Err(e)) => tracing::warn!(
+                "OTLP: {e}; metrics are dropped until it answers (said once per outage)"
+            ),
+            (Some(Transition::Up), _) => tracing::info!("OTLP: {endpoint} takes metrics again"),
+            _ => {}
         }
     }
 }
@@ -578,6 +596,31 @@ mod tests {
         ));
         assert!("http://x:0".parse::<OtlpEndpoint>().is_err());
         assert!("http://u:p@x".parse::<OtlpEndpoint>().is_err());
+    }
+
+    #[test]
+    fn an_outage_is_said_once_when_it_starts_and_once_when_it_ends() {
+        let mut o = Outage::default();
+        assert_eq!(o.record(true), None);
+        assert_eq!(o.record(false), Some(Transition::Down));
+        assert_eq!(o.record(false), None);
+        assert_eq!(o.record(false), None);
+        assert_eq!(o.record(true), Some(Transition::Up));
+        assert_eq!(o.record(true), None);
+    }
+
+    #[tokio::test]
+    async fn a_collector_that_is_down_fails_within_the_bound() {
+        // A port nobody listens on: bound, then closed.
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let endpoint: OtlpEndpoint = format!("http://127.0.0.1:{port}").parse().unwrap();
+        let err = send(&endpoint, b"").await.unwrap_err();
+        assert!(matches!(err, ExportError::Io { .. }), "{err}");
+        assert!(err.to_string().contains("cannot be reached"));
     }
 
     #[test]
