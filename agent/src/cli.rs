@@ -115,6 +115,10 @@ pub enum Command {
         /// Serve Prometheus metrics on this address (GET /metrics); off by default.
         #[arg(long, value_name = "ADDR")]
         metrics_listen: Option<std::net::SocketAddr>,
+        /// Send the GPU samples over OTLP/HTTP (protobuf) to this collector every sample
+        /// interval, e.g. http://127.0.0.1:4318 (POST /v1/metrics); plain HTTP only.
+        #[arg(long, value_name = "URL")]
+        otlp_endpoint: Option<crate::node::otlp::OtlpEndpoint>,
         /// Seconds between GPU samples (at least 5).
         #[arg(long, value_name = "SECONDS", default_value_t = 5)]
         sample_interval: u64,

@@ -47,9 +47,19 @@ fn main() -> ExitCode {
             Command::Vm(cmd) => svc::vm(&cli.global, cmd).await,
             Command::Node {
                 metrics_listen,
+                otlp_endpoint,
                 sample_interval,
                 api_group,
-            } => svc::node(&cli.global, *metrics_listen, *sample_interval, api_group).await,
+            } => {
+                svc::node(
+                    &cli.global,
+                    *metrics_listen,
+                    otlp_endpoint.clone(),
+                    *sample_interval,
+                    api_group,
+                )
+                .await
+            }
             Command::Status => health::commands::status_command(&cli.global).await,
             Command::Diag { gpu, expected_gpus } => {
                 health::commands::diag_command(&cli.global, gpu, *expected_gpus).await

@@ -10,6 +10,7 @@ use serde_json::{json, Value};
 
 use crate::cli::{Global, GpuCommand, HoldCommand, VfioCommand, VmCommand};
 use crate::node::client::call;
+use crate::node::otlp::OtlpEndpoint;
 use crate::node::service::{run, NodeConfig};
 
 fn print(text: &str) {
@@ -176,6 +177,7 @@ pub async fn vm(global: &Global, cmd: &VmCommand) -> ExitCode {
 pub async fn node(
     global: &Global,
     metrics_listen: Option<SocketAddr>,
+    otlp_endpoint: Option<OtlpEndpoint>,
     sample_interval: u64,
     api_group: &str,
 ) -> ExitCode {
@@ -188,6 +190,7 @@ pub async fn node(
         api_group: Some(api_group.to_owned()),
         metrics_listen,
         sample_interval: Duration::from_secs(sample_interval),
+        otlp_endpoint,
     };
     match run(config).await {
         Ok(()) => ExitCode::SUCCESS,

@@ -199,14 +199,30 @@ pub struct Response {
 /// # Errors
 /// The socket's errors, and a malformed response as `InvalidData`.
 pub async fn exchange<S: AsyncRead + AsyncWrite + Unpin>(
-    mut stream: S,
+    stream: S,
     method: &str,
     path: &str,
     body: Option<&[u8]>,
 ) -> std::io::Result<Response> {
+    exchange_with(stream, method, "bcd", path, "application/json", body).await
+}
+
+/// [`exchange`] with a `Host` header and a body type of the caller's: the OTLP exporter's
+/// request to a collector, which routes on neither but should see honest headers.
+///
+/// # Errors
+/// The socket's errors, and a malformed response as `InvalidData`.
+pub async fn exchange_with<S: AsyncRead + AsyncWrite + Unpin>(
+    mut stream: S,
+    method: &str,
+    host: &str,
+    path: &str,
+    content_type: &str,
+    body: Option<&[u8]>,
+) -> std::io::Result<Response> {
     let body = body.unwrap_or_default();
     let head = format!(
-        "{method} {path} HTTP/1.1\r\nHost: bcd\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        "{method} {path} HTTP/1.1\r\nHost: {host}\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
         body.len()
     );
     stream.write_all(head.as_bytes()).await?;

@@ -7,4 +7,5 @@ pub mod client;
 pub mod http;
 pub mod metrics;
 pub mod notify;
+pub mod otlp;
 pub mod service;

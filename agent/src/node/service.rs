@@ -20,12 +20,13 @@ use crate::inventory::collect::collect;
 use crate::inventory::document::{GpuSection, Inventory};
 use crate::inventory::memory::GpuMemory;
 use crate::inventory::scheduler::{Scheduler, SchedulerHandle, Trigger};
+use crate::node::otlp::{self, OtlpEndpoint};
 use crate::node::{api, http, metrics, notify};
 use crate::runtime::{Passthrough, SocketHelper};
 use crate::smi::list::ListedGpu;
-use crate::smi::runner::Runner;
+use crate::smi::sampler::{Sampler, Timing};
 use crate::smi::samples::GpuSample;
-use crate::smi::snapshot::{samples, QueryRecord};
+use crate::smi::snapshot::QueryRecord;
 
 /// The shortest sample interval: `nvidia-smi` costs driver time on every GPU.
 pub const MIN_SAMPLE_INTERVAL: Duration = Duration::from_secs(5);
@@ -51,6 +52,8 @@ pub struct NodeConfig {
     pub metrics_listen: Option<SocketAddr>,
     /// How often to sample the GPUs (at least [`MIN_SAMPLE_INTERVAL`]).
     pub sample_interval: Duration,
+    /// Where to send the samples over OTLP/HTTP (every sample interval); off when `None`.
+    pub otlp_endpoint: Option<OtlpEndpoint>,
 }
 
 /// The latest collection.
@@ -399,21 +402,24 @@ pub async fn run(config: NodeConfig) -> Result<(), NodeError> {
         }
     });
 
-    let sampler = node.clone();
+    let sampled = node.clone();
     let interval = config.sample_interval.max(MIN_SAMPLE_INTERVAL);
     tokio::spawn(async move {
-        let runner = Runner::new(sampler.config.host.nvidia_smi());
-        let mut tick = tokio::time::interval(interval);
-        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        loop {
-            tick.tick().await;
-            match samples(&runner).await {
-                Ok((s, _)) => *sampler.samples.write().await = s,
-                Err(e) if e.is_no_driver() => {}
-                Err(e) => tracing::warn!("sample: {e}"),
+        // One long-lived nvidia-smi in loop mode, not a process per sample; the sampler falls
+        // back to one-shot queries by itself where loop mode is refused.
+        let sampler = Sampler::spawn(sampled.config.host.nvidia_smi(), Timing::new(interval));
+        let mut rx = sampler.subscribe();
+        while rx.changed().await.is_ok() {
+            let latest = rx.borrow_and_update().clone();
+            if let Some(latest) = latest {
+                *sampled.samples.write().await = latest.samples;
             }
         }
     });
+
+    if let Some(endpoint) = config.otlp_endpoint.clone() {
+        tokio::spawn(otlp::export_loop(node.clone(), endpoint, interval));
+    }
 
     let in_flight = Arc::new(RwLock::new(()));
     let api_node = node.clone();

@@ -8,6 +8,7 @@ pub mod mig;
 pub mod nvlink;
 pub mod probe;
 pub mod runner;
+pub mod sampler;
 pub mod samples;
 pub mod snapshot;
 mod text;

@@ -1,0 +1,179 @@
+//! `bcd node --otlp-endpoint` against a receiver that decodes the requests with the
+//! OpenTelemetry protobuf definitions (`testdata/otlp/receiver.py`, Python's
+//! `opentelemetry-proto`): `bcd.gpu.memory.total` equals the fake host's `nvidia-smi` total.
+//!
+//! The receiver's virtual environment is made once under the target folder; without
+//! `python3 -m venv` or a reachable package index the test is skipped, saying why.
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+/// The `opentelemetry-proto` release the receiver is tested with.
+const OTLP_PROTO_PIN: &str = "opentelemetry-proto==1.45.2";
+/// The wsl2 fake host's only GPU and its `memory.total` in `answers/samples.out`, MiB.
+const WSL2_GPU: &str = "GPU-47b7f1f6-b953-1755-a396-404bd55edce2";
+const WSL2_MEMORY_TOTAL_MIB: u64 = 32607;
+
+fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+/// Kills a child when dropped, so a failing test leaves no process behind.
+struct Reaped(Child);
+
+impl Drop for Reaped {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// The venv's python with `opentelemetry-proto` importable, made on first use; `Err` says why
+/// the test cannot run here.
+fn receiver_python() -> Result<PathBuf, String> {
+    let venv = Path::new(env!("CARGO_TARGET_TMPDIR")).join("otlp-venv");
+    let python = venv.join("bin/python");
+    let importable = |python: &Path| {
+        Command::new(python)
+            .args([
+                "-c",
+                "import opentelemetry.proto.collector.metrics.v1.metrics_service_pb2",
+            ])
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success())
+    };
+    if importable(&python) {
+        return Ok(python);
+    }
+    let made = Command::new("python3")
+        .args(["-m", "venv"])
+        .arg(&venv)
+        .status()
+        .map_err(|e| format!("python3 cannot be run: {e}"))?;
+    if !made.success() {
+        return Err("python3 -m venv failed".into());
+    }
+    let pip = Command::new(venv.join("bin/pip"))
+        .args(["install", "--quiet", OTLP_PROTO_PIN])
+        .status()
+        .map_err(|e| format!("pip cannot be run: {e}"))?;
+    if !pip.success() || !importable(&python) {
+        return Err(format!("pip install {OTLP_PROTO_PIN} failed"));
+    }
+    Ok(python)
+}
+
+/// The decoded points the receiver wrote so far.
+fn points(file: &Path) -> Vec<Value> {
+    std::fs::read_to_string(file)
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect()
+}
+
+#[test]
+fn otlp_memory_total_equals_the_fake_hosts_nvidia_smi() {
+    let python = match receiver_python() {
+        Ok(p) => p,
+        Err(why) => {
+            eprintln!("skipped: {why}");
+            return;
+        }
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let host = dir.path().join("wsl2");
+    assert!(Command::new("cp")
+        .arg("-a")
+        .arg(repo().join("testdata/hosts/wsl2"))
+        .arg(&host)
+        .status()
+        .unwrap()
+        .success());
+    std::fs::copy(
+        repo().join("testdata/hosts/replay-nvidia-smi"),
+        dir.path().join("replay-nvidia-smi"),
+    )
+    .unwrap();
+
+    let received = dir.path().join("received.jsonl");
+    let mut receiver = Reaped(
+        Command::new(&python)
+            .arg(repo().join("testdata/otlp/receiver.py"))
+            .arg(&received)
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    let mut port = String::new();
+    BufReader::new(receiver.0.stdout.take().unwrap())
+        .read_line(&mut port)
+        .unwrap();
+    let port: u16 = port.trim().parse().expect("the receiver prints its port");
+
+    let _node = Reaped(
+        Command::new(env!("CARGO_BIN_EXE_bcd"))
+            .arg("--host")
+            .arg(&host)
+            .arg("--data-dir")
+            .arg(dir.path().join("data"))
+            .arg("--cdi-dir")
+            .arg(dir.path().join("cdi"))
+            .arg("--helper-socket")
+            .arg(dir.path().join("helper.sock"))
+            .arg("--api-socket")
+            .arg(dir.path().join("bcd.sock"))
+            .args(["node", "--api-group", "root", "--otlp-endpoint"])
+            .arg(format!("http://127.0.0.1:{port}"))
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+
+    let started = Instant::now();
+    let total = loop {
+        let all = points(&received);
+        if let Some(error) = all.iter().find(|p| p.get("error").is_some()) {
+            panic!("the receiver could not decode a request: {error}");
+        }
+        if let Some(p) = all.iter().find(|p| p["name"] == "bcd.gpu.memory.total") {
+            break p.clone();
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(40),
+            "no bcd.gpu.memory.total within 40s; received: {all:?}"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    assert_eq!(total["path"], "/v1/metrics");
+    assert_eq!(total["content_type"], "application/x-protobuf");
+    assert_eq!(total["resource"]["service.name"], "bcd");
+    assert_eq!(total["scope"], "bcd");
+    assert_eq!(total["unit"], "By");
+    assert_eq!(total["attributes"]["gpu.uuid"], WSL2_GPU);
+    assert_eq!(total["type"], "as_int");
+    assert_eq!(
+        total["value"].as_u64(),
+        Some(WSL2_MEMORY_TOTAL_MIB * 1024 * 1024),
+        "{total}"
+    );
+    assert!(total["time_unix_nano"].as_u64().unwrap_or(0) > 0);
+    // The other readings of the same sample arrive beside it, in their units.
+    let all = points(&received);
+    let value = |name: &str| {
+        all.iter()
+            .find(|p| p["name"] == name)
+            .unwrap_or_else(|| panic!("{name} missing"))["value"]
+            .clone()
+    };
+    assert_eq!(value("bcd.gpu.temperature"), 38);
+    assert_eq!(value("bcd.gpu.power.draw"), 21.07);
+    assert_eq!(value("bcd.gpu.utilization"), 0.04);
+    assert_eq!(value("bcd.gpu.clock.sm"), 247_000_000u64);
+    assert_eq!(value("bcd.gpu.processes"), 0);
+}
