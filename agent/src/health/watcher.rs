@@ -6,9 +6,11 @@
 //! device, `EAGAIN` when there is none, and `EPIPE` when records were overwritten before they
 //! were read (the next record's sequence number tells how many). A fake host's `dev/kmsg` is a
 //! regular file a test appends to; there one read returns many records, split on newlines. The
-//! same loop serves both, polling every [`POLL_INTERVAL`] when there is nothing to read: a
-//! regular file cannot be waited on with epoll, and a tenth of a second is far below the
-//! ~2 seconds the collection after an XID waits anyway.
+//! same loop serves both. When there is nothing to read, it waits on the character device for
+//! the kernel's next record (epoll, through the runtime: an idle node does not wake up), and
+//! polls a regular file every [`POLL_INTERVAL`]: a regular file cannot be waited on with
+//! epoll, and a tenth of a second is far below the ~2 seconds the collection after an XID
+//! waits anyway.
 
 use std::fs::{File, OpenOptions};
 use std::io::{self, Read, Seek, SeekFrom};
@@ -19,6 +21,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bcd_protocol::PciAddress;
+use tokio::io::unix::AsyncFd;
+use tokio::io::Interest;
 use tokio::sync::{mpsc, watch};
 
 use super::faults::Health;
@@ -27,7 +31,8 @@ use super::xid_kind;
 use crate::host::Host;
 use crate::inventory::document::{Gpu, Inventory};
 
-/// How long the watcher sleeps when the kernel log has nothing new.
+/// How long the watcher sleeps when a kernel log it cannot wait on (a regular file) has
+/// nothing new.
 pub const POLL_INTERVAL: Duration = Duration::from_millis(100);
 /// How long the watcher waits before opening the kernel log again after its reader failed.
 pub const RESTART_DELAY: Duration = Duration::from_secs(1);
@@ -55,6 +60,10 @@ pub struct KmsgReader {
     source: Box<dyn Read + Send>,
     /// The character device returns one record per read; a regular file many lines.
     one_record_per_read: bool,
+    /// The character device (a second descriptor of the same open file), registered with the
+    /// runtime so an idle reader waits for the next record; `None` where it cannot be waited
+    /// on (a regular file, no runtime) and is polled instead.
+    readiness: Option<AsyncFd<File>>,
     buf: Vec<u8>,
     pending: Vec<u8>,
 }
@@ -64,6 +73,7 @@ impl std::fmt::Debug for KmsgReader {
         f.debug_struct("KmsgReader")
             .field("one_record_per_read", &self.one_record_per_read)
             .field("pending", &self.pending.len())
+            .field("waits", &self.readiness.is_some())
             .finish_non_exhaustive()
     }
 }
@@ -81,7 +91,38 @@ impl KmsgReader {
             .open(path)?;
         let char_device = file.metadata()?.file_type().is_char_device();
         file.seek(SeekFrom::End(0))?;
-        Ok(Self::from_source(Box::new(file), char_device))
+        // A duplicate shares the open file, so its readiness is this reader's position's.
+        let readiness = if char_device && tokio::runtime::Handle::try_current().is_ok() {
+            file.try_clone()
+                .ok()
+                // SAFETY: a `File` owns the descriptor it reports, and nothing replaces or
+                // closes it while the `AsyncFd` holds it.
+                .and_then(|dup| {
+                    unsafe { AsyncFd::register_with_interest(dup, Interest::READABLE) }.ok()
+                })
+        } else {
+            None
+        };
+        let mut reader = Self::from_source(Box::new(file), char_device);
+        reader.readiness = readiness;
+        Ok(reader)
+    }
+
+    /// Waits until the log may have something new, after [`Polled::Idle`]: until the character
+    /// device is readable, or [`POLL_INTERVAL`] where it cannot be waited on.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: nothing is read here.
+    pub async fn wait(&mut self) {
+        match &self.readiness {
+            // Cleared before the next read, not after: a record arriving in between sets it
+            // again, so none is missed.
+            Some(fd) => match fd.readable().await {
+                Ok(mut ready) => ready.clear_ready(),
+                Err(_) => tokio::time::sleep(POLL_INTERVAL).await,
+            },
+            None => tokio::time::sleep(POLL_INTERVAL).await,
+        }
     }
 
     /// A reader over any source: `one_record_per_read` as the character device behaves, else
@@ -90,6 +131,7 @@ impl KmsgReader {
         Self {
             source,
             one_record_per_read,
+            readiness: None,
             buf: vec![
                 0;
                 if one_record_per_read {
@@ -283,7 +325,7 @@ impl XidWatcher {
                     // A burst must not starve the runtime's other tasks.
                     tokio::task::yield_now().await;
                 }
-                Ok(Polled::Idle) => tokio::time::sleep(POLL_INTERVAL).await,
+                Ok(Polled::Idle) => reader.wait().await,
                 Ok(Polled::Lost) => self.lost = true,
                 Err(e) => return e,
             }
