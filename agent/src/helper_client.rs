@@ -39,6 +39,8 @@ pub enum ClientError {
         path: PathBuf,
         /// Why, in words.
         reason: String,
+        /// The system's kind of error, for callers that tell "no helper" from "broken helper".
+        kind: std::io::ErrorKind,
     },
     /// The helper answered with a typed error.
     #[error(transparent)]
@@ -92,6 +94,7 @@ impl HelperClient {
                 .map_err(|e| ClientError::Connect {
                     path: path.to_path_buf(),
                     reason: connect_reason(&e),
+                    kind: e.kind(),
                 })?;
             write_frame(
                 &mut stream,

@@ -1,9 +1,8 @@
 //! Whether `bcd-helper` answers: doctor's `helper` and `gpu-binding` checks.
 //!
 //! [`HelperProbe`] is the seam: doctor asks it for the helper's version and nothing else. The
-//! default, [`SocketProbe`], speaks the protocol itself (`Hello`, then `Request { id: 1, op:
-//! Ping }`, expecting `Pong`) over the Unix socket, bounded as a whole by [`PING_TIMEOUT`],
-//! so doctor does not depend on the agent's full helper client.
+//! default, [`SocketProbe`], sends `Ping` with the agent's helper client, bounded as a whole
+//! by [`PING_TIMEOUT`], and words each failure for doctor.
 
 use std::future::Future;
 use std::io;
@@ -11,20 +10,14 @@ use std::path::{Path, PathBuf};
 use std::pin::Pin;
 use std::time::Duration;
 
-use bcd_protocol::frame::{read_frame, write_frame, FrameError};
-use bcd_protocol::{
-    ClientFrame, HelperError, Operation, Outcome, Request, Response, ServerFrame, PROTOCOL_VERSION,
-};
-use tokio::net::UnixStream;
+use bcd_protocol::{HelperError, Operation, Outcome};
 
 use super::Status;
+use crate::helper_client::{ClientError, HelperClient};
 
 /// The bound on a whole ping: connect, greeting and answer. Socket activation starts the
 /// helper on the first connection, which takes well under a second on a healthy host.
 pub const PING_TIMEOUT: Duration = Duration::from_secs(2);
-
-/// The id of doctor's one request.
-const PING_ID: u64 = 1;
 
 /// A boxed ping, so that [`HelperProbe`] stays object-safe.
 pub type PingFuture<'a> = Pin<Box<dyn Future<Output = Result<String, PingError>> + Send + 'a>>;
@@ -111,13 +104,19 @@ impl PingError {
         }
     }
 
-    fn frame(path: &Path, e: FrameError, after: Duration) -> Self {
-        let path = path.to_path_buf();
+    fn client(path: &Path, e: ClientError, after: Duration) -> Self {
         match e {
-            FrameError::Stalled(_) => PingError::Timeout { path, after },
-            other => PingError::Protocol {
-                path,
-                what: other.to_string(),
+            ClientError::Connect { kind, reason, .. } => {
+                Self::connect(path, io::Error::new(kind, reason))
+            }
+            ClientError::Helper(e) => PingError::Helper(e),
+            ClientError::Timeout { .. } => PingError::Timeout {
+                path: path.to_path_buf(),
+                after,
+            },
+            ClientError::Protocol { what, .. } => PingError::Protocol {
+                path: path.to_path_buf(),
+                what,
             },
         }
     }
@@ -147,53 +146,19 @@ impl SocketProbe {
 
     async fn exchange(&self) -> Result<String, PingError> {
         let (path, after) = (self.path.as_path(), self.timeout);
-        let frame_error = |e| PingError::frame(path, e, after);
-        let protocol = |what: &str| PingError::Protocol {
-            path: path.to_path_buf(),
-            what: what.to_owned(),
-        };
-        let mut stream = UnixStream::connect(path)
+        let mut client = HelperClient::connect(path, after)
             .await
-            .map_err(|e| PingError::connect(path, e))?;
-        write_frame(
-            &mut stream,
-            &ClientFrame::Hello {
-                version: PROTOCOL_VERSION,
-            },
-        )
-        .await
-        .map_err(frame_error)?;
-        match read_frame::<_, ServerFrame>(&mut stream, after)
+            .map_err(|e| PingError::client(path, e, after))?;
+        match client
+            .request(Operation::Ping, after)
             .await
-            .map_err(frame_error)?
+            .map_err(|e| PingError::client(path, e, after))?
         {
-            ServerFrame::Hello(Ok(_)) => {}
-            ServerFrame::Hello(Err(e)) | ServerFrame::Closing(e) => {
-                return Err(PingError::Helper(e))
-            }
-            ServerFrame::Response(_) => return Err(protocol("a response before the greeting")),
-        }
-        write_frame(
-            &mut stream,
-            &ClientFrame::Request(Request {
-                id: PING_ID,
-                op: Operation::Ping,
+            Outcome::Pong { helper_version } => Ok(helper_version),
+            _ => Err(PingError::Protocol {
+                path: path.to_path_buf(),
+                what: "another outcome than Pong".into(),
             }),
-        )
-        .await
-        .map_err(frame_error)?;
-        match read_frame::<_, ServerFrame>(&mut stream, after)
-            .await
-            .map_err(frame_error)?
-        {
-            ServerFrame::Response(Response { id, result }) if id == PING_ID => match result {
-                Ok(Outcome::Pong { helper_version }) => Ok(helper_version),
-                Ok(_) => Err(protocol("another outcome than Pong")),
-                Err(e) => Err(PingError::Helper(e)),
-            },
-            ServerFrame::Response(_) => Err(protocol("an answer to another request")),
-            ServerFrame::Closing(e) => Err(PingError::Helper(e)),
-            ServerFrame::Hello(_) => Err(protocol("a second greeting")),
         }
     }
 }
