@@ -96,6 +96,9 @@ pub struct Node {
     pub collections: std::sync::atomic::AtomicU64,
     /// GPUs to VMs and back, through the helper.
     pub passthrough: Passthrough,
+    /// Held while a collection runs: the scheduler, diag and reset all collect, and two
+    /// collections must never run at once.
+    collecting: tokio::sync::Mutex<()>,
 }
 
 impl Node {
@@ -119,6 +122,7 @@ impl Node {
 
     /// Collects now, publishes the result and converges the hold specs; returns it.
     pub async fn collect_now(&self) -> Inventory {
+        let _one = self.collecting.lock().await;
         let collection = collect(&self.config.host, Some(&self.memory)).await;
         let listed = collection
             .snapshot
@@ -351,6 +355,7 @@ pub async fn run(config: NodeConfig) -> Result<(), NodeError> {
             Arc::new(SocketHelper::new(config.helper_socket.clone())),
         )
         .with_scheduler(scheduler_handle.clone()),
+        collecting: tokio::sync::Mutex::new(()),
     });
     for p in problems {
         node.problem(p);
