@@ -311,6 +311,16 @@ fn the_node_service_end_to_end() {
     let text = scrape(&metrics_addr);
     assert!(text.contains("bcd_gpu_healthy{uuid="), "{text}");
     assert!(text.contains("bcd_inventory_age_seconds"));
+    // The fake host cannot stream -lms, so sampling says it is one-shot, and why.
+    assert!(text.contains("bcd_sampler_loop_mode 0"), "{text}");
+    let status = api(&api_sock, "GET", "/v1/status", None).unwrap();
+    assert_eq!(status["sampling"]["loop_mode"], false);
+    assert!(
+        status["sampling"]["one_shot_because"]
+            .as_str()
+            .is_some_and(|w| !w.is_empty()),
+        "{status}"
+    );
 
     // Release, then SIGTERM: every state file parses.
     let mut release = bcd();

@@ -133,6 +133,7 @@ async fn status(node: &Node) -> Answer {
         "nvidia_smi_error": latest.as_ref().and_then(|l| l.snapshot_error.clone()),
         "gpus": gpu_statuses(&samples, Some(&inventory), &conditions),
         "conditions": conditions,
+        "sampling": node.sampling.lock().map(|s| s.clone()).unwrap_or_default(),
         "problems": problems,
     }))
 }

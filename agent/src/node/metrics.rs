@@ -29,6 +29,8 @@ pub struct MetricsView<'a> {
     pub xids: BTreeMap<String, Vec<u32>>,
     /// The last run of each `nvidia-smi` query.
     pub queries: &'a [QueryRecord],
+    /// How sampling runs.
+    pub sampling: Option<&'a crate::node::service::SamplingState>,
 }
 
 struct Family<'w> {
@@ -280,6 +282,20 @@ pub fn render(view: &MetricsView<'_>) -> String {
             "Seconds since the inventory was last collected.",
         );
         f.sample("bcd_inventory_age_seconds", &[], age.as_secs_f64());
+    }
+    if let Some(sampling) = view.sampling {
+        f.header("bcd_sampler_loop_mode", "gauge", "1 while one long-lived nvidia-smi -lms child feeds the samples, 0 on one-shot queries.");
+        f.sample(
+            "bcd_sampler_loop_mode",
+            &[],
+            if sampling.loop_mode { 1.0 } else { 0.0 },
+        );
+        f.header(
+            "bcd_sampler_restarts_total",
+            "counter",
+            "Loop-mode sampling sessions started again after a child died or stalled.",
+        );
+        f.sample("bcd_sampler_restarts_total", &[], sampling.restarts as f64);
     }
     if !view.queries.is_empty() {
         f.header(

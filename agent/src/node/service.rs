@@ -24,7 +24,7 @@ use crate::node::otlp::{self, OtlpEndpoint};
 use crate::node::{api, http, metrics, notify};
 use crate::runtime::{Passthrough, SocketHelper};
 use crate::smi::list::ListedGpu;
-use crate::smi::sampler::{Sampler, Timing};
+use crate::smi::sampler::{Mode, Sampler, Timing};
 use crate::smi::samples::GpuSample;
 use crate::smi::snapshot::QueryRecord;
 
@@ -71,6 +71,18 @@ pub struct Latest {
     pub snapshot_error: Option<String>,
 }
 
+/// How the sampler runs now, for `status` and the metrics.
+#[derive(Debug, Clone, Default, serde::Serialize)]
+pub struct SamplingState {
+    /// `true` while one long-lived `nvidia-smi -lms` child feeds the samples.
+    pub loop_mode: bool,
+    /// Why samples are one-shot queries instead, when they are.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub one_shot_because: Option<String>,
+    /// Loop-mode sessions started again after a child died or stalled.
+    pub restarts: u64,
+}
+
 /// Everything the API and the tasks share.
 #[derive(Debug)]
 pub struct Node {
@@ -86,6 +98,8 @@ pub struct Node {
     pub holds: tokio::sync::Mutex<Option<Holds>>,
     /// The latest samples.
     pub samples: RwLock<Vec<GpuSample>>,
+    /// How sampling goes: loop mode or one-shot (and why), and how often it restarted.
+    pub sampling: Mutex<SamplingState>,
     /// Asks for collections.
     pub scheduler: SchedulerHandle,
     /// The passthrough memory.
@@ -220,7 +234,9 @@ impl Node {
             }
         }
         let latest = self.latest.read().await;
+        let sampling = self.sampling.lock().map(|s| s.clone()).unwrap_or_default();
         let view = metrics::MetricsView {
+            sampling: Some(&sampling),
             inventory: latest.as_ref().map(|l| &l.inventory),
             inventory_age: latest.as_ref().map(|l| l.at.elapsed()),
             samples: &samples,
@@ -346,6 +362,7 @@ pub async fn run(config: NodeConfig) -> Result<(), NodeError> {
         health: health.clone(),
         holds: tokio::sync::Mutex::new(holds),
         samples: RwLock::new(Vec::new()),
+        sampling: Mutex::new(SamplingState::default()),
         scheduler: scheduler_handle.clone(),
         problems: Mutex::new(Vec::new()),
         collections: std::sync::atomic::AtomicU64::new(0),
@@ -417,6 +434,20 @@ pub async fn run(config: NodeConfig) -> Result<(), NodeError> {
         while rx.changed().await.is_ok() {
             let latest = rx.borrow_and_update().clone();
             if let Some(latest) = latest {
+                let state = SamplingState {
+                    loop_mode: matches!(latest.mode, Mode::Loop),
+                    one_shot_because: match &latest.mode {
+                        Mode::Loop => None,
+                        Mode::OneShot(why) => Some(why.to_string()),
+                    },
+                    restarts: sampler
+                        .stats()
+                        .restarts
+                        .load(std::sync::atomic::Ordering::Relaxed),
+                };
+                if let Ok(mut s) = sampled.sampling.lock() {
+                    *s = state;
+                }
                 *sampled.samples.write().await = latest.samples;
             }
         }
