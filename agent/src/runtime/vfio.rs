@@ -92,13 +92,7 @@ impl Passthrough {
                     // The operator is told the bind failed, so nothing of it may stay.
                     entry.intent = Intent::Rollback;
                     let notes = settle(&self.host, self.helper.as_ref(), &mut entry).await;
-                    let kept = self.journal.put(&mut entry);
-                    self.changed();
-                    return Err(RuntimeError::Helper {
-                        device: device.to_string(),
-                        source,
-                        aftermath: aftermath(&notes, entry.open, kept.err()),
-                    });
+                    return Err(self.failed(&mut entry, &device, source, &notes));
                 }
                 Err(state) => {
                     self.changed();
@@ -106,15 +100,12 @@ impl Passthrough {
                 }
             }
         }
-        entry.open = false;
-        let kept = self.journal.put(&mut entry);
-        self.changed();
-        kept?;
-        Ok(Report {
-            action: Action::VfioBind,
-            subject: format!("GPU {address} (IOMMU group {})", group.id),
-            functions: changes,
-        })
+        self.close(
+            &mut entry,
+            Action::VfioBind,
+            format!("GPU {address} (IOMMU group {})", group.id),
+            changes,
+        )
     }
 
     /// Releases a function on `vfio-pci` and the other NVIDIA functions of its IOMMU group
@@ -195,13 +186,7 @@ impl Passthrough {
                         entry.open = false;
                         Vec::new()
                     };
-                    let kept = self.journal.put(&mut entry);
-                    self.changed();
-                    return Err(RuntimeError::Helper {
-                        device: device.to_string(),
-                        source,
-                        aftermath: aftermath(&notes, entry.open, kept.err()),
-                    });
+                    return Err(self.failed(&mut entry, &device, source, &notes));
                 }
                 Err(state) => {
                     self.changed();
@@ -209,15 +194,48 @@ impl Passthrough {
                 }
             }
         }
+        self.close(
+            &mut entry,
+            Action::VfioRelease,
+            format!("{address} (IOMMU group {})", group.id),
+            changes,
+        )
+    }
+
+    /// Closes a finished step in the journal and reports it.
+    fn close(
+        &self,
+        entry: &mut Entry,
+        action: Action,
+        subject: String,
+        functions: Vec<FunctionChange>,
+    ) -> Result<Report, RuntimeError> {
         entry.open = false;
-        let kept = self.journal.put(&mut entry);
+        let kept = self.journal.put(entry);
         self.changed();
         kept?;
         Ok(Report {
-            action: Action::VfioRelease,
-            subject: format!("{address} (IOMMU group {})", group.id),
-            functions: changes,
+            action,
+            subject,
+            functions,
         })
+    }
+
+    /// Records a failed step and words its error with what was done about it.
+    fn failed(
+        &self,
+        entry: &mut Entry,
+        device: &PciAddress,
+        source: ClientError,
+        notes: &[String],
+    ) -> RuntimeError {
+        let kept = self.journal.put(entry);
+        self.changed();
+        RuntimeError::Helper {
+            device: device.to_string(),
+            source,
+            aftermath: aftermath(notes, entry.open, kept.err()),
+        }
     }
 
     /// Settles every journal entry a crash left open (see [`reconcile`]); the node service
