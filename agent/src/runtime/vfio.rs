@@ -59,26 +59,7 @@ impl Passthrough {
         }
         let group = iommu::read_group(&self.host, &address)?;
         let plan = iommu::plan_bind(&group, &address)?;
-        let mut entry = Entry {
-            intent: Intent::Bind,
-            gpu: address,
-            group: group.id.clone(),
-            functions: plan
-                .iter()
-                .map(|f| FunctionRecord {
-                    address: f.address,
-                    gpu: f.is_nvidia_gpu(),
-                    original_driver: f.driver.clone(),
-                    // The agent does not read persistence mode here; reconcile treats unknown
-                    // as on, the mode a GPU host keeps (doctor warns when it is off).
-                    original_persistence: Persistence::Unknown,
-                    step: Step::Untouched,
-                    driver: f.driver.clone(),
-                })
-                .collect(),
-            open: true,
-            updated_unix_s: 0,
-        };
+        let mut entry = new_entry(Intent::Bind, address, &group.id, plan.iter());
         self.journal.put(&mut entry)?;
         let mut changes = Vec::with_capacity(plan.len());
         for i in 0..entry.functions.len() {
@@ -146,24 +127,7 @@ impl Passthrough {
             .filter(|f| f.is_nvidia() && f.driver.as_deref().is_none_or(|d| d == VFIO_DRIVER))
             .collect();
         order.sort_by_key(|f| (f.address != address, f.address));
-        let mut entry = Entry {
-            intent: Intent::Release,
-            gpu: address,
-            group: group.id.clone(),
-            functions: order
-                .iter()
-                .map(|f| FunctionRecord {
-                    address: f.address,
-                    gpu: f.is_nvidia_gpu(),
-                    original_driver: f.driver.clone(),
-                    original_persistence: Persistence::Unknown,
-                    step: Step::Untouched,
-                    driver: f.driver.clone(),
-                })
-                .collect(),
-            open: true,
-            updated_unix_s: 0,
-        };
+        let mut entry = new_entry(Intent::Release, address, &group.id, order.iter().copied());
         self.journal.put(&mut entry)?;
         let mut changes = Vec::with_capacity(order.len());
         for i in (0..entry.functions.len()).rev() {
@@ -544,4 +508,32 @@ pub async fn reconcile(
         journal.put(&mut entry)?;
     }
     Ok(report)
+}
+
+/// A journal entry for a step about to move `functions`, each still untouched.
+fn new_entry<'a>(
+    intent: Intent,
+    gpu: PciAddress,
+    group: &str,
+    functions: impl Iterator<Item = &'a iommu::Function>,
+) -> Entry {
+    Entry {
+        intent,
+        gpu,
+        group: group.to_owned(),
+        functions: functions
+            .map(|f| FunctionRecord {
+                address: f.address,
+                gpu: f.is_nvidia_gpu(),
+                original_driver: f.driver.clone(),
+                // The agent does not read persistence mode here; reconcile treats unknown as
+                // on, the mode a GPU host keeps (doctor warns when it is off).
+                original_persistence: Persistence::Unknown,
+                step: Step::Untouched,
+                driver: f.driver.clone(),
+            })
+            .collect(),
+        open: true,
+        updated_unix_s: 0,
+    }
 }
