@@ -1,6 +1,10 @@
 //! The inventory over the fake hosts in `testdata/hosts`: the merge rules, the canonical hash,
 //! the passthrough memory, and `bcd hardware`'s output.
 
+#[path = "common/processes.rs"]
+#[allow(dead_code)]
+mod processes;
+
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -108,19 +112,7 @@ async fn the_hash_is_stable_and_ignores_output_order() {
 /// A copy of a fake host whose `-q -x` answer went through `edit`.
 fn edited_host(name: &str, edit: impl FnOnce(String) -> String) -> (tempfile::TempDir, Host) {
     let dir = tempfile::tempdir().unwrap();
-    let copy = dir.path().join(name);
-    assert!(Command::new("cp")
-        .arg("-a")
-        .arg(hosts().join(name))
-        .arg(&copy)
-        .status()
-        .unwrap()
-        .success());
-    std::fs::copy(
-        hosts().join("replay-nvidia-smi"),
-        dir.path().join("replay-nvidia-smi"),
-    )
-    .unwrap();
+    let copy = processes::copy_host(dir.path(), name);
     let qx = copy.join("answers/q-x.out");
     let text = std::fs::read_to_string(&qx).unwrap();
     std::fs::write(&qx, edit(text)).unwrap();

@@ -4,40 +4,20 @@
 //! a hold whose CDI spec appears, a reset that clears the XID, metrics, and SIGTERM leaving
 //! every state file parseable.
 
+#[path = "common/processes.rs"]
+#[allow(dead_code)]
+mod processes;
+
+use processes::{copy_host, free_port, repo, wait_for, Reaped};
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-fn repo() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
-}
-
 fn bcd() -> Command {
     Command::new(env!("CARGO_BIN_EXE_bcd"))
-}
-
-/// Kills a child when dropped, so a failing test leaves no process behind.
-struct Reaped(Child);
-
-impl Drop for Reaped {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn wait_for(what: &str, bound: Duration, mut ready: impl FnMut() -> bool) {
-    let started = Instant::now();
-    while !ready() {
-        assert!(
-            started.elapsed() < bound,
-            "{what} did not happen within {bound:?}"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
 }
 
 fn api(socket: &Path, method: &str, path: &str, body: Option<Value>) -> Result<Value, String> {
@@ -67,19 +47,7 @@ fn the_node_service_end_to_end() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
-    let host = dir.path().join("hgx-h100");
-    assert!(Command::new("cp")
-        .arg("-a")
-        .arg(repo().join("testdata/hosts/hgx-h100"))
-        .arg(&host)
-        .status()
-        .unwrap()
-        .success());
-    std::fs::copy(
-        repo().join("testdata/hosts/replay-nvidia-smi"),
-        dir.path().join("replay-nvidia-smi"),
-    )
-    .unwrap();
+    let host = copy_host(dir.path(), "hgx-h100");
     std::fs::write(host.join("answers/record"), "").unwrap();
     let cdi = dir.path().join("cdi");
     std::fs::create_dir_all(&cdi).unwrap();
@@ -137,10 +105,7 @@ fn the_node_service_end_to_end() {
         helper_sock.exists()
     });
 
-    let metrics_addr = {
-        let probe = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        probe.local_addr().unwrap().to_string()
-    };
+    let metrics_addr = free_port();
     let global = |cmd: &mut Command| {
         cmd.arg("--host")
             .arg(&host)

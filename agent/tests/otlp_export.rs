@@ -5,9 +5,14 @@
 //! The receiver's virtual environment is made once under the target folder; without
 //! `python3 -m venv` or a reachable package index the test is skipped, saying why.
 
+#[path = "common/processes.rs"]
+#[allow(dead_code)]
+mod processes;
+
+use processes::{copy_host, repo, Reaped};
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
@@ -17,20 +22,6 @@ const OTLP_PROTO_PIN: &str = "opentelemetry-proto==1.45.2";
 /// The wsl2 fake host's only GPU and its `memory.total` in `answers/samples.out`, MiB.
 const WSL2_GPU: &str = "GPU-47b7f1f6-b953-1755-a396-404bd55edce2";
 const WSL2_MEMORY_TOTAL_MIB: u64 = 32607;
-
-fn repo() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
-}
-
-/// Kills a child when dropped, so a failing test leaves no process behind.
-struct Reaped(Child);
-
-impl Drop for Reaped {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
 
 /// The venv's python with `opentelemetry-proto` importable, made on first use; `Err` says why
 /// the test cannot run here.
@@ -87,19 +78,7 @@ fn otlp_memory_total_equals_the_fake_hosts_nvidia_smi() {
         }
     };
     let dir = tempfile::tempdir().unwrap();
-    let host = dir.path().join("wsl2");
-    assert!(Command::new("cp")
-        .arg("-a")
-        .arg(repo().join("testdata/hosts/wsl2"))
-        .arg(&host)
-        .status()
-        .unwrap()
-        .success());
-    std::fs::copy(
-        repo().join("testdata/hosts/replay-nvidia-smi"),
-        dir.path().join("replay-nvidia-smi"),
-    )
-    .unwrap();
+    let host = copy_host(dir.path(), "wsl2");
 
     let received = dir.path().join("received.jsonl");
     let mut receiver = Reaped(

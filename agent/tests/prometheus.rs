@@ -3,10 +3,14 @@
 //! HTTP API: one `bcd_gpu_memory_total_bytes` series per GPU, equal to the fake `nvidia-smi`'s
 //! memory total.
 
+#[path = "common/processes.rs"]
+#[allow(dead_code)]
+mod processes;
+
+use processes::{free_port, repo, Reaped};
 use std::io::{Read, Write};
 use std::net::TcpStream;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
@@ -15,25 +19,6 @@ use serde_json::Value;
 const MEMORY_TOTAL_BYTES: &str = "85520809984";
 /// How long Prometheus may take to start, scrape and answer with every GPU.
 const BOUND: Duration = Duration::from_secs(60);
-
-fn repo() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
-}
-
-/// Kills a child when dropped, so a failing test leaves no process behind.
-struct Reaped(Child);
-
-impl Drop for Reaped {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn free_port() -> String {
-    let probe = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    probe.local_addr().unwrap().to_string()
-}
 
 /// One HTTP/1.0 GET (so the answer is never chunked), or `None` where nothing answers yet.
 fn get(addr: &str, path: &str) -> Option<(u16, String)> {
