@@ -193,6 +193,10 @@ pub fn suggested_timeout(op: &Operation) -> Duration {
             HELPER_DEVICE_WAIT + smi * 2 + HELPER_UNBIND_TIMEOUT + MARGIN * 2
         }
         // Reading the XML, persistence for a few GPUs, then the start, restore or destroy.
+        // Reading the XML only.
+        Operation::LibvirtDomainGpus { .. } | Operation::LibvirtImageGpus { .. } => {
+            HELPER_VIRSH_TIMEOUT + MARGIN
+        }
         Operation::LibvirtStart { .. }
         | Operation::LibvirtRestore { .. }
         | Operation::LibvirtDestroy { .. } => {

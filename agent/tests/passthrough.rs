@@ -501,7 +501,30 @@ async fn libvirt_start_and_destroy_turn_persistence_off_and_on_for_exactly_the_t
         counted.fetch_add(1, Ordering::SeqCst);
     });
 
-    let report = agent.start(&"two-gpu-vm".parse().unwrap()).await.unwrap();
+    // A domain with a held GPU is refused after reading its XML, before anything moves.
+    let held_3b = |address: &PciAddress, _: Option<&GpuUuid>| {
+        (address.to_string() == "0000:3b:00.0").then(|| "training-job".to_owned())
+    };
+    let err = agent
+        .start(&"two-gpu-vm".parse().unwrap(), &held_3b)
+        .await
+        .unwrap_err();
+    assert!(
+        err.to_string().contains("training-job") && err.to_string().contains("0000:3b:00.0"),
+        "{err}"
+    );
+    assert_eq!(
+        shortened(recorded(&record)),
+        ["virsh dumpxml"],
+        "nothing moved"
+    );
+    std::fs::remove_file(&record).unwrap();
+
+    let nothing_held = |_: &PciAddress, _: Option<&GpuUuid>| None;
+    let report = agent
+        .start(&"two-gpu-vm".parse().unwrap(), &nothing_held)
+        .await
+        .unwrap();
     assert_eq!(
         report.to_string(),
         "domain two-gpu-vm started\n  \
@@ -511,6 +534,7 @@ async fn libvirt_start_and_destroy_turn_persistence_off_and_on_for_exactly_the_t
     assert_eq!(
         shortened(recorded(&record)),
         [
+            "virsh dumpxml",
             "virsh dumpxml",
             "nvidia-smi -i 00000000:18:00.0 -pm 0",
             "nvidia-smi -i 00000000:3B:00.0 -pm 0",

@@ -147,10 +147,12 @@ pub fn audit_arguments(op: &Operation) -> Vec<(&'static str, String)> {
         Operation::VfioBind { device } | Operation::VfioRelease { device } => {
             vec![("device", device.to_string())]
         }
-        Operation::LibvirtStart { domain } | Operation::LibvirtDestroy { domain } => {
-            vec![("domain", domain.to_string())]
+        Operation::LibvirtStart { domain }
+        | Operation::LibvirtDestroy { domain }
+        | Operation::LibvirtDomainGpus { domain } => vec![("domain", domain.to_string())],
+        Operation::LibvirtRestore { file } | Operation::LibvirtImageGpus { file } => {
+            vec![("file", file.to_string())]
         }
-        Operation::LibvirtRestore { file } => vec![("file", file.to_string())],
     }
 }
 
@@ -190,6 +192,14 @@ impl Ops {
             Operation::LibvirtStart { domain } => self.libvirt_start(domain).await,
             Operation::LibvirtRestore { file } => self.libvirt_restore(file).await,
             Operation::LibvirtDestroy { domain } => self.libvirt_destroy(domain).await,
+            Operation::LibvirtDomainGpus { domain } => Ok(Outcome::Libvirt {
+                gpus: self.gpus_of(self.libvirt.domain_hostdevs(domain).await?),
+                persistence: Vec::new(),
+            }),
+            Operation::LibvirtImageGpus { file } => Ok(Outcome::Libvirt {
+                gpus: self.gpus_of(self.libvirt.save_image_hostdevs(file).await?),
+                persistence: Vec::new(),
+            }),
         }
     }
 

@@ -163,6 +163,8 @@ enum ForgedOp {
     LibvirtStart { domain: String },
     LibvirtRestore { file: String },
     LibvirtDestroy { domain: String },
+    LibvirtDomainGpus { domain: String },
+    LibvirtImageGpus { file: String },
 }
 
 #[test]
@@ -213,6 +215,8 @@ fn forged_arguments_never_reach_a_program() {
             ForgedOp::LibvirtStart { domain: v.clone() },
             ForgedOp::LibvirtRestore { file: v.clone() },
             ForgedOp::LibvirtDestroy { domain: v.clone() },
+            ForgedOp::LibvirtDomainGpus { domain: v.clone() },
+            ForgedOp::LibvirtImageGpus { file: v.clone() },
         ] {
             let mut c = h.client();
             c.send_raw(&encode(&ForgedFrame::Request { id: 1, op }).unwrap());

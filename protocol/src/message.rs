@@ -73,6 +73,17 @@ pub enum Operation {
         /// The domain.
         domain: DomainName,
     },
+    /// The NVIDIA GPUs among a domain's PCI hostdevs, touching nothing: the agent asks before
+    /// a start, so that its policy (a held GPU never goes to a VM) runs first.
+    LibvirtDomainGpus {
+        /// The domain.
+        domain: DomainName,
+    },
+    /// The same for a save image, before a restore.
+    LibvirtImageGpus {
+        /// The save image, under the helper's save folder.
+        file: SaveFile,
+    },
 }
 
 impl Operation {
@@ -87,6 +98,9 @@ impl Operation {
             Operation::LibvirtStart { .. } => OperationKind::LibvirtStart,
             Operation::LibvirtRestore { .. } => OperationKind::LibvirtRestore,
             Operation::LibvirtDestroy { .. } => OperationKind::LibvirtDestroy,
+            Operation::LibvirtDomainGpus { .. } | Operation::LibvirtImageGpus { .. } => {
+                OperationKind::LibvirtGpus
+            }
         }
     }
 }
@@ -110,11 +124,13 @@ pub enum OperationKind {
     LibvirtRestore,
     /// `libvirt.destroy`
     LibvirtDestroy,
+    /// `libvirt.gpus`
+    LibvirtGpus,
 }
 
 impl OperationKind {
     /// Every kind, in protocol order.
-    pub const ALL: [OperationKind; 8] = [
+    pub const ALL: [OperationKind; 9] = [
         OperationKind::Ping,
         OperationKind::Persistence,
         OperationKind::GpuReset,
@@ -123,6 +139,7 @@ impl OperationKind {
         OperationKind::LibvirtStart,
         OperationKind::LibvirtRestore,
         OperationKind::LibvirtDestroy,
+        OperationKind::LibvirtGpus,
     ];
 
     /// The audit name: `persistence`, `gpu.reset`, `vfio.bind`, ...
@@ -136,6 +153,7 @@ impl OperationKind {
             OperationKind::LibvirtStart => "libvirt.start",
             OperationKind::LibvirtRestore => "libvirt.restore",
             OperationKind::LibvirtDestroy => "libvirt.destroy",
+            OperationKind::LibvirtGpus => "libvirt.gpus",
         }
     }
 }

@@ -51,6 +51,8 @@ fn operation() -> impl Strategy<Value = Operation> {
         domain().prop_map(|domain| Operation::LibvirtStart { domain }),
         save_file().prop_map(|file| Operation::LibvirtRestore { file }),
         domain().prop_map(|domain| Operation::LibvirtDestroy { domain }),
+        domain().prop_map(|domain| Operation::LibvirtDomainGpus { domain }),
+        save_file().prop_map(|file| Operation::LibvirtImageGpus { file }),
     ]
 }
 
@@ -104,7 +106,7 @@ fn server_frame() -> impl Strategy<Value = ServerFrame> {
         (
             any::<u32>(),
             ".{0,10}",
-            proptest::sample::subsequence(OperationKind::ALL.to_vec(), 0..8)
+            proptest::sample::subsequence(OperationKind::ALL.to_vec(), 0..9)
         )
             .prop_map(
                 |(version, helper_version, operations)| ServerFrame::Hello(Ok(HelloAnswer {

@@ -449,10 +449,14 @@ async fn passthrough(node: &Node, path: &str, request: &Request) -> Result<Answe
         }
         "/v1/vm/start" => {
             node.passthrough
-                .start(&field(asked.domain, "domain")?)
+                .start(&field(asked.domain, "domain")?, &held)
                 .await
         }
-        "/v1/vm/restore" => node.passthrough.restore(&field(asked.file, "file")?).await,
+        "/v1/vm/restore" => {
+            node.passthrough
+                .restore(&field(asked.file, "file")?, &held)
+                .await
+        }
         _ => {
             node.passthrough
                 .destroy(&field(asked.domain, "domain")?)

@@ -8,21 +8,34 @@ use std::collections::BTreeMap;
 use bcd_protocol::{DomainName, Operation, Outcome, PciAddress, PersistenceNote, SaveFile};
 
 use super::iommu::driver_of;
-use super::{unexpected, Action, FunctionChange, Passthrough, Report, RuntimeError};
+use super::{unexpected, Action, FunctionChange, HoldLookup, Passthrough, Report, RuntimeError};
 use crate::inventory::memory::pci_functions;
 
 impl Passthrough {
     /// Starts a defined domain (`libvirt.start`): persistence off for its GPUs, then
-    /// `virsh start`.
+    /// `virsh start`. A domain with a held GPU is refused before anything moves.
     ///
     /// # Errors
-    /// [`RuntimeError::Helper`] with the helper's sentence (`virsh`'s own words included).
-    pub async fn start(&self, domain: &DomainName) -> Result<Report, RuntimeError> {
+    /// [`RuntimeError::Held`] naming the GPU and its hold; [`RuntimeError::Helper`] with the
+    /// helper's sentence (`virsh`'s own words included).
+    pub async fn start(
+        &self,
+        domain: &DomainName,
+        held: HoldLookup<'_>,
+    ) -> Result<Report, RuntimeError> {
+        let inspect = Operation::LibvirtDomainGpus {
+            domain: domain.clone(),
+        };
         let op = Operation::LibvirtStart {
             domain: domain.clone(),
         };
-        self.libvirt(Action::VmStart, format!("domain {domain}"), op)
-            .await
+        self.libvirt(
+            Action::VmStart,
+            format!("domain {domain}"),
+            Some((inspect, held)),
+            op,
+        )
+        .await
     }
 
     /// Restores a saved domain (`libvirt.restore`, the file checked by the helper against its
@@ -30,10 +43,20 @@ impl Passthrough {
     ///
     /// # Errors
     /// As [`Passthrough::start`].
-    pub async fn restore(&self, file: &SaveFile) -> Result<Report, RuntimeError> {
+    pub async fn restore(
+        &self,
+        file: &SaveFile,
+        held: HoldLookup<'_>,
+    ) -> Result<Report, RuntimeError> {
+        let inspect = Operation::LibvirtImageGpus { file: file.clone() };
         let op = Operation::LibvirtRestore { file: file.clone() };
-        self.libvirt(Action::VmRestore, format!("save image {file}"), op)
-            .await
+        self.libvirt(
+            Action::VmRestore,
+            format!("save image {file}"),
+            Some((inspect, held)),
+            op,
+        )
+        .await
     }
 
     /// Stops a running domain at once (`libvirt.destroy`): `virsh destroy`, then persistence
@@ -45,7 +68,7 @@ impl Passthrough {
         let op = Operation::LibvirtDestroy {
             domain: domain.clone(),
         };
-        self.libvirt(Action::VmDestroy, format!("domain {domain}"), op)
+        self.libvirt(Action::VmDestroy, format!("domain {domain}"), None, op)
             .await
     }
 
@@ -53,9 +76,40 @@ impl Passthrough {
         &self,
         action: Action,
         subject: String,
+        check: Option<(Operation, HoldLookup<'_>)>,
         op: Operation,
     ) -> Result<Report, RuntimeError> {
         let _one = self.one_at_a_time.lock().await;
+        // Policy first: the helper only says which GPUs the domain has; whether one may go to a
+        // VM is the agent's decision, taken before the helper touches anything.
+        if let Some((inspect, held)) = check {
+            let gpus = match self.helper.run(inspect).await {
+                Ok(Outcome::Libvirt { gpus, .. }) => gpus,
+                Ok(other) => {
+                    return Err(RuntimeError::Helper {
+                        device: subject,
+                        source: unexpected("a libvirt.gpus request", &other),
+                        aftermath: String::new(),
+                    })
+                }
+                Err(source) => {
+                    return Err(RuntimeError::Helper {
+                        device: subject,
+                        source,
+                        aftermath: String::new(),
+                    })
+                }
+            };
+            if let Some((gpu, hold)) = gpus
+                .iter()
+                .find_map(|gpu| held(gpu, None).map(|hold| (gpu, hold)))
+            {
+                return Err(RuntimeError::Held {
+                    gpu: format!("GPU {gpu} of {subject}"),
+                    hold,
+                });
+            }
+        }
         // Which GPUs the domain has is the helper's reading of its XML; read every NVIDIA
         // function's driver now so that each can be shown before and after.
         let before: BTreeMap<PciAddress, Option<String>> = pci_functions(&self.host)
