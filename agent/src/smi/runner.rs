@@ -109,25 +109,7 @@ impl Runner {
         let query = args.join(" ");
         let program = resolve(&self.program).ok_or(RunError::NoDriver)?;
         let started = Instant::now();
-        let mut child = tokio::process::Command::new(&program)
-            .args(args)
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .process_group(0)
-            .kill_on_drop(true)
-            .spawn()
-            .map_err(|e| match e.kind() {
-                std::io::ErrorKind::NotFound => RunError::NoDriver,
-                _ => RunError::Spawn {
-                    program: program.display().to_string(),
-                    message: e.to_string(),
-                },
-            })?;
-        let group = child
-            .id()
-            .and_then(|id| i32::try_from(id).ok())
-            .map(Pid::from_raw);
+        let (mut child, group) = spawn_in_group(&program, args)?;
         let (stdout, stderr) = (child.stdout.take(), child.stderr.take());
         let finished = tokio::time::timeout(self.timeout, async {
             tokio::join!(
@@ -177,6 +159,37 @@ impl Runner {
             elapsed: started.elapsed(),
         })
     }
+}
+
+/// Starts `program ARGS...` with piped output in a process group of its own (so a bound can
+/// kill everything it started), killed if dropped; returns the child and its group.
+///
+/// # Errors
+/// [`RunError::NoDriver`] when there is no such program, [`RunError::Spawn`] otherwise.
+pub(crate) fn spawn_in_group(
+    program: &Path,
+    args: &[&str],
+) -> Result<(tokio::process::Child, Option<Pid>), RunError> {
+    let child = tokio::process::Command::new(program)
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .process_group(0)
+        .kill_on_drop(true)
+        .spawn()
+        .map_err(|e| match e.kind() {
+            std::io::ErrorKind::NotFound => RunError::NoDriver,
+            _ => RunError::Spawn {
+                program: program.display().to_string(),
+                message: e.to_string(),
+            },
+        })?;
+    let group = child
+        .id()
+        .and_then(|id| i32::try_from(id).ok())
+        .map(Pid::from_raw);
+    Ok((child, group))
 }
 
 /// The program to start: a path as given, or a bare name found on `PATH`.

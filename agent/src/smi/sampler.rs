@@ -22,9 +22,9 @@
 //!   session ends and when the [`Sampler`] is dropped. Should the agent itself be killed with
 //!   `SIGKILL`, the child's next write hits a closed pipe and `nvidia-smi` ends with `SIGPIPE`.
 
+use crate::smi::runner::spawn_in_group;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::process::Stdio;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
@@ -173,26 +173,8 @@ struct LoopChild {
 
 impl LoopChild {
     fn spawn(program: &Path, args: &[&str], stats: &SamplerStats) -> Result<Self, RunError> {
-        let mut child = tokio::process::Command::new(program)
-            .args(args)
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .process_group(0)
-            .kill_on_drop(true)
-            .spawn()
-            .map_err(|e| match e.kind() {
-                std::io::ErrorKind::NotFound => RunError::NoDriver,
-                _ => RunError::Spawn {
-                    program: program.display().to_string(),
-                    message: e.to_string(),
-                },
-            })?;
+        let (mut child, group) = spawn_in_group(program, args)?;
         stats.children_started.fetch_add(1, Ordering::Relaxed);
-        let group = child
-            .id()
-            .and_then(|id| i32::try_from(id).ok())
-            .map(Pid::from_raw);
         let (tx, lines) = mpsc::channel(256);
         if let Some(stdout) = child.stdout.take() {
             tokio::spawn(forward_lines(stdout, tx));
