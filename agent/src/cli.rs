@@ -45,7 +45,7 @@ pub struct Global {
         long,
         global = true,
         value_name = "PATH",
-        default_value = "/run/bcd/helper.sock"
+        default_value = "/run/bcd-helper/helper.sock"
     )]
     pub helper_socket: PathBuf,
     /// The node service's API socket.

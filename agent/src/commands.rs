@@ -60,9 +60,12 @@ pub async fn helper_ping(global: &Global) -> ExitCode {
     .await;
     match result {
         Ok((hello, outcome)) => {
-            let version = match outcome {
-                Outcome::Pong { helper_version } => helper_version,
-                _ => hello.helper_version.clone(),
+            let (version, sandbox) = match outcome {
+                Outcome::Pong {
+                    helper_version,
+                    sandbox,
+                } => (helper_version, sandbox),
+                _ => (hello.helper_version.clone(), String::new()),
             };
             let operations: Vec<&str> = hello.operations.iter().map(|o| o.name()).collect();
             if global.json {
@@ -71,11 +74,12 @@ pub async fn helper_ping(global: &Global) -> ExitCode {
                     "helper_version": version,
                     "protocol_version": hello.version,
                     "operations": operations,
+                    "sandbox": sandbox,
                 });
                 print(&format!("{doc}\n"));
             } else {
                 print(&format!(
-                    "bcd-helper {version} at {} (protocol {}): {}\n",
+                    "bcd-helper {version} at {} (protocol {}): {}\nsandbox: {sandbox}\n",
                     global.helper_socket.display(),
                     hello.version,
                     operations.join(", ")

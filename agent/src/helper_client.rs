@@ -15,7 +15,7 @@ use bcd_protocol::{
 use tokio::net::UnixStream;
 
 /// The helper's socket in production.
-pub const DEFAULT_SOCKET: &str = "/run/bcd/helper.sock";
+pub const DEFAULT_SOCKET: &str = "/run/bcd-helper/helper.sock";
 /// Bound on connecting and the `Hello` exchange.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 /// Slack added to the helper's own bounds for socket round trips and scheduling.
@@ -267,6 +267,7 @@ mod tests {
                     id: r.id + bump,
                     result: Ok(Outcome::Pong {
                         helper_version: "test".into(),
+                        sandbox: "landlock full".into(),
                     }),
                 };
                 write_frame(&mut s, &ServerFrame::Response(answer))

@@ -144,6 +144,7 @@ fn pong(id: u64) -> ServerFrame {
         id,
         result: Ok(Outcome::Pong {
             helper_version: "9.9.9-test".into(),
+            sandbox: "landlock full".into(),
         }),
     })
 }

@@ -13,7 +13,7 @@ use std::os::unix::process::CommandExt;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use bcd_protocol::{GpuRef, Operation};
+use bcd_protocol::{Operation, PciAddress};
 use criterion::{criterion_group, criterion_main, Criterion};
 
 fn roundtrip(c: &mut Criterion) {
@@ -21,7 +21,7 @@ fn roundtrip(c: &mut Criterion) {
     let smi = common::fake_program(dir.path(), "exit-0", "nvidia-smi");
     let h = common::Helper::start_in(dir, &["--nvidia-smi", smi.to_str().unwrap()]);
     let mut client = h.client();
-    let gpu: GpuRef = "0000:18:00.0".parse().unwrap();
+    let gpu: PciAddress = "0000:18:00.0".parse().unwrap();
     let mut id = 0u64;
 
     let mut g = c.benchmark_group("helper");
@@ -36,13 +36,7 @@ fn roundtrip(c: &mut Criterion) {
         b.iter(|| {
             id += 1;
             client
-                .request(
-                    id,
-                    Operation::SetPersistence {
-                        gpu: gpu.clone(),
-                        enabled: true,
-                    },
-                )
+                .request(id, Operation::SetPersistence { gpu, enabled: true })
                 .unwrap()
         })
     });

@@ -1,20 +1,32 @@
-//! The audit trail: one JSON line per request (and per refused connection or frame), appended
-//! to the audit log and sent to the journal through `tracing`.
+//! The audit trail: one JSON line per request, appended to the audit log and sent to the
+//! journal through `tracing`; refused connections and frames are aggregated.
 //!
 //! A root helper that cannot write its audit log must not act: while the log is unwritable
 //! every operation but `Ping` is refused with `Failed` (see [`Audit::health`]). The journal
 //! still gets every line.
-
+//!
+//! It must not be floodable: a refusal (a denied peer, a busy answer, a bad frame) is written
+//! in full the first time in an [`AGGREGATE_WINDOW`] for its uid and kind, and counted after
+//! that ("412 denied connections from uid 65534 in the last 10s"). Once the file has reached
+//! its size bound, refusal lines are dropped (and counted, in the journal and in the next line
+//! written) while operation lines are still appended, so a flood can never take the space
+//! real requests need. The file is opened without following links or blocking, and refused
+//! unless it is a regular file owned by root with one link; it is made 0600.
+use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::fs::{File, OpenOptions};
 use std::io::Write as _;
-use std::os::unix::fs::OpenOptionsExt;
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 /// The audit log's file mode.
 pub const AUDIT_LOG_MODE: u32 = 0o600;
+/// How long refusals of one kind from one uid are counted before a summary line.
+pub const AGGREGATE_WINDOW: Duration = Duration::from_secs(10);
+/// The audit log's default size bound, past which refusal lines are dropped (and counted).
+pub const DEFAULT_MAX_BYTES: u64 = 64 * 1024 * 1024;
 
 /// Who asked.
 #[derive(Debug, Clone, Default)]
@@ -97,44 +109,67 @@ pub struct Record<'a> {
 #[derive(Debug)]
 pub struct Audit {
     path: Option<PathBuf>,
-    file: Mutex<Option<File>>,
+    max_bytes: u64,
+    state: Mutex<State>,
+}
+
+#[derive(Debug, Default)]
+struct State {
+    file: Option<File>,
+    /// Bytes in the file (from `fstat` at open, then what was appended).
+    size: u64,
     /// Why the log cannot be written, when it cannot.
-    broken: Mutex<Option<String>>,
+    broken: Option<String>,
+    /// Refusal lines dropped past the size bound since the last line written.
+    dropped: u64,
+    /// Refusals counted in the current window, by (uid, operation, outcome).
+    counted: BTreeMap<(u32, String, &'static str), Counted>,
+}
+
+#[derive(Debug)]
+struct Counted {
+    since: Instant,
+    /// Refusals after the first (which was written in full).
+    more: u64,
 }
 
 impl Audit {
-    /// Opens (creating with mode 0600, never following a link) the audit log for appending.
-    /// A failure is kept and reported by [`Audit::health`], not fatal: `Ping` still works and
-    /// the journal says why the rest is refused.
-    pub fn open(path: Option<&Path>) -> Self {
-        let (file, broken) = match path {
-            None => (None, None),
-            Some(p) => match open_log(p) {
-                Ok(f) => (Some(f), None),
+    /// Opens (creating with mode 0600, never following a link, never blocking) the audit log
+    /// for appending, and checks it (see [`open_log`]). A failure is kept and reported by
+    /// [`Audit::health`], not fatal: `Ping` still works and the journal says why the rest is
+    /// refused.
+    pub fn open(path: Option<&Path>, max_bytes: u64) -> Self {
+        let mut state = State::default();
+        if let Some(p) = path {
+            match open_log(p) {
+                Ok((f, size)) => {
+                    state.file = Some(f);
+                    state.size = size;
+                }
                 Err(e) => {
                     let why = format!("the audit log {} cannot be written: {e}", p.display());
                     tracing::error!("{why}");
-                    (None, Some(why))
+                    state.broken = Some(why);
                 }
-            },
-        };
+            }
+        }
         Self {
             path: path.map(Path::to_path_buf),
-            file: Mutex::new(file),
-            broken: Mutex::new(broken),
+            max_bytes,
+            state: Mutex::new(state),
         }
     }
 
     /// `Err(sentence)` while the audit log cannot be written.
     pub fn health(&self) -> Result<(), String> {
-        match lock(&self.broken).as_ref() {
+        match lock(&self.state).broken.as_ref() {
             Some(why) => Err(why.clone()),
             None => Ok(()),
         }
     }
 
-    /// Writes one record to the journal and appends it to the log. A failed append marks the
-    /// log broken (see [`Audit::health`]); a later successful one clears it.
+    /// Writes one operation's record to the journal and appends it to the log. A failed append
+    /// marks the log broken (see [`Audit::health`]); a later successful one clears it.
     pub fn write(&self, record: &Record<'_>) {
         let line = render(record, SystemTime::now());
         if record.verdict == Verdict::Ok {
@@ -142,26 +177,133 @@ impl Audit {
         } else {
             tracing::warn!(target: "bcd_helper::audit", "{line}");
         }
-        let Some(path) = &self.path else { return };
-        let mut file = lock(&self.file);
-        if file.is_none() {
-            // The open failed before: try again, the folder may exist now.
-            *file = open_log(path).ok();
+        self.append(line, false);
+    }
+
+    /// Records a refusal that belongs to no operation (a denied or busy connection, a frame
+    /// refused): in full the first time in a window for its uid, operation and outcome, counted
+    /// after that; [`Audit::flush`] writes the counts.
+    pub fn refusal(&self, record: &Record<'_>) {
+        let key = (
+            record.peer.uid,
+            record.operation.to_owned(),
+            record.verdict.word(),
+        );
+        {
+            let mut state = lock(&self.state);
+            if let Some(c) = state.counted.get_mut(&key) {
+                c.more += 1;
+                return;
+            }
+            state.counted.insert(
+                key,
+                Counted {
+                    since: Instant::now(),
+                    more: 0,
+                },
+            );
         }
-        let result = match file.as_mut() {
-            Some(f) => f.write_all(format!("{line}\n").as_bytes()),
-            None => Err(std::io::Error::other("it could not be opened")),
+        let line = render(record, SystemTime::now());
+        tracing::warn!(target: "bcd_helper::audit", "{line}");
+        self.append(line, true);
+    }
+
+    /// Ends the windows older than [`AGGREGATE_WINDOW`], writing one summary line for each
+    /// that counted refusals after its first. Called from the accept loop's clock.
+    pub fn flush(&self) {
+        self.flush_older_than(AGGREGATE_WINDOW);
+    }
+
+    fn flush_older_than(&self, window: Duration) {
+        let ended: Vec<((u32, String, &'static str), Counted)> = {
+            let mut state = lock(&self.state);
+            let keys: Vec<_> = state
+                .counted
+                .iter()
+                .filter(|(_, c)| c.since.elapsed() >= window)
+                .map(|(k, _)| k.clone())
+                .collect();
+            keys.into_iter()
+                .filter_map(|k| state.counted.remove(&k).map(|c| (k, c)))
+                .collect()
         };
-        let mut broken = lock(&self.broken);
+        for ((uid, operation, outcome), c) in ended {
+            if c.more == 0 {
+                continue;
+            }
+            let line = render_summary(uid, &operation, outcome, c.more, c.since.elapsed());
+            tracing::warn!(target: "bcd_helper::audit", "{line}");
+            self.append(line, true);
+        }
+    }
+
+    /// Appends one line. A refusal line past the size bound is dropped and counted; the count
+    /// rides on the next line that is written.
+    fn append(&self, mut line: String, refusal: bool) {
+        let Some(path) = &self.path else { return };
+        let mut state = lock(&self.state);
+        if refusal && state.size >= self.max_bytes {
+            state.dropped += 1;
+            if state.dropped.is_power_of_two() {
+                tracing::warn!(
+                    "the audit log {} has reached its bound of {} bytes: {} refusal lines dropped so far (operations are still written)",
+                    path.display(),
+                    self.max_bytes,
+                    state.dropped
+                );
+            }
+            return;
+        }
+        if state.dropped > 0 && line.ends_with('}') {
+            line.pop();
+            let _ = write!(line, ",\"dropped_refusal_lines\":{}}}", state.dropped);
+        }
+        line.push('\n');
+        let result = match state.file.as_mut() {
+            Some(f) => f.write_all(line.as_bytes()),
+            None => Err(std::io::Error::other(
+                "it could not be opened when bcd-helper started",
+            )),
+        };
         match result {
-            Ok(()) => *broken = None,
+            Ok(()) => {
+                state.size += line.len() as u64;
+                state.dropped = 0;
+                state.broken = None;
+            }
             Err(e) => {
                 let why = format!("the audit log {} cannot be written: {e}", path.display());
                 tracing::error!("{why}");
-                *broken = Some(why);
+                state.broken = Some(why);
             }
         }
     }
+}
+
+/// Renders a window's count of refusals as one JSON line (without the newline).
+fn render_summary(uid: u32, operation: &str, outcome: &str, more: u64, over: Duration) -> String {
+    let mut s = String::with_capacity(192);
+    s.push_str("{\"time\":");
+    json_string(&mut s, &rfc3339(SystemTime::now()));
+    let _ = write!(s, ",\"peer\":{{\"uid\":{uid}}},\"operation\":");
+    json_string(&mut s, operation);
+    s.push_str(",\"outcome\":");
+    json_string(&mut s, outcome);
+    let noun = match (operation, outcome) {
+        ("connect", "denied") => "denied connections",
+        ("connect", "busy") => "connections answered busy",
+        _ => "refused frames",
+    };
+    let _ = write!(s, ",\"count\":{more},\"message\":");
+    json_string(
+        &mut s,
+        &format!(
+            "{more} more {noun} from uid {uid} in the last {}s",
+            over.as_secs().max(1)
+        ),
+    );
+    s.push('}');
+    s
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -169,13 +311,50 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-fn open_log(path: &Path) -> std::io::Result<File> {
-    OpenOptions::new()
+/// Why an audit log that opened is refused.
+#[derive(Debug, thiserror::Error)]
+enum Refused {
+    #[error(
+        "it is not a regular file (a FIFO, device or socket would block or mislead the audit)"
+    )]
+    NotRegular,
+    #[error("it is owned by uid {0}, not root: someone else could rewrite the audit trail")]
+    NotRoot(u32),
+    #[error("it has {0} hard links: another name could be made to point at it")]
+    Links(u64),
+}
+
+/// Opens the log for appending without following a link and without blocking (so a FIFO in
+/// its place fails or is refused, never waited on), then checks the opened file with `fstat`:
+/// a regular file, owned by root (the helper's euid), with one link; a wider mode is narrowed
+/// to 0600. Returns the file and its size.
+fn open_log(path: &Path) -> std::io::Result<(File, u64)> {
+    let file = OpenOptions::new()
         .append(true)
         .create(true)
         .mode(AUDIT_LOG_MODE)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
-        .open(path)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC | libc::O_NONBLOCK)
+        .open(path)?;
+    let meta = file.metadata()?;
+    let refuse = |r: Refused| std::io::Error::other(r.to_string());
+    if !meta.file_type().is_file() {
+        return Err(refuse(Refused::NotRegular));
+    }
+    if meta.uid() != nix::unistd::geteuid().as_raw() {
+        return Err(refuse(Refused::NotRoot(meta.uid())));
+    }
+    if meta.nlink() != 1 {
+        return Err(refuse(Refused::Links(meta.nlink())));
+    }
+    if meta.mode() & 0o7777 != AUDIT_LOG_MODE {
+        tracing::warn!(
+            "the audit log {} had mode {:o}; it is now {AUDIT_LOG_MODE:o}",
+            path.display(),
+            meta.mode() & 0o7777
+        );
+        file.set_permissions(std::fs::Permissions::from_mode(AUDIT_LOG_MODE))?;
+    }
+    Ok((file, meta.len()))
 }
 
 /// Renders one record as a JSON line (without the newline).

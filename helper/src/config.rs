@@ -26,6 +26,12 @@ pub const DEFAULT_UNBIND_TIMEOUT_S: u64 = 30;
 pub const DEFAULT_MAX_CONNECTIONS: usize = 16;
 /// The bound on receiving one whole frame once it has started (and on the `Hello`).
 pub const DEFAULT_FRAME_TIMEOUT_S: u64 = 5;
+/// Connections one uid may hold at once (root's included): the rest stay for others.
+pub const DEFAULT_MAX_PER_UID: usize = 8;
+/// Where save images are copied before `virsh` reads them.
+pub const DEFAULT_STAGING_DIR: &str = "/var/lib/bcd-helper/restore";
+/// The user libvirt's QEMU driver gives save images and their folder to (Debian's).
+pub const DEFAULT_SAVE_OWNER: &str = "libvirt-qemu";
 
 /// Everything the helper was told on its command line.
 #[derive(Debug, Clone)]
@@ -60,6 +66,16 @@ pub struct Config {
     pub max_connections: usize,
     /// `--frame-timeout`.
     pub frame_timeout: Duration,
+    /// `--max-connections-per-uid`.
+    pub max_per_uid: usize,
+    /// `--audit-max-bytes`.
+    pub audit_max_bytes: u64,
+    /// `--staging-dir`.
+    pub staging_dir: PathBuf,
+    /// `--save-owner`: owners besides root a save file and its folders may have.
+    pub save_owners: Vec<u32>,
+    /// `--allow-unconfined`: serve every operation even where Landlock cannot confine.
+    pub allow_unconfined: bool,
     /// `--no-sandbox`: skip capability dropping and Landlock (tests and debugging only).
     pub no_sandbox: bool,
 }
@@ -82,6 +98,15 @@ impl Default for Config {
             unbind_timeout: Duration::from_secs(DEFAULT_UNBIND_TIMEOUT_S),
             max_connections: DEFAULT_MAX_CONNECTIONS,
             frame_timeout: Duration::from_secs(DEFAULT_FRAME_TIMEOUT_S),
+            max_per_uid: DEFAULT_MAX_PER_UID,
+            audit_max_bytes: crate::audit::DEFAULT_MAX_BYTES,
+            staging_dir: PathBuf::from(DEFAULT_STAGING_DIR),
+            save_owners: nix::unistd::User::from_name(DEFAULT_SAVE_OWNER)
+                .ok()
+                .flatten()
+                .map(|u| vec![u.uid.as_raw()])
+                .unwrap_or_default(),
+            allow_unconfined: false,
             no_sandbox: false,
         }
     }
@@ -136,8 +161,12 @@ Usage: bcd-helper [FLAGS]
   --idle-exit SECONDS       socket-activated: exit after this long without connections
                             (default 30; 0: never)
   --allow-uid UID|USER      serve this user as well as root (repeatable)
-  --allow-group GID|GROUP   serve peers whose primary group is this (repeatable)
-  --audit-log FILE          append one JSON line per request to FILE (created 0600)
+  --allow-group GID|GROUP   serve peers in this group, primary or supplementary
+                            (repeatable)
+  --audit-log FILE          append one JSON line per request to FILE (created 0600; a
+                            regular file owned by root with one link, or it is refused)
+  --audit-max-bytes N       past this size only operations are audited, refusals are
+                            counted (default 67108864)
   --nvidia-smi PATH         nvidia-smi to run (default /usr/bin/nvidia-smi)
   --nvidia-smi-timeout S    bound on one nvidia-smi call (default 30)
   --virsh PATH              virsh to run (default /usr/bin/virsh)
@@ -146,9 +175,17 @@ Usage: bcd-helper [FLAGS]
   --sysfs-root DIR          where sysfs is (default /sys)
   --save-dir DIR            the only folder save images are restored from
                             (default /var/lib/libvirt/qemu/save)
+  --save-owner UID|USER     besides root, who may own save images and their folders
+                            (repeatable; default libvirt-qemu where that user exists)
+  --staging-dir DIR         root-only folder save images are copied to before virsh
+                            reads them (default /var/lib/bcd-helper/restore)
   --unbind-timeout SECONDS  how long a driver may take to let go of a function (default 30)
   --max-connections N       connections served at once (default 16)
+  --max-connections-per-uid N
+                            connections one user may hold (default 8)
   --frame-timeout SECONDS   bound on receiving one frame (default 5)
+  --allow-unconfined        serve privileged operations even when Landlock cannot
+                            confine the helper (without it only Ping is served then)
   --no-sandbox              keep all capabilities and skip Landlock (tests only)
   --help                    print this text
 
@@ -169,6 +206,14 @@ pub fn parse<I: IntoIterator<Item = String>>(args: I) -> Result<Parsed, UsageErr
                 c.no_sandbox = true;
                 continue;
             }
+            "--allow-unconfined" => {
+                c.allow_unconfined = true;
+                continue;
+            }
+            "--max-connections-per-uid" => "--max-connections-per-uid",
+            "--audit-max-bytes" => "--audit-max-bytes",
+            "--staging-dir" => "--staging-dir",
+            "--save-owner" => "--save-owner",
             "--listen" => "--listen",
             "--idle-exit" => "--idle-exit",
             "--allow-uid" => "--allow-uid",
@@ -226,6 +271,28 @@ pub fn parse<I: IntoIterator<Item = String>>(args: I) -> Result<Parsed, UsageErr
                     })?;
             }
             "--frame-timeout" => c.frame_timeout = seconds(flag_name, &value, false)?,
+            "--max-connections-per-uid" => {
+                c.max_per_uid = value
+                    .parse::<usize>()
+                    .ok()
+                    .filter(|n| (1..=4096).contains(n))
+                    .ok_or(UsageError::BadValue {
+                        flag: flag_name,
+                        takes: "a number from 1 to 4096",
+                        value,
+                    })?;
+            }
+            "--audit-max-bytes" => {
+                c.audit_max_bytes = value.parse::<u64>().ok().filter(|n| *n >= 4096).ok_or(
+                    UsageError::BadValue {
+                        flag: flag_name,
+                        takes: "a number of bytes, at least 4096",
+                        value,
+                    },
+                )?;
+            }
+            "--staging-dir" => c.staging_dir = absolute(flag_name, &value)?,
+            "--save-owner" => c.save_owners.push(id(flag_name, &value)?),
             _ => unreachable!("every flag name above is handled"),
         }
     }
@@ -266,7 +333,7 @@ fn seconds(flag: &'static str, value: &str, zero_ok: bool) -> Result<Duration, U
 /// database, so the unit can say `--allow-group bcd` whatever gid sysusers gave it.
 fn id(flag: &'static str, value: &str) -> Result<u32, UsageError> {
     let by_name = || -> Option<u32> {
-        if flag == "--allow-uid" {
+        if flag == "--allow-uid" || flag == "--save-owner" {
             nix::unistd::User::from_name(value)
                 .ok()
                 .flatten()

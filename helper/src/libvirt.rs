@@ -3,8 +3,8 @@
 //!
 //! Every call runs the configured `virsh` through [`crate::child`] (no shell, cleared
 //! environment, bounded), with the connection URI first and the domain after `--domain`, so a
-//! name can never be read as an option. A save file is checked against the host (a regular file
-//! in the save folder, reached through no symbolic link) before `virsh` ever sees it.
+//! name can never be read as an option. A save file reaches `virsh` only as a checked copy in a
+//! root-only folder (see [`crate::savefile`]).
 //!
 //! This module must never read more of libvirt's XML than the `<source><address>` of
 //! `<hostdev type='pci'>`, never expand an entity or honour a DTD, never decide whether an
@@ -12,15 +12,16 @@
 //! agent: `virsh`, the URI and the save folder are the helper's own configuration.
 
 use std::ffi::OsString;
-use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
-use bcd_protocol::{DomainName, HelperError, PciAddress, SaveFile};
+use bcd_protocol::{DomainName, HelperError, PciAddress};
 use quick_xml::events::{BytesStart, Event};
 use quick_xml::Reader;
 
 use crate::child::{self, ChildError};
+use crate::savefile::{SavePolicy, Staged};
 
 /// Most bytes of domain XML read; a real domain is a few KiB.
 pub const MAX_XML_BYTES: usize = 1024 * 1024;
@@ -29,9 +30,12 @@ pub const MAX_HOSTDEVS: usize = 64;
 /// Deepest element nesting accepted; libvirt's domain XML stays below ten.
 const MAX_XML_DEPTH: usize = 64;
 
+/// Turns a program that would not start into the answer's sentence.
+pub type SpawnFailure = Arc<dyn Fn(&str, &std::io::Error) -> String + Send + Sync>;
+
 /// The libvirt side of the helper: which `virsh`, which connection, how long, and the one
 /// folder save images may be restored from. All four come from the helper's own flags.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct Libvirt {
     /// The `virsh` to run, an absolute path (Debian's `libvirt-clients` installs `/usr/bin/virsh`).
     pub virsh: PathBuf,
@@ -39,8 +43,21 @@ pub struct Libvirt {
     pub uri: String,
     /// The bound on each `virsh` run; on expiry its process group is killed.
     pub timeout: Duration,
-    /// The folder save images must lie in, as an absolute path.
-    pub save_dir: PathBuf,
+    /// Where save images come from and where their checked copies go.
+    pub saves: SavePolicy,
+    /// Turns a refused exec into a sentence (and a restart of the helper when confined).
+    pub spawn_failure: SpawnFailure,
+}
+
+impl std::fmt::Debug for Libvirt {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Libvirt")
+            .field("virsh", &self.virsh)
+            .field("uri", &self.uri)
+            .field("timeout", &self.timeout)
+            .field("saves", &self.saves)
+            .finish()
+    }
 }
 
 impl Libvirt {
@@ -61,18 +78,17 @@ impl Libvirt {
     }
 
     /// Every PCI `<hostdev>` address in a save image's XML
-    /// (`virsh -c URI save-image-dumpxml FILE`), after [`Libvirt::check_save_file`].
+    /// (`virsh -c URI save-image-dumpxml FILE`), read from a checked copy
+    /// ([`crate::savefile::SavePolicy::stage`]).
     ///
     /// # Errors
-    /// [`HelperError::Invalid`] when the file is refused (then `virsh` never runs); otherwise
-    /// as [`Libvirt::domain_hostdevs`].
+    /// As [`Libvirt::domain_hostdevs`].
     pub async fn save_image_hostdevs(
         &self,
-        file: &SaveFile,
+        image: &Staged,
     ) -> Result<Vec<PciAddress>, HelperError> {
-        self.check_save_file(file)?;
         let out = self
-            .virsh_os(vec!["save-image-dumpxml".into(), file.path().into()])
+            .virsh_os(vec!["save-image-dumpxml".into(), image.path().into()])
             .await?;
         pci_hostdevs(&String::from_utf8_lossy(&out))
     }
@@ -88,15 +104,12 @@ impl Libvirt {
             .map(drop)
     }
 
-    /// Restores a saved domain: re-checks FILE ([`Libvirt::check_save_file`]), then
-    /// `virsh -c URI restore FILE`.
+    /// Restores a saved domain from a checked copy: `virsh -c URI restore COPY`.
     ///
     /// # Errors
-    /// [`HelperError::Invalid`] when the file is refused (then `virsh` never runs);
     /// [`HelperError::Failed`], [`HelperError::Timeout`] as for [`Libvirt::start`].
-    pub async fn restore(&self, file: &SaveFile) -> Result<(), HelperError> {
-        self.check_save_file(file)?;
-        self.virsh_os(vec!["restore".into(), file.path().into()])
+    pub async fn restore(&self, image: &Staged) -> Result<(), HelperError> {
+        self.virsh_os(vec!["restore".into(), image.path().into()])
             .await
             .map(drop)
     }
@@ -109,81 +122,6 @@ impl Libvirt {
         self.virsh(&["destroy", "--domain", domain.as_str()])
             .await
             .map(drop)
-    }
-
-    /// Checks that `file` is a save image the helper may hand to libvirt: lexically under
-    /// [`Libvirt::save_dir`], existing, a regular file and not a symbolic link (checked with
-    /// `lstat` and again by opening it with `O_NOFOLLOW`), and in a folder that still lies
-    /// under the save folder once symbolic links in its path are resolved.
-    ///
-    /// The check and `virsh`'s own open are two moments; whoever can write the save folder
-    /// can swap the file between them. The save folder must therefore be writable by root
-    /// (and libvirt) only, which is what makes this check meaningful.
-    ///
-    /// # Errors
-    /// [`HelperError::Invalid`] naming the path and the reason.
-    pub fn check_save_file(&self, file: &SaveFile) -> Result<(), HelperError> {
-        let path = file.path();
-        let dir = &self.save_dir;
-        let refuse = |why: &str| HelperError::Invalid {
-            what: format!(
-                "{} {why}; only regular files under {} can be restored",
-                path.display(),
-                dir.display()
-            ),
-        };
-        if !file.is_under(dir) {
-            return Err(refuse("is not in the save folder"));
-        }
-        let meta = std::fs::symlink_metadata(path).map_err(|e| {
-            if e.kind() == std::io::ErrorKind::NotFound {
-                refuse("does not exist")
-            } else {
-                refuse(&format!("cannot be examined ({e})"))
-            }
-        })?;
-        let kind = meta.file_type();
-        if kind.is_symlink() {
-            return Err(refuse("is a symbolic link"));
-        }
-        if kind.is_dir() {
-            return Err(refuse("is a directory"));
-        }
-        if kind.is_block_device() || kind.is_char_device() || kind.is_fifo() || kind.is_socket() {
-            return Err(refuse("is a device, pipe or socket, not a regular file"));
-        }
-        if !kind.is_file() {
-            return Err(refuse("is not a regular file"));
-        }
-        // O_PATH needs no read permission on the file and opens no device; O_NOFOLLOW makes a
-        // link swapped in since the lstat fail here rather than be followed.
-        let opened = std::fs::OpenOptions::new()
-            .read(true)
-            .custom_flags(libc::O_PATH | libc::O_NOFOLLOW | libc::O_CLOEXEC)
-            .open(path)
-            .map_err(|e| refuse(&format!("cannot be opened without following links ({e})")))?;
-        let opened_kind = opened
-            .metadata()
-            .map_err(|e| refuse(&format!("cannot be examined ({e})")))?
-            .file_type();
-        if !opened_kind.is_file() {
-            return Err(refuse("is not a regular file"));
-        }
-        let canonical_dir = std::fs::canonicalize(dir).map_err(|e| HelperError::Invalid {
-            what: format!(
-                "the save folder {} cannot be resolved ({e}); no save file can be restored",
-                dir.display()
-            ),
-        })?;
-        let parent = path.parent().unwrap_or(Path::new("/"));
-        let canonical_parent = std::fs::canonicalize(parent)
-            .map_err(|e| refuse(&format!("lies in a folder that cannot be resolved ({e})")))?;
-        if !canonical_parent.starts_with(&canonical_dir) {
-            return Err(refuse(
-                "lies in a folder reached through a symbolic link that leads out of the save folder",
-            ));
-        }
-        Ok(())
     }
 
     async fn virsh(&self, args: &[&str]) -> Result<Vec<u8>, HelperError> {
@@ -211,7 +149,7 @@ impl Libvirt {
                 message: if source.kind() == std::io::ErrorKind::NotFound {
                     format!("virsh not found at {program}: install libvirt-clients")
                 } else {
-                    format!("virsh at {program} could not be run: {source}")
+                    (self.spawn_failure)(&program, &source)
                 },
             }),
             Err(ChildError::Timeout { after, .. }) => Err(HelperError::Timeout {

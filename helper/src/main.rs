@@ -8,16 +8,19 @@
 //! by a peer's pid; parse more than a domain's `<hostdev>` addresses; panic on bytes from the
 //! socket; or act while it cannot write its audit log (only `Ping` is answered then).
 //!
-//! Start-up order matters: the socket-activation variables are read and removed before any
-//! thread exists, the socket is bound, the sandbox is applied (so every thread inherits it),
-//! and only then is the async runtime built.
+//! Start-up order matters: the socket-activation variables are read and removed and every
+//! inherited descriptor but systemd's is closed before any thread exists, the socket is bound,
+//! the audit log and the staging folder are opened, the sandbox is applied (so every thread
+//! inherits it), and only then is the async runtime built.
 
 mod audit;
+mod budget;
 mod child;
 mod config;
 mod libvirt;
 mod ops;
 mod sandbox;
+mod savefile;
 mod server;
 mod sysfs;
 
@@ -26,6 +29,7 @@ use std::os::unix::fs::{FileTypeExt, PermissionsExt};
 use std::os::unix::net::UnixListener as StdListener;
 use std::path::Path;
 use std::process::ExitCode;
+use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -90,6 +94,34 @@ fn take_activation() -> Activation {
     Activation { fds }
 }
 
+/// Closes every descriptor above the standard three and systemd's: nothing the helper's
+/// parent left open may reach the root children it starts.
+fn close_inherited(activation: &Activation) {
+    let keep = activation
+        .fds
+        .and_then(|n| u32::try_from(n).ok())
+        .unwrap_or(0)
+        .min(MAX_PASSED_FDS as u32);
+    let first = LISTEN_FDS_START as u32 + keep;
+    // SAFETY: no descriptor above `first` is owned by anything in this process yet (nothing
+    // has been opened); close_range touches no memory.
+    let rc = unsafe { libc::close_range(first, u32::MAX, 0) };
+    if rc != 0 {
+        // Kernels before 5.9: close them one by one, as far as the limit goes.
+        // SAFETY: getrlimit writes one rlimit struct that lives across the call.
+        let mut lim = libc::rlimit {
+            rlim_cur: 1024,
+            rlim_max: 1024,
+        };
+        unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) };
+        let limit = lim.rlim_cur.min(1 << 20);
+        for fd in first..u32::try_from(limit).unwrap_or(1024) {
+            // SAFETY: as above.
+            unsafe { libc::close(fd as i32) };
+        }
+    }
+}
+
 /// Takes fd 3 after checking it is a listening Unix stream socket, and marks it close-on-exec.
 fn activated_listener() -> Result<StdListener, StartError> {
     use nix::fcntl::{fcntl, FcntlArg, FdFlag};
@@ -144,6 +176,17 @@ fn bind(path: &Path) -> Result<StdListener, StartError> {
     Ok(listener)
 }
 
+/// Removes the socket file at `path` only if it is still the one this helper bound.
+fn remove_own_socket(path: &Path, bound: Option<(u64, u64)>) {
+    use std::os::unix::fs::MetadataExt;
+    let now = std::fs::symlink_metadata(path)
+        .ok()
+        .map(|m| (m.dev(), m.ino()));
+    if now.is_some() && now == bound {
+        let _ = std::fs::remove_file(path);
+    }
+}
+
 fn init_logging() {
     let filter = tracing_subscriber::EnvFilter::try_from_env(LOG_ENV)
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
@@ -154,27 +197,21 @@ fn init_logging() {
         .init();
 }
 
-fn sandbox_paths(c: &Config) -> sandbox::SandboxPaths {
-    // bus/pci/devices/ADDR links into devices/: Landlock checks the resolved path, so both.
-    let mut read_write = vec![
-        c.sysfs_root.join("bus/pci"),
-        c.sysfs_root.join("devices"),
-        "/run/libvirt".into(),
-    ];
-    if let Some(folder) = c.audit_log.as_deref().and_then(std::path::Path::parent) {
-        read_write.push(folder.to_path_buf());
-    }
+fn sandbox_paths(c: &Config, sysfs: &sysfs::Sysfs) -> sandbox::SandboxPaths {
     sandbox::SandboxPaths {
         exec: vec![c.nvidia_smi.clone(), c.virsh.clone()],
-        read_write,
+        write_files: sandbox::sysfs_write_files(sysfs),
+        read_write: vec![c.staging_dir.clone()],
         read: vec![c.save_dir.clone()],
         devices: sandbox::nvidia_device_nodes(std::path::Path::new("/dev")),
     }
 }
 
 fn main() -> ExitCode {
-    // First, before any thread: the activation variables leave the environment.
+    // First, before any thread: the activation variables leave the environment, and what the
+    // parent left open is closed.
     let activation = take_activation();
+    close_inherited(&activation);
     let config = match config::parse(std::env::args().skip(1)) {
         Ok(Parsed::Run(c)) => c,
         Ok(Parsed::Help) => {
@@ -206,12 +243,46 @@ fn start(config: &Config, activation: &Activation) -> Result<(), StartError> {
     listener
         .set_nonblocking(true)
         .map_err(|e| StartError::BadActivatedFd(e.to_string()))?;
-    // Opened before the sandbox, so Landlock need not allow creating it.
-    let audit = audit::Audit::open(config.audit_log.as_deref());
-    if config.no_sandbox {
+    // What was bound, so that exiting removes this socket and never another's.
+    let socket_id = config
+        .listen
+        .as_deref()
+        .and_then(|p| std::fs::symlink_metadata(p).ok())
+        .map(|m| {
+            use std::os::unix::fs::MetadataExt;
+            (m.dev(), m.ino())
+        });
+    // Opened before the sandbox, so Landlock need not allow anything in its folder.
+    let audit = Arc::new(audit::Audit::open(
+        config.audit_log.as_deref(),
+        config.audit_max_bytes,
+    ));
+    let saves = savefile::SavePolicy {
+        save_dir: config.save_dir.clone(),
+        staging_dir: config.staging_dir.clone(),
+        owners: config.save_owners.clone(),
+    };
+    if let Err(why) = saves.prepare_staging() {
+        tracing::warn!("save images cannot be restored: {why}");
+    }
+    let late_audit = audit.clone();
+    let sysfs = sysfs::Sysfs::new(&config.sysfs_root).on_late_write(Arc::new(
+        move |device: &bcd_protocol::PciAddress, sentence: String| {
+            late_audit.write(&audit::Record {
+                peer: &audit::Peer::default(),
+                operation: "sysfs.late-write",
+                arguments: &[("device", device.to_string())],
+                verdict: audit::Verdict::Failed,
+                message: Some(sentence),
+                duration: Duration::ZERO,
+            });
+        },
+    ));
+    let (sandbox_words, ping_only) = if config.no_sandbox {
         tracing::warn!("--no-sandbox: running with every capability and no Landlock");
+        ("none: --no-sandbox".to_owned(), None)
     } else {
-        let report = sandbox::enforce(&sandbox_paths(config));
+        let report = sandbox::enforce(&sandbox_paths(config, &sysfs));
         tracing::info!(
             "sandbox: landlock {}, capabilities [{}]",
             report.landlock,
@@ -220,25 +291,46 @@ fn start(config: &Config, activation: &Activation) -> Result<(), StartError> {
         for warning in &report.warnings {
             tracing::warn!("sandbox: {warning}");
         }
-    }
+        let ping_only = sandbox::ping_only(&report, config.allow_unconfined);
+        if let Some(why) = &ping_only {
+            tracing::error!("{why}");
+        }
+        (
+            format!(
+                "landlock {}; capabilities [{}]",
+                report.landlock,
+                report.capabilities.join(", ")
+            ),
+            ping_only,
+        )
+    };
+    let confined = !sandbox_words.starts_with("none") && !sandbox_words.contains("landlock none");
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
-        .max_blocking_threads(64)
+        .max_blocking_threads(8)
         .enable_all()
         .build()
         .map_err(StartError::Runtime)?;
+    let restart_needed = Arc::new(AtomicBool::new(false));
+    let spawn_restart = restart_needed.clone();
     let ops = ops::Ops {
         nvidia_smi: config.nvidia_smi.clone(),
         smi_timeout: config.nvidia_smi_timeout,
         unbind_timeout: config.unbind_timeout,
-        sysfs: sysfs::Sysfs::new(&config.sysfs_root),
+        sysfs,
         libvirt: libvirt::Libvirt {
             virsh: config.virsh.clone(),
             uri: config.libvirt_uri.clone(),
             timeout: config.virsh_timeout,
-            save_dir: config.save_dir.clone(),
+            saves,
+            spawn_failure: Arc::new(move |program: &str, source: &std::io::Error| {
+                ops::spawn_failure(confined, &spawn_restart, program, source)
+            }),
         },
         locks: ops::DeviceLocks::default(),
+        confined,
+        restart_needed,
+        sandbox: ping_only.clone().unwrap_or(sandbox_words),
     };
     let shared = Arc::new(server::Shared::new(
         ops,
@@ -247,8 +339,9 @@ fn start(config: &Config, activation: &Activation) -> Result<(), StartError> {
             uids: config.allow_uids.clone(),
             gids: config.allow_gids.clone(),
         },
-        config.max_connections,
+        budget::Budget::new(config.max_connections, config.max_per_uid),
         config.frame_timeout,
+        ping_only,
     ));
     let listener_fd = listener.as_raw_fd();
     runtime.block_on(async {
@@ -268,7 +361,7 @@ fn start(config: &Config, activation: &Activation) -> Result<(), StartError> {
         Ok::<(), StartError>(())
     })?;
     if let Some(path) = &config.listen {
-        let _ = std::fs::remove_file(path);
+        remove_own_socket(path, socket_id);
     }
     // A sysfs write still blocked in the kernel keeps its thread; do not wait on it forever.
     runtime.shutdown_timeout(SHUTDOWN_GRACE);

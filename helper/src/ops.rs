@@ -3,21 +3,25 @@
 //!
 //! Every operation first takes the lock of each device it touches (see [`DeviceLocks`]), so
 //! two operations on one GPU never overlap while operations on different GPUs run at once.
+//! GPUs are named by PCI address only (the protocol allows nothing else for operations that
+//! change state), so one GPU has exactly one lock. A function with a sysfs write still pending
+//! in the kernel is refused `Busy` by every operation, whatever its lock says.
 
 use std::collections::HashMap;
 use std::fmt;
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use bcd_protocol::{
-    DomainName, GpuRef, HelperError, Operation, Outcome, PciAddress, PersistenceNote, SaveFile,
+    DomainName, HelperError, Operation, Outcome, PciAddress, PersistenceNote, SaveFile,
 };
 use tokio::sync::OwnedMutexGuard;
 
 use crate::child::{self, ChildError, Command};
 use crate::libvirt::Libvirt;
-use crate::sysfs::{Sysfs, NVIDIA_DRIVER, VFIO_DRIVER};
+use crate::sysfs::{NotDone, Sysfs, NVIDIA_DRIVER, VFIO_DRIVER};
 
 /// How long an operation waits for a device another operation holds before answering `Busy`.
 /// Waiting (rather than answering `Busy` at once) lets the agent queue work on one GPU without
@@ -35,18 +39,16 @@ const MAX_IDLE_LOCKS: usize = 1024;
 /// What one operation locks. Domains and save files sort before functions, and every
 /// operation that takes both takes them in that order, so lock waits cannot form a cycle.
 ///
-/// A GPU named by UUID and the same GPU named by address are two keys: mapping one to the
-/// other would take an `nvidia-smi` query per request. Callers that want one lock per GPU
-/// must name each GPU one way (the agent should use its PCI address).
+/// Every GPU is a PCI function here: the protocol names GPUs by address for every operation
+/// that changes them, and domain names can never be a domain's id or UUID (which `virsh`
+/// would also accept), so each device and each domain has one key.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum DeviceKey {
     /// A libvirt domain.
     Domain(String),
     /// A save image.
     SaveFile(PathBuf),
-    /// A GPU named by UUID.
-    Uuid(String),
-    /// A PCI function (a GPU named by address included).
+    /// A PCI function (a GPU, or another function of its slot).
     Pci(PciAddress),
 }
 
@@ -55,36 +57,50 @@ impl fmt::Display for DeviceKey {
         match self {
             DeviceKey::Domain(d) => write!(f, "domain {d}"),
             DeviceKey::SaveFile(p) => write!(f, "save image {}", p.display()),
-            DeviceKey::Uuid(u) => f.write_str(u),
             DeviceKey::Pci(p) => write!(f, "{p}"),
         }
     }
 }
 
-impl DeviceKey {
-    fn of_gpu(gpu: &GpuRef) -> Self {
-        match gpu {
-            GpuRef::Uuid(u) => DeviceKey::Uuid(u.to_string()),
-            GpuRef::Pci(p) => DeviceKey::Pci(*p),
-        }
-    }
+/// One device's lock and how many operations wait for it. tokio's mutex serves waiters in
+/// the order they came.
+#[derive(Debug, Default)]
+struct Entry {
+    mutex: Arc<tokio::sync::Mutex<()>>,
+    /// Operations that hold or wait for the lock.
+    users: AtomicUsize,
 }
 
 /// One async mutex per device, created on first use.
 #[derive(Debug, Default)]
 pub struct DeviceLocks {
-    map: Mutex<HashMap<DeviceKey, Arc<tokio::sync::Mutex<()>>>>,
+    map: Mutex<HashMap<DeviceKey, Arc<Entry>>>,
+}
+
+/// Counts an operation among a lock's users while it holds or waits for it.
+struct Using(Arc<Entry>);
+
+impl Drop for Using {
+    fn drop(&mut self) {
+        self.0.users.fetch_sub(1, Ordering::SeqCst);
+    }
 }
 
 /// Held device locks; dropping it frees them.
-#[derive(Debug)]
-pub struct Held(#[allow(dead_code)] Vec<OwnedMutexGuard<()>>);
+pub struct Held(#[allow(dead_code)] Vec<(OwnedMutexGuard<()>, Using)>);
+
+impl fmt::Debug for Held {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Held({} locks)", self.0.len())
+    }
+}
 
 impl DeviceLocks {
     /// Takes every key's lock, in order, waiting at most `wait` in all.
     ///
     /// # Errors
-    /// `Busy` naming the device still held when the wait ran out.
+    /// `Busy` naming the device still held when the wait ran out, and how many operations
+    /// were ahead of this one in its queue.
     pub async fn acquire(
         &self,
         mut keys: Vec<DeviceKey>,
@@ -95,23 +111,32 @@ impl DeviceLocks {
         let deadline = Instant::now() + wait;
         let mut held = Vec::with_capacity(keys.len());
         for key in keys {
-            let mutex = {
+            let entry = {
                 let mut map = self.map.lock().unwrap_or_else(|p| p.into_inner());
                 if map.len() > MAX_IDLE_LOCKS {
-                    map.retain(|_, m| Arc::strong_count(m) > 1);
+                    map.retain(|_, e| e.users.load(Ordering::SeqCst) > 0);
                 }
                 map.entry(key.clone()).or_default().clone()
             };
+            // Those ahead: the holder and the waiters that came before this one.
+            let ahead = entry.users.fetch_add(1, Ordering::SeqCst);
+            let using = Using(entry.clone());
             let left = deadline.saturating_duration_since(Instant::now());
-            match tokio::time::timeout(left, mutex.lock_owned()).await {
-                Ok(guard) => held.push(guard),
+            match tokio::time::timeout(left, entry.mutex.clone().lock_owned()).await {
+                Ok(guard) => held.push((guard, using)),
                 Err(_) => {
+                    let queued = ahead.saturating_sub(1);
                     return Err(HelperError::Busy {
                         what: format!(
-                            "another operation on {key} has held it for more than {}s",
+                            "{key} is in use by another operation{}; this one waited {}s for it",
+                            match queued {
+                                0 => String::new(),
+                                1 => " and 1 more was queued ahead of this one".to_owned(),
+                                n => format!(" and {n} more were queued ahead of this one"),
+                            },
                             wait.as_secs()
                         ),
-                    })
+                    });
                 }
             }
         }
@@ -134,6 +159,14 @@ pub struct Ops {
     pub libvirt: Libvirt,
     /// The per-device locks.
     pub locks: DeviceLocks,
+    /// Whether the sandbox confines the programs run (an exec refused then means the program
+    /// was replaced since start-up).
+    pub confined: bool,
+    /// Set when this helper can no longer run a program it needs and must be replaced by a
+    /// fresh one (systemd starts it again on the next connection).
+    pub restart_needed: Arc<AtomicBool>,
+    /// How the helper is confined, in words, for `Ping`'s answer.
+    pub sandbox: String,
 }
 
 /// The arguments of an operation, as the audit line shows them.
@@ -165,21 +198,23 @@ impl Ops {
         match op {
             Operation::Ping => Ok(Outcome::Pong {
                 helper_version: env!("CARGO_PKG_VERSION").to_owned(),
+                sandbox: self.sandbox.clone(),
             }),
             Operation::SetPersistence { gpu, enabled } => {
-                let _held = self.lock(vec![DeviceKey::of_gpu(gpu)]).await?;
+                let _held = self.lock(vec![DeviceKey::Pci(*gpu)]).await?;
+                self.sysfs.check_gpu(gpu)?;
                 let mode = if *enabled { "1" } else { "0" };
-                self.smi(&["-i", &gpu.nvidia_smi_id(), "-pm", mode]).await?;
+                self.smi(&["-i", &gpu.nvml_bus_id(), "-pm", mode]).await?;
                 Ok(Outcome::Persistence {
-                    gpu: gpu.clone(),
+                    gpu: *gpu,
                     enabled: *enabled,
                 })
             }
             Operation::ResetGpu { gpu } => {
-                let _held = self.lock(vec![DeviceKey::of_gpu(gpu)]).await?;
-                self.smi(&["--gpu-reset", "-i", &gpu.nvidia_smi_id()])
-                    .await?;
-                Ok(Outcome::Reset { gpu: gpu.clone() })
+                let _held = self.lock(vec![DeviceKey::Pci(*gpu)]).await?;
+                self.sysfs.check_gpu(gpu)?;
+                self.smi(&["--gpu-reset", "-i", &gpu.nvml_bus_id()]).await?;
+                Ok(Outcome::Reset { gpu: *gpu })
             }
             Operation::VfioBind { device } => {
                 let _held = self.lock(vec![DeviceKey::Pci(*device)]).await?;
@@ -196,15 +231,26 @@ impl Ops {
                 gpus: self.gpus_of(self.libvirt.domain_hostdevs(domain).await?),
                 persistence: Vec::new(),
             }),
-            Operation::LibvirtImageGpus { file } => Ok(Outcome::Libvirt {
-                gpus: self.gpus_of(self.libvirt.save_image_hostdevs(file).await?),
-                persistence: Vec::new(),
-            }),
+            Operation::LibvirtImageGpus { file } => {
+                let image = self.libvirt.saves.stage(file)?;
+                Ok(Outcome::Libvirt {
+                    gpus: self.gpus_of(self.libvirt.save_image_hostdevs(&image).await?),
+                    persistence: Vec::new(),
+                })
+            }
         }
     }
 
+    /// Takes the devices' locks, then refuses any function with a write still pending in the
+    /// kernel (checked under the lock, so no operation can start one meanwhile).
     async fn lock(&self, keys: Vec<DeviceKey>) -> Result<Held, HelperError> {
-        self.locks.acquire(keys, DEVICE_LOCK_WAIT).await
+        let held = self.locks.acquire(keys.clone(), DEVICE_LOCK_WAIT).await?;
+        for key in &keys {
+            if let DeviceKey::Pci(addr) = key {
+                self.sysfs.busy_if_pending(addr)?;
+            }
+        }
+        Ok(held)
     }
 
     /// Runs `nvidia-smi` with these arguments under its bound.
@@ -230,13 +276,16 @@ impl Ops {
             }),
             Err(ChildError::Spawn { program, source }) => Err(HelperError::Failed {
                 exit_code: None,
-                message: if source.kind() == std::io::ErrorKind::NotFound {
-                    format!("{program} was not found (is the NVIDIA driver installed? see --nvidia-smi)")
-                } else {
-                    format!("could not run {program}: {source}")
-                },
+                message: self.spawn_failure(&program, &source),
             }),
         }
+    }
+
+    /// The sentence for a program that would not start. Under the sandbox, `EACCES` means the
+    /// program is not the file the rules were made for (an upgrade replaced it): this helper
+    /// then asks to be replaced by a fresh one.
+    pub fn spawn_failure(&self, program: &str, source: &std::io::Error) -> String {
+        spawn_failure(self.confined, &self.restart_needed, program, source)
     }
 
     /// Best-effort persistence mode for a function, by NVML's bus id: never fails the caller.
@@ -254,19 +303,36 @@ impl Ops {
         }
     }
 
-    /// Writes a value to a small sysfs attribute under [`SYSFS_WRITE_TIMEOUT`].
-    async fn write_attr(&self, path: &std::path::Path, value: &str) -> Result<(), String> {
+    /// Writes a value to a small sysfs attribute of `addr` under [`SYSFS_WRITE_TIMEOUT`].
+    async fn write_attr(
+        &self,
+        addr: &PciAddress,
+        what: &'static str,
+        path: &std::path::Path,
+        value: &str,
+    ) -> Result<(), String> {
         match self
             .sysfs
-            .write(path, value, Instant::now() + SYSFS_WRITE_TIMEOUT)
+            .write(
+                addr,
+                what,
+                path,
+                value,
+                Instant::now() + SYSFS_WRITE_TIMEOUT,
+            )
             .await
         {
             Ok(Ok(())) => Ok(()),
             Ok(Err(e)) => Err(format!("writing {} failed: {e}", path.display())),
-            Err(_) => Err(format!(
-                "writing {} did not finish within {}s",
+            Err(NotDone::Pending) => Err(format!(
+                "writing {} did not finish within {}s and is still pending in the kernel",
                 path.display(),
                 SYSFS_WRITE_TIMEOUT.as_secs()
+            )),
+            Err(NotDone::Skipped | NotDone::NoWriter) => Err(format!(
+                "{} was not written: {} sysfs writes are already waiting in the kernel",
+                path.display(),
+                crate::sysfs::MAX_WRITERS
             )),
         }
     }
@@ -278,7 +344,7 @@ impl Ops {
         let unbind = self.sysfs.device_dir(addr).join("driver/unbind");
         match self
             .sysfs
-            .write(&unbind, &addr.sysfs_name(), deadline)
+            .write(addr, "an unbind", &unbind, &addr.sysfs_name(), deadline)
             .await
         {
             Ok(Ok(())) => {}
@@ -290,7 +356,14 @@ impl Ops {
                     unbind.display()
                 )))
             }
-            Err(_) => return Err(UnbindFailure::Held),
+            Err(NotDone::Pending) => return Err(UnbindFailure::StillInKernel),
+            Err(NotDone::Skipped | NotDone::NoWriter) => {
+                return Err(UnbindFailure::Write(format!(
+                    "{} was not written: {} sysfs writes are already waiting in the kernel",
+                    unbind.display(),
+                    crate::sysfs::MAX_WRITERS
+                )))
+            }
         }
         match self
             .sysfs
@@ -311,7 +384,7 @@ impl Ops {
     }
 
     async fn vfio_bind(&self, addr: &PciAddress) -> Result<Outcome, HelperError> {
-        self.sysfs.check_nvidia(addr)?;
+        self.sysfs.check_passthrough(addr)?;
         let before = self.sysfs.driver(addr);
         if before.as_deref() == Some(VFIO_DRIVER) {
             return Ok(Outcome::Vfio {
@@ -332,33 +405,54 @@ impl Ops {
             exit_code: None,
             message,
         };
-        self.write_attr(&dir.join("driver_override"), VFIO_DRIVER)
+        let over = dir.join("driver_override");
+        self.write_attr(addr, "a driver_override write", &over, VFIO_DRIVER)
             .await
             .map_err(failed)?;
         if before.is_some() {
             if let Err(why) = self.unbind(addr).await {
                 // Never strand a GPU: with the override cleared, the function stays (or, once
                 // probed, goes back) with its own driver.
-                let cleared = self.write_attr(&dir.join("driver_override"), "\n").await;
-                let restored = if matches!(persistence, PersistenceNote::Set { .. }) {
-                    format!("; {}", self.persistence(addr, true).await)
-                } else {
-                    String::new()
-                };
+                let cleared = self
+                    .write_attr(addr, "a driver_override write", &over, "\n")
+                    .await;
+                let still_in_kernel = matches!(why, UnbindFailure::StillInKernel);
+                // While the unbind is pending the GPU must not be touched (nvidia-smi would
+                // wait on the same driver), so persistence is left as it is then.
+                let restored =
+                    if matches!(persistence, PersistenceNote::Set { .. }) && !still_in_kernel {
+                        format!("; {}", self.persistence(addr, true).await)
+                    } else {
+                        String::new()
+                    };
                 let reason = match why {
-                    UnbindFailure::Held => self.not_let_go(),
+                    UnbindFailure::Held | UnbindFailure::StillInKernel => self.not_let_go(),
                     UnbindFailure::Write(w) => w,
                 };
-                let override_note = match cleared {
-                    Ok(()) => "driver_override was cleared, so it stays with its driver".to_owned(),
-                    Err(e) => format!("and driver_override could not be cleared ({e})"),
+                let override_note = match (cleared, still_in_kernel) {
+                    (Ok(()), false) => {
+                        "driver_override was cleared, so it stays with its driver".to_owned()
+                    }
+                    (Ok(()), true) => format!(
+                        "the unbind is still pending in the kernel: when the driver lets go, {addr} \
+                         will have no driver (driver_override was cleared; probe it with \
+                         `echo {} > /sys/bus/pci/drivers_probe` to give it back), and until then \
+                         every operation on it is refused",
+                        addr.sysfs_name()
+                    ),
+                    (Err(e), _) => format!("and driver_override could not be cleared ({e})"),
                 };
                 return Err(failed(format!("{reason}; {override_note}{restored}")));
             }
         }
-        self.write_attr(&self.sysfs.probe_file(), &addr.sysfs_name())
-            .await
-            .map_err(failed)?;
+        self.write_attr(
+            addr,
+            "a probe",
+            &self.sysfs.probe_file(),
+            &addr.sysfs_name(),
+        )
+        .await
+        .map_err(failed)?;
         let deadline = Instant::now() + PROBE_SETTLE;
         let (after, bound) = self
             .sysfs
@@ -366,9 +460,16 @@ impl Ops {
             .await;
         if !bound {
             // Give it back to the kernel's choice rather than leave it driverless.
-            let _ = self.write_attr(&dir.join("driver_override"), "\n").await;
             let _ = self
-                .write_attr(&self.sysfs.probe_file(), &addr.sysfs_name())
+                .write_attr(addr, "a driver_override write", &over, "\n")
+                .await;
+            let _ = self
+                .write_attr(
+                    addr,
+                    "a probe",
+                    &self.sysfs.probe_file(),
+                    &addr.sysfs_name(),
+                )
                 .await;
             return Err(failed(format!(
                 "the kernel did not bind {addr} to vfio-pci (its driver is {}; is the vfio-pci \
@@ -385,7 +486,7 @@ impl Ops {
     }
 
     async fn vfio_release(&self, addr: &PciAddress) -> Result<Outcome, HelperError> {
-        self.sysfs.check_nvidia(addr)?;
+        self.sysfs.check_passthrough(addr)?;
         let before = self.sysfs.driver(addr);
         if before.as_deref() != Some(VFIO_DRIVER) {
             return Err(HelperError::Invalid {
@@ -405,16 +506,33 @@ impl Ops {
                     "vfio-pci has not let go after {}s: a VM or process still has the device open",
                     self.unbind_timeout.as_secs()
                 ),
+                UnbindFailure::StillInKernel => format!(
+                    "vfio-pci has not let go after {}s: a VM or process still has the device open; \
+                     the unbind is still pending in the kernel, and when it finishes {addr} will \
+                     have no driver (driver_override still says vfio-pci); every operation on it \
+                     is refused until then",
+                    self.unbind_timeout.as_secs()
+                ),
                 UnbindFailure::Write(w) => w,
             }));
         }
         let dir = self.sysfs.device_dir(addr);
-        self.write_attr(&dir.join("driver_override"), "\n")
-            .await
-            .map_err(failed)?;
-        self.write_attr(&self.sysfs.probe_file(), &addr.sysfs_name())
-            .await
-            .map_err(failed)?;
+        self.write_attr(
+            addr,
+            "a driver_override write",
+            &dir.join("driver_override"),
+            "\n",
+        )
+        .await
+        .map_err(failed)?;
+        self.write_attr(
+            addr,
+            "a probe",
+            &self.sysfs.probe_file(),
+            &addr.sysfs_name(),
+        )
+        .await
+        .map_err(failed)?;
         let (after, _) = self
             .sysfs
             .wait_driver(addr, Instant::now() + PROBE_SETTLE, |d| d.is_some())
@@ -472,12 +590,14 @@ impl Ops {
         let _file = self
             .lock(vec![DeviceKey::SaveFile(file.path().to_path_buf())])
             .await?;
-        let gpus = self.gpus_of(self.libvirt.save_image_hostdevs(file).await?);
+        // One checked copy for both virsh runs: the GPUs read are the GPUs restored.
+        let image = self.libvirt.saves.stage(file)?;
+        let gpus = self.gpus_of(self.libvirt.save_image_hostdevs(&image).await?);
         let _gpus = self
             .lock(gpus.iter().copied().map(DeviceKey::Pci).collect())
             .await?;
         let persistence = self.persistence_all(&gpus, false).await;
-        self.libvirt.restore(file).await?;
+        self.libvirt.restore(&image).await?;
         Ok(Outcome::Libvirt { gpus, persistence })
     }
 
@@ -511,8 +631,35 @@ impl Ops {
 
 /// Why an unbind did not complete.
 enum UnbindFailure {
-    /// The driver kept the function past the unbind timeout.
+    /// The driver kept the function past the unbind timeout (the write returned).
     Held,
+    /// The unbind write itself is still blocked in the kernel.
+    StillInKernel,
     /// The write itself failed.
     Write(String),
+}
+
+/// The sentence for a program that would not start; see [`Ops::spawn_failure`].
+pub fn spawn_failure(
+    confined: bool,
+    restart_needed: &AtomicBool,
+    program: &str,
+    source: &std::io::Error,
+) -> String {
+    match source.kind() {
+        std::io::ErrorKind::NotFound => {
+            format!("{program} was not found (is it installed? see bcd-helper --help)")
+        }
+        std::io::ErrorKind::PermissionDenied if confined => {
+            restart_needed.store(true, Ordering::SeqCst);
+            let sentence = format!(
+                "{program} can no longer be run under the sandbox bcd-helper set up at start \
+                     (it was replaced, for example by a driver or libvirt upgrade); bcd-helper \
+                     exits so that systemd starts a fresh one: retry in a moment"
+            );
+            tracing::error!("{sentence}");
+            sentence
+        }
+        _ => format!("could not run {program}: {source}"),
+    }
 }

@@ -14,8 +14,8 @@
 //!
 //! | path | allowed | why |
 //! | --- | --- | --- |
-//! | `SandboxPaths::exec` | execute, read | `nvidia-smi` and `virsh` themselves |
-//! | `/usr/lib`, `/lib`, `/usr/lib64`, `/lib64` | execute, read | the dynamic loader (the kernel opens it for execution) and the libraries those programs load (`libnvidia-ml`, `libvirt`, libc) |
+//! | `SandboxPaths::exec` and their interpreters | execute, read | `nvidia-smi` and `virsh` themselves, and the dynamic loader each names (`PT_INTERP`; for a `#!` script, its interpreter and that one's loader): the kernel opens those for execution, nothing else is ever executed |
+//! | `/usr/lib`, `/lib`, `/usr/lib64`, `/lib64` | read | the libraries those programs load (`libnvidia-ml`, `libvirt`, libc): mapping a library executable is not an execution Landlock checks |
 //! | `/etc/ld.so.cache` | read | the loader's index of libraries |
 //! | `/etc/nsswitch.conf`, `/etc/passwd`, `/etc/group` | read | the C library's user lookups (`virsh` looks up its home folder) |
 //! | `/etc/localtime` | read | time stamps in messages |
@@ -23,12 +23,19 @@
 //! | `/proc` | read | `/proc/self` for the programs run, `/proc/driver/nvidia` for `nvidia-smi` |
 //! | `/sys` | read | `nvidia-smi` reads PCI, NUMA and module attributes across sysfs |
 //! | `/dev/null` | read, write | the standard input of every child |
-//! | `SandboxPaths::read_write` | read, write, create, remove (no execute, no device ioctls) | the PCI sysfs tree, the audit log's folder, the libvirt socket's folder |
+//! | `SandboxPaths::write_files` | write (and truncate) those files only | each NVIDIA GPU's (and GPU audio function's) `driver_override`, the `bind`/`unbind` of the drivers they move between, `drivers_probe`: no other device's sysfs file |
+//! | `SandboxPaths::read_write` | read, write, create, remove (no execute, no device ioctls) | the root-only folder save images are copied to |
 //! | `SandboxPaths::read` | read | e.g. the save folder (checked, never written) |
 //! | `SandboxPaths::devices` | read, write, device ioctls | `/dev/nvidia*`: `nvidia-smi` breaks without ioctls on them (V5+) |
 //!
 //! Everything else is denied: no other file can be read, written or executed by the helper or
-//! the programs it runs. Paths that do not exist are skipped (logged at debug).
+//! the programs it runs. Paths that do not exist are skipped (logged at debug). There is no
+//! rule for the audit log's folder (the log is opened before the sandbox, and appending to an
+//! open file needs none, so no child can truncate or remove it) nor for `/run/libvirt`
+//! (connecting to a Unix socket is not a file access Landlock V5 governs).
+//!
+//! Where the kernel cannot enforce any of it, the helper answers only `Ping` unless root
+//! started it with `--allow-unconfined` (see [`ping_only`]).
 //!
 //! This module must never widen access after [`enforce`], never be called before the socket
 //! is bound (binding creates the socket file, which the rules do not allow), and never be
@@ -80,6 +87,8 @@ pub enum Allow {
     ReadWrite,
     /// Read and write device nodes, and their ioctls (V5+).
     Device,
+    /// Write (and truncate, as `>` does) one file.
+    WriteFile,
 }
 
 impl Allow {
@@ -101,6 +110,7 @@ impl Allow {
             Allow::Device => {
                 AccessFs::ReadFile | AccessFs::WriteFile | AccessFs::ReadDir | AccessFs::IoctlDev
             }
+            Allow::WriteFile => AccessFs::WriteFile | AccessFs::Truncate,
         };
         wanted & AccessFs::from_all(abi)
     }
@@ -109,10 +119,10 @@ impl Allow {
 /// The rules every helper needs whatever its configuration: the loader and libraries of the
 /// programs it runs, the few system files they read, and `/dev/null`.
 pub const SYSTEM_RULES: &[(&str, Allow)] = &[
-    ("/usr/lib", Allow::Exec),
-    ("/lib", Allow::Exec),
-    ("/usr/lib64", Allow::Exec),
-    ("/lib64", Allow::Exec),
+    ("/usr/lib", Allow::Read),
+    ("/lib", Allow::Read),
+    ("/usr/lib64", Allow::Read),
+    ("/lib64", Allow::Read),
     ("/etc/ld.so.cache", Allow::Read),
     ("/etc/nsswitch.conf", Allow::Read),
     ("/etc/passwd", Allow::Read),
@@ -127,12 +137,13 @@ pub const SYSTEM_RULES: &[(&str, Allow)] = &[
 /// What the helper itself touches, from its configuration.
 #[derive(Debug, Clone, Default)]
 pub struct SandboxPaths {
-    /// Programs the helper runs: the configured `nvidia-smi` and `virsh`.
+    /// Programs the helper runs: the configured `nvidia-smi` and `virsh`. Their interpreters
+    /// are added by [`enforce`] (see [`interpreters`]).
     pub exec: Vec<PathBuf>,
-    /// Trees the helper writes. Include both `<sysfs>/bus/pci` and `<sysfs>/devices`: a
-    /// function's attributes (`driver_override`) are reached through `bus/pci/devices/ADDR`,
-    /// a symbolic link into `devices/pci...`, and Landlock checks the resolved path. Also the
-    /// audit log's folder and libvirt's runtime folder (`/run/libvirt`).
+    /// Single files the helper writes: sysfs attributes (see [`sysfs_write_files`]). A rule
+    /// is made on the file the path resolves to, which is what Landlock checks.
+    pub write_files: Vec<PathBuf>,
+    /// Folders the helper writes in: the save images' staging folder.
     pub read_write: Vec<PathBuf>,
     /// Trees the helper only reads, e.g. the save folder.
     pub read: Vec<PathBuf>,
@@ -303,8 +314,11 @@ fn apply_landlock(paths: &SandboxPaths) -> Result<String, String> {
         .and_then(|r| r.create())
         .map_err(|e| format!("the ruleset could not be created ({e})"))?;
     let system = SYSTEM_RULES.iter().map(|(p, a)| (PathBuf::from(p), *a));
+    let mut exec = paths.exec.clone();
+    exec.extend(interpreters(&paths.exec));
     let configured = [
-        (&paths.exec, Allow::Exec),
+        (&exec, Allow::Exec),
+        (&paths.write_files, Allow::WriteFile),
         (&paths.read_write, Allow::ReadWrite),
         (&paths.read, Allow::Read),
         (&paths.devices, Allow::Device),
@@ -344,6 +358,121 @@ fn apply_landlock(paths: &SandboxPaths) -> Result<String, String> {
             LandlockStatus::Available { .. } => "the kernel enforced none of the rules".to_owned(),
         }),
     }
+}
+
+/// Whether to serve only `Ping`: when Landlock confines nothing (`report.landlock` starts with
+/// "none") and root did not pass `--allow-unconfined`, the sentence every other operation is
+/// refused with.
+pub fn ping_only(report: &SandboxReport, allow_unconfined: bool) -> Option<String> {
+    let reason = report.landlock.strip_prefix("none: ")?;
+    if allow_unconfined {
+        return None;
+    }
+    Some(format!(
+        "bcd-helper is not confined by Landlock ({reason}), so it serves only Ping; enable \
+         Landlock in the kernel, or start bcd-helper with --allow-unconfined to run privileged \
+         steps unconfined"
+    ))
+}
+
+/// The sysfs files the operations write, as they are at start-up: `driver_override` of each
+/// function a VM may be given, `bind` and `unbind` of `nvidia`, `vfio-pci` and every driver
+/// those functions are on now, and `drivers_probe`. Missing files are skipped by [`enforce`].
+pub fn sysfs_write_files(sysfs: &crate::sysfs::Sysfs) -> Vec<PathBuf> {
+    use crate::sysfs::{NVIDIA_DRIVER, VFIO_DRIVER};
+    let functions = sysfs.passthrough_functions();
+    let mut drivers: Vec<String> = vec![NVIDIA_DRIVER.to_owned(), VFIO_DRIVER.to_owned()];
+    drivers.extend(functions.iter().filter_map(|a| sysfs.driver(a)));
+    drivers.sort();
+    drivers.dedup();
+    let mut files: Vec<PathBuf> = functions
+        .iter()
+        .map(|a| sysfs.device_dir(a).join("driver_override"))
+        .collect();
+    for d in &drivers {
+        let dir = sysfs.drivers_dir().join(d);
+        files.push(dir.join("bind"));
+        files.push(dir.join("unbind"));
+    }
+    files.push(sysfs.probe_file());
+    files
+}
+
+/// The programs the kernel opens for execution on the way to running `programs`: each ELF
+/// program's `PT_INTERP` (the dynamic loader), and for a `#!` script its interpreter and that
+/// one's loader.
+pub fn interpreters(programs: &[PathBuf]) -> Vec<PathBuf> {
+    let mut found = Vec::new();
+    for program in programs {
+        let Ok(head) = read_head(program) else {
+            continue;
+        };
+        if let Some(script) = shebang(&head) {
+            if let Ok(h) = read_head(&script) {
+                found.extend(elf_interpreter(&h));
+            }
+            found.push(script);
+        } else {
+            found.extend(elf_interpreter(&head));
+        }
+    }
+    found.sort();
+    found.dedup();
+    found
+}
+
+/// The first 4 KiB of a file (ELF program headers of real programs sit well inside them).
+fn read_head(path: &Path) -> std::io::Result<Vec<u8>> {
+    use std::io::Read as _;
+    let mut head = Vec::with_capacity(4096);
+    std::fs::File::open(path)?
+        .take(4096)
+        .read_to_end(&mut head)?;
+    Ok(head)
+}
+
+/// `#!/bin/sh -e` → `/bin/sh`.
+fn shebang(head: &[u8]) -> Option<PathBuf> {
+    let rest = head.strip_prefix(b"#!")?;
+    let line = rest.split(|b| *b == b'\n').next()?;
+    let line = std::str::from_utf8(line).ok()?.trim();
+    let interpreter = line.split_whitespace().next()?;
+    interpreter
+        .starts_with('/')
+        .then(|| PathBuf::from(interpreter))
+}
+
+/// The `PT_INTERP` path of a 64-bit little-endian ELF file, if it has one.
+fn elf_interpreter(head: &[u8]) -> Option<PathBuf> {
+    const PT_INTERP: u32 = 3;
+    if head.get(..4)? != b"\x7fELF" || *head.get(4)? != 2 || *head.get(5)? != 1 {
+        return None;
+    }
+    let u16_at = |o: usize| head.get(o..o + 2).map(|b| u16::from_le_bytes([b[0], b[1]]));
+    let u32_at = |o: usize| {
+        head.get(o..o + 4)
+            .map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+    };
+    let u64_at = |o: usize| {
+        head.get(o..o + 8)
+            .and_then(|b| b.try_into().ok())
+            .map(u64::from_le_bytes)
+    };
+    let phoff = usize::try_from(u64_at(0x20)?).ok()?;
+    let phentsize = usize::from(u16_at(0x36)?);
+    let phnum = usize::from(u16_at(0x38)?);
+    for i in 0..phnum {
+        let ph = phoff.checked_add(i.checked_mul(phentsize)?)?;
+        if u32_at(ph)? != PT_INTERP {
+            continue;
+        }
+        let offset = usize::try_from(u64_at(ph + 8)?).ok()?;
+        let size = usize::try_from(u64_at(ph + 32)?).ok()?;
+        let bytes = head.get(offset..offset.checked_add(size)?)?;
+        let path = bytes.split(|b| *b == 0).next()?;
+        return Some(PathBuf::from(std::str::from_utf8(path).ok()?));
+    }
+    None
 }
 
 #[cfg(test)]

@@ -1,12 +1,18 @@
-//! The socket side: accepting connections under a cap, checking each peer's credentials before
-//! reading a byte, the `Hello` handshake, and one request at a time per connection.
+//! The socket side: a bounded accept, each peer's credentials checked before a byte is read
+//! (refused peers answered and closed by the accept loop itself, holding nothing), a slot from
+//! the connection [`Budget`] for allowed peers, the `Hello` handshake, and one request at a
+//! time per connection.
+//!
+//! It must never spawn a task or keep a descriptor for a refused peer, never write more than
+//! one audit line per window for one uid's refusals (see [`crate::audit`]), and never start an
+//! operation on a connection that was told to give way or after shutdown began.
 
-use std::os::fd::AsFd;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::os::fd::{AsFd, AsRawFd};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use bcd_protocol::frame::{read_frame, write_frame, FrameError};
+use bcd_protocol::frame::{encode, read_frame, write_frame, FrameError};
 use bcd_protocol::{
     ClientFrame, HelloAnswer, HelperError, Operation, OperationKind, Request, Response,
     ServerFrame, PROTOCOL_VERSION,
@@ -16,30 +22,40 @@ use tokio::io::AsyncReadExt;
 use tokio::net::{UnixListener, UnixStream};
 
 use crate::audit::{Audit, Peer, Record, Verdict};
+use crate::budget::{Budget, Slot};
 use crate::ops::{audit_arguments, Ops};
 
 /// How long a connection may sit quiet between requests. Longer than a frame's bound (an agent
-/// may keep its connection for a while) but bounded, so idle connections cannot hold the cap.
+/// may keep its connection for a while) but bounded; an idle connection also gives way at once
+/// when an allowed peer needs its slot.
 pub const IDLE_BETWEEN_REQUESTS: Duration = Duration::from_secs(60);
 /// Bound on sending one answer: a peer that does not read is dropped.
 pub const WRITE_TIMEOUT: Duration = Duration::from_secs(5);
-/// How often the idle-exit clock is looked at.
-const IDLE_CHECK: Duration = Duration::from_millis(250);
+/// How often the idle-exit clock and the audit's windows are looked at.
+const TICK: Duration = Duration::from_millis(250);
+/// How long the accept loop pauses when the process is out of descriptors.
+const ACCEPT_BACKOFF: Duration = Duration::from_millis(100);
+/// Most supplementary groups read from `SO_PEERGROUPS` (the kernel's `NGROUPS_MAX`).
+const MAX_PEER_GROUPS: usize = 65_536;
 
 /// Who may connect.
 #[derive(Debug, Clone, Default)]
 pub struct Allow {
     /// Uids allowed besides root.
     pub uids: Vec<u32>,
-    /// Primary gids allowed.
+    /// Groups allowed: a peer whose primary or any supplementary group is one of these.
     pub gids: Vec<u32>,
 }
 
 impl Allow {
-    /// Root, a listed uid, or a listed primary gid. The pid is never looked at: it can be
+    /// Root, a listed uid, or a peer in a listed group (primary or supplementary: the same
+    /// membership the socket's group mode admits). The pid is never looked at: it can be
     /// reused, and a process can pass its socket to another.
-    pub fn permits(&self, uid: u32, gid: u32) -> bool {
-        uid == 0 || self.uids.contains(&uid) || self.gids.contains(&gid)
+    pub fn permits(&self, uid: u32, gid: u32, groups: &[u32]) -> bool {
+        uid == 0
+            || self.uids.contains(&uid)
+            || self.gids.contains(&gid)
+            || groups.iter().any(|g| self.gids.contains(g))
     }
 }
 
@@ -49,15 +65,17 @@ pub struct Shared {
     /// The operations.
     pub ops: Ops,
     /// The audit trail.
-    pub audit: Audit,
+    pub audit: Arc<Audit>,
     /// Who may connect.
     pub allow: Allow,
-    /// Connections served at once.
-    pub max_connections: usize,
+    /// The connection slots.
+    pub budget: Arc<Budget>,
     /// Bound on one frame.
     pub frame_timeout: Duration,
-    active: AtomicUsize,
+    /// Why only `Ping` is served (the sandbox could not confine the helper), when so.
+    pub ping_only: Option<String>,
     in_flight: AtomicUsize,
+    shutting_down: AtomicBool,
     last_activity: Mutex<Instant>,
 }
 
@@ -65,34 +83,40 @@ impl Shared {
     /// The shared state of a fresh server.
     pub fn new(
         ops: Ops,
-        audit: Audit,
+        audit: Arc<Audit>,
         allow: Allow,
-        max_connections: usize,
+        budget: Budget,
         frame_timeout: Duration,
+        ping_only: Option<String>,
     ) -> Self {
         Self {
             ops,
             audit,
             allow,
-            max_connections,
+            budget: Arc::new(budget),
             frame_timeout,
-            active: AtomicUsize::new(0),
+            ping_only,
             in_flight: AtomicUsize::new(0),
+            shutting_down: AtomicBool::new(false),
             last_activity: Mutex::new(Instant::now()),
         }
     }
 
-    /// Waits, at most `bound`, for operations still running: stopping in the middle of a bind
-    /// could leave a function with an override and no driver.
+    /// Stops new work: requests that arrive from now on are answered `Busy` ("shutting
+    /// down"), then waits, at most `bound`, for operations still running and for sysfs writes
+    /// still in the kernel: stopping in the middle of a bind could leave a function with an
+    /// override and no driver.
     pub async fn drain(&self, bound: Duration) {
+        self.shutting_down.store(true, Ordering::SeqCst);
         let deadline = Instant::now() + bound;
-        while self.in_flight.load(Ordering::SeqCst) > 0 && Instant::now() < deadline {
+        let busy = || self.in_flight.load(Ordering::SeqCst) > 0 || self.ops.sysfs.any_pending();
+        while busy() && Instant::now() < deadline {
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
         let left = self.in_flight.load(Ordering::SeqCst);
-        if left > 0 {
+        if left > 0 || self.ops.sysfs.any_pending() {
             tracing::error!(
-                "exiting with {left} operations still running after {}s",
+                "exiting with {left} operations still running (or sysfs writes still in the kernel) after {}s",
                 bound.as_secs()
             );
         }
@@ -119,77 +143,214 @@ impl Drop for InFlight<'_> {
     }
 }
 
-/// Counts a connection while it lives.
-struct Slot(Arc<Shared>);
-
-impl Drop for Slot {
-    fn drop(&mut self) {
-        self.0.active.fetch_sub(1, Ordering::SeqCst);
-        self.0.touch();
-    }
-}
-
-/// Serves until `idle_exit` passes with no connection (when given) or a signal arrives.
+/// Serves until `idle_exit` passes with no connection (when given), a signal arrives, or the
+/// helper finds it must be replaced. Returns with shutdown begun (see [`Shared::drain`]).
 pub async fn serve(listener: UnixListener, shared: Arc<Shared>, idle_exit: Option<Duration>) {
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
-    let mut tick = tokio::time::interval(IDLE_CHECK);
+    let mut tick = tokio::time::interval(TICK);
+    let mut out_of_fds = false;
     loop {
+        // The permit before accept: while no allowed peer could get a slot, connections wait
+        // in the kernel's backlog, not here as descriptors.
+        let room = shared.budget.could_admit();
         tokio::select! {
-            accepted = listener.accept() => match accepted {
+            accepted = listener.accept(), if room => match accepted {
                 Ok((stream, _)) => {
+                    if out_of_fds {
+                        tracing::info!("accepting connections again");
+                        out_of_fds = false;
+                    }
                     shared.touch();
-                    let n = shared.active.fetch_add(1, Ordering::SeqCst);
-                    let slot = Slot(shared.clone());
-                    let s = shared.clone();
-                    tokio::spawn(async move {
-                        let _slot = slot;
-                        handle(stream, s, n).await;
-                    });
+                    admit(stream, &shared);
                 }
                 Err(e) => {
-                    // EMFILE and friends: back off instead of spinning.
-                    tracing::warn!("accept failed: {e}");
-                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    // EMFILE and friends: back off instead of spinning; say so once.
+                    if !out_of_fds {
+                        tracing::warn!("accept failed: {e}; pausing {}ms between tries until it works again", ACCEPT_BACKOFF.as_millis());
+                        out_of_fds = true;
+                    }
+                    tokio::time::sleep(ACCEPT_BACKOFF).await;
                 }
             },
+            _ = shared.budget.changed(), if !room => {},
             _ = tick.tick() => {
+                shared.audit.flush();
+                if shared.ops.restart_needed.load(Ordering::SeqCst) {
+                    tracing::error!("exiting so that systemd starts a fresh bcd-helper (a program it runs was replaced)");
+                    shared.shutting_down.store(true, Ordering::SeqCst);
+                    return;
+                }
                 if let Some(idle) = idle_exit {
-                    if shared.active.load(Ordering::SeqCst) == 0 && shared.quiet_for() >= idle {
+                    if shared.budget.held() == 0
+                        && !shared.ops.sysfs.any_pending()
+                        && shared.quiet_for() >= idle
+                    {
                         tracing::info!("no connection for {}s: exiting until the socket activates me again", idle.as_secs());
                         return;
                     }
                 }
             },
             _ = async { match term.as_mut() { Some(t) => { t.recv().await; } None => std::future::pending().await } } => {
-                tracing::info!("SIGTERM: exiting");
+                tracing::info!("SIGTERM: finishing running operations, answering new ones busy, then exiting");
+                shared.shutting_down.store(true, Ordering::SeqCst);
                 return;
             },
             _ = tokio::signal::ctrl_c() => {
                 tracing::info!("SIGINT: exiting");
+                shared.shutting_down.store(true, Ordering::SeqCst);
                 return;
             }
         }
     }
 }
 
-fn peer_of(stream: &UnixStream) -> Option<Peer> {
+/// The kernel's record of who connected.
+struct Credentials {
+    pid: i32,
+    uid: u32,
+    gid: u32,
+    groups: Vec<u32>,
+}
+
+fn credentials(stream: &UnixStream) -> Option<Credentials> {
     let cred = getsockopt(&stream.as_fd(), sockopt::PeerCredentials).ok()?;
-    // Under Landlock another process's exe link cannot be read (ptrace-like access); its
-    // command name still can, and the audit line says which it is.
-    let exe = std::fs::read_link(format!("/proc/{}/exe", cred.pid()))
-        .ok()
-        .map(|p| p.to_string_lossy().into_owned())
-        .or_else(|| {
-            std::fs::read_to_string(format!("/proc/{}/comm", cred.pid()))
-                .ok()
-                .map(|comm| format!("comm:{}", comm.trim()))
-        });
-    Some(Peer {
+    Some(Credentials {
         pid: cred.pid(),
         uid: cred.uid(),
         gid: cred.gid(),
-        exe,
+        groups: peer_groups(stream).unwrap_or_default(),
     })
+}
+
+/// The peer's supplementary groups as the kernel recorded them at connect (`SO_PEERGROUPS`).
+fn peer_groups(stream: &UnixStream) -> Option<Vec<u32>> {
+    let mut groups: Vec<libc::gid_t> = vec![0; 64];
+    loop {
+        let mut len =
+            libc::socklen_t::try_from(groups.len() * std::mem::size_of::<libc::gid_t>()).ok()?;
+        // SAFETY: the buffer holds `len` bytes and outlives the call; the kernel writes at
+        // most `len` bytes and sets `len` to what it wrote (or needs, with ERANGE).
+        let rc = unsafe {
+            libc::getsockopt(
+                stream.as_raw_fd(),
+                libc::SOL_SOCKET,
+                libc::SO_PEERGROUPS,
+                groups.as_mut_ptr().cast(),
+                &mut len,
+            )
+        };
+        let n = len as usize / std::mem::size_of::<libc::gid_t>();
+        if rc == 0 {
+            groups.truncate(n);
+            return Some(groups);
+        }
+        let err = std::io::Error::last_os_error();
+        if err.raw_os_error() == Some(libc::ERANGE) && n > groups.len() && n <= MAX_PEER_GROUPS {
+            groups.resize(n, 0);
+            continue;
+        }
+        return None;
+    }
+}
+
+fn exe_of(pid: i32) -> Option<String> {
+    // Under Landlock another process's exe link cannot be read (ptrace-like access); its
+    // command name still can, and the audit line says which it is.
+    std::fs::read_link(format!("/proc/{pid}/exe"))
+        .ok()
+        .map(|p| p.to_string_lossy().into_owned())
+        .or_else(|| {
+            std::fs::read_to_string(format!("/proc/{pid}/comm"))
+                .ok()
+                .map(|comm| format!("comm:{}", comm.trim()))
+        })
+}
+
+/// Sends one small frame without waiting: a refused peer gets its answer if its socket can
+/// take it now (a fresh socket always can), and nothing is kept for it either way.
+fn answer_and_close(stream: UnixStream, frame: &ServerFrame) {
+    if let Ok(bytes) = encode(frame) {
+        // SAFETY: the buffer is valid for its length; the descriptor is the stream's own and
+        // stays open until the stream is dropped below.
+        let _ = unsafe {
+            libc::send(
+                stream.as_raw_fd(),
+                bytes.as_ptr().cast(),
+                bytes.len(),
+                libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL,
+            )
+        };
+    }
+}
+
+/// Checks a new connection's peer and gives it a slot, or answers and closes it at once.
+fn admit(stream: UnixStream, shared: &Arc<Shared>) {
+    let Some(cred) = credentials(&stream) else {
+        tracing::debug!("a connection without readable peer credentials was closed");
+        return;
+    };
+    let refuse = |verdict: Verdict, err: HelperError, stream: UnixStream| {
+        let peer = Peer {
+            pid: cred.pid,
+            uid: cred.uid,
+            gid: cred.gid,
+            exe: None,
+        };
+        shared.audit.refusal(&Record {
+            peer: &peer,
+            operation: "connect",
+            arguments: &[],
+            verdict,
+            message: Some(err.to_string()),
+            duration: Duration::ZERO,
+        });
+        answer_and_close(stream, &ServerFrame::Closing(err));
+    };
+    if !shared.allow.permits(cred.uid, cred.gid, &cred.groups) {
+        refuse(Verdict::Denied, HelperError::Denied, stream);
+        return;
+    }
+    if shared.shutting_down.load(Ordering::SeqCst) {
+        refuse(Verdict::Busy, shutting_down(), stream);
+        return;
+    }
+    let slot = match shared.budget.admit(cred.uid) {
+        Ok(slot) => slot,
+        Err(full) => {
+            refuse(Verdict::Busy, HelperError::Busy { what: full.0 }, stream);
+            return;
+        }
+    };
+    let peer = Peer {
+        pid: cred.pid,
+        uid: cred.uid,
+        gid: cred.gid,
+        exe: exe_of(cred.pid),
+    };
+    let shared = shared.clone();
+    tokio::spawn(async move {
+        let mut stream = stream;
+        let evicted = tokio::select! {
+            _ = slot.evicted() => true,
+            _ = handle(&mut stream, &shared, &peer, &slot) => false,
+        };
+        if evicted {
+            let err = HelperError::Busy {
+                what: "this idle connection was closed to make room for another; connect again"
+                    .to_owned(),
+            };
+            answer_and_close(stream, &ServerFrame::Closing(err));
+        }
+        drop(slot);
+        shared.touch();
+    });
+}
+
+fn shutting_down() -> HelperError {
+    HelperError::Busy {
+        what: "bcd-helper is shutting down (systemd starts a fresh one on the next connection)"
+            .to_owned(),
+    }
 }
 
 async fn send(stream: &mut UnixStream, frame: &ServerFrame) -> bool {
@@ -199,77 +360,51 @@ async fn send(stream: &mut UnixStream, frame: &ServerFrame) -> bool {
     )
 }
 
-/// One connection, from the credential check to its close.
-async fn handle(mut stream: UnixStream, shared: Arc<Shared>, already_active: usize) {
+/// One connection, from the handshake to its close.
+async fn handle(stream: &mut UnixStream, shared: &Shared, peer: &Peer, slot: &Slot) {
     let started = Instant::now();
-    // The credentials come from the kernel at connect time, before any byte is read.
-    let Some(peer) = peer_of(&stream) else {
-        tracing::warn!("a connection without readable peer credentials was closed");
-        return;
-    };
-    let audit = |operation: &str, verdict: Verdict, message: Option<String>, started: Instant| {
-        shared.audit.write(&Record {
-            peer: &peer,
+    let refusal = |operation: &str, verdict: Verdict, message: String| {
+        shared.audit.refusal(&Record {
+            peer,
             operation,
             arguments: &[],
             verdict,
-            message,
+            message: Some(message),
             duration: started.elapsed(),
         });
     };
-    if !shared.allow.permits(peer.uid, peer.gid) {
-        let err = HelperError::Denied;
-        audit("connect", Verdict::Denied, Some(err.to_string()), started);
-        send(&mut stream, &ServerFrame::Closing(err)).await;
-        return;
-    }
-    if already_active >= shared.max_connections {
-        let err = HelperError::Busy {
-            what: format!("{} connections are already open", shared.max_connections),
-        };
-        audit("connect", Verdict::Busy, Some(err.to_string()), started);
-        send(&mut stream, &ServerFrame::Closing(err)).await;
-        return;
-    }
 
     // The handshake.
-    match read_frame::<_, ClientFrame>(&mut stream, shared.frame_timeout).await {
+    match read_frame::<_, ClientFrame>(stream, shared.frame_timeout).await {
         Ok(ClientFrame::Hello { version }) if version == PROTOCOL_VERSION => {
             let answer = HelloAnswer {
                 version: PROTOCOL_VERSION,
                 helper_version: env!("CARGO_PKG_VERSION").to_owned(),
                 operations: OperationKind::ALL.to_vec(),
             };
-            if !send(&mut stream, &ServerFrame::Hello(Ok(answer))).await {
+            if !send(stream, &ServerFrame::Hello(Ok(answer))).await {
                 return;
             }
         }
         Ok(ClientFrame::Hello { version }) => {
-            audit(
+            refusal(
                 "hello",
                 Verdict::Unsupported,
-                Some(format!(
-                    "protocol version {version}; this helper speaks {PROTOCOL_VERSION}"
-                )),
-                started,
+                format!("protocol version {version}; this helper speaks {PROTOCOL_VERSION}"),
             );
-            send(
-                &mut stream,
-                &ServerFrame::Hello(Err(HelperError::Unsupported)),
-            )
-            .await;
+            send(stream, &ServerFrame::Hello(Err(HelperError::Unsupported))).await;
             return;
         }
         Ok(ClientFrame::Request(_)) => {
             let err = HelperError::Invalid {
                 what: "the first frame must be Hello".to_owned(),
             };
-            audit("hello", Verdict::Invalid, Some(err.to_string()), started);
-            send(&mut stream, &ServerFrame::Closing(err)).await;
+            refusal("hello", Verdict::Invalid, err.to_string());
+            send(stream, &ServerFrame::Closing(err)).await;
             return;
         }
         Err(e) => {
-            refuse_frame(&mut stream, &shared, &peer, e, started).await;
+            refuse_frame(stream, shared, peer, e, started).await;
             return;
         }
     }
@@ -287,13 +422,13 @@ async fn handle(mut stream: UnixStream, shared: Arc<Shared>, already_active: usi
                         IDLE_BETWEEN_REQUESTS.as_secs()
                     ),
                 };
-                send(&mut stream, &ServerFrame::Closing(err)).await;
+                send(stream, &ServerFrame::Closing(err)).await;
                 return;
             }
         }
         let started = Instant::now();
         let frame = {
-            let mut chained = (&first[..]).chain(&mut stream);
+            let mut chained = (&first[..]).chain(&mut *stream);
             read_frame::<_, ClientFrame>(&mut chained, shared.frame_timeout).await
         };
         let request = match frame {
@@ -302,26 +437,48 @@ async fn handle(mut stream: UnixStream, shared: Arc<Shared>, already_active: usi
                 let err = HelperError::Invalid {
                     what: "Hello was already answered on this connection".to_owned(),
                 };
-                audit("frame", Verdict::Invalid, Some(err.to_string()), started);
-                send(&mut stream, &ServerFrame::Closing(err)).await;
+                refusal("frame", Verdict::Invalid, err.to_string());
+                send(stream, &ServerFrame::Closing(err)).await;
                 return;
             }
             Err(e) => {
-                refuse_frame(&mut stream, &shared, &peer, e, started).await;
+                refuse_frame(stream, shared, peer, e, started).await;
                 return;
             }
         };
-        shared.touch();
-        let response = run_request(&shared, &peer, request, started).await;
-        if !send(&mut stream, &ServerFrame::Response(response)).await {
+        // From here the connection no longer gives way: its operation runs to its answer.
+        if !slot.begin_work() {
             return;
         }
         shared.touch();
+        let response = if shared.shutting_down.load(Ordering::SeqCst) {
+            let err = shutting_down();
+            shared.audit.write(&Record {
+                peer,
+                operation: request.op.kind().name(),
+                arguments: &audit_arguments(&request.op),
+                verdict: Verdict::Busy,
+                message: Some(err.to_string()),
+                duration: started.elapsed(),
+            });
+            Response {
+                id: request.id,
+                result: Err(err),
+            }
+        } else {
+            run_request(shared, peer, request, started).await
+        };
+        let sent = send(stream, &ServerFrame::Response(response)).await;
+        slot.end_work();
+        shared.touch();
+        if !sent {
+            return;
+        }
     }
 }
 
 /// Answers a frame that could not be read with `Closing(Invalid)` where the peer can still
-/// hear it, and audits it. A clean close between frames is not an event.
+/// hear it, and audits it (aggregated). A clean close between frames is not an event.
 async fn refuse_frame(
     stream: &mut UnixStream,
     shared: &Shared,
@@ -335,7 +492,7 @@ async fn refuse_frame(
     let err = HelperError::Invalid {
         what: e.to_string(),
     };
-    shared.audit.write(&Record {
+    shared.audit.refusal(&Record {
         peer,
         operation: "frame",
         arguments: &[],
@@ -353,10 +510,16 @@ async fn run_request(shared: &Shared, peer: &Peer, request: Request, started: In
     let kind = op.kind();
     shared.in_flight.fetch_add(1, Ordering::SeqCst);
     let _in_flight = InFlight(&shared.in_flight);
-    let result = match (&op, shared.audit.health()) {
+    let result = match (&op, shared.audit.health(), &shared.ping_only) {
+        (Operation::Ping, _, _) => shared.ops.run(&op).await,
+        // A helper that runs unconfined does nothing privileged unless root said so.
+        (_, _, Some(why)) => Err(HelperError::Failed {
+            exit_code: None,
+            message: why.clone(),
+        }),
         // A helper that cannot leave a trace does nothing privileged.
-        (Operation::Ping, _) | (_, Ok(())) => shared.ops.run(&op).await,
-        (_, Err(why)) => Err(HelperError::Failed {
+        (_, Ok(()), None) => shared.ops.run(&op).await,
+        (_, Err(why), None) => Err(HelperError::Failed {
             exit_code: None,
             message: why,
         }),

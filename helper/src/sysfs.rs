@@ -1,23 +1,32 @@
 //! The PCI part of sysfs, as the helper touches it: it reads `vendor`, `class` and the `driver`
 //! link, and writes `driver_override`, `unbind` and `drivers_probe`. Nothing else.
 //!
-//! Every write runs on a blocking thread under a bound: a real unbind blocks in the kernel
-//! until the driver lets go, and must not block the helper. A write still blocked in the
-//! kernel when its bound expires is left to finish in its thread (it cannot be cancelled);
-//! the operation answers without waiting for it.
+//! Every write runs on a thread of its own under a bound: a real unbind blocks in the kernel
+//! until the driver lets go, and must not block the helper. A write cannot be cancelled once
+//! the kernel has it, so it is never abandoned: its function is marked pending until the
+//! kernel returns ([`Sysfs::pending`]; every operation on that function answers `Busy` until
+//! then), a write whose deadline passed before its thread could start is skipped (never
+//! performed late), at most [`MAX_WRITERS`] writes are in the kernel at once, and a write
+//! that returns after its operation was answered is logged and audited as what it did.
 
+use std::collections::HashMap;
 use std::fs::OpenOptions;
 use std::io::Write as _;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use bcd_protocol::{HelperError, PciAddress};
 
 /// NVIDIA's PCI vendor id, as sysfs prints it.
 pub const NVIDIA_VENDOR: &str = "0x10de";
-/// The prefix of a display controller's class (`0x0300xx` VGA, `0x0302xx` 3D).
-pub const DISPLAY_CLASS_PREFIX: &str = "0x03";
+/// The display classes a GPU may have: VGA-compatible and 3D controllers.
+pub const GPU_CLASSES: [&str; 2] = ["0x0300", "0x0302"];
+/// An HD audio function (a GPU's HDMI/DP audio sits at another function of its slot).
+pub const AUDIO_CLASS: &str = "0x0403";
+/// Most sysfs writes in the kernel at once (each on its own thread).
+pub const MAX_WRITERS: usize = 32;
 /// The driver a passed-through function sits on.
 pub const VFIO_DRIVER: &str = "vfio-pci";
 /// NVIDIA's kernel driver.
@@ -25,16 +34,76 @@ pub const NVIDIA_DRIVER: &str = "nvidia";
 /// How often the `driver` link is looked at while waiting for it to change.
 pub const POLL_INTERVAL: Duration = Duration::from_millis(50);
 
+/// Called with a sentence when a write returns after its operation was answered.
+pub type LateWrite = Arc<dyn Fn(&PciAddress, String) + Send + Sync>;
+
 /// The PCI tree under a sysfs root.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct Sysfs {
     root: PathBuf,
+    /// Writes still in the kernel, by function: what each is ("an unbind").
+    pending: Arc<Mutex<HashMap<PciAddress, Vec<&'static str>>>>,
+    late: Option<LateWrite>,
+}
+
+impl std::fmt::Debug for Sysfs {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Sysfs").field("root", &self.root).finish()
+    }
+}
+
+/// A write that did not complete within its bound.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NotDone {
+    /// The deadline passed while the kernel had the write: it is still pending there.
+    Pending,
+    /// The deadline passed before the write started: it was not performed.
+    Skipped,
+    /// [`MAX_WRITERS`] writes are already in the kernel: it was not performed.
+    NoWriter,
 }
 
 impl Sysfs {
     /// The tree under `root` (`/sys` on a host, a temporary folder in tests).
     pub fn new(root: impl Into<PathBuf>) -> Self {
-        Self { root: root.into() }
+        Self {
+            root: root.into(),
+            pending: Arc::default(),
+            late: None,
+        }
+    }
+
+    /// Calls `late` for every write that returns from the kernel after its operation stopped
+    /// waiting for it (the helper audits those).
+    pub fn on_late_write(mut self, late: LateWrite) -> Self {
+        self.late = Some(late);
+        self
+    }
+
+    /// What is still pending in the kernel for `addr` ("an unbind"), if anything. While
+    /// something is, no operation may touch the function.
+    pub fn pending(&self, addr: &PciAddress) -> Option<&'static str> {
+        lock(&self.pending)
+            .get(addr)
+            .and_then(|w| w.first().copied())
+    }
+
+    /// Whether any write is still in the kernel.
+    pub fn any_pending(&self) -> bool {
+        !lock(&self.pending).is_empty()
+    }
+
+    /// The `Busy` answer for a function with a write still in the kernel.
+    pub fn busy_if_pending(&self, addr: &PciAddress) -> Result<(), HelperError> {
+        match self.pending(addr) {
+            Some(what) => Err(HelperError::Busy {
+                what: format!(
+                    "{what} of {addr} is still pending in the kernel (its driver has not let go); \
+                     do not retry until it finishes"
+                ),
+            }),
+            None => Ok(()),
+        }
     }
 
     /// `<root>/bus/pci/devices/<addr>`.
@@ -42,9 +111,80 @@ impl Sysfs {
         self.root.join("bus/pci/devices").join(addr.sysfs_name())
     }
 
+    /// `<root>/bus/pci/drivers`.
+    pub fn drivers_dir(&self) -> PathBuf {
+        self.root.join("bus/pci/drivers")
+    }
+
     /// `<root>/bus/pci/drivers_probe`.
     pub fn probe_file(&self) -> PathBuf {
         self.root.join("bus/pci/drivers_probe")
+    }
+
+    /// Checks the function is one a VM may be given: an NVIDIA GPU (display class 0x0300 or
+    /// 0x0302), or the audio function of a slot that has one. NVSwitch bridges (0x0680) and
+    /// everything else are refused: unbinding an NVSwitch takes NVLink down for the whole board.
+    ///
+    /// # Errors
+    /// `Invalid` naming the function and its class.
+    pub fn check_passthrough(&self, addr: &PciAddress) -> Result<(), HelperError> {
+        self.check_nvidia(addr)?;
+        let class = self.attribute(addr, "class").unwrap_or_default();
+        if self.is_nvidia_gpu(addr) {
+            return Ok(());
+        }
+        if class.starts_with(AUDIO_CLASS) && self.slot_has_gpu(addr) {
+            return Ok(());
+        }
+        Err(HelperError::Invalid {
+            what: format!(
+                "{addr} is an NVIDIA function of class {}, not a GPU (0x0300, 0x0302) or a GPU's \
+                 audio function; bcd-helper moves only those to vfio-pci (an NVSwitch, 0x0680, \
+                 would take NVLink down for the whole board)",
+                if class.is_empty() { "unknown" } else { &class }
+            ),
+        })
+    }
+
+    /// Checks the function is an NVIDIA GPU, for persistence and resets.
+    ///
+    /// # Errors
+    /// `Invalid` naming the function.
+    pub fn check_gpu(&self, addr: &PciAddress) -> Result<(), HelperError> {
+        self.check_nvidia(addr)?;
+        if self.is_nvidia_gpu(addr) {
+            Ok(())
+        } else {
+            Err(HelperError::Invalid {
+                what: format!(
+                    "{addr} is an NVIDIA function but not a GPU (class {})",
+                    self.attribute(addr, "class")
+                        .as_deref()
+                        .unwrap_or("unknown")
+                ),
+            })
+        }
+    }
+
+    /// Whether another function of `addr`'s slot is an NVIDIA GPU.
+    fn slot_has_gpu(&self, addr: &PciAddress) -> bool {
+        (0..8u8)
+            .filter(|f| *f != addr.function())
+            .filter_map(|f| addr.with_function(f))
+            .any(|a| self.is_nvidia_gpu(&a))
+    }
+
+    /// The NVIDIA functions a VM may be given, as they are now: for the sandbox's rules.
+    pub fn passthrough_functions(&self) -> Vec<PciAddress> {
+        let mut found: Vec<PciAddress> = std::fs::read_dir(self.root.join("bus/pci/devices"))
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter_map(|e| e.file_name().to_str().and_then(|n| n.parse().ok()))
+            .filter(|a| self.check_passthrough(a).is_ok())
+            .collect();
+        found.sort();
+        found
     }
 
     /// Checks the function exists and is NVIDIA's.
@@ -72,17 +212,18 @@ impl Sysfs {
         Ok(())
     }
 
-    /// Whether the function is an NVIDIA display controller (a GPU, not its audio function).
+    /// Whether the function is an NVIDIA GPU: a VGA or 3D controller (not its audio
+    /// function, not an NVSwitch bridge).
     pub fn is_nvidia_gpu(&self, addr: &PciAddress) -> bool {
         self.attribute(addr, "vendor").as_deref() == Some(NVIDIA_VENDOR)
             && self
                 .attribute(addr, "class")
-                .is_some_and(|c| c.starts_with(DISPLAY_CLASS_PREFIX))
+                .is_some_and(|c| GPU_CLASSES.iter().any(|g| c.starts_with(g)))
     }
 
     /// A small attribute file, trimmed and lower-cased.
     pub fn attribute(&self, addr: &PciAddress, name: &str) -> Option<String> {
-        let text = std::fs::read_to_string(self.device_dir(addr).join(name)).ok()?;
+        let text = read_small(&self.device_dir(addr).join(name))?;
         Some(text.trim().to_ascii_lowercase())
     }
 
@@ -111,32 +252,126 @@ impl Sysfs {
         }
     }
 
-    /// Writes `value` to a sysfs file on a blocking thread, waiting at most until `deadline`.
+    /// Writes `value` to a sysfs file of function `addr` on a thread of its own, waiting at
+    /// most until `deadline`. `what` names the write for messages ("an unbind").
+    ///
+    /// The function is marked pending from the moment the thread starts until the kernel
+    /// returns, whether or not anyone still waits: see [`Sysfs::pending`].
     ///
     /// # Errors
-    /// `Ok(Err(io))` when the write failed, `Err(Expired)` when the deadline passed first (the
-    /// write is then left to finish in its thread).
+    /// `Ok(Err(io))` when the write failed; `Err(NotDone)` when it did not complete in time
+    /// (still pending in the kernel, or never started).
     pub async fn write(
         &self,
+        addr: &PciAddress,
+        what: &'static str,
         path: &Path,
         value: &str,
         deadline: Instant,
-    ) -> Result<std::io::Result<()>, Expired> {
-        let path = path.to_path_buf();
-        let value = value.to_owned();
-        let job = tokio::task::spawn_blocking(move || write_now(&path, &value));
+    ) -> Result<std::io::Result<()>, NotDone> {
+        let in_kernel: usize = lock(&self.pending).values().map(Vec::len).sum();
+        if in_kernel >= MAX_WRITERS {
+            return Err(NotDone::NoWriter);
+        }
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let job = Job {
+            addr: *addr,
+            what,
+            path: path.to_path_buf(),
+            value: value.to_owned(),
+            deadline,
+            pending: self.pending.clone(),
+            late: self.late.clone(),
+        };
+        // Marked before the thread exists, so no operation can slip in between.
+        lock(&self.pending).entry(*addr).or_default().push(what);
+        let spawned = std::thread::Builder::new()
+            .name("sysfs-write".to_owned())
+            .spawn(move || job.run(tx));
+        if let Err(e) = spawned {
+            unmark(&self.pending, addr, what);
+            return Ok(Err(e));
+        }
         let left = deadline.saturating_duration_since(Instant::now());
-        match tokio::time::timeout(left, job).await {
-            Ok(Ok(result)) => Ok(result),
-            Ok(Err(join)) => Ok(Err(std::io::Error::other(join.to_string()))),
-            Err(_) => Err(Expired),
+        match tokio::time::timeout(left, rx).await {
+            Ok(Ok(Some(result))) => Ok(result),
+            Ok(Ok(None)) => Err(NotDone::Skipped),
+            Ok(Err(_)) => Ok(Err(std::io::Error::other("the write's thread ended"))),
+            Err(_) => Err(NotDone::Pending),
         }
     }
 }
 
-/// A bounded sysfs write whose bound passed.
-#[derive(Debug, Clone, Copy)]
-pub struct Expired;
+/// One write on its thread.
+struct Job {
+    addr: PciAddress,
+    what: &'static str,
+    path: PathBuf,
+    value: String,
+    deadline: Instant,
+    pending: Arc<Mutex<HashMap<PciAddress, Vec<&'static str>>>>,
+    late: Option<LateWrite>,
+}
+
+impl Job {
+    /// Performs the write unless its deadline passed first (`None`), then unmarks the
+    /// function and reports a late return.
+    fn run(self, tx: tokio::sync::oneshot::Sender<Option<std::io::Result<()>>>) {
+        let result = (Instant::now() < self.deadline).then(|| write_now(&self.path, &self.value));
+        unmark(&self.pending, &self.addr, self.what);
+        let done = match &result {
+            Some(Ok(())) => "succeeded".to_owned(),
+            Some(Err(e)) => format!("failed ({e})"),
+            None => "was skipped".to_owned(),
+        };
+        if tx.send(result).is_err() {
+            // Nobody waits any more: the operation was answered without this write.
+            let sentence = format!(
+                "{} of {} ({}) returned from the kernel after its operation was answered and {done}",
+                self.what,
+                self.addr,
+                self.path.display()
+            );
+            tracing::warn!("{sentence}");
+            if let Some(late) = &self.late {
+                late(&self.addr, sentence);
+            }
+        }
+    }
+}
+
+fn unmark(
+    pending: &Mutex<HashMap<PciAddress, Vec<&'static str>>>,
+    addr: &PciAddress,
+    what: &'static str,
+) {
+    let mut map = lock(pending);
+    if let Some(list) = map.get_mut(addr) {
+        if let Some(i) = list.iter().position(|w| *w == what) {
+            list.remove(i);
+        }
+        if list.is_empty() {
+            map.remove(addr);
+        }
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Reads a small attribute without blocking on a FIFO and without following a final link.
+fn read_small(path: &Path) -> Option<String> {
+    use std::io::Read as _;
+    let mut f = OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC | libc::O_NONBLOCK)
+        .open(path)
+        .ok()?;
+    let mut text = String::new();
+    (&mut f).take(4096).read_to_string(&mut text).ok()?;
+    Some(text)
+}
 
 fn write_now(path: &Path, value: &str) -> std::io::Result<()> {
     // Never create, never follow a link in the last component: these are kernel attributes.

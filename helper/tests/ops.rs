@@ -5,7 +5,7 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use bcd_protocol::{GpuRef, HelperError, Operation, Outcome, PciAddress, PersistenceNote};
+use bcd_protocol::{HelperError, Operation, Outcome, PciAddress, PersistenceNote};
 use common::{fake_program, FakeSysfs, Helper};
 
 const GPU: &str = "0000:18:00.0";
@@ -183,12 +183,12 @@ fn nvidia_smi_answers_become_typed_results() {
     let smi = fake_program(dir.path(), "nvidia-smi-record", "nvidia-smi");
     let h = Helper::start_in(dir, &["--nvidia-smi", smi.to_str().unwrap()]);
     let mut c = h.client();
-    let uuid: GpuRef = "GPU-0123ABCD-0000-1111-2222-333344445555".parse().unwrap();
+    let uuid = pci("0000:1a:00.0");
     let out = c
         .request(
             1,
             Operation::SetPersistence {
-                gpu: uuid.clone(),
+                gpu: uuid,
                 enabled: true,
             },
         )
@@ -196,20 +196,14 @@ fn nvidia_smi_answers_become_typed_results() {
     assert_eq!(
         out,
         Outcome::Persistence {
-            gpu: uuid.clone(),
+            gpu: uuid,
             enabled: true
         }
     );
-    c.request(
-        2,
-        Operation::ResetGpu {
-            gpu: GpuRef::Pci(pci(GPU)),
-        },
-    )
-    .unwrap();
+    c.request(2, Operation::ResetGpu { gpu: pci(GPU) }).unwrap();
     assert_eq!(
         calls(&h),
-        "-i GPU-0123abcd-0000-1111-2222-333344445555 -pm 1\n--gpu-reset -i 00000000:18:00.0\n"
+        "-i 00000000:1A:00.0 -pm 1\n--gpu-reset -i 00000000:18:00.0\n"
     );
     // The child's environment is the helper's fixed one, nothing inherited.
     let env = std::fs::read_to_string(h.path("env")).unwrap();
@@ -228,7 +222,7 @@ fn nvidia_smi_answers_become_typed_results() {
         .request(
             1,
             Operation::SetPersistence {
-                gpu: uuid.clone(),
+                gpu: uuid,
                 enabled: false,
             },
         )
@@ -281,7 +275,7 @@ fn a_hung_nvidia_smi_times_out_and_its_whole_group_is_killed() {
         .request(
             1,
             Operation::SetPersistence {
-                gpu: GpuRef::Pci(pci(GPU)),
+                gpu: pci(GPU),
                 enabled: false,
             },
         )
@@ -313,7 +307,7 @@ fn an_unwritable_audit_log_refuses_privileged_work_but_answers_ping() {
         .request(
             2,
             Operation::SetPersistence {
-                gpu: GpuRef::Pci(pci(GPU)),
+                gpu: pci(GPU),
                 enabled: true,
             },
         )
@@ -358,6 +352,8 @@ fn operations_on_one_gpu_never_overlap_and_on_different_gpus_they_do() {
             smi.to_str().unwrap(),
             "--max-connections",
             "64",
+            "--max-connections-per-uid",
+            "64",
         ],
     );
     let started = Instant::now();
@@ -367,11 +363,9 @@ fn operations_on_one_gpu_never_overlap_and_on_different_gpus_they_do() {
             std::thread::spawn(move || {
                 let mut c = common::RawClient::connect(&sock);
                 c.hello();
-                let gpu = GpuRef::Pci(
-                    format!("0000:{:02x}:00.0", 0x10 + i % GPUS)
-                        .parse()
-                        .unwrap(),
-                );
+                let gpu: PciAddress = format!("0000:{:02x}:00.0", 0x10 + i % GPUS)
+                    .parse()
+                    .unwrap();
                 c.request(i as u64, Operation::SetPersistence { gpu, enabled: true })
             })
         })
@@ -427,7 +421,7 @@ fn sigterm_lets_a_running_operation_finish_before_exiting() {
     let out = c.request(
         1,
         Operation::SetPersistence {
-            gpu: GpuRef::Pci(pci(GPU)),
+            gpu: pci(GPU),
             enabled: true,
         },
     );

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use bcd_protocol::frame::{decode_frame, encode};
 use bcd_protocol::{
-    ClientFrame, GpuRef, HelperError, Operation, OperationKind, Outcome, Request, ServerFrame,
+    ClientFrame, HelperError, Operation, OperationKind, Outcome, Request, ServerFrame,
     PROTOCOL_VERSION,
 };
 use common::{fake_program, Helper, RawClient, HELPER};
@@ -124,6 +124,10 @@ fn socket_activation_serves_hides_the_listen_variables_and_exits_when_idle() {
         .arg(&smi)
         .arg("--audit-log")
         .arg(&audit)
+        .arg("--sysfs-root")
+        .arg(common::fake_gpus(dir.path()))
+        .arg("--staging-dir")
+        .arg(dir.path().join("staging"))
         .env("BCD_HELPER_LOG", "warn")
         .stdin(Stdio::null())
         .stdout(Stdio::null())
@@ -132,7 +136,7 @@ fn socket_activation_serves_hides_the_listen_variables_and_exits_when_idle() {
     common::wait_listening(&sock, Duration::from_secs(10));
     let mut c = RawClient::connect(&sock);
     c.hello();
-    let gpu: GpuRef = "0000:18:00.0".parse().unwrap();
+    let gpu: bcd_protocol::PciAddress = "0000:18:00.0".parse().unwrap();
     c.request(1, Operation::SetPersistence { gpu, enabled: true })
         .unwrap();
     let env = std::fs::read_to_string(dir.path().join("env")).unwrap();
@@ -259,33 +263,68 @@ fn a_peer_of_another_uid_is_denied_and_audited_unless_allowed() {
     assert_eq!(client_as(&h.sock, NOBODY, 65533), 10);
 }
 
+// Every connection once counted against one cap, so idle connections of one peer locked
+// everyone else out; now an idle one gives way, and only running operations hold slots.
 #[test]
-fn connections_beyond_the_cap_are_told_busy() {
-    let h = Helper::start(&["--max-connections", "2"]);
+fn an_idle_connection_gives_way_and_only_running_operations_make_others_busy() {
+    let dir = tempfile::tempdir().unwrap();
+    let smi = fake_program(dir.path(), "nvidia-smi-hang", "nvidia-smi");
+    let h = Helper::start_in(
+        dir,
+        &[
+            "--max-connections",
+            "2",
+            "--nvidia-smi",
+            smi.to_str().unwrap(),
+            "--nvidia-smi-timeout",
+            "3",
+        ],
+    );
     let mut a = h.client();
     let mut b = h.client();
-    let mut c = h.connect();
-    match c.recv() {
+    // A third peer: the oldest idle connection (a) is closed to make room.
+    let mut c = h.client();
+    match a.recv() {
         Some(ServerFrame::Closing(HelperError::Busy { what })) => {
-            assert!(what.contains('2'), "{what}")
+            assert!(what.contains("make room"), "{what}")
         }
         other => panic!("{other:?}"),
     }
-    assert!(c.closed());
-    a.request(1, Operation::Ping).unwrap();
     b.request(1, Operation::Ping).unwrap();
-    drop(a);
-    // A freed slot serves again.
-    let start = Instant::now();
-    loop {
-        let mut d = h.connect();
-        d.send(&ClientFrame::Hello {
-            version: PROTOCOL_VERSION,
-        });
-        if let Some(ServerFrame::Hello(Ok(_))) = d.recv() {
-            break;
-        }
-        assert!(start.elapsed() < Duration::from_secs(5));
-        std::thread::sleep(Duration::from_millis(20));
+    c.request(1, Operation::Ping).unwrap();
+    // b and c now run operations (nvidia-smi hangs until its 3 s bound): nobody gives way.
+    for (client, bus) in [(&mut b, 0x10), (&mut c, 0x11)] {
+        let op = Operation::SetPersistence {
+            gpu: format!("0000:{bus:02x}:00.0").parse().unwrap(),
+            enabled: true,
+        };
+        client.send(&ClientFrame::Request(Request { id: 7, op }));
     }
+    std::thread::sleep(Duration::from_millis(300));
+    // A fourth peer waits in the kernel's backlog (not as a task or a descriptor of the
+    // helper) until a slot can be had, and is then served.
+    let asked = Instant::now();
+    let mut d = h.client();
+    assert!(
+        asked.elapsed() >= Duration::from_secs(2),
+        "served while every slot ran an operation"
+    );
+    d.request(2, Operation::Ping).unwrap();
+    for client in [&mut b, &mut c] {
+        assert!(matches!(client.recv(), Some(ServerFrame::Response(_))));
+    }
+}
+
+#[test]
+fn one_uid_cannot_take_every_slot() {
+    let h = Helper::start(&["--max-connections", "4", "--max-connections-per-uid", "2"]);
+    let mut a = h.client();
+    let _b = h.client();
+    // Root's third connection makes room among root's own: a goes.
+    let mut c = h.client();
+    assert!(matches!(
+        a.recv(),
+        Some(ServerFrame::Closing(HelperError::Busy { .. }))
+    ));
+    c.request(1, Operation::Ping).unwrap();
 }

@@ -102,8 +102,12 @@ pub fn decode<T: DeserializeOwned>(payload: &[u8]) -> Result<T, FrameError> {
             len: payload.len() as u64,
         });
     }
-    let (value, rest) =
-        postcard::take_from_bytes::<T>(payload).map_err(|e| FrameError::Decode(e.to_string()))?;
+    crate::types::clear_refusal();
+    let (value, rest) = postcard::take_from_bytes::<T>(payload).map_err(|e| {
+        // A refused argument says which field broke which rule; postcard alone would only
+        // say "Serde Deserialization Error".
+        FrameError::Decode(crate::types::take_refusal().unwrap_or_else(|| e.to_string()))
+    })?;
     if !rest.is_empty() {
         return Err(FrameError::Trailing(rest.len()));
     }

@@ -4,11 +4,11 @@ use std::fmt;
 
 use serde::{Deserialize, Serialize};
 
-use crate::types::{DomainName, GpuRef, PciAddress, SaveFile};
+use crate::types::{named, DomainName, PciAddress, SaveFile};
 
 /// The protocol version this crate speaks. A helper answers another version with
 /// [`HelperError::Unsupported`].
-pub const PROTOCOL_VERSION: u32 = 1;
+pub const PROTOCOL_VERSION: u32 = 2;
 
 /// What the agent sends. The first frame of a connection must be `Hello`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -31,57 +31,71 @@ pub struct Request {
     pub op: Operation,
 }
 
-/// The privileged operations. Every argument is a validated type.
+/// The privileged operations. Every argument is a validated type; each field decodes through
+/// [`named`], so a refused argument is reported with its field's name.
+///
+/// Operations that change a GPU's state name it by PCI address only: the helper's per-device
+/// locks are keyed by PCI function, and a GPU reachable under two names (UUID and address)
+/// would have two locks.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Operation {
     /// Answers with the helper's version; touches nothing.
     Ping,
     /// `nvidia-smi -i <gpu> -pm 0|1`.
     SetPersistence {
-        /// The GPU.
-        gpu: GpuRef,
+        /// The GPU's PCI function.
+        #[serde(deserialize_with = "named::gpu")]
+        gpu: PciAddress,
         /// Persistence on or off.
         enabled: bool,
     },
     /// `nvidia-smi --gpu-reset -i <gpu>`.
     ResetGpu {
-        /// The GPU.
-        gpu: GpuRef,
+        /// The GPU's PCI function.
+        #[serde(deserialize_with = "named::gpu")]
+        gpu: PciAddress,
     },
     /// Moves an NVIDIA PCI function to `vfio-pci`.
     VfioBind {
         /// The function.
+        #[serde(deserialize_with = "named::device")]
         device: PciAddress,
     },
     /// Gives a function on `vfio-pci` back to the kernel's choice of driver.
     VfioRelease {
         /// The function.
+        #[serde(deserialize_with = "named::device")]
         device: PciAddress,
     },
     /// Persistence off for the domain's NVIDIA hostdevs, then `virsh start`.
     LibvirtStart {
         /// The domain.
+        #[serde(deserialize_with = "named::domain")]
         domain: DomainName,
     },
     /// Persistence off for the image's NVIDIA hostdevs, then `virsh restore`.
     LibvirtRestore {
         /// The save image, under the helper's save folder.
+        #[serde(deserialize_with = "named::file")]
         file: SaveFile,
     },
     /// `virsh destroy`, then persistence on for the domain's GPUs back on `nvidia`.
     LibvirtDestroy {
         /// The domain.
+        #[serde(deserialize_with = "named::domain")]
         domain: DomainName,
     },
     /// The NVIDIA GPUs among a domain's PCI hostdevs, touching nothing: the agent asks before
     /// a start, so that its policy (a held GPU never goes to a VM) runs first.
     LibvirtDomainGpus {
         /// The domain.
+        #[serde(deserialize_with = "named::domain")]
         domain: DomainName,
     },
     /// The same for a save image, before a restore.
     LibvirtImageGpus {
         /// The save image, under the helper's save folder.
+        #[serde(deserialize_with = "named::file")]
         file: SaveFile,
     },
 }
@@ -203,22 +217,26 @@ pub enum Outcome {
     Pong {
         /// The helper's package version.
         helper_version: String,
+        /// How the helper is confined, in words ("landlock full; capabilities [...]"), or why
+        /// it serves only `Ping`.
+        sandbox: String,
     },
     /// Persistence mode was set.
     Persistence {
         /// The GPU.
-        gpu: GpuRef,
+        gpu: PciAddress,
         /// Its persistence mode now.
         enabled: bool,
     },
     /// The GPU was reset.
     Reset {
         /// The GPU.
-        gpu: GpuRef,
+        gpu: PciAddress,
     },
     /// A function moved between drivers.
     Vfio {
         /// The function.
+        #[serde(deserialize_with = "named::device")]
         device: PciAddress,
         /// Its driver before (`None`: no driver).
         driver_before: Option<String>,

@@ -1,5 +1,6 @@
 //! Argument types that carry their own proof of validity.
 
+use std::cell::RefCell;
 use std::fmt;
 use std::path::{Component, Path, PathBuf};
 use std::str::FromStr;
@@ -22,6 +23,76 @@ impl InvalidArgument {
             kind,
             reason: reason.into(),
         }
+    }
+}
+
+thread_local! {
+    /// The last argument refused while decoding on this thread, as `field: rule`. postcard
+    /// keeps only "Serde Deserialization Error" of a refusal, so the parsers leave their
+    /// sentence here and [`crate::frame::decode`] reads it back (decoding is synchronous, so
+    /// a thread-local cannot mix two frames' refusals).
+    static REFUSED: RefCell<Option<String>> = const { RefCell::new(None) };
+}
+
+/// Clears the refusal left by an earlier decode on this thread.
+pub(crate) fn clear_refusal() {
+    REFUSED.with(|r| *r.borrow_mut() = None);
+}
+
+/// The sentence of the argument refused during the last decode on this thread, if any.
+pub(crate) fn take_refusal() -> Option<String> {
+    REFUSED.with(|r| r.borrow_mut().take())
+}
+
+/// Parses a decoded string, leaving the refusal's sentence for [`take_refusal`].
+fn parse_decoded<T: FromStr<Err = InvalidArgument>>(s: &str) -> Result<T, InvalidArgument> {
+    s.parse::<T>().inspect_err(|e| {
+        REFUSED.with(|r| *r.borrow_mut() = Some(e.to_string()));
+    })
+}
+
+/// Field deserialisers that put the field's name in front of a refusal: `gpu: invalid PCI
+/// address: ...`. One per field name the operations use.
+pub(crate) mod named {
+    use serde::{Deserialize, Deserializer};
+
+    use super::REFUSED;
+
+    fn named<'de, D: Deserializer<'de>, T: Deserialize<'de>>(
+        field: &'static str,
+        d: D,
+    ) -> Result<T, D::Error> {
+        T::deserialize(d).inspect_err(|_| {
+            REFUSED.with(|r| {
+                let mut r = r.borrow_mut();
+                let rule = r
+                    .take()
+                    .unwrap_or_else(|| "not the expected type".to_owned());
+                *r = Some(format!("{field}: {rule}"));
+            });
+        })
+    }
+
+    pub(crate) fn gpu<'de, D: Deserializer<'de>, T: Deserialize<'de>>(d: D) -> Result<T, D::Error> {
+        named("gpu", d)
+    }
+
+    pub(crate) fn device<'de, D: Deserializer<'de>, T: Deserialize<'de>>(
+        d: D,
+    ) -> Result<T, D::Error> {
+        named("device", d)
+    }
+
+    pub(crate) fn domain<'de, D: Deserializer<'de>, T: Deserialize<'de>>(
+        d: D,
+    ) -> Result<T, D::Error> {
+        named("domain", d)
+    }
+
+    pub(crate) fn file<'de, D: Deserializer<'de>, T: Deserialize<'de>>(
+        d: D,
+    ) -> Result<T, D::Error> {
+        named("file", d)
     }
 }
 
@@ -83,7 +154,7 @@ impl FromStr for GpuUuid {
 impl TryFrom<String> for GpuUuid {
     type Error = InvalidArgument;
     fn try_from(s: String) -> Result<Self, Self::Error> {
-        s.parse()
+        parse_decoded(&s)
     }
 }
 
@@ -218,7 +289,7 @@ impl FromStr for PciAddress {
 impl TryFrom<String> for PciAddress {
     type Error = InvalidArgument;
     fn try_from(s: String) -> Result<Self, Self::Error> {
-        s.parse()
+        parse_decoded(&s)
     }
 }
 
@@ -287,7 +358,7 @@ impl FromStr for GpuRef {
 impl TryFrom<String> for GpuRef {
     type Error = InvalidArgument;
     fn try_from(s: String) -> Result<Self, Self::Error> {
-        s.parse()
+        parse_decoded(&s)
     }
 }
 
@@ -317,7 +388,8 @@ pub const MAX_DOMAIN_NAME_LEN: usize = 64;
 
 /// A libvirt domain name from a short, safe set: ASCII letters, digits, `_`, `-`, `.`, `+`,
 /// 1 to 64 characters, not starting with `-` or `.` (so it can never read as an option or a
-/// hidden or relative path).
+/// hidden or relative path), and never all digits or UUID-shaped: `virsh` looks those up as a
+/// domain's id or UUID first, so one domain would have three names (and three locks).
 #[derive(Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(try_from = "String", into = "String")]
 pub struct DomainName(String);
@@ -359,14 +431,39 @@ impl FromStr for DomainName {
                 ),
             ));
         }
+        if s.bytes().all(|b| b.is_ascii_digit()) {
+            return Err(InvalidArgument::new(
+                KIND,
+                format!(
+                    "{:?} is all digits, which virsh reads as a running domain's id; name the domain",
+                    shown(s)
+                ),
+            ));
+        }
+        if is_uuid_shaped(s) {
+            return Err(InvalidArgument::new(
+                KIND,
+                format!(
+                    "{:?} is shaped like a UUID, which virsh reads as a domain's UUID; name the domain",
+                    shown(s)
+                ),
+            ));
+        }
         Ok(Self(s.to_owned()))
     }
+}
+
+/// 32 hex digits, with or without the four dashes of 8-4-4-4-12: what libvirt's UUID parser
+/// accepts (it also skips dashes elsewhere, so any 32 hex digits among dashes count).
+fn is_uuid_shaped(s: &str) -> bool {
+    s.bytes().all(|b| b.is_ascii_hexdigit() || b == b'-')
+        && s.bytes().filter(u8::is_ascii_hexdigit).count() == 32
 }
 
 impl TryFrom<String> for DomainName {
     type Error = InvalidArgument;
     fn try_from(s: String) -> Result<Self, Self::Error> {
-        s.parse()
+        parse_decoded(&s)
     }
 }
 
@@ -470,7 +567,7 @@ impl FromStr for SaveFile {
 impl TryFrom<String> for SaveFile {
     type Error = InvalidArgument;
     fn try_from(s: String) -> Result<Self, Self::Error> {
-        s.parse()
+        parse_decoded(&s)
     }
 }
 
@@ -562,9 +659,16 @@ mod tests {
             "x\0y",
             "é",
             &"a".repeat(65),
+            // Another name of a domain to virsh: its id or its UUID.
+            "1",
+            "0042",
+            "0b3a6f54-9d5e-4c1e-8f0e-1f2e3d4c5b6a",
+            "0b3a6f549d5e4c1e8f0e1f2e3d4c5b6a",
         ] {
             assert!(s.parse::<DomainName>().is_err(), "{s:?} must be refused");
         }
+        assert!("vm1".parse::<DomainName>().is_ok());
+        assert!("deadbeef".parse::<DomainName>().is_ok());
     }
 
     #[test]

@@ -3,15 +3,10 @@
 
 use bcd_protocol::frame::{decode, decode_frame, encode, FrameError, HEADER_LEN, MAX_FRAME_LEN};
 use bcd_protocol::{
-    ClientFrame, DomainName, GpuRef, GpuUuid, HelloAnswer, HelperError, Operation, OperationKind,
-    Outcome, PciAddress, PersistenceNote, Request, Response, SaveFile, ServerFrame,
+    ClientFrame, DomainName, GpuRef, HelloAnswer, HelperError, Operation, OperationKind, Outcome,
+    PciAddress, PersistenceNote, Request, Response, SaveFile, ServerFrame,
 };
 use proptest::prelude::*;
-
-fn uuid() -> impl Strategy<Value = GpuUuid> {
-    "GPU-[0-9a-fA-F]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}"
-        .prop_map(|s| s.parse().unwrap())
-}
 
 fn pci() -> impl Strategy<Value = PciAddress> {
     (0u32..=0xffff, any::<u8>(), 0u8..32, 0u8..8, any::<bool>()).prop_map(|(d, b, dev, f, wide)| {
@@ -24,12 +19,12 @@ fn pci() -> impl Strategy<Value = PciAddress> {
     })
 }
 
-fn gpu_ref() -> impl Strategy<Value = GpuRef> {
-    prop_oneof![uuid().prop_map(GpuRef::Uuid), pci().prop_map(GpuRef::Pci)]
-}
-
 fn domain() -> impl Strategy<Value = DomainName> {
-    "[A-Za-z0-9_][A-Za-z0-9_.+-]{0,63}".prop_map(|s| s.parse().unwrap())
+    "[A-Za-z0-9_][A-Za-z0-9_.+-]{0,63}"
+        .prop_filter("a name, not an id or a UUID", |s| {
+            s.parse::<DomainName>().is_ok()
+        })
+        .prop_map(|s| s.parse().unwrap())
 }
 
 fn save_file() -> impl Strategy<Value = SaveFile> {
@@ -43,9 +38,9 @@ fn save_file() -> impl Strategy<Value = SaveFile> {
 fn operation() -> impl Strategy<Value = Operation> {
     prop_oneof![
         Just(Operation::Ping),
-        (gpu_ref(), any::<bool>())
+        (pci(), any::<bool>())
             .prop_map(|(gpu, enabled)| Operation::SetPersistence { gpu, enabled }),
-        gpu_ref().prop_map(|gpu| Operation::ResetGpu { gpu }),
+        pci().prop_map(|gpu| Operation::ResetGpu { gpu }),
         pci().prop_map(|device| Operation::VfioBind { device }),
         pci().prop_map(|device| Operation::VfioRelease { device }),
         domain().prop_map(|domain| Operation::LibvirtStart { domain }),
@@ -80,9 +75,12 @@ fn note() -> impl Strategy<Value = PersistenceNote> {
 fn outcome() -> impl Strategy<Value = Outcome> {
     let driver = proptest::option::of("[a-z_-]{1,12}");
     prop_oneof![
-        ".{0,10}".prop_map(|helper_version| Outcome::Pong { helper_version }),
-        (gpu_ref(), any::<bool>()).prop_map(|(gpu, enabled)| Outcome::Persistence { gpu, enabled }),
-        gpu_ref().prop_map(|gpu| Outcome::Reset { gpu }),
+        (".{0,10}", ".{0,10}").prop_map(|(helper_version, sandbox)| Outcome::Pong {
+            helper_version,
+            sandbox
+        }),
+        (pci(), any::<bool>()).prop_map(|(gpu, enabled)| Outcome::Persistence { gpu, enabled }),
+        pci().prop_map(|gpu| Outcome::Reset { gpu }),
         (pci(), driver.clone(), driver, note()).prop_map(
             |(device, driver_before, driver_after, persistence)| {
                 Outcome::Vfio {
@@ -207,4 +205,62 @@ fn injection_in_every_string_field_is_refused() {
         );
     }
     assert!("/save/-rf".parse::<SaveFile>().is_err());
+}
+
+/// Replaces the first occurrence of `from` in an encoded frame by `to` (same length).
+fn forge(frame: &ClientFrame, from: &str, to: &str) -> Vec<u8> {
+    assert_eq!(from.len(), to.len());
+    let mut bytes = encode(frame).unwrap();
+    let at = bytes
+        .windows(from.len())
+        .position(|w| w == from.as_bytes())
+        .expect("the field is in the frame");
+    bytes[at..at + to.len()].copy_from_slice(to.as_bytes());
+    bytes
+}
+
+// A refused argument used to answer only "frame does not decode: Serde Deserialization Error".
+#[test]
+fn a_refused_argument_names_its_field_and_rule() {
+    let bind = ClientFrame::Request(Request {
+        id: 1,
+        op: Operation::VfioBind {
+            device: "0000:18:00.0".parse().unwrap(),
+        },
+    });
+    let err = decode_frame::<ClientFrame>(&forge(&bind, "0000:18:00.0", "0000:zz:00.0"))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.starts_with("frame does not decode: device: invalid PCI address"),
+        "{err}"
+    );
+
+    let reset = ClientFrame::Request(Request {
+        id: 1,
+        op: Operation::ResetGpu {
+            gpu: "0000:18:00.0".parse().unwrap(),
+        },
+    });
+    let err = decode_frame::<ClientFrame>(&forge(&reset, "0000:18:00.0", "GPU-18:00.0;"))
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("gpu: invalid PCI address"), "{err}");
+
+    let start = ClientFrame::Request(Request {
+        id: 1,
+        op: Operation::LibvirtStart {
+            domain: "vmone".parse().unwrap(),
+        },
+    });
+    let err = decode_frame::<ClientFrame>(&forge(&start, "vmone", "12345"))
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("domain: invalid libvirt domain name"), "{err}");
+    assert!(err.contains("all digits"), "{err}");
+    // The next decode on this thread does not inherit the refusal.
+    let err = decode_frame::<ClientFrame>(&[0, 0, 0, 1, 0xff])
+        .unwrap_err()
+        .to_string();
+    assert!(!err.contains("domain:"), "{err}");
 }

@@ -154,7 +154,7 @@ impl SocketProbe {
             .await
             .map_err(|e| PingError::client(path, e, after))?
         {
-            Outcome::Pong { helper_version } => Ok(helper_version),
+            Outcome::Pong { helper_version, .. } => Ok(helper_version),
             _ => Err(PingError::Protocol {
                 path: path.to_path_buf(),
                 what: "another outcome than Pong".into(),

@@ -11,7 +11,7 @@
 use std::future::Future;
 use std::pin::Pin;
 
-use bcd_protocol::GpuUuid;
+use bcd_protocol::{GpuUuid, PciAddress};
 use serde::Serialize;
 
 use super::faults::Health;
@@ -24,8 +24,13 @@ pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 /// What resets one GPU: the helper client's `ResetGpu` in the node service, a recording fake
 /// in tests.
 pub trait Resetter: Send + Sync {
-    /// Resets `gpu` (`nvidia-smi --gpu-reset -i <uuid>`); the error is the operator's sentence.
-    fn reset_gpu<'a>(&'a self, gpu: &'a GpuUuid) -> BoxFuture<'a, Result<(), String>>;
+    /// Resets `gpu`, found at `address` (the helper resets by PCI address, the key of its
+    /// per-device lock); the error is the operator's sentence.
+    fn reset_gpu<'a>(
+        &'a self,
+        gpu: &'a GpuUuid,
+        address: PciAddress,
+    ) -> BoxFuture<'a, Result<(), String>>;
 }
 
 /// Why the command was refused.
@@ -45,6 +50,12 @@ pub enum ResetError {
         /// The UUID asked for.
         uuid: String,
     },
+    /// A listed GPU has no PCI address in the inventory (the helper resets by address).
+    #[error("GPU {uuid} has no PCI address in the inventory, so bcd-helper cannot reset it; nothing was reset")]
+    NoAddress {
+        /// The UUID asked for.
+        uuid: String,
+    },
     /// No GPU was named.
     #[error("gpu.reset needs at least one GPU UUID")]
     NoGpu,
@@ -55,7 +66,7 @@ impl ResetError {
     pub fn code(&self) -> &'static str {
         match self {
             ResetError::Busy { .. } => "gpu-busy",
-            ResetError::UnknownGpu { .. } => "unknown-gpu",
+            ResetError::UnknownGpu { .. } | ResetError::NoAddress { .. } => "unknown-gpu",
             ResetError::NoGpu => "invalid-argument",
         }
     }
@@ -139,7 +150,12 @@ where
         let typed: GpuUuid = uuid
             .parse()
             .map_err(|_| ResetError::UnknownGpu { uuid: uuid.clone() })?;
-        targets.push((gpu, typed));
+        let address: PciAddress = gpu
+            .bus_id
+            .as_deref()
+            .and_then(|b| b.parse().ok())
+            .ok_or_else(|| ResetError::NoAddress { uuid: uuid.clone() })?;
+        targets.push((gpu, (typed, address)));
     }
     for (gpu, _) in &targets {
         if let Some(holder) = holder(gpu, busy) {
@@ -150,8 +166,8 @@ where
         }
     }
     let mut errors = Vec::with_capacity(targets.len());
-    for (_, typed) in &targets {
-        let result = resetter.reset_gpu(typed).await.err();
+    for (_, (typed, address)) in &targets {
+        let result = resetter.reset_gpu(typed, *address).await.err();
         if let Some(e) = &result {
             tracing::error!("gpu.reset of {typed}: {e}");
         }
@@ -207,7 +223,11 @@ mod tests {
     }
 
     impl Resetter for Recording {
-        fn reset_gpu<'a>(&'a self, gpu: &'a GpuUuid) -> BoxFuture<'a, Result<(), String>> {
+        fn reset_gpu<'a>(
+            &'a self,
+            gpu: &'a GpuUuid,
+            _address: PciAddress,
+        ) -> BoxFuture<'a, Result<(), String>> {
             Box::pin(async move {
                 self.calls.lock().unwrap().push(gpu.to_string());
                 if self.fail.contains(&gpu.to_string()) {
@@ -223,6 +243,7 @@ mod tests {
         let gpu = |i: u32, uuid: &str| Gpu {
             index: i,
             uuid: uuid.into(),
+            bus_id: Some(format!("00000000:{:02x}:00.0", 0x18 + i)),
             ecc: Some(Ecc {
                 volatile: Some(EccCounts {
                     correctable: Some(0),

@@ -20,7 +20,7 @@
 use serde::Deserialize;
 use serde_json::{json, Value};
 
-use bcd_protocol::{GpuRef, GpuUuid, Operation, Outcome};
+use bcd_protocol::{GpuRef, GpuUuid, Operation, Outcome, PciAddress};
 
 use crate::cdi::{DeviceId, HoldError, HoldId};
 use crate::health::diag::{diag_nvml, link_widths, DiagRequest, NvmlState};
@@ -179,11 +179,13 @@ struct HelperResetter<'a> {
 }
 
 impl Resetter for HelperResetter<'_> {
-    fn reset_gpu<'a>(&'a self, gpu: &'a GpuUuid) -> BoxFuture<'a, Result<(), String>> {
+    fn reset_gpu<'a>(
+        &'a self,
+        _gpu: &'a GpuUuid,
+        address: PciAddress,
+    ) -> BoxFuture<'a, Result<(), String>> {
         Box::pin(async move {
-            let op = Operation::ResetGpu {
-                gpu: GpuRef::Uuid(gpu.clone()),
-            };
+            let op = Operation::ResetGpu { gpu: address };
             let timeout = suggested_timeout(&op);
             let mut client =
                 HelperClient::connect(&self.node.config.helper_socket, CONNECT_TIMEOUT)

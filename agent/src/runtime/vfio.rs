@@ -443,7 +443,7 @@ async fn settle(host: &Host, helper: &dyn HelperOps, entry: &mut Entry) -> Vec<S
             && (todo || uncertain)
         {
             let op = Operation::SetPersistence {
-                gpu: GpuRef::Pci(address),
+                gpu: address,
                 enabled: true,
             };
             match helper.run(op).await {

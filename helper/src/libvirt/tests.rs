@@ -3,7 +3,10 @@
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
+
+use crate::savefile::SavePolicy;
 
 use bcd_protocol::{DomainName, HelperError, PciAddress, SaveFile};
 
@@ -48,8 +51,22 @@ fn test_driver(virsh: PathBuf, save_dir: &Path) -> Libvirt {
         virsh,
         uri: format!("test://{}", node.display()),
         timeout: Duration::from_secs(20),
-        save_dir: save_dir.to_owned(),
+        saves: saves(save_dir),
+        spawn_failure: Arc::new(|program: &str, source: &std::io::Error| {
+            format!("could not run {program}: {source}")
+        }),
     }
+}
+
+/// Save images from `save_dir`, copied to its `.staging` folder (root's, 0700).
+fn saves(save_dir: &Path) -> SavePolicy {
+    let policy = SavePolicy {
+        save_dir: save_dir.to_owned(),
+        staging_dir: save_dir.join(".staging"),
+        owners: vec![nix::unistd::geteuid().as_raw()],
+    };
+    policy.prepare_staging().unwrap();
+    policy
 }
 
 /// A save image in the test driver's own format: its magic with the NUL, the XML's length as
@@ -88,7 +105,10 @@ fn fake(virsh: PathBuf, save_dir: &Path) -> Libvirt {
         virsh,
         uri: "test:///default".to_owned(),
         timeout: Duration::from_secs(10),
-        save_dir: save_dir.to_owned(),
+        saves: saves(save_dir),
+        spawn_failure: Arc::new(|program: &str, source: &std::io::Error| {
+            format!("could not run {program}: {source}")
+        }),
     }
 }
 
@@ -258,12 +278,12 @@ async fn a_save_image_is_read_and_restored_on_the_test_driver() {
     let image = save_dir.path().join("saved-vm.save");
     write_test_driver_save_image(&image, SAVED_DOMAIN_XML);
     let lv = test_driver(virsh, save_dir.path());
-    let file = save_file(&image);
+    let staged = lv.saves.stage(&save_file(&image)).unwrap();
     assert_eq!(
-        lv.save_image_hostdevs(&file).await.unwrap(),
+        lv.save_image_hostdevs(&staged).await.unwrap(),
         addrs(&["0000:3b:00.0"])
     );
-    lv.restore(&file).await.unwrap();
+    lv.restore(&staged).await.unwrap();
 }
 
 // ---- fake virsh: arguments, missing binary, timeout ----
@@ -278,10 +298,12 @@ async fn virsh_gets_the_uri_first_and_the_domain_after_its_option() {
     let lv = fake(script, save_dir.path());
     lv.start(&domain("vm-1")).await.unwrap();
     lv.destroy(&domain("vm-1")).await.unwrap();
-    lv.restore(&save_file(&image)).await.unwrap();
+    let staged = lv.saves.stage(&save_file(&image)).unwrap();
+    lv.restore(&staged).await.unwrap();
     lv.domain_hostdevs(&domain("vm-1")).await.unwrap();
-    lv.save_image_hostdevs(&save_file(&image)).await.unwrap();
-    let image = image.display();
+    lv.save_image_hostdevs(&staged).await.unwrap();
+    // virsh sees the checked copy, never the path the agent named.
+    let image = staged.path().display();
     assert_eq!(
         std::fs::read_to_string(ran).unwrap(),
         format!(
@@ -333,8 +355,7 @@ async fn refused(file: &Path, save_dir: &Path) -> String {
     let (script, ran) = recording_virsh(dir.path(), "<domain/>");
     let lv = fake(script, save_dir);
     let file = save_file(file);
-    let what = invalid_what(lv.restore(&file).await);
-    assert_eq!(invalid_what(lv.save_image_hostdevs(&file).await), what);
+    let what = invalid_what(lv.saves.stage(&file));
     assert!(!ran.exists(), "virsh ran for a refused file: {what}");
     assert!(what.contains("only regular files under"), "{what}");
     what
@@ -348,7 +369,7 @@ async fn a_symbolic_link_is_refused() {
     let link = save_dir.path().join("link.save");
     std::os::unix::fs::symlink(&target, &link).unwrap();
     let what = refused(&link, save_dir.path()).await;
-    assert!(what.contains("is a symbolic link"), "{what}");
+    assert!(what.contains("symbolic link"), "{what}");
 }
 
 #[tokio::test]
@@ -368,7 +389,7 @@ async fn a_directory_a_missing_file_and_a_fifo_are_refused() {
     std::fs::create_dir(&sub).unwrap();
     assert!(refused(&sub, save_dir.path())
         .await
-        .contains("is a directory"));
+        .contains("not a regular file"));
 
     let missing = save_dir.path().join("missing.save");
     assert!(refused(&missing, save_dir.path())

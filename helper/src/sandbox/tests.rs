@@ -15,6 +15,11 @@ const ENV_ALLOWED: &str = "BCD_SANDBOX_TEST_ALLOWED_DIR";
 const ENV_DENIED: &str = "BCD_SANDBOX_TEST_DENIED_FILE";
 /// Set in the re-executed child: an `nvidia-smi` to run under the sandbox (read-only queries).
 const ENV_NVIDIA_SMI: &str = "BCD_SANDBOX_TEST_NVIDIA_SMI";
+/// Set in the re-executed child: a fake PCI tree with an NVIDIA GPU and an Intel NIC.
+const ENV_SYSFS: &str = "BCD_SANDBOX_TEST_SYSFS";
+/// The fake tree's GPU and NIC.
+const GPU: &str = "0000:18:00.0";
+const NIC: &str = "0000:19:00.0";
 /// The child's exit status when the kernel enforced no Landlock.
 const EXIT_NO_LANDLOCK: i32 = 77;
 
@@ -40,7 +45,26 @@ fn run_sandboxed_child_with(nvidia_smi: Option<&Path>) -> (Output, String) {
     let denied_dir = tempfile::tempdir().unwrap();
     let denied = denied_dir.path().join("outside.txt");
     std::fs::write(&denied, "outside").unwrap();
+    let sysfs = tempfile::tempdir().unwrap();
+    let pci = sysfs.path().join("bus/pci");
+    for (addr, vendor, class, driver) in [
+        (GPU, "0x10de", "0x030200", "nvidia"),
+        (NIC, "0x8086", "0x020000", "ixgbe"),
+    ] {
+        let drv = pci.join("drivers").join(driver);
+        std::fs::create_dir_all(&drv).unwrap();
+        std::fs::write(drv.join("bind"), "").unwrap();
+        std::fs::write(drv.join("unbind"), "").unwrap();
+        let dev = pci.join("devices").join(addr);
+        std::fs::create_dir_all(&dev).unwrap();
+        std::fs::write(dev.join("vendor"), vendor).unwrap();
+        std::fs::write(dev.join("class"), class).unwrap();
+        std::fs::write(dev.join("driver_override"), "").unwrap();
+        std::os::unix::fs::symlink(format!("../../drivers/{driver}"), dev.join("driver")).unwrap();
+    }
+    std::fs::write(pci.join("drivers_probe"), "").unwrap();
     let mut cmd = std::process::Command::new(std::env::current_exe().unwrap());
+    cmd.env(ENV_SYSFS, sysfs.path());
     if let Some(smi) = nvidia_smi {
         cmd.env(ENV_NVIDIA_SMI, smi);
     }
@@ -78,11 +102,21 @@ fn sandboxed_child() {
     let cat = on_path("cat").expect("cat is on PATH");
     let virsh = on_path("virsh");
     let nvidia_smi = std::env::var_os(ENV_NVIDIA_SMI).map(PathBuf::from);
+    let sysfs_root = PathBuf::from(std::env::var_os(ENV_SYSFS).expect("the fake sysfs is set"));
+    let sysfs = crate::sysfs::Sysfs::new(&sysfs_root);
+    // Like the audit log: opened before the sandbox, in a folder no rule names.
+    let log_path = denied.with_file_name("audit.log");
+    let mut log = std::fs::OpenOptions::new()
+        .append(true)
+        .create(true)
+        .open(&log_path)
+        .unwrap();
     let paths = SandboxPaths {
         exec: [Some(cat.clone()), virsh.clone(), nvidia_smi.clone()]
             .into_iter()
             .flatten()
             .collect(),
+        write_files: sysfs_write_files(&sysfs),
         read_write: vec![allowed.clone()],
         read: vec![],
         devices: nvidia_device_nodes(Path::new("/dev")),
@@ -122,6 +156,40 @@ fn sandboxed_child() {
         enforce(&paths).landlock,
         "none: enforce was already called in this process; the first call's rules stand"
     );
+
+    // sysfs: the GPU's driver_override and its driver's unbind may be written; the NIC's
+    // may not (the rules once allowed every PCI device's files).
+    let devices = sysfs_root.join("bus/pci/devices");
+    std::fs::write(devices.join(GPU).join("driver_override"), "vfio-pci").unwrap();
+    std::fs::write(devices.join(GPU).join("driver/unbind"), GPU).unwrap();
+    std::fs::write(sysfs_root.join("bus/pci/drivers_probe"), GPU).unwrap();
+    for file in [
+        devices.join(NIC).join("driver_override"),
+        devices.join(NIC).join("driver/unbind"),
+    ] {
+        let err = std::fs::write(&file, "x").unwrap_err();
+        assert_eq!(
+            err.kind(),
+            std::io::ErrorKind::PermissionDenied,
+            "{}",
+            file.display()
+        );
+    }
+    println!("sysfs: only the GPU's files are writable");
+
+    // The audit log: appending to the open file works; truncating, replacing or removing it
+    // does not (a child once could).
+    use std::io::Write as _;
+    log.write_all(b"line\n").unwrap();
+    let err = std::fs::remove_file(&log_path).unwrap_err();
+    assert_eq!(err.kind(), std::io::ErrorKind::PermissionDenied, "{err}");
+    let err = std::fs::OpenOptions::new()
+        .write(true)
+        .truncate(true)
+        .open(&log_path)
+        .unwrap_err();
+    assert_eq!(err.kind(), std::io::ErrorKind::PermissionDenied, "{err}");
+    println!("audit log: appended, not removable");
 
     // In the programs it runs: the rules and the loader lines carry over.
     let rt = tokio::runtime::Builder::new_current_thread()
@@ -217,6 +285,52 @@ fn landlock_confines_the_helper_and_the_programs_it_runs() {
         "{text}"
     );
     assert!(text.contains("NoNewPrivs:\t1"), "{text}");
+    assert!(
+        text.contains("sysfs: only the GPU's files are writable"),
+        "{text}"
+    );
+    assert!(
+        text.contains("audit log: appended, not removable"),
+        "{text}"
+    );
+}
+
+// Without Landlock the helper once served every operation as unconfined root.
+#[test]
+fn without_landlock_only_ping_is_served_unless_root_allows_it() {
+    let none = SandboxReport {
+        landlock: "none: this kernel was built without Landlock".to_owned(),
+        ..SandboxReport::default()
+    };
+    let why = ping_only(&none, false).expect("only Ping without Landlock");
+    assert!(why.contains("serves only Ping"), "{why}");
+    assert!(why.contains("built without Landlock"), "{why}");
+    assert!(why.contains("--allow-unconfined"), "{why}");
+    assert_eq!(ping_only(&none, true), None);
+    for enforced in ["full", "partial"] {
+        let report = SandboxReport {
+            landlock: enforced.to_owned(),
+            ..SandboxReport::default()
+        };
+        assert_eq!(ping_only(&report, false), None);
+    }
+}
+
+#[test]
+fn a_programs_loader_and_a_scripts_interpreter_are_the_only_executables_added() {
+    let sh = std::fs::canonicalize(on_path("sh").expect("sh is on PATH")).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let script = dir.path().join("fake-nvidia-smi");
+    std::fs::write(&script, format!("#!{} -e\nexit 0\n", sh.display())).unwrap();
+    let found = interpreters(&[script, sh.clone()]);
+    assert!(found.contains(&sh), "{found:?}");
+    assert!(
+        found.iter().any(|p| p
+            .file_name()
+            .is_some_and(|n| n.to_string_lossy().starts_with("ld-linux"))),
+        "the dynamic loader is found from PT_INTERP: {found:?}"
+    );
+    assert_eq!(found.len(), 2, "{found:?}");
 }
 
 #[test]

@@ -38,16 +38,33 @@ impl Helper {
     }
 
     /// As [`Helper::start`], in a folder the test has already filled (fake programs, sysfs).
+    /// Without `--sysfs-root` in `extra`, the helper gets a fake PCI tree with the GPUs of
+    /// [`fake_gpus`]; without `--staging-dir`, a staging folder of its own.
     pub fn start_in(dir: tempfile::TempDir, extra: &[&str]) -> Self {
         let sock = dir.path().join("helper.sock");
         let audit = dir.path().join("audit.log");
+        let mut defaults: Vec<String> = Vec::new();
+        if !extra.contains(&"--sysfs-root") {
+            defaults.push("--sysfs-root".into());
+            defaults.push(fake_gpus(dir.path()).display().to_string());
+        }
+        if !extra.contains(&"--staging-dir") {
+            defaults.push("--staging-dir".into());
+            defaults.push(dir.path().join("staging").display().to_string());
+        }
+        let sandbox = if extra.contains(&"--sandbox") {
+            None
+        } else {
+            Some("--no-sandbox")
+        };
         let child = Command::new(HELPER)
             .arg("--listen")
             .arg(&sock)
             .arg("--audit-log")
             .arg(&audit)
-            .arg("--no-sandbox")
-            .args(extra)
+            .args(sandbox)
+            .args(defaults)
+            .args(extra.iter().filter(|a| **a != "--sandbox"))
             .env("BCD_HELPER_LOG", "warn")
             .stdin(Stdio::null())
             .stdout(Stdio::null())
@@ -96,6 +113,22 @@ impl Drop for Helper {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// A fake PCI tree under `<dir>/gpus-sys` with NVIDIA GPUs at `0000:10:00.0` to
+/// `0000:1f:00.0` on `nvidia` (no kernel thread: for operations that only check a GPU is one).
+pub fn fake_gpus(dir: &Path) -> PathBuf {
+    let root = dir.join("gpus-sys");
+    let sysfs = FakeSysfs::new(&root);
+    for bus in 0x10..=0x1f {
+        sysfs.add_function(
+            &format!("0000:{bus:02x}:00.0"),
+            "0x10de",
+            "0x030200",
+            "nvidia",
+        );
+    }
+    root
 }
 
 /// Waits for a path to appear.
