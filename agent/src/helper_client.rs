@@ -14,6 +14,31 @@ use bcd_protocol::{
 };
 use tokio::net::UnixStream;
 
+/// How long a connect that finds the helper's backlog full (`EAGAIN`, e.g. while other
+/// peers flood it) is retried before it counts as failed.
+pub const CONNECT_RETRY_FOR: Duration = Duration::from_secs(2);
+/// The first pause between those retries; it doubles up to 100 ms.
+const CONNECT_RETRY_FIRST: Duration = Duration::from_millis(5);
+
+/// Connects to `path`, retrying for [`CONNECT_RETRY_FOR`] while the listener's backlog is
+/// full: a Unix socket answers `EAGAIN` then, not a wait.
+async fn connect_retrying(path: &Path) -> std::io::Result<UnixStream> {
+    let deadline = tokio::time::Instant::now() + CONNECT_RETRY_FOR;
+    let mut pause = CONNECT_RETRY_FIRST;
+    loop {
+        match UnixStream::connect(path).await {
+            Err(e)
+                if e.kind() == std::io::ErrorKind::WouldBlock
+                    && tokio::time::Instant::now() + pause < deadline =>
+            {
+                tokio::time::sleep(pause).await;
+                pause = (pause * 2).min(Duration::from_millis(100));
+            }
+            other => return other,
+        }
+    }
+}
+
 /// The helper's socket in production.
 pub const DEFAULT_SOCKET: &str = "/run/bcd-helper/helper.sock";
 /// Bound on connecting and the `Hello` exchange.
@@ -89,13 +114,11 @@ impl HelperClient {
             after_s,
         };
         let work = async {
-            let mut stream = UnixStream::connect(path)
-                .await
-                .map_err(|e| ClientError::Connect {
-                    path: path.to_path_buf(),
-                    reason: connect_reason(&e),
-                    kind: e.kind(),
-                })?;
+            let mut stream = connect_retrying(path).await.map_err(|e| ClientError::Connect {
+                path: path.to_path_buf(),
+                reason: connect_reason(&e),
+                kind: e.kind(),
+            })?;
             write_frame(
                 &mut stream,
                 &ClientFrame::Hello {

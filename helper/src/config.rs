@@ -68,6 +68,8 @@ pub struct Config {
     pub frame_timeout: Duration,
     /// `--max-connections-per-uid`.
     pub max_per_uid: usize,
+    /// `--lock-wait`.
+    pub lock_wait: Duration,
     /// `--audit-max-bytes`.
     pub audit_max_bytes: u64,
     /// `--staging-dir`.
@@ -99,6 +101,7 @@ impl Default for Config {
             max_connections: DEFAULT_MAX_CONNECTIONS,
             frame_timeout: Duration::from_secs(DEFAULT_FRAME_TIMEOUT_S),
             max_per_uid: DEFAULT_MAX_PER_UID,
+            lock_wait: crate::ops::DEVICE_LOCK_WAIT,
             audit_max_bytes: crate::audit::DEFAULT_MAX_BYTES,
             staging_dir: PathBuf::from(DEFAULT_STAGING_DIR),
             save_owners: nix::unistd::User::from_name(DEFAULT_SAVE_OWNER)
@@ -184,6 +187,8 @@ Usage: bcd-helper [FLAGS]
   --max-connections-per-uid N
                             connections one user may hold (default 8)
   --frame-timeout SECONDS   bound on receiving one frame (default 5)
+  --lock-wait SECONDS       how long an operation waits for a device another one holds
+                            (default 30; then Busy, saying how many were queued ahead)
   --allow-unconfined        serve privileged operations even when Landlock cannot
                             confine the helper (without it only Ping is served then)
   --no-sandbox              keep all capabilities and skip Landlock (tests only)
@@ -213,6 +218,7 @@ pub fn parse<I: IntoIterator<Item = String>>(args: I) -> Result<Parsed, UsageErr
             "--max-connections-per-uid" => "--max-connections-per-uid",
             "--audit-max-bytes" => "--audit-max-bytes",
             "--staging-dir" => "--staging-dir",
+            "--lock-wait" => "--lock-wait",
             "--save-owner" => "--save-owner",
             "--listen" => "--listen",
             "--idle-exit" => "--idle-exit",
@@ -292,6 +298,7 @@ pub fn parse<I: IntoIterator<Item = String>>(args: I) -> Result<Parsed, UsageErr
                 )?;
             }
             "--staging-dir" => c.staging_dir = absolute(flag_name, &value)?,
+            "--lock-wait" => c.lock_wait = seconds(flag_name, &value, false)?,
             "--save-owner" => c.save_owners.push(id(flag_name, &value)?),
             _ => unreachable!("every flag name above is handled"),
         }

@@ -202,7 +202,7 @@ fn sandbox_paths(c: &Config, sysfs: &sysfs::Sysfs) -> sandbox::SandboxPaths {
         exec: vec![c.nvidia_smi.clone(), c.virsh.clone()],
         write_files: sandbox::sysfs_write_files(sysfs),
         read_write: vec![c.staging_dir.clone()],
-        read: vec![c.save_dir.clone()],
+        read: vec![c.save_dir.clone(), c.sysfs_root.clone()],
         devices: sandbox::nvidia_device_nodes(std::path::Path::new("/dev")),
     }
 }
@@ -328,6 +328,7 @@ fn start(config: &Config, activation: &Activation) -> Result<(), StartError> {
             }),
         },
         locks: ops::DeviceLocks::default(),
+        lock_wait: config.lock_wait,
         confined,
         restart_needed,
         sandbox: ping_only.clone().unwrap_or(sandbox_words),

@@ -23,9 +23,10 @@ use crate::child::{self, ChildError, Command};
 use crate::libvirt::Libvirt;
 use crate::sysfs::{NotDone, Sysfs, NVIDIA_DRIVER, VFIO_DRIVER};
 
-/// How long an operation waits for a device another operation holds before answering `Busy`.
-/// Waiting (rather than answering `Busy` at once) lets the agent queue work on one GPU without
-/// retry loops; the bound keeps a wedged operation from piling up callers forever.
+/// How long an operation waits for a device another operation holds before answering `Busy`
+/// (the default of `--lock-wait`). Waiting (rather than answering `Busy` at once) lets the
+/// agent queue work on one GPU without retry loops; the bound keeps a wedged operation from
+/// piling up callers forever.
 pub const DEVICE_LOCK_WAIT: Duration = Duration::from_secs(30);
 /// Bound on the small sysfs writes (`driver_override`, `drivers_probe`).
 pub const SYSFS_WRITE_TIMEOUT: Duration = Duration::from_secs(10);
@@ -159,6 +160,8 @@ pub struct Ops {
     pub libvirt: Libvirt,
     /// The per-device locks.
     pub locks: DeviceLocks,
+    /// How long an operation waits for a device's lock.
+    pub lock_wait: Duration,
     /// Whether the sandbox confines the programs run (an exec refused then means the program
     /// was replaced since start-up).
     pub confined: bool,
@@ -244,7 +247,7 @@ impl Ops {
     /// Takes the devices' locks, then refuses any function with a write still pending in the
     /// kernel (checked under the lock, so no operation can start one meanwhile).
     async fn lock(&self, keys: Vec<DeviceKey>) -> Result<Held, HelperError> {
-        let held = self.locks.acquire(keys.clone(), DEVICE_LOCK_WAIT).await?;
+        let held = self.locks.acquire(keys.clone(), self.lock_wait).await?;
         for key in &keys {
             if let DeviceKey::Pci(addr) = key {
                 self.sysfs.busy_if_pending(addr)?;
