@@ -522,4 +522,143 @@ mod tests {
         ));
         assert_eq!(holds.list().count(), 0);
     }
+
+    const GPU3: &str = "GPU-b9036d74-bff6-b565-c003-dc53279ae2bd";
+    const MIG3: &str = "MIG-65db3e42-f991-a575-c20e-8350d31e437c";
+
+    fn mig_host() -> Topology {
+        use crate::inventory::document::{Gpu, GpuSection, Inventory, Mig, MigDevice};
+        let inv = Inventory::new(GpuSection {
+            gpus: vec![Gpu {
+                index: 3,
+                uuid: GPU3.into(),
+                mig: Some(Mig {
+                    mode: Some(true),
+                    devices: vec![MigDevice {
+                        uuid: Some(MIG3.into()),
+                        ..MigDevice::default()
+                    }],
+                    ..Mig::default()
+                }),
+                ..Gpu::default()
+            }],
+            ..GpuSection::default()
+        });
+        Topology::from_inventory(&inv, 2)
+    }
+
+    /// A minimal hold spec naming `devices`, as the converger writes them.
+    fn spec_of(devices: &[&str]) -> String {
+        let devices: Vec<String> = devices
+            .iter()
+            .map(|d| format!(r#"{{"name":"{d}","containerEdits":{{"env":["BCD_HOLD=x"]}}}}"#))
+            .collect();
+        format!(
+            r#"{{"cdiVersion":"0.3.0","kind":"bcd.dev/gpu","devices":[{}],"containerEdits":{{"env":["NVIDIA_VISIBLE_DEVICES=void"]}}}}"#,
+            devices.join(",")
+        )
+    }
+
+    // What broke: a hold of MIG-mode GPU 3 and a hold of one of its MIG devices were both
+    // accepted, and both specs granted /dev/nvidia3.
+    #[test]
+    fn a_gpu_and_one_of_its_mig_devices_never_go_to_two_holds() {
+        let dir = tempfile::tempdir().unwrap();
+        let t = mig_host();
+        let mut holds = Holds::load(dir.path()).unwrap();
+        let place = |d: &str| vec![t.place(&dev(d)).unwrap()];
+        holds.apply(id("whole"), place(GPU3), false, &t).unwrap();
+        let err = holds
+            .apply(id("part"), place(MIG3), false, &t)
+            .unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            format!("{MIG3} is already held by hold whole ({GPU3} on the same GPU); release that hold first")
+        );
+        holds.release(&id("whole")).unwrap();
+        holds.apply(id("part"), place(MIG3), false, &t).unwrap();
+        assert!(holds.apply(id("whole"), place(GPU3), false, &t).is_err());
+        // The MIG device's GPU is recorded, so a reload checks it without an inventory.
+        let again = Holds::load(dir.path()).unwrap();
+        assert_eq!(again.get(&id("part")).unwrap().gpu_of(&dev(MIG3)), Some(dev(GPU3)));
+    }
+
+    // What broke: a holds.json that gives one GPU to two holds loaded without a word.
+    #[test]
+    fn a_holds_file_giving_one_gpu_to_two_holds_is_refused_naming_both_and_kept() {
+        let dir = tempfile::tempdir().unwrap();
+        let cdi = dir.path().join("cdi");
+        std::fs::create_dir_all(&cdi).unwrap();
+        let path = dir.path().join(HOLDS_FILE);
+        let bytes = format!(
+            r#"{{"holds":[{{"id":"a","devices":["{GPU3}"]}},{{"id":"b","devices":["{MIG3}"],"gpus":{{"{MIG3}":"{GPU3}"}}}}]}}"#
+        );
+        std::fs::write(&path, &bytes).unwrap();
+        let err = Holds::load(dir.path()).unwrap_err();
+        assert!(err.to_string().contains("hold a has"), "{err}");
+        assert!(err.to_string().contains("hold b has"), "{err}");
+        let opened = Holds::open(dir.path(), &cdi);
+        assert!(opened.notes[0].contains("two holds have GPU"), "{:?}", opened.notes);
+        assert_eq!(opened.holds.list().count(), 2, "both are still seen by the busy rule");
+        assert!(opened.holds.frozen().is_some());
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), bytes, "kept as it was");
+        let mut frozen = opened.holds;
+        assert!(matches!(
+            frozen.release(&id("a")),
+            Err(HoldError::Frozen(_))
+        ));
+    }
+
+    // What broke: after a torn holds.json was set aside, the next start listed no holds and
+    // the converger deleted every hold's spec.
+    #[test]
+    fn a_torn_holds_file_is_not_forgotten_on_the_second_start() {
+        let dir = tempfile::tempdir().unwrap();
+        let cdi = dir.path().join("cdi");
+        std::fs::create_dir_all(&cdi).unwrap();
+        std::fs::write(cdi.join("bcd-train.json"), spec_of(&[GPU0, "train"])).unwrap();
+        std::fs::write(
+            cdi.join("bcd-slot.json"),
+            spec_of(&[&format!("{GPU1}::1")]),
+        )
+        .unwrap();
+        std::fs::write(dir.path().join(HOLDS_FILE), b"{\"holds\": [{\"id\": \"tr").unwrap();
+        // First start: set aside, rebuilt from the specs, and said so.
+        let first = Holds::open(dir.path(), &cdi);
+        assert!(
+            first.notes.iter().any(|n| n.contains("does not parse")
+                && n.contains("rebuilt 2 hold(s)")
+                && n.contains("slot, train")),
+            "{:?}",
+            first.notes
+        );
+        let ids: Vec<_> = first.holds.list().map(|h| h.id.to_string()).collect();
+        assert_eq!(ids, ["slot", "train"]);
+        assert_eq!(first.holds.get(&id("train")).unwrap().devices, [dev(GPU0)]);
+        drop(first);
+        // Second start: the rebuilt store was saved; nothing is lost.
+        let second = Holds::open(dir.path(), &cdi);
+        assert!(second.notes.is_empty(), "{:?}", second.notes);
+        assert_eq!(second.holds.list().count(), 2);
+        // A missing holds.json with specs there is rebuilt too.
+        std::fs::remove_file(dir.path().join(HOLDS_FILE)).unwrap();
+        let third = Holds::open(dir.path(), &cdi);
+        assert!(third.notes[0].contains("is missing; rebuilt 2 hold(s)"), "{:?}", third.notes);
+        assert!(cdi.join("bcd-train.json").exists() && cdi.join("bcd-slot.json").exists());
+    }
+
+    // What broke: a release saved to holds.json but cut off before its spec went left the
+    // spec for ever; now the store remembers the release until the spec is gone.
+    #[test]
+    fn a_release_is_remembered_until_its_spec_is_gone() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut holds = Holds::load(dir.path()).unwrap();
+        holds.apply(id("a"), on(&[GPU0]), false, &none()).unwrap();
+        holds.release(&id("a")).unwrap();
+        let reloaded = Holds::load(dir.path()).unwrap();
+        assert_eq!(reloaded.released().collect::<Vec<_>>(), [&id("a")]);
+        let mut reloaded = reloaded;
+        reloaded.forget_released(&[id("a")]).unwrap();
+        assert_eq!(Holds::load(dir.path()).unwrap().released().count(), 0);
+    }
 }

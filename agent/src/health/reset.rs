@@ -179,7 +179,7 @@ where
 mod tests {
     use super::*;
     use crate::health::faults::{read_this_boot, FaultStore};
-    use crate::inventory::document::{Ecc, EccCounts, GpuSection, Mig, MigDevice, RowRemap};
+    use crate::inventory::document::{Ecc, EccCounts, Gpu, GpuSection, Mig, MigDevice, RowRemap};
     use std::sync::Mutex;
 
     const A: &str = "GPU-ff1dacfa-2e1a-0504-a88b-76a3118ee48b";
