@@ -258,8 +258,7 @@ mod tests {
         ] {
             fs::write(dir.path().join(name), b"x").unwrap();
         }
-        std::os::unix::fs::symlink("/etc/hostname", dir.path().join(".faults.json.tmp-2"))
-            .unwrap();
+        std::os::unix::fs::symlink("/etc/hostname", dir.path().join(".faults.json.tmp-2")).unwrap();
         let removed = remove_crash_temps(dir.path(), |n| {
             ["holds.json", "faults.json", "bcd-a.json"].contains(&n)
         });

@@ -135,7 +135,11 @@ fn checked(rendered: &Rendered) -> Value {
     }
     let ids: Vec<String> = held
         .iter()
-        .map(|d| DeviceId::from_cdi_name(d["name"].as_str().unwrap()).unwrap().to_string())
+        .map(|d| {
+            DeviceId::from_cdi_name(d["name"].as_str().unwrap())
+                .unwrap()
+                .to_string()
+        })
         .collect();
     assert_eq!(
         visible(&whole["containerEdits"]),
@@ -261,7 +265,9 @@ async fn a_subset_of_a_hold_is_told_only_its_own_devices() {
     ];
     let seen: BTreeSet<String> = asked.iter().flat_map(strings).collect();
     assert!(
-        !seen.iter().any(|s| s.contains(H100[2]) || s.contains("/dev/nvidia2")),
+        !seen
+            .iter()
+            .any(|s| s.contains(H100[2]) || s.contains("/dev/nvidia2")),
         "{seen:#?}"
     );
     assert!(seen.contains(VOID));
@@ -336,7 +342,10 @@ async fn index_names_resolve_through_the_inventory() {
     assert_eq!(env_of(&json).last().unwrap(), VOID);
     assert_eq!(
         json["devices"][2]["containerEdits"]["env"],
-        serde_json::json!(["BCD_HOLD=idx", format!("NVIDIA_VISIBLE_DEVICES={},{}", H100[2], H100[5])])
+        serde_json::json!([
+            "BCD_HOLD=idx",
+            format!("NVIDIA_VISIBLE_DEVICES={},{}", H100[2], H100[5])
+        ])
     );
 }
 
@@ -468,15 +477,15 @@ async fn no_vendor_spec_leaves_only_nvidia_visible_devices() {
     let r = render_hold("n", &[H100[0], H100_MIG[0]], false, &[], &cat);
     assert!(r.unnamed.is_empty(), "nothing to be stale against");
     let json = checked(&r);
-    assert_eq!(
-        json["containerEdits"],
-        serde_json::json!({ "env": [VOID] })
-    );
+    assert_eq!(json["containerEdits"], serde_json::json!({ "env": [VOID] }));
     assert_eq!(json["cdiVersion"], "0.3.0");
     assert_eq!(json["devices"][1]["name"], H100_MIG[0]);
     assert_eq!(
         json["devices"][2]["containerEdits"]["env"],
-        serde_json::json!(["BCD_HOLD=n", format!("NVIDIA_VISIBLE_DEVICES={},{}", H100[0], H100_MIG[0])])
+        serde_json::json!([
+            "BCD_HOLD=n",
+            format!("NVIDIA_VISIBLE_DEVICES={},{}", H100[0], H100_MIG[0])
+        ])
     );
 }
 
@@ -488,7 +497,11 @@ async fn a_kubernetes_binding_carries_no_vendor_edits() {
     assert!(r.unnamed.is_empty());
     assert!(r.vendor.is_none());
     let json = checked(&r);
-    assert_eq!(json["containerEdits"], Value::Null, "its plugin sets the variable");
+    assert_eq!(
+        json["containerEdits"],
+        Value::Null,
+        "its plugin sets the variable"
+    );
     assert_eq!(
         json["devices"][2]["containerEdits"],
         serde_json::json!({"env": ["BCD_HOLD=k8s", format!("NVIDIA_VISIBLE_DEVICES={},{}", H100[0], H100[1])]})
@@ -661,7 +674,10 @@ async fn the_converger_writes_holds_removes_orphans_and_reconciles_after_a_resta
     assert_eq!(released.removed, std::slice::from_ref(&train));
     assert!(!train.exists());
     assert_eq!(holds.released().count(), 0, "seen gone, forgotten");
-    assert!(cdi.join("bcd-gone.json").exists(), "never released here: kept");
+    assert!(
+        cdi.join("bcd-gone.json").exists(),
+        "never released here: kept"
+    );
     // The device is free for another hold now.
     holds
         .apply(hold("greedy"), placed(&t, &[H100[1]]), false, &t)
@@ -685,8 +701,9 @@ async fn the_converger_logs_held_devices_nvidias_spec_does_not_name() {
         .with_writer(move || writer.clone())
         .with_ansi(false)
         .finish();
-    let done =
-        tracing::subscriber::with_default(subscriber, || converge(&mut holds, &[v], &cat, tmp.path()));
+    let done = tracing::subscriber::with_default(subscriber, || {
+        converge(&mut holds, &[v], &cat, tmp.path())
+    });
     assert_eq!(done.unnamed, [(hold("stale"), ids(&[H100[5]]))]);
     let log = String::from_utf8(captured.0.lock().unwrap().clone()).unwrap();
     assert!(

@@ -2,11 +2,11 @@
 //! start before any collection, rebuilding holds from their specs, removing a crash's temp
 //! files, refusing a GPU to two holds through its API; and a real CDI consumer ([`podman`]).
 
+#[path = "holds_and_runtimes/podman.rs"]
+mod podman;
 #[path = "common/processes.rs"]
 #[allow(dead_code)]
 mod processes;
-#[path = "holds_and_runtimes/podman.rs"]
-mod podman;
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -169,7 +169,10 @@ fn a_wedged_host_gets_its_hold_specs_at_start_and_a_lost_store_is_rebuilt() {
     let second = d.start(&[]);
     let holds = api(&d.api, "GET", "/v1/holds").unwrap();
     assert_eq!(holds["holds"][0]["id"], "job", "{holds}");
-    assert!(spec.exists(), "the spec of a running job's hold is never deleted");
+    assert!(
+        spec.exists(),
+        "the spec of a running job's hold is never deleted"
+    );
     drop(second);
 }
 
@@ -185,16 +188,26 @@ fn the_api_never_gives_a_gpu_to_two_holds_and_apply_prints_the_nodes_path() {
     });
     // The client's own --cdi-dir is not the node's.
     let out = d
-        .bcd_seeing(&["hold", "apply", "whole", H100[3]], Path::new("/nonexistent"))
+        .bcd_seeing(
+            &["hold", "apply", "whole", H100[3]],
+            Path::new("/nonexistent"),
+        )
         .output()
         .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let stdout = String::from_utf8_lossy(&out.stdout);
     let spec = d.cdi.join("bcd-whole.json");
     assert!(stdout.contains(&spec.display().to_string()), "{stdout}");
     assert!(spec.exists());
 
-    let out = d.bcd(&["hold", "apply", "part", H100_MIG[1]]).output().unwrap();
+    let out = d
+        .bcd(&["hold", "apply", "part", H100_MIG[1]])
+        .output()
+        .unwrap();
     assert_eq!(out.status.code(), Some(1));
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("already held by hold whole"), "{stderr}");
@@ -206,7 +219,11 @@ fn the_api_never_gives_a_gpu_to_two_holds_and_apply_prints_the_nodes_path() {
     let s2 = format!("{}::2", H100[4]);
     for (id, slot) in [("s0", &s0), ("s1", &s1)] {
         let out = d.bcd(&["hold", "apply", id, slot]).output().unwrap();
-        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
     }
     let out = d.bcd(&["hold", "apply", "all4", H100[4]]).output().unwrap();
     assert!(String::from_utf8_lossy(&out.stderr).contains("already held by hold s0"));

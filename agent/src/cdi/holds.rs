@@ -162,7 +162,9 @@ impl Holds {
         let mut holds = Self::empty(&path);
         if rebuilt.is_empty() && writable {
             if !why.ends_with("is missing") {
-                notes.push(format!("{why}; no hold spec was found to rebuild holds from"));
+                notes.push(format!(
+                    "{why}; no hold spec was found to rebuild holds from"
+                ));
             }
             return Opened { holds, notes };
         }
@@ -460,7 +462,9 @@ mod tests {
     fn a_device_held_by_another_hold_is_refused_naming_the_holder() {
         let dir = tempfile::tempdir().unwrap();
         let mut holds = Holds::load(dir.path()).unwrap();
-        holds.apply(id("first"), on(&[GPU0]), false, &none()).unwrap();
+        holds
+            .apply(id("first"), on(&[GPU0]), false, &none())
+            .unwrap();
         let err = holds
             .apply(id("second"), on(&[GPU1, GPU0]), false, &none())
             .unwrap_err();
@@ -474,7 +478,9 @@ mod tests {
             .apply(id("first"), on(&[GPU0, GPU1]), false, &none())
             .unwrap();
         assert_eq!(holds.released_then(&id("first")), 2);
-        holds.apply(id("second"), on(&[GPU0]), false, &none()).unwrap();
+        holds
+            .apply(id("second"), on(&[GPU0]), false, &none())
+            .unwrap();
         assert!(matches!(
             holds.apply(id("none"), vec![], false, &none()),
             Err(HoldError::NoDevices(_))
@@ -568,9 +574,7 @@ mod tests {
         let mut holds = Holds::load(dir.path()).unwrap();
         let place = |d: &str| vec![t.place(&dev(d)).unwrap()];
         holds.apply(id("whole"), place(GPU3), false, &t).unwrap();
-        let err = holds
-            .apply(id("part"), place(MIG3), false, &t)
-            .unwrap_err();
+        let err = holds.apply(id("part"), place(MIG3), false, &t).unwrap_err();
         assert_eq!(
             err.to_string(),
             format!("{MIG3} is already held by hold whole ({GPU3} on the same GPU); release that hold first")
@@ -580,7 +584,10 @@ mod tests {
         assert!(holds.apply(id("whole"), place(GPU3), false, &t).is_err());
         // The MIG device's GPU is recorded, so a reload checks it without an inventory.
         let again = Holds::load(dir.path()).unwrap();
-        assert_eq!(again.get(&id("part")).unwrap().gpu_of(&dev(MIG3)), Some(dev(GPU3)));
+        assert_eq!(
+            again.get(&id("part")).unwrap().gpu_of(&dev(MIG3)),
+            Some(dev(GPU3))
+        );
     }
 
     // What broke: a holds.json that gives one GPU to two holds loaded without a word.
@@ -598,10 +605,22 @@ mod tests {
         assert!(err.to_string().contains("hold a has"), "{err}");
         assert!(err.to_string().contains("hold b has"), "{err}");
         let opened = Holds::open(dir.path(), &cdi);
-        assert!(opened.notes[0].contains("two holds have GPU"), "{:?}", opened.notes);
-        assert_eq!(opened.holds.list().count(), 2, "both are still seen by the busy rule");
+        assert!(
+            opened.notes[0].contains("two holds have GPU"),
+            "{:?}",
+            opened.notes
+        );
+        assert_eq!(
+            opened.holds.list().count(),
+            2,
+            "both are still seen by the busy rule"
+        );
         assert!(opened.holds.frozen().is_some());
-        assert_eq!(std::fs::read_to_string(&path).unwrap(), bytes, "kept as it was");
+        assert_eq!(
+            std::fs::read_to_string(&path).unwrap(),
+            bytes,
+            "kept as it was"
+        );
         let mut frozen = opened.holds;
         assert!(matches!(
             frozen.release(&id("a")),
@@ -617,11 +636,7 @@ mod tests {
         let cdi = dir.path().join("cdi");
         std::fs::create_dir_all(&cdi).unwrap();
         std::fs::write(cdi.join("bcd-train.json"), spec_of(&[GPU0, "train"])).unwrap();
-        std::fs::write(
-            cdi.join("bcd-slot.json"),
-            spec_of(&[&format!("{GPU1}::1")]),
-        )
-        .unwrap();
+        std::fs::write(cdi.join("bcd-slot.json"), spec_of(&[&format!("{GPU1}::1")])).unwrap();
         std::fs::write(dir.path().join(HOLDS_FILE), b"{\"holds\": [{\"id\": \"tr").unwrap();
         // First start: set aside, rebuilt from the specs, and said so.
         let first = Holds::open(dir.path(), &cdi);
@@ -643,7 +658,11 @@ mod tests {
         // A missing holds.json with specs there is rebuilt too.
         std::fs::remove_file(dir.path().join(HOLDS_FILE)).unwrap();
         let third = Holds::open(dir.path(), &cdi);
-        assert!(third.notes[0].contains("is missing; rebuilt 2 hold(s)"), "{:?}", third.notes);
+        assert!(
+            third.notes[0].contains("is missing; rebuilt 2 hold(s)"),
+            "{:?}",
+            third.notes
+        );
         assert!(cdi.join("bcd-train.json").exists() && cdi.join("bcd-slot.json").exists());
     }
 

@@ -218,9 +218,7 @@ impl FromStr for DeviceId {
             .then(|| n.parse::<u32>().ok())
             .flatten();
             let gpu: DeviceId = gpu.parse().map_err(|_| refuse())?;
-            return number
-                .and_then(|n| gpu.slot_of(n))
-                .ok_or_else(refuse);
+            return number.and_then(|n| gpu.slot_of(n)).ok_or_else(refuse);
         }
         if let Some(body) = s.strip_prefix("GPU-") {
             return uuid_body(body)
@@ -348,7 +346,9 @@ mod tests {
 
     #[test]
     fn slots_name_their_gpu_and_round_trip_through_cdi_names() {
-        let slot: DeviceId = "GPU-5AE30E40-78ba-e5df-4b1a-d79c2d43241b::3".parse().unwrap();
+        let slot: DeviceId = "GPU-5AE30E40-78ba-e5df-4b1a-d79c2d43241b::3"
+            .parse()
+            .unwrap();
         assert_eq!(slot.as_str(), "GPU-5ae30e40-78ba-e5df-4b1a-d79c2d43241b::3");
         assert_eq!(slot.kind(), DeviceKind::Slot);
         assert_eq!(slot.slot(), Some(3));
@@ -356,7 +356,10 @@ mod tests {
             slot.gpu().unwrap().as_str(),
             "GPU-5ae30e40-78ba-e5df-4b1a-d79c2d43241b"
         );
-        assert_eq!(DeviceId::from_cdi_name(&slot.cdi_name()), Some(slot.clone()));
+        assert_eq!(
+            DeviceId::from_cdi_name(&slot.cdi_name()),
+            Some(slot.clone())
+        );
         let old: DeviceId = "MIG-GPU-5ae30e40-78ba-e5df-4b1a-d79c2d43241b/7/0"
             .parse()
             .unwrap();

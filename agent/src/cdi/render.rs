@@ -150,9 +150,7 @@ pub fn render(
         unknown_fields |= has_unknown_fields(&common);
     }
     if !request.kubernetes {
-        common
-            .env
-            .push(format!("{VISIBLE_DEVICES}={VISIBLE_NONE}"));
+        common.env.push(format!("{VISIBLE_DEVICES}={VISIBLE_NONE}"));
     }
 
     let mut unnamed = Vec::new();
@@ -239,7 +237,6 @@ fn choose_vendor<'v>(
     devices: &[&DeviceId],
     catalog: &DeviceCatalog,
 ) -> Option<&'v VendorSpec> {
-
     let mut best: Option<(&VendorSpec, usize)> = None;
     for v in vendor {
         let named = devices

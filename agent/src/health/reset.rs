@@ -285,7 +285,10 @@ mod tests {
             "{err}"
         );
         let err = refused(&[A], &inventory(), &[hold("s", &format!("{A}::1"))]).await;
-        assert!(err.to_string().contains(&format!("slot {A}::1 held by s")), "{err}");
+        assert!(
+            err.to_string().contains(&format!("slot {A}::1 held by s")),
+            "{err}"
+        );
     }
 
     // What broke: a reset named in upper case was answered "unknown GPU", not refused as busy.

@@ -311,7 +311,10 @@ fn open_state(config: &NodeConfig, problems: &mut Vec<String>) -> (Health, Optio
             cdi::holds::hold_of_file_name(n).is_some()
         }))
     {
-        tracing::warn!("removed {}, left by a write a crash cut off", temp.display());
+        tracing::warn!(
+            "removed {}, left by a write a crash cut off",
+            temp.display()
+        );
     }
     let opened = Holds::open(&config.data_dir, &config.cdi_dir);
     problems.extend(opened.notes);

@@ -168,7 +168,8 @@ fn runnable_vendor_spec(dev: &Path, to: &Path) {
                 let host = dev.join(path.trim_start_matches("/dev/").replace('/', "_"));
                 let major = node["major"].as_u64().unwrap_or(0);
                 let minor = node["minor"].as_u64().unwrap_or(0);
-                let exists = fs::symlink_metadata(&host).is_ok_and(|m| m.file_type().is_char_device());
+                let exists =
+                    fs::symlink_metadata(&host).is_ok_and(|m| m.file_type().is_char_device());
                 if !exists {
                     nix::sys::stat::mknod(
                         &host,
@@ -211,7 +212,12 @@ async fn podman_gives_a_container_exactly_the_devices_it_asked_for() {
         .apply("three".parse().unwrap(), placed(&t, &three), false, &t)
         .unwrap();
     holds
-        .apply("mig".parse().unwrap(), placed(&t, &[H100_MIG[0]]), false, &t)
+        .apply(
+            "mig".parse().unwrap(),
+            placed(&t, &[H100_MIG[0]]),
+            false,
+            &t,
+        )
         .unwrap();
     let slot = format!("{}::2", H100[5]);
     holds
@@ -219,7 +225,10 @@ async fn podman_gives_a_container_exactly_the_devices_it_asked_for() {
         .unwrap();
     let vendor = read_vendor_specs(std::slice::from_ref(&cdi)).specs;
     let done = converge(&mut holds, &vendor, &catalog("hgx-h100").await, &cdi);
-    assert!(done.errors.is_empty() && done.unnamed.is_empty(), "{done:?}");
+    assert!(
+        done.errors.is_empty() && done.unnamed.is_empty(),
+        "{done:?}"
+    );
 
     let created_etc_cdi = !Path::new("/etc/cdi").exists();
     if created_etc_cdi {
@@ -229,21 +238,44 @@ async fn podman_gives_a_container_exactly_the_devices_it_asked_for() {
     // Two of the hold's three devices: only those two, and no variable naming any.
     let two = podman.run(&[H100[0], H100[1]]);
     let took = started.elapsed();
-    assert!(two.nodes.contains(&"/dev/nvidia0".to_owned()), "{:?}", two.nodes);
-    assert!(two.nodes.contains(&"/dev/nvidia1".to_owned()), "{:?}", two.nodes);
-    assert!(!two.nodes.contains(&"/dev/nvidia2".to_owned()), "{:?}", two.nodes);
-    assert!(two.nodes.contains(&"/dev/nvidiactl".to_owned()), "the common edits");
+    assert!(
+        two.nodes.contains(&"/dev/nvidia0".to_owned()),
+        "{:?}",
+        two.nodes
+    );
+    assert!(
+        two.nodes.contains(&"/dev/nvidia1".to_owned()),
+        "{:?}",
+        two.nodes
+    );
+    assert!(
+        !two.nodes.contains(&"/dev/nvidia2".to_owned()),
+        "{:?}",
+        two.nodes
+    );
+    assert!(
+        two.nodes.contains(&"/dev/nvidiactl".to_owned()),
+        "the common edits"
+    );
     assert!(
         two.env.contains(&"NVIDIA_VISIBLE_DEVICES=void".to_owned()),
         "{:?}",
         two.env
     );
-    assert!(!two.env.iter().any(|e| e.contains(H100[2])), "{:?}", two.env);
+    assert!(
+        !two.env.iter().any(|e| e.contains(H100[2])),
+        "{:?}",
+        two.env
+    );
 
     // The whole hold, by its name: all three, and the variable naming them.
     let all = podman.run(&["three"]);
     for n in 0..3 {
-        assert!(all.nodes.contains(&format!("/dev/nvidia{n}")), "{:?}", all.nodes);
+        assert!(
+            all.nodes.contains(&format!("/dev/nvidia{n}")),
+            "{:?}",
+            all.nodes
+        );
     }
     assert!(!all.nodes.contains(&"/dev/nvidia3".to_owned()));
     assert!(
@@ -255,13 +287,21 @@ async fn podman_gives_a_container_exactly_the_devices_it_asked_for() {
 
     // A MIG device: its GPU's node and its own caps, no other GPU's node.
     let mig = podman.run(&[H100_MIG[0]]);
-    assert!(mig.nodes.contains(&"/dev/nvidia3".to_owned()), "{:?}", mig.nodes);
+    assert!(
+        mig.nodes.contains(&"/dev/nvidia3".to_owned()),
+        "{:?}",
+        mig.nodes
+    );
     assert!(mig.nodes.iter().any(|n| n.starts_with("/dev/nvidia-caps/")));
     assert!(!mig.nodes.contains(&"/dev/nvidia0".to_owned()));
 
     // A slot (its id holds "::", which CDI's names allow): its GPU's node only.
     let s = podman.run(&[&slot]);
-    assert!(s.nodes.contains(&"/dev/nvidia5".to_owned()), "{:?}", s.nodes);
+    assert!(
+        s.nodes.contains(&"/dev/nvidia5".to_owned()),
+        "{:?}",
+        s.nodes
+    );
     assert!(!s.nodes.contains(&"/dev/nvidia0".to_owned()));
     if created_etc_cdi {
         let _ = fs::remove_dir("/etc/cdi");
