@@ -16,7 +16,7 @@ use bcd::cdi::spec::{parse_spec, Format};
 use bcd::cdi::vendor::CatalogEntry;
 use bcd::cdi::{converge, render, DeviceCatalog, DeviceId, HoldId, HoldRequest, Holds, VendorSpec};
 use bcd::policy::{Placed, Topology};
-use criterion::{criterion_group, criterion_main, BatchSize, Criterion};
+use criterion::{criterion_group, criterion_main, Criterion};
 
 const JSON: &[u8] = include_bytes!("../../testdata/cdi/hgx-h100-uuid.json");
 const YAML: &[u8] = include_bytes!("../../testdata/cdi/hgx-h100-uuid.yaml");
