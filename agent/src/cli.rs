@@ -125,6 +125,12 @@ pub enum Command {
         /// The group given the API socket (mode 0660).
         #[arg(long, value_name = "GROUP", default_value = "bcd")]
         api_group: String,
+        /// Time-sliced slots each GPU offers to holds, as GPU-<uuid>::0 to ::N-1 (0: none;
+        /// at most 64). Slots of one GPU may go to different holds; a slot never goes with
+        /// its whole GPU or its MIG devices.
+        #[arg(long, value_name = "N", default_value_t = 0,
+              value_parser = clap::value_parser!(u32).range(0..=i64::from(crate::cdi::ids::MAX_SLOTS)))]
+        gpu_slots: u32,
     },
     /// One line per GPU from a live sample (waits at most 10 s), with UNHEALTHY where the
     /// healthy rule fails.
@@ -159,7 +165,7 @@ pub enum HoldCommand {
     Apply {
         /// The hold's id (1 to 63 of a-z, 0-9, '_', '.', '-').
         id: String,
-        /// GPU (GPU-...) or MIG device (MIG-...) UUIDs.
+        /// GPU (GPU-...) or MIG device (MIG-...) UUIDs, or slots (GPU-...::N).
         #[arg(required = true)]
         devices: Vec<String>,
         /// A Kubernetes binding: the spec carries no NVIDIA edits.
@@ -217,7 +223,7 @@ pub enum CdiCommand {
     Render {
         /// The hold's id (1 to 63 of a-z, 0-9, '_', '.', '-').
         hold: crate::cdi::HoldId,
-        /// GPU (GPU-...) or MIG device (MIG-...) UUIDs.
+        /// GPU (GPU-...) or MIG device (MIG-...) UUIDs, or slots (GPU-...::N).
         #[arg(required = true)]
         devices: Vec<crate::cdi::DeviceId>,
         /// A Kubernetes binding: the spec carries no NVIDIA edits.

@@ -14,6 +14,7 @@ pub mod helper_client;
 pub mod host;
 pub mod inventory;
 pub mod node;
+pub mod policy;
 pub mod runtime;
 pub mod smi;
 pub mod state;

@@ -50,6 +50,7 @@ fn main() -> ExitCode {
                 otlp_endpoint,
                 sample_interval,
                 api_group,
+                gpu_slots,
             } => {
                 svc::node(
                     &cli.global,
@@ -57,6 +58,7 @@ fn main() -> ExitCode {
                     otlp_endpoint.clone(),
                     *sample_interval,
                     api_group,
+                    *gpu_slots,
                 )
                 .await
             }

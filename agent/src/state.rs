@@ -68,7 +68,7 @@ pub fn write_atomic(path: &Path, bytes: &[u8], mode: u32) -> Result<(), StateErr
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_default();
-    let tmp = dir.join(format!(".{name}.tmp-{}", std::process::id()));
+    let tmp = dir.join(temp_name(&name, std::process::id()));
     let result = (|| {
         let mut file = OpenOptions::new()
             .write(true)
@@ -92,6 +92,44 @@ pub fn write_atomic(path: &Path, bytes: &[u8], mode: u32) -> Result<(), StateErr
         let _ = fs::remove_file(&tmp);
     }
     result
+}
+
+/// The temporary file [`write_atomic`] writes `name` through: `.<name>.tmp-<pid>`.
+fn temp_name(name: &str, pid: u32) -> String {
+    format!(".{name}{TEMP_MARK}{pid}")
+}
+
+const TEMP_MARK: &str = ".tmp-";
+
+/// The file a temporary file of [`write_atomic`] was for, when `name` is one.
+pub fn temp_target(name: &str) -> Option<&str> {
+    let (target, pid) = name.strip_prefix('.')?.rsplit_once(TEMP_MARK)?;
+    (!target.is_empty() && !pid.is_empty() && pid.bytes().all(|b| b.is_ascii_digit()))
+        .then_some(target)
+}
+
+/// Removes from `dir` the temporary files a crash left behind: those of bcd's own naming
+/// (`.<name>.tmp-<pid>`) for a `<name>` that `ours` accepts. Nothing else is touched, links
+/// and folders included. Run at start, before anything writes. Returns what was removed.
+pub fn remove_crash_temps(dir: &Path, ours: impl Fn(&str) -> bool) -> Vec<PathBuf> {
+    let Ok(entries) = fs::read_dir(dir) else {
+        return Vec::new();
+    };
+    let mut removed = Vec::new();
+    for entry in entries.filter_map(Result::ok) {
+        let name = entry.file_name();
+        let Some(name) = name.to_str() else { continue };
+        if !temp_target(name).is_some_and(&ours) {
+            continue;
+        }
+        let path = entry.path();
+        let regular = fs::symlink_metadata(&path).is_ok_and(|m| m.is_file());
+        if regular && fs::remove_file(&path).is_ok() {
+            removed.push(path);
+        }
+    }
+    removed.sort();
+    removed
 }
 
 /// Reads a state file: `Ok(None)` when it does not exist yet.
@@ -205,6 +243,34 @@ mod tests {
             err.to_string().contains("holds.json does not parse"),
             "{err}"
         );
+    }
+
+    #[test]
+    fn only_bcds_own_crash_temps_are_removed() {
+        let dir = tempfile::tempdir().unwrap();
+        for name in [
+            ".holds.json.tmp-123",
+            ".bcd-a.json.tmp-9",
+            ".other.json.tmp-1",
+            "holds.json.tmp-1",
+            ".holds.json.tmp-x",
+            "holds.json",
+        ] {
+            fs::write(dir.path().join(name), b"x").unwrap();
+        }
+        std::os::unix::fs::symlink("/etc/hostname", dir.path().join(".faults.json.tmp-2")).unwrap();
+        let removed = remove_crash_temps(dir.path(), |n| {
+            ["holds.json", "faults.json", "bcd-a.json"].contains(&n)
+        });
+        let names: Vec<_> = removed
+            .iter()
+            .map(|p| p.file_name().unwrap().to_str().unwrap().to_owned())
+            .collect();
+        assert_eq!(names, [".bcd-a.json.tmp-9", ".holds.json.tmp-123"]);
+        assert!(dir.path().join(".other.json.tmp-1").exists());
+        assert!(dir.path().join("holds.json").exists());
+        assert!(fs::symlink_metadata(dir.path().join(".faults.json.tmp-2")).is_ok());
+        assert_eq!(temp_target(&temp_name("holds.json", 7)), Some("holds.json"));
     }
 
     #[test]

@@ -19,6 +19,7 @@ use bcd::cdi::{
 };
 use bcd::host::Host;
 use bcd::inventory::collect::collect;
+use bcd::policy::{Placed, Topology};
 use serde_json::Value;
 
 const H100: [&str; 8] = [
@@ -71,6 +72,17 @@ fn hold(id: &str) -> HoldId {
     id.parse().unwrap()
 }
 
+/// The policy's view of a fake host (with `slots` slots per GPU).
+async fn topology(host: &str, slots: u32) -> Topology {
+    let host = Host::fake(repo().join("testdata/hosts").join(host));
+    Topology::from_inventory(&collect(&host, None).await.inventory, slots)
+}
+
+/// `list` placed on `t`'s GPUs.
+fn placed(t: &Topology, list: &[&str]) -> Vec<Placed> {
+    ids(list).iter().map(|d| t.place(d).unwrap()).collect()
+}
+
 fn render_hold(
     id: &str,
     devices: &[&str],
@@ -94,7 +106,9 @@ fn render_hold(
 }
 
 /// What every written spec must be: valid against the CDI schema, kind `bcd.dev/gpu`, no
-/// `NVIDIA_VISIBLE_DEVICES=void`, no device with empty edits. Returns the JSON.
+/// device with empty edits; no env var naming devices in the common edits or a held
+/// device's (the common edits say `void`); the last device named after the hold, naming
+/// them all. Returns the JSON.
 fn checked(rendered: &Rendered) -> Value {
     let json: Value = serde_json::from_slice(&rendered.to_json()).unwrap();
     if let Some(schema) = cdi_schema::CdiSchema::load() {
@@ -102,8 +116,36 @@ fn checked(rendered: &Rendered) -> Value {
         assert!(violations.is_empty(), "{violations:#?}\n{json:#}");
     }
     assert_eq!(json["kind"], "bcd.dev/gpu");
-    assert!(!strings(&json).contains(VOID), "{json:#}");
-    for d in json["devices"].as_array().unwrap() {
+    let visible = |edits: &Value| -> Vec<String> {
+        edits["env"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(Value::as_str)
+            .filter(|e| e.starts_with("NVIDIA_VISIBLE_DEVICES="))
+            .map(str::to_owned)
+            .collect()
+    };
+    let common = visible(&json["containerEdits"]);
+    assert!(common.is_empty() || common == [VOID], "{json:#}");
+    let devices = json["devices"].as_array().unwrap();
+    let (whole, held) = devices.split_last().unwrap();
+    for d in held {
+        assert!(visible(&d["containerEdits"]).is_empty(), "{d}");
+    }
+    let ids: Vec<String> = held
+        .iter()
+        .map(|d| {
+            DeviceId::from_cdi_name(d["name"].as_str().unwrap())
+                .unwrap()
+                .to_string()
+        })
+        .collect();
+    assert_eq!(
+        visible(&whole["containerEdits"]),
+        [format!("NVIDIA_VISIBLE_DEVICES={}", ids.join(","))]
+    );
+    for d in devices {
         let edits = d["containerEdits"].as_object().unwrap();
         assert!(
             !edits.is_empty(),
@@ -161,8 +203,9 @@ async fn a_hold_of_gpu_0_on_an_8_gpu_host_carries_nothing_of_gpus_1_to_7() {
     let r = render_hold("job", &[H100[0]], false, std::slice::from_ref(&v), &cat);
     assert!(r.unnamed.is_empty());
     let json = checked(&r);
-    // Exactly GPU 0's edits.
-    assert_eq!(r.spec.devices.len(), 1);
+    // Exactly GPU 0's edits, and the device named after the hold.
+    assert_eq!(r.spec.devices.len(), 2);
+    assert_eq!(r.spec.devices[1].name, "job");
     assert_eq!(r.spec.devices[0].name, H100[0]);
     assert_eq!(
         r.spec.devices[0].container_edits,
@@ -193,7 +236,7 @@ async fn a_hold_of_gpu_0_on_an_8_gpu_host_carries_nothing_of_gpus_1_to_7() {
         env_of(&json),
         [
             "NVIDIA_CTK_LIBCUDA_DIR=/usr/lib/x86_64-linux-gnu".to_owned(),
-            format!("NVIDIA_VISIBLE_DEVICES={}", H100[0])
+            VOID.to_owned()
         ]
     );
     // The common edits are the vendor's, once.
@@ -204,6 +247,45 @@ async fn a_hold_of_gpu_0_on_an_8_gpu_host_carries_nothing_of_gpus_1_to_7() {
     assert_eq!(r.spec.container_edits.mounts, v.spec.container_edits.mounts);
     assert_eq!(r.spec.container_edits.hooks, v.spec.container_edits.hooks);
     assert_eq!(json["cdiVersion"], "0.5.0", "hostPath needs 0.5.0");
+}
+
+// What broke: NVIDIA_VISIBLE_DEVICES in the common edits named every device of the hold, so
+// a container that asked for two of three was told all three.
+#[tokio::test]
+async fn a_subset_of_a_hold_is_told_only_its_own_devices() {
+    let v = vendor("hgx-h100-uuid.json");
+    let cat = catalog("hgx-h100").await;
+    let r = render_hold("three", &[H100[0], H100[1], H100[2]], false, &[v], &cat);
+    let json = checked(&r);
+    // Asking for devices 0 and 1 applies the common edits and theirs: none names device 2.
+    let asked: Vec<Value> = vec![
+        json["containerEdits"].clone(),
+        json["devices"][0]["containerEdits"].clone(),
+        json["devices"][1]["containerEdits"].clone(),
+    ];
+    let seen: BTreeSet<String> = asked.iter().flat_map(strings).collect();
+    assert!(
+        !seen
+            .iter()
+            .any(|s| s.contains(H100[2]) || s.contains("/dev/nvidia2")),
+        "{seen:#?}"
+    );
+    assert!(seen.contains(VOID));
+}
+
+#[tokio::test]
+async fn a_slot_carries_its_gpus_edits_and_is_named_by_its_slot_id() {
+    let v = vendor("hgx-h100-index.yaml");
+    let cat = catalog("hgx-h100").await;
+    let slot = format!("{}::1", H100[4]);
+    let r = render_hold("s", &[&slot], false, std::slice::from_ref(&v), &cat);
+    assert!(r.unnamed.is_empty());
+    let json = checked(&r);
+    assert_eq!(json["devices"][0]["name"], slot.as_str());
+    assert_eq!(
+        r.spec.devices[0].container_edits,
+        vendor_device(&v, "4").container_edits
+    );
 }
 
 #[tokio::test]
@@ -256,9 +338,14 @@ async fn index_names_resolve_through_the_inventory() {
         r.spec.devices[1].container_edits,
         vendor_device(&v, "5").container_edits
     );
+    let json = checked(&r);
+    assert_eq!(env_of(&json).last().unwrap(), VOID);
     assert_eq!(
-        env_of(&checked(&r)).last().unwrap(),
-        &format!("NVIDIA_VISIBLE_DEVICES={},{}", H100[2], H100[5])
+        json["devices"][2]["containerEdits"]["env"],
+        serde_json::json!([
+            "BCD_HOLD=idx",
+            format!("NVIDIA_VISIBLE_DEVICES={},{}", H100[2], H100[5])
+        ])
     );
 }
 
@@ -304,11 +391,33 @@ async fn additional_gids_keep_the_vendors_0_7_0_and_force_it_when_the_vendor_und
     understated.spec.cdi_version = "0.5.0".into();
     let r = render_hold("g", &[A100_GPU0], false, &[understated], &cat);
     assert_eq!(r.spec.cdi_version, "0.7.0");
-    // A later vendor version is kept.
+    // A later vendor version is not copied: the fields decide.
     let mut later = v;
     later.spec.cdi_version = "1.0.0".into();
     let r = render_hold("g", &[A100_GPU0], false, &[later], &cat);
-    assert_eq!(r.spec.cdi_version, "1.0.0");
+    assert_eq!(r.spec.cdi_version, "0.7.0");
+    assert_eq!(r.version_forced_by, Some("additionalGids"));
+}
+
+// What broke: the hold spec's cdiVersion rose to the vendor's (0.6.0 on current toolkits),
+// which Debian 12's podman 4.3 refuses ("unresolvable CDI devices").
+#[tokio::test]
+async fn a_hold_spec_asks_for_the_lowest_cdi_version_its_fields_need() {
+    let cat = catalog("hgx-h100").await;
+    let mut v = vendor("hgx-h100-uuid.json");
+    v.spec.cdi_version = "0.6.0".into();
+    let r = render_hold("low", &[H100[2]], false, &[v.clone()], &cat);
+    assert_eq!(r.spec.cdi_version, "0.5.0", "hostPath is all it needs");
+    assert_eq!(r.version_forced_by, None);
+    // A field bcd does not know keeps the vendor's version: what it needs is unknown.
+    v.spec.devices.iter_mut().for_each(|d| {
+        d.container_edits
+            .extra
+            .insert("futureEdit".into(), serde_json::json!(1));
+    });
+    let r = render_hold("low", &[H100[2]], false, &[v], &cat);
+    assert_eq!(r.spec.cdi_version, "0.6.0");
+    assert!(r.version_forced_by.is_some());
 }
 
 #[tokio::test]
@@ -320,10 +429,7 @@ async fn on_wsl_the_all_device_stands_for_each_gpu() {
     let json = checked(&r);
     assert_eq!(node_paths(&json["devices"][0]), ["/dev/dxg"]);
     assert!(strings(&json).contains("/usr/lib/wsl/lib/libdxcore.so"));
-    assert_eq!(
-        json["cdiVersion"], "0.5.0",
-        "bcd's own, over the vendor's 0.3.0"
-    );
+    assert_eq!(json["cdiVersion"], "0.3.0", "nothing in it needs more");
     // Two GPUs (a catalog does not matter for `all`): each carries /dev/dxg.
     let second = "GPU-00000000-1111-2222-3333-444444444444";
     let r = render_hold(
@@ -371,12 +477,16 @@ async fn no_vendor_spec_leaves_only_nvidia_visible_devices() {
     let r = render_hold("n", &[H100[0], H100_MIG[0]], false, &[], &cat);
     assert!(r.unnamed.is_empty(), "nothing to be stale against");
     let json = checked(&r);
-    assert_eq!(
-        json["containerEdits"],
-        serde_json::json!({"env": [format!("NVIDIA_VISIBLE_DEVICES={},{}", H100[0], H100_MIG[0])]})
-    );
-    assert_eq!(json["cdiVersion"], "0.5.0");
+    assert_eq!(json["containerEdits"], serde_json::json!({ "env": [VOID] }));
+    assert_eq!(json["cdiVersion"], "0.3.0");
     assert_eq!(json["devices"][1]["name"], H100_MIG[0]);
+    assert_eq!(
+        json["devices"][2]["containerEdits"]["env"],
+        serde_json::json!([
+            "BCD_HOLD=n",
+            format!("NVIDIA_VISIBLE_DEVICES={},{}", H100[0], H100_MIG[0])
+        ])
+    );
 }
 
 #[tokio::test]
@@ -389,7 +499,12 @@ async fn a_kubernetes_binding_carries_no_vendor_edits() {
     let json = checked(&r);
     assert_eq!(
         json["containerEdits"],
-        serde_json::json!({"env": [format!("NVIDIA_VISIBLE_DEVICES={},{}", H100[0], H100[1])]})
+        Value::Null,
+        "its plugin sets the variable"
+    );
+    assert_eq!(
+        json["devices"][2]["containerEdits"],
+        serde_json::json!({"env": ["BCD_HOLD=k8s", format!("NVIDIA_VISIBLE_DEVICES={},{}", H100[0], H100[1])]})
     );
     assert!(!strings(&json).iter().any(|s| s.starts_with("/dev/")));
 }
@@ -490,21 +605,23 @@ async fn the_converger_writes_holds_removes_orphans_and_reconciles_after_a_resta
     fs::write(cdi.join("bcd-notes.txt"), "x").unwrap();
     fs::write(cdi.join("bcd-Upper.json"), "{}").unwrap();
     fs::write(cdi.join("other-vendor.json"), "{}").unwrap();
-    // An orphan of a hold released while bcd was down.
+    // A spec of a hold the store does not know: perhaps the only record of a running job's
+    // hold, so it is reported and left alone.
     fs::write(cdi.join("bcd-gone.json"), "{}").unwrap();
 
     let cat = catalog("hgx-h100").await;
     let vendor = read_vendor_specs(std::slice::from_ref(&cdi)).specs;
+    let t = topology("hgx-h100", 0).await;
     let mut holds = Holds::load(&data).unwrap();
     holds
-        .apply(hold("train"), ids(&[H100[0], H100[1]]), false)
+        .apply(hold("train"), placed(&t, &[H100[0], H100[1]]), false, &t)
         .unwrap();
     holds
-        .apply(hold("infer"), ids(&[H100_MIG[0]]), false)
+        .apply(hold("infer"), placed(&t, &[H100_MIG[0]]), false, &t)
         .unwrap();
     // A device of another hold is refused, naming the holder.
     let err = holds
-        .apply(hold("greedy"), ids(&[H100[1]]), false)
+        .apply(hold("greedy"), placed(&t, &[H100[1]]), false, &t)
         .unwrap_err();
     assert!(
         err.to_string().contains("already held by hold train"),
@@ -512,14 +629,16 @@ async fn the_converger_writes_holds_removes_orphans_and_reconciles_after_a_resta
     );
     assert_eq!(mode(&data.join("holds.json")), 0o600);
 
-    let done = converge(&holds, &vendor, &cat, &cdi);
+    let done = converge(&mut holds, &vendor, &cat, &cdi);
     assert!(done.errors.is_empty(), "{:?}", done.errors);
     assert_eq!(done.written.len(), 2);
-    assert_eq!(done.removed, [cdi.join("bcd-gone.json")]);
+    assert!(done.removed.is_empty());
+    assert_eq!(done.strangers, [cdi.join("bcd-gone.json")]);
     assert_eq!(
         names(&cdi),
         [
             "bcd-Upper.json",
+            "bcd-gone.json",
             "bcd-infer.json",
             "bcd-notes.txt",
             "bcd-train.json",
@@ -538,7 +657,7 @@ async fn the_converger_writes_holds_removes_orphans_and_reconciles_after_a_resta
     assert_eq!(written["devices"][1]["name"], H100[1]);
 
     // Nothing changed: nothing rewritten.
-    let again = converge(&holds, &vendor, &cat, &cdi);
+    let again = converge(&mut holds, &vendor, &cat, &cdi);
     assert!(again.written.is_empty() && again.removed.is_empty());
     assert_eq!(again.unchanged.len(), 2);
 
@@ -546,16 +665,23 @@ async fn the_converger_writes_holds_removes_orphans_and_reconciles_after_a_resta
     fs::remove_file(&train).unwrap();
     drop(holds);
     let mut holds = Holds::load(&data).unwrap();
-    let restarted = converge(&holds, &vendor, &cat, &cdi);
+    let restarted = converge(&mut holds, &vendor, &cat, &cdi);
     assert_eq!(restarted.written, std::slice::from_ref(&train));
 
     // Release removes the spec.
     holds.release(&hold("train")).unwrap().unwrap();
-    let released = converge(&holds, &vendor, &cat, &cdi);
+    let released = converge(&mut holds, &vendor, &cat, &cdi);
     assert_eq!(released.removed, std::slice::from_ref(&train));
     assert!(!train.exists());
+    assert_eq!(holds.released().count(), 0, "seen gone, forgotten");
+    assert!(
+        cdi.join("bcd-gone.json").exists(),
+        "never released here: kept"
+    );
     // The device is free for another hold now.
-    holds.apply(hold("greedy"), ids(&[H100[1]]), false).unwrap();
+    holds
+        .apply(hold("greedy"), placed(&t, &[H100[1]]), false, &t)
+        .unwrap();
 }
 
 #[tokio::test]
@@ -564,16 +690,20 @@ async fn the_converger_logs_held_devices_nvidias_spec_does_not_name() {
     let cat = catalog("hgx-h100").await;
     let mut v = vendor("hgx-h100-uuid.json");
     v.spec.devices.retain(|d| d.name != H100[5]);
+    let t = topology("hgx-h100", 0).await;
     let mut holds = Holds::load(tmp.path()).unwrap();
-    holds.apply(hold("stale"), ids(&[H100[5]]), false).unwrap();
+    holds
+        .apply(hold("stale"), placed(&t, &[H100[5]]), false, &t)
+        .unwrap();
     let captured = Captured::default();
     let writer = captured.clone();
     let subscriber = tracing_subscriber::fmt()
         .with_writer(move || writer.clone())
         .with_ansi(false)
         .finish();
-    let done =
-        tracing::subscriber::with_default(subscriber, || converge(&holds, &[v], &cat, tmp.path()));
+    let done = tracing::subscriber::with_default(subscriber, || {
+        converge(&mut holds, &[v], &cat, tmp.path())
+    });
     assert_eq!(done.unnamed, [(hold("stale"), ids(&[H100[5]]))]);
     let log = String::from_utf8(captured.0.lock().unwrap().clone()).unwrap();
     assert!(
@@ -692,7 +822,9 @@ fn real_nvidia_specs_render_valid_hold_specs() {
                 &catalog,
             );
             let version: bcd::cdi::spec::CdiVersion = rendered.spec.cdi_version.parse().unwrap();
-            assert!(version >= vendor_version, "{name}");
+            let needed = bcd::cdi::spec::minimum_version(&rendered.spec);
+            assert!(version >= needed, "{name}");
+            assert!(version <= needed.max(vendor_version), "{name}");
             let vendor_dev = vendor_device(&v, &vendor_name);
             let per_gpu_all = vendor_name == "all"
                 && vendor_dev.container_edits.device_nodes.iter().any(|n| {

@@ -1,15 +1,28 @@
 //! The hold store, `<data>/holds.json` (0600): which devices each hold has, and whether it is
 //! a Kubernetes binding. Written atomically on each change; a file that does not parse is set
 //! aside for the operator, never replaced by an empty one.
+//!
+//! The hold specs in the CDI folder are a second record of the holds: when `holds.json` is
+//! missing or unreadable while `bcd-*.json` specs are there, [`Holds::open`] rebuilds the
+//! holds from those specs and says so, so that no hold is ever forgotten (a forgotten hold's
+//! GPU could be handed out again while its job runs). The store also remembers which holds
+//! were released until their specs are gone: the converger removes only those.
+//!
+//! Every change is checked by [`crate::policy`]; a file that breaks its invariant (one GPU
+//! in two holds) is refused at load, naming both holds, and kept as it is.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
+use std::fs;
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
+use crate::policy::{self, Placed, PolicyError, Topology};
 use crate::state::{self, StateError, PRIVATE_MODE};
 
-use super::ids::{DeviceId, HoldId};
+use super::ids::{DeviceId, DeviceKind, HoldId};
+use super::spec::{parse_spec, Format, MAX_SPEC_BYTES};
+use super::{HOLD_SPEC_PREFIX, HOLD_SPEC_SUFFIX};
 
 /// The store's file name in the data folder.
 pub const HOLDS_FILE: &str = "holds.json";
@@ -23,23 +36,40 @@ pub struct Hold {
     /// A Kubernetes binding: its spec carries no vendor edits.
     #[serde(default)]
     pub kubernetes: bool,
+    /// The GPU of each `MIG-<uuid>` device, as the inventory said when the hold was made,
+    /// so that the policy's invariant can be checked before any collection.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub gpus: BTreeMap<DeviceId, DeviceId>,
+}
+
+impl Hold {
+    /// The GPU `device` is on, as its id or this hold's record says.
+    pub fn gpu_of(&self, device: &DeviceId) -> Option<DeviceId> {
+        device.gpu().or_else(|| self.gpus.get(device).cloned())
+    }
 }
 
 /// The file's shape: a list, so the file reads in id order.
 #[derive(Debug, Default, Serialize, Deserialize)]
 struct HoldsFile {
     holds: Vec<Hold>,
+    /// Holds released whose specs may still be in the CDI folder.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    released: Vec<HoldId>,
 }
 
 /// Why a hold change was refused or not saved. `Display` is the operator's sentence.
 #[derive(Debug, thiserror::Error)]
 pub enum HoldError {
-    #[error("{device} is already held by hold {holder}; release that hold first")]
-    Held { device: DeviceId, holder: HoldId },
     #[error("hold {0} names no device")]
     NoDevices(HoldId),
+    #[error(transparent)]
+    Policy(#[from] PolicyError),
     #[error("the hold store: {0}")]
     State(#[from] StateError),
+    /// The store could not be read as it is; it is used read-only until it is fixed.
+    #[error("holds are not changed until holds.json is fixed: {0}")]
+    Frozen(String),
 }
 
 /// The holds, and the file they are kept in.
@@ -47,6 +77,17 @@ pub enum HoldError {
 pub struct Holds {
     path: PathBuf,
     holds: BTreeMap<HoldId, Hold>,
+    released: BTreeSet<HoldId>,
+    /// Why the store may not change (and is not converged), when it may not.
+    frozen: Option<String>,
+}
+
+/// What [`Holds::open`] found.
+#[derive(Debug)]
+pub struct Opened {
+    pub holds: Holds,
+    /// What the operator must hear: the file was unreadable, rebuilt, or refused.
+    pub notes: Vec<String>,
 }
 
 impl Holds {
@@ -54,10 +95,14 @@ impl Holds {
     ///
     /// # Errors
     /// [`HoldError::State`]: the file cannot be read, is a link, or does not parse. In the last
-    /// case it has been set aside (`holds.json.unreadable-<time>`) and the next load starts
-    /// empty; the caller should report it before converging, since the lost holds' specs
-    /// would then be removed.
+    /// case it has been set aside (`holds.json.unreadable-<time>`). [`HoldError::Policy`]
+    /// when it gives one GPU to two holds; the file is left as it is.
     pub fn load(data_dir: &Path) -> Result<Self, HoldError> {
+        Self::load_file(data_dir).map(|(holds, _)| holds)
+    }
+
+    /// As [`Holds::load`], and whether the file was there.
+    fn load_file(data_dir: &Path) -> Result<(Self, bool), HoldError> {
         let path = data_dir.join(HOLDS_FILE);
         let file = state::load(&path, |bytes| {
             let file: HoldsFile = serde_json::from_slice(bytes).map_err(|e| e.to_string())?;
@@ -67,54 +112,156 @@ impl Holds {
                     return Err("a hold id appears twice".to_owned());
                 }
             }
-            Ok(holds)
+            Ok((holds, file.released.into_iter().collect::<BTreeSet<_>>()))
         })?;
-        Ok(Self {
+        let found = file.is_some();
+        let (holds, released) = file.unwrap_or_default();
+        let store = Self {
             path,
-            holds: file.unwrap_or_default(),
+            holds,
+            released,
+            frozen: None,
+        };
+        store.check_invariant()?;
+        Ok((store, found))
+    }
+
+    fn check_invariant(&self) -> Result<(), PolicyError> {
+        let all: Vec<Hold> = self.holds.values().cloned().collect();
+        policy::check_invariant(&all, &Topology::default())
+    }
+
+    /// Opens the store for the node service: loads `holds.json`, and when it is missing or
+    /// unreadable while hold specs are in `cdi_dir`, rebuilds the holds from those specs
+    /// (saved as the new `holds.json` where the old one was set aside or missing; kept
+    /// read-only where it could not be read at all). A file that breaks the policy's
+    /// invariant is kept and used read-only. Nothing is deleted in any case.
+    pub fn open(data_dir: &Path, cdi_dir: &Path) -> Opened {
+        let path = data_dir.join(HOLDS_FILE);
+        let mut notes = Vec::new();
+        let (why, writable) = match Self::load_file(data_dir) {
+            Ok((holds, true)) => return Opened { holds, notes },
+            Ok((_, false)) => (format!("{} is missing", path.display()), true),
+            Err(HoldError::State(e @ StateError::SetAside { .. })) => (e.to_string(), true),
+            Err(HoldError::Policy(e)) => {
+                let holds = Self::read_refused(&path).unwrap_or_else(|| Self::empty(&path));
+                let sentence = e.to_string();
+                notes.push(sentence.clone());
+                return Opened {
+                    holds: Holds {
+                        frozen: Some(sentence),
+                        ..holds
+                    },
+                    notes,
+                };
+            }
+            Err(e) => (e.to_string(), false),
+        };
+        let (rebuilt, problems) = rebuild_from_specs(cdi_dir);
+        notes.extend(problems);
+        let mut holds = Self::empty(&path);
+        if rebuilt.is_empty() && writable {
+            if !why.ends_with("is missing") {
+                notes.push(format!(
+                    "{why}; no hold spec was found to rebuild holds from"
+                ));
+            }
+            return Opened { holds, notes };
+        }
+        let ids: Vec<&str> = rebuilt.iter().map(|h| h.id.as_str()).collect();
+        let mut sentence = format!(
+            "{why}; rebuilt {} hold(s) from the hold specs in {}: {}",
+            rebuilt.len(),
+            cdi_dir.display(),
+            ids.join(", ")
+        );
+        holds.holds = rebuilt.into_iter().map(|h| (h.id.clone(), h)).collect();
+        if let Err(e) = holds.check_invariant() {
+            sentence.push_str(&format!("; {e}"));
+            holds.frozen = Some(sentence.clone());
+        } else if !writable {
+            holds.frozen = Some(sentence.clone());
+        } else if let Err(e) = holds.save() {
+            sentence.push_str(&format!("; they could not be saved ({e})"));
+            holds.frozen = Some(sentence.clone());
+        }
+        notes.push(sentence);
+        Opened { holds, notes }
+    }
+
+    fn empty(path: &Path) -> Self {
+        Self {
+            path: path.to_path_buf(),
+            holds: BTreeMap::new(),
+            released: BTreeSet::new(),
+            frozen: None,
+        }
+    }
+
+    /// The holds of a file the invariant refused, to be used read-only.
+    fn read_refused(path: &Path) -> Option<Self> {
+        let bytes = state::read(path).ok()??;
+        let file: HoldsFile = serde_json::from_slice(&bytes).ok()?;
+        Some(Self {
+            holds: file.holds.into_iter().map(|h| (h.id.clone(), h)).collect(),
+            released: file.released.into_iter().collect(),
+            ..Self::empty(path)
         })
     }
 
-    /// Creates the hold `id`, or replaces its devices, and saves the store.
+    /// Why the store may not change, when it may not.
+    pub fn frozen(&self) -> Option<&str> {
+        self.frozen.as_deref()
+    }
+
+    /// Creates the hold `id`, or replaces its devices, and saves the store. `devices` come
+    /// placed by [`Topology::place`]; `topology` places the other holds' devices.
     ///
     /// # Errors
-    /// [`HoldError::Held`] naming the holder when another hold has one of `devices` (nothing
-    /// changes); [`HoldError::NoDevices`]; [`HoldError::State`] when the store cannot be
-    /// saved (the change is then undone in memory too).
+    /// [`HoldError::Policy`] naming the holder when another hold has a conflicting device
+    /// (nothing changes); [`HoldError::NoDevices`]; [`HoldError::Frozen`];
+    /// [`HoldError::State`] when the store cannot be saved (the change is then undone in
+    /// memory too).
     pub fn apply(
         &mut self,
         id: HoldId,
-        devices: Vec<DeviceId>,
+        devices: Vec<Placed>,
         kubernetes: bool,
+        topology: &Topology,
     ) -> Result<&Hold, HoldError> {
-        let mut distinct: Vec<DeviceId> = Vec::with_capacity(devices.len());
+        if let Some(why) = &self.frozen {
+            return Err(HoldError::Frozen(why.clone()));
+        }
+        let mut distinct: Vec<Placed> = Vec::with_capacity(devices.len());
         for d in devices {
-            if !distinct.contains(&d) {
+            if !distinct.iter().any(|p| p.device == d.device) {
                 distinct.push(d);
             }
         }
         if distinct.is_empty() {
             return Err(HoldError::NoDevices(id));
         }
-        for device in &distinct {
-            if let Some(holder) = self.holder_of(device).filter(|h| **h != id) {
-                return Err(HoldError::Held {
-                    device: device.clone(),
-                    holder: holder.clone(),
-                });
-            }
-        }
+        policy::check_free(&id, &distinct, self.holds.values(), topology)?;
         let hold = Hold {
             id: id.clone(),
-            devices: distinct,
+            gpus: distinct
+                .iter()
+                .filter(|p| p.device.kind() == DeviceKind::Mig && p.device.gpu().is_none())
+                .filter_map(|p| Some((p.device.clone(), p.gpu.clone()?)))
+                .collect(),
+            devices: distinct.into_iter().map(|p| p.device).collect(),
             kubernetes,
         };
         let previous = self.holds.insert(id.clone(), hold);
+        let was_released = self.released.remove(&id);
         if let Err(e) = self.save() {
             match previous {
-                Some(p) => self.holds.insert(id, p),
+                Some(p) => self.holds.insert(id.clone(), p),
                 None => self.holds.remove(&id),
             };
+            if was_released {
+                self.released.insert(id);
+            }
             return Err(e);
         }
         Ok(&self.holds[&id])
@@ -124,16 +271,43 @@ impl Holds {
     /// Its spec goes with the next [`super::converge`].
     ///
     /// # Errors
-    /// [`HoldError::State`] when the store cannot be saved (the hold is then kept).
+    /// [`HoldError::Frozen`]; [`HoldError::State`] when the store cannot be saved (the hold
+    /// is then kept).
     pub fn release(&mut self, id: &HoldId) -> Result<Option<Hold>, HoldError> {
+        if let Some(why) = &self.frozen {
+            return Err(HoldError::Frozen(why.clone()));
+        }
         let Some(hold) = self.holds.remove(id) else {
             return Ok(None);
         };
+        let newly = self.released.insert(id.clone());
         if let Err(e) = self.save() {
             self.holds.insert(id.clone(), hold);
+            if newly {
+                self.released.remove(id);
+            }
             return Err(e);
         }
         Ok(Some(hold))
+    }
+
+    /// Holds released whose specs have not been seen removed yet.
+    pub fn released(&self) -> impl Iterator<Item = &HoldId> {
+        self.released.iter()
+    }
+
+    /// Forgets released holds whose specs are gone, and saves the store.
+    ///
+    /// # Errors
+    /// [`HoldError::State`] when the store cannot be saved (they are then kept, and their
+    /// specs' removal is simply tried again).
+    pub fn forget_released(&mut self, gone: &[HoldId]) -> Result<(), HoldError> {
+        let before = self.released.clone();
+        self.released.retain(|id| !gone.contains(id));
+        if self.released == before {
+            return Ok(());
+        }
+        self.save().inspect_err(|_| self.released = before)
     }
 
     /// Every hold, by id.
@@ -146,7 +320,7 @@ impl Holds {
         self.holds.get(id)
     }
 
-    /// The hold that has `device`.
+    /// The hold that has `device` itself.
     pub fn holder_of(&self, device: &DeviceId) -> Option<&HoldId> {
         self.holds
             .values()
@@ -157,6 +331,7 @@ impl Holds {
     fn save(&self) -> Result<(), HoldError> {
         let file = HoldsFile {
             holds: self.holds.values().cloned().collect(),
+            released: self.released.iter().cloned().collect(),
         };
         // Serialising plain data to a Vec cannot fail.
         let mut bytes = serde_json::to_vec_pretty(&file).unwrap_or_default();
@@ -164,6 +339,72 @@ impl Holds {
         state::write_atomic(&self.path, &bytes, PRIVATE_MODE)?;
         Ok(())
     }
+}
+
+/// The hold id a file name belongs to, when it is one of bcd's specs (`bcd-<id>.json`).
+pub fn hold_of_file_name(name: &str) -> Option<HoldId> {
+    name.strip_prefix(HOLD_SPEC_PREFIX)?
+        .strip_suffix(HOLD_SPEC_SUFFIX)?
+        .parse()
+        .ok()
+}
+
+/// The holds the `bcd-<id>.json` specs of `cdi_dir` record, and what could not be read.
+/// A spec's devices are those its device names stand for (the device named after the hold
+/// stands for the whole hold and is skipped); a spec without common edits is a Kubernetes
+/// binding's (every other hold's spec sets `NVIDIA_VISIBLE_DEVICES=void` there).
+pub fn rebuild_from_specs(cdi_dir: &Path) -> (Vec<Hold>, Vec<String>) {
+    let mut holds = Vec::new();
+    let mut problems = Vec::new();
+    let Ok(entries) = fs::read_dir(cdi_dir) else {
+        return (holds, problems);
+    };
+    let mut files: Vec<(HoldId, PathBuf)> = entries
+        .filter_map(Result::ok)
+        .filter_map(|e| Some((hold_of_file_name(e.file_name().to_str()?)?, e.path())))
+        .collect();
+    files.sort();
+    for (id, path) in files {
+        let spec = match fs::symlink_metadata(&path) {
+            Ok(m) if m.is_file() && m.len() <= MAX_SPEC_BYTES as u64 => fs::read(&path)
+                .map_err(|e| e.to_string())
+                .and_then(|b| parse_spec(&b, Format::Json).map_err(|e| e.to_string())),
+            Ok(_) => Err("is not a regular file under the size limit".to_owned()),
+            Err(e) => Err(e.to_string()),
+        };
+        let spec = match spec {
+            Ok(s) => s,
+            Err(e) => {
+                problems.push(format!(
+                    "the hold spec {} cannot be read ({e}); it is left as it is and its hold is not rebuilt",
+                    path.display()
+                ));
+                continue;
+            }
+        };
+        let mut devices: Vec<DeviceId> = Vec::new();
+        for d in &spec.devices {
+            if let Some(device) = DeviceId::from_cdi_name(&d.name) {
+                if !devices.contains(&device) {
+                    devices.push(device);
+                }
+            }
+        }
+        if devices.is_empty() {
+            problems.push(format!(
+                "the hold spec {} names no device; its hold is not rebuilt",
+                path.display()
+            ));
+            continue;
+        }
+        holds.push(Hold {
+            id,
+            devices,
+            kubernetes: spec.container_edits.is_empty(),
+            gpus: BTreeMap::new(),
+        });
+    }
+    (holds, problems)
 }
 
 #[cfg(test)]
@@ -183,15 +424,30 @@ mod tests {
         s.parse().unwrap()
     }
 
+    /// Devices placed by their ids alone (no inventory).
+    fn on(devices: &[&str]) -> Vec<Placed> {
+        devices
+            .iter()
+            .map(|d| Placed {
+                device: dev(d),
+                gpu: dev(d).gpu(),
+            })
+            .collect()
+    }
+
+    fn none() -> Topology {
+        Topology::default()
+    }
+
     #[test]
     fn holds_persist_privately_and_reload() {
         let dir = tempfile::tempdir().unwrap();
         let mut holds = Holds::load(dir.path()).unwrap();
         assert_eq!(holds.list().count(), 0);
         holds
-            .apply(id("a"), vec![dev(GPU0), dev(GPU0)], false)
+            .apply(id("a"), on(&[GPU0, GPU0]), false, &none())
             .unwrap();
-        holds.apply(id("k"), vec![dev(GPU1)], true).unwrap();
+        holds.apply(id("k"), on(&[GPU1]), true, &none()).unwrap();
         let path = dir.path().join(HOLDS_FILE);
         let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o777;
         assert_eq!(mode, 0o600);
@@ -206,23 +462,27 @@ mod tests {
     fn a_device_held_by_another_hold_is_refused_naming_the_holder() {
         let dir = tempfile::tempdir().unwrap();
         let mut holds = Holds::load(dir.path()).unwrap();
-        holds.apply(id("first"), vec![dev(GPU0)], false).unwrap();
+        holds
+            .apply(id("first"), on(&[GPU0]), false, &none())
+            .unwrap();
         let err = holds
-            .apply(id("second"), vec![dev(GPU1), dev(GPU0)], false)
+            .apply(id("second"), on(&[GPU1, GPU0]), false, &none())
             .unwrap_err();
         assert_eq!(
             err.to_string(),
-            format!("{GPU0} is already held by hold first; release that hold first")
+            format!("{GPU0} is already held by hold first (that device); release that hold first")
         );
         assert!(holds.get(&id("second")).is_none(), "nothing changed");
         // The same hold may be applied again, with other devices.
         holds
-            .apply(id("first"), vec![dev(GPU0), dev(GPU1)], false)
+            .apply(id("first"), on(&[GPU0, GPU1]), false, &none())
             .unwrap();
         assert_eq!(holds.released_then(&id("first")), 2);
-        holds.apply(id("second"), vec![dev(GPU0)], false).unwrap();
+        holds
+            .apply(id("second"), on(&[GPU0]), false, &none())
+            .unwrap();
         assert!(matches!(
-            holds.apply(id("none"), vec![], false),
+            holds.apply(id("none"), vec![], false, &none()),
             Err(HoldError::NoDevices(_))
         ));
     }
@@ -263,9 +523,161 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let mut holds = Holds::load(&dir.path().join("missing-folder")).unwrap();
         assert!(matches!(
-            holds.apply(id("a"), vec![dev(GPU0)], false),
+            holds.apply(id("a"), on(&[GPU0]), false, &none()),
             Err(HoldError::State(_))
         ));
         assert_eq!(holds.list().count(), 0);
+    }
+
+    const GPU3: &str = "GPU-b9036d74-bff6-b565-c003-dc53279ae2bd";
+    const MIG3: &str = "MIG-65db3e42-f991-a575-c20e-8350d31e437c";
+
+    fn mig_host() -> Topology {
+        use crate::inventory::document::{Gpu, GpuSection, Inventory, Mig, MigDevice};
+        let inv = Inventory::new(GpuSection {
+            gpus: vec![Gpu {
+                index: 3,
+                uuid: GPU3.into(),
+                mig: Some(Mig {
+                    mode: Some(true),
+                    devices: vec![MigDevice {
+                        uuid: Some(MIG3.into()),
+                        ..MigDevice::default()
+                    }],
+                    ..Mig::default()
+                }),
+                ..Gpu::default()
+            }],
+            ..GpuSection::default()
+        });
+        Topology::from_inventory(&inv, 2)
+    }
+
+    /// A minimal hold spec naming `devices`, as the converger writes them.
+    fn spec_of(devices: &[&str]) -> String {
+        let devices: Vec<String> = devices
+            .iter()
+            .map(|d| format!(r#"{{"name":"{d}","containerEdits":{{"env":["BCD_HOLD=x"]}}}}"#))
+            .collect();
+        format!(
+            r#"{{"cdiVersion":"0.3.0","kind":"bcd.dev/gpu","devices":[{}],"containerEdits":{{"env":["NVIDIA_VISIBLE_DEVICES=void"]}}}}"#,
+            devices.join(",")
+        )
+    }
+
+    // What broke: a hold of MIG-mode GPU 3 and a hold of one of its MIG devices were both
+    // accepted, and both specs granted /dev/nvidia3.
+    #[test]
+    fn a_gpu_and_one_of_its_mig_devices_never_go_to_two_holds() {
+        let dir = tempfile::tempdir().unwrap();
+        let t = mig_host();
+        let mut holds = Holds::load(dir.path()).unwrap();
+        let place = |d: &str| vec![t.place(&dev(d)).unwrap()];
+        holds.apply(id("whole"), place(GPU3), false, &t).unwrap();
+        let err = holds.apply(id("part"), place(MIG3), false, &t).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            format!("{MIG3} is already held by hold whole ({GPU3} on the same GPU); release that hold first")
+        );
+        holds.release(&id("whole")).unwrap();
+        holds.apply(id("part"), place(MIG3), false, &t).unwrap();
+        assert!(holds.apply(id("whole"), place(GPU3), false, &t).is_err());
+        // The MIG device's GPU is recorded, so a reload checks it without an inventory.
+        let again = Holds::load(dir.path()).unwrap();
+        assert_eq!(
+            again.get(&id("part")).unwrap().gpu_of(&dev(MIG3)),
+            Some(dev(GPU3))
+        );
+    }
+
+    // What broke: a holds.json that gives one GPU to two holds loaded without a word.
+    #[test]
+    fn a_holds_file_giving_one_gpu_to_two_holds_is_refused_naming_both_and_kept() {
+        let dir = tempfile::tempdir().unwrap();
+        let cdi = dir.path().join("cdi");
+        std::fs::create_dir_all(&cdi).unwrap();
+        let path = dir.path().join(HOLDS_FILE);
+        let bytes = format!(
+            r#"{{"holds":[{{"id":"a","devices":["{GPU3}"]}},{{"id":"b","devices":["{MIG3}"],"gpus":{{"{MIG3}":"{GPU3}"}}}}]}}"#
+        );
+        std::fs::write(&path, &bytes).unwrap();
+        let err = Holds::load(dir.path()).unwrap_err();
+        assert!(err.to_string().contains("hold a has"), "{err}");
+        assert!(err.to_string().contains("hold b has"), "{err}");
+        let opened = Holds::open(dir.path(), &cdi);
+        assert!(
+            opened.notes[0].contains("two holds have GPU"),
+            "{:?}",
+            opened.notes
+        );
+        assert_eq!(
+            opened.holds.list().count(),
+            2,
+            "both are still seen by the busy rule"
+        );
+        assert!(opened.holds.frozen().is_some());
+        assert_eq!(
+            std::fs::read_to_string(&path).unwrap(),
+            bytes,
+            "kept as it was"
+        );
+        let mut frozen = opened.holds;
+        assert!(matches!(
+            frozen.release(&id("a")),
+            Err(HoldError::Frozen(_))
+        ));
+    }
+
+    // What broke: after a torn holds.json was set aside, the next start listed no holds and
+    // the converger deleted every hold's spec.
+    #[test]
+    fn a_torn_holds_file_is_not_forgotten_on_the_second_start() {
+        let dir = tempfile::tempdir().unwrap();
+        let cdi = dir.path().join("cdi");
+        std::fs::create_dir_all(&cdi).unwrap();
+        std::fs::write(cdi.join("bcd-train.json"), spec_of(&[GPU0, "train"])).unwrap();
+        std::fs::write(cdi.join("bcd-slot.json"), spec_of(&[&format!("{GPU1}::1")])).unwrap();
+        std::fs::write(dir.path().join(HOLDS_FILE), b"{\"holds\": [{\"id\": \"tr").unwrap();
+        // First start: set aside, rebuilt from the specs, and said so.
+        let first = Holds::open(dir.path(), &cdi);
+        assert!(
+            first.notes.iter().any(|n| n.contains("does not parse")
+                && n.contains("rebuilt 2 hold(s)")
+                && n.contains("slot, train")),
+            "{:?}",
+            first.notes
+        );
+        let ids: Vec<_> = first.holds.list().map(|h| h.id.to_string()).collect();
+        assert_eq!(ids, ["slot", "train"]);
+        assert_eq!(first.holds.get(&id("train")).unwrap().devices, [dev(GPU0)]);
+        drop(first);
+        // Second start: the rebuilt store was saved; nothing is lost.
+        let second = Holds::open(dir.path(), &cdi);
+        assert!(second.notes.is_empty(), "{:?}", second.notes);
+        assert_eq!(second.holds.list().count(), 2);
+        // A missing holds.json with specs there is rebuilt too.
+        std::fs::remove_file(dir.path().join(HOLDS_FILE)).unwrap();
+        let third = Holds::open(dir.path(), &cdi);
+        assert!(
+            third.notes[0].contains("is missing; rebuilt 2 hold(s)"),
+            "{:?}",
+            third.notes
+        );
+        assert!(cdi.join("bcd-train.json").exists() && cdi.join("bcd-slot.json").exists());
+    }
+
+    // What broke: a release saved to holds.json but cut off before its spec went left the
+    // spec for ever; now the store remembers the release until the spec is gone.
+    #[test]
+    fn a_release_is_remembered_until_its_spec_is_gone() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut holds = Holds::load(dir.path()).unwrap();
+        holds.apply(id("a"), on(&[GPU0]), false, &none()).unwrap();
+        holds.release(&id("a")).unwrap();
+        let reloaded = Holds::load(dir.path()).unwrap();
+        assert_eq!(reloaded.released().collect::<Vec<_>>(), [&id("a")]);
+        let mut reloaded = reloaded;
+        reloaded.forget_released(&[id("a")]).unwrap();
+        assert_eq!(Holds::load(dir.path()).unwrap().released().count(), 0);
     }
 }

@@ -1,6 +1,11 @@
 //! The names a hold is made of: the hold's own id, which becomes a file name, and the devices
 //! it holds, which become CDI device names and `NVIDIA_VISIBLE_DEVICES` entries.
 //!
+//! A device is a whole GPU (`GPU-<uuid>`), a MIG device (`MIG-<uuid>`, or R450's
+//! `MIG-GPU-<uuid>/<gi>/<ci>`), or a slot: a time-sliced share of one GPU, `GPU-<uuid>::<n>`
+//! (`n` from 0 to the node's `--gpu-slots` less one). What may be held together is
+//! [`crate::policy`]'s decision, not this module's.
+//!
 //! Both are validated on parse and only on parse: holding a value of these types is proof that
 //! it is safe to put in a path or a spec.
 
@@ -20,9 +25,9 @@ pub enum IdError {
         "hold id {0:?} is not a safe name: use 1 to 63 of a-z, 0-9, '_', '.' and '-', starting with a letter or digit"
     )]
     HoldId(String),
-    /// The device is neither a GPU UUID nor a MIG device UUID.
+    /// The device is neither a GPU UUID, a MIG device UUID nor a slot.
     #[error(
-        "device {0:?} is neither a GPU UUID (GPU- and 8-4-4-4-12 hex digits) nor a MIG device UUID (MIG-, or R450's MIG-GPU-<uuid>/<gi>/<ci>)"
+        "device {0:?} is neither a GPU UUID (GPU- and 8-4-4-4-12 hex digits), a MIG device UUID (MIG-, or R450's MIG-GPU-<uuid>/<gi>/<ci>) nor a slot (GPU-<uuid>::<n>)"
     )]
     Device(String),
 }
@@ -95,9 +100,17 @@ impl fmt::Debug for HoldId {
     }
 }
 
-/// A device a hold can hold: a whole GPU (`GPU-<uuid>`), a MIG device (`MIG-<uuid>`), or a
-/// MIG device in R450's form (`MIG-GPU-<uuid>/<gi>/<ci>`). Hex digits are kept lower case,
-/// as `nvidia-smi` prints them, so the same device always compares equal.
+/// The most slots one GPU may offer: slot numbers are below it.
+pub const MAX_SLOTS: u32 = 64;
+
+/// What separates a GPU's UUID from a slot number: `GPU-<uuid>::<n>`. A CDI device name may
+/// hold `:`, and no NVIDIA name does, so a slot never collides with a vendor device.
+pub const SLOT_SEPARATOR: &str = "::";
+
+/// A device a hold can hold: a whole GPU (`GPU-<uuid>`), a MIG device (`MIG-<uuid>`), a
+/// MIG device in R450's form (`MIG-GPU-<uuid>/<gi>/<ci>`), or a slot of a GPU
+/// (`GPU-<uuid>::<n>`, `n` below [`MAX_SLOTS`], no leading zero). Hex digits are kept lower
+/// case, as `nvidia-smi` prints them, so the same device always compares equal.
 #[derive(Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(try_from = "String", into = "String")]
 pub struct DeviceId(String);
@@ -109,6 +122,8 @@ pub enum DeviceKind {
     Gpu,
     /// A MIG device.
     Mig,
+    /// A time-sliced share of a GPU.
+    Slot,
 }
 
 impl DeviceId {
@@ -117,13 +132,58 @@ impl DeviceId {
         &self.0
     }
 
-    /// Whether it is a whole GPU or a MIG device.
+    /// Whether it is a whole GPU, a MIG device or a slot.
     pub fn kind(&self) -> DeviceKind {
-        if self.0.starts_with("GPU-") {
+        if self.0.contains(SLOT_SEPARATOR) {
+            DeviceKind::Slot
+        } else if self.0.starts_with("GPU-") {
             DeviceKind::Gpu
         } else {
             DeviceKind::Mig
         }
+    }
+
+    /// The GPU this device is on, when its id says so: a GPU is its own, a slot's and an
+    /// R450 MIG device's GPU is in their ids. `None` for a `MIG-<uuid>` device, whose GPU
+    /// only the inventory knows.
+    pub fn gpu(&self) -> Option<DeviceId> {
+        match self.kind() {
+            DeviceKind::Gpu => Some(self.clone()),
+            DeviceKind::Slot => self
+                .0
+                .split_once(SLOT_SEPARATOR)
+                .map(|(gpu, _)| Self(gpu.to_owned())),
+            DeviceKind::Mig => self
+                .0
+                .strip_prefix("MIG-")
+                .filter(|rest| rest.starts_with("GPU-"))
+                .and_then(|rest| rest.split('/').next())
+                .map(|gpu| Self(gpu.to_owned())),
+        }
+    }
+
+    /// A slot's number; `None` for a GPU or a MIG device.
+    pub fn slot(&self) -> Option<u32> {
+        self.0
+            .split_once(SLOT_SEPARATOR)
+            .and_then(|(_, n)| n.parse().ok())
+    }
+
+    /// Slot `n` of this GPU; `None` when this is not a whole GPU or `n` is not below
+    /// [`MAX_SLOTS`].
+    pub fn slot_of(&self, n: u32) -> Option<DeviceId> {
+        (self.kind() == DeviceKind::Gpu && n < MAX_SLOTS)
+            .then(|| Self(format!("{}{SLOT_SEPARATOR}{n}", self.0)))
+    }
+
+    /// The device a CDI device name of a hold spec stands for (the inverse of
+    /// [`DeviceId::cdi_name`]); `None` for any other name.
+    pub fn from_cdi_name(name: &str) -> Option<DeviceId> {
+        let id: DeviceId = name.parse().ok().or_else(|| {
+            let rest = name.strip_prefix("MIG-GPU-")?;
+            format!("MIG-GPU-{}", rest.replace(':', "/")).parse().ok()
+        })?;
+        (id.cdi_name() == name).then_some(id)
     }
 
     /// The CDI device name: the id itself, except that R450's `/` separators become `:`,
@@ -150,6 +210,16 @@ impl FromStr for DeviceId {
 
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         let refuse = || IdError::Device(shown(s));
+        if let Some((gpu, n)) = s.split_once(SLOT_SEPARATOR) {
+            let number = (!n.is_empty()
+                && n.len() <= 2
+                && n.bytes().all(|b| b.is_ascii_digit())
+                && (n == "0" || !n.starts_with('0')))
+            .then(|| n.parse::<u32>().ok())
+            .flatten();
+            let gpu: DeviceId = gpu.parse().map_err(|_| refuse())?;
+            return number.and_then(|n| gpu.slot_of(n)).ok_or_else(refuse);
+        }
         if let Some(body) = s.strip_prefix("GPU-") {
             return uuid_body(body)
                 .map(|b| Self(format!("GPU-{b}")))
@@ -269,6 +339,42 @@ mod tests {
             "MIG-GPU-5ae30e40-78ba-e5df-4b1a-d79c2d43241b/7/../0",
             "0",
             "all",
+        ] {
+            assert!(bad.parse::<DeviceId>().is_err(), "{bad:?} must be refused");
+        }
+    }
+
+    #[test]
+    fn slots_name_their_gpu_and_round_trip_through_cdi_names() {
+        let slot: DeviceId = "GPU-5AE30E40-78ba-e5df-4b1a-d79c2d43241b::3"
+            .parse()
+            .unwrap();
+        assert_eq!(slot.as_str(), "GPU-5ae30e40-78ba-e5df-4b1a-d79c2d43241b::3");
+        assert_eq!(slot.kind(), DeviceKind::Slot);
+        assert_eq!(slot.slot(), Some(3));
+        assert_eq!(
+            slot.gpu().unwrap().as_str(),
+            "GPU-5ae30e40-78ba-e5df-4b1a-d79c2d43241b"
+        );
+        assert_eq!(
+            DeviceId::from_cdi_name(&slot.cdi_name()),
+            Some(slot.clone())
+        );
+        let old: DeviceId = "MIG-GPU-5ae30e40-78ba-e5df-4b1a-d79c2d43241b/7/0"
+            .parse()
+            .unwrap();
+        assert_eq!(old.gpu(), slot.gpu());
+        assert_eq!(DeviceId::from_cdi_name(&old.cdi_name()), Some(old));
+        let mig: DeviceId = "MIG-58866115-6175-6822-e455-1694c2bc414b".parse().unwrap();
+        assert_eq!(mig.gpu(), None);
+        assert_eq!(DeviceId::from_cdi_name("job-1"), None);
+        for bad in [
+            "GPU-5ae30e40-78ba-e5df-4b1a-d79c2d43241b::",
+            "GPU-5ae30e40-78ba-e5df-4b1a-d79c2d43241b::64",
+            "GPU-5ae30e40-78ba-e5df-4b1a-d79c2d43241b::01",
+            "GPU-5ae30e40-78ba-e5df-4b1a-d79c2d43241b::-1",
+            "GPU-5ae30e40-78ba-e5df-4b1a-d79c2d43241b::1::2",
+            "MIG-58866115-6175-6822-e455-1694c2bc414b::1",
         ] {
             assert!(bad.parse::<DeviceId>().is_err(), "{bad:?} must be refused");
         }

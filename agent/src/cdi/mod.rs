@@ -1,12 +1,13 @@
 //! Holds and their CDI specs, built from NVIDIA's own spec.
 //!
-//! A hold reserves GPUs or MIG devices ([`holds`]); for each hold bcd writes
-//! `<cdi>/bcd-<hold>.json` (kind `bcd.dev/gpu`, one device per held device named by its
-//! UUID), so `bcd.dev/gpu=<uuid>` is all a container needs. With the NVIDIA Container
-//! Toolkit in CDI mode `NVIDIA_VISIBLE_DEVICES` alone grants nothing, so each held device
-//! carries the edits of the device that stands for it in NVIDIA's spec ([`vendor`]): its
-//! device nodes, never another GPU's. [`render`] builds a spec without I/O; [`converge`]
-//! writes them all and removes orphans.
+//! A hold reserves GPUs, MIG devices or slots ([`holds`], with [`crate::policy`] deciding
+//! what may be held together); for each hold bcd writes `<cdi>/bcd-<hold>.json` (kind
+//! `bcd.dev/gpu`, one device per held device named by its id, and one named after the hold
+//! for all of them), so `bcd.dev/gpu=<uuid>` is all a container needs. With the NVIDIA
+//! Container Toolkit in CDI mode `NVIDIA_VISIBLE_DEVICES` alone grants nothing, so each held
+//! device carries the edits of the device that stands for it in NVIDIA's spec ([`vendor`]):
+//! its device nodes, never another GPU's. [`render`] builds a spec without I/O; [`converge`]
+//! writes them all and removes those of released holds.
 //!
 //! This module never runs a privileged step and never writes a file other than `holds.json`
 //! and `bcd-<hold>.json`.
@@ -18,8 +19,8 @@ pub mod render;
 pub mod spec;
 pub mod vendor;
 
-pub use converge::{converge, ConvergeError, Convergence};
-pub use holds::{Hold, HoldError, Holds};
+pub use converge::{converge, write_missing, ConvergeError, Convergence};
+pub use holds::{Hold, HoldError, Holds, Opened};
 pub use ids::{DeviceId, HoldId, IdError};
 pub use render::{render, HoldRequest, Rendered};
 pub use vendor::{read_vendor_specs, DeviceCatalog, VendorSpec, VendorSpecs};

@@ -1,22 +1,45 @@
 //! A hold's CDI spec, `bcd-<hold>.json` of kind `bcd.dev/gpu`: one device per held device,
-//! named by its UUID, carrying the edits of the NVIDIA device it stands for.
+//! named by its id, carrying the edits of the NVIDIA device it stands for, and one device
+//! named after the hold that stands for all of them.
+//!
+//! How `NVIDIA_VISIBLE_DEVICES` is carried, and why: a container must get exactly the
+//! devices it asked for, through whichever runtime reads the spec.
+//! - The common edits (applied whenever any device of the spec is asked for) set
+//!   `NVIDIA_VISIBLE_DEVICES=void`, as NVIDIA's own spec does. They can name no device: a
+//!   container that asked for two of a hold's three devices would be told all three, and
+//!   NVIDIA's runtime in legacy mode (or in CDI mode, which turns the variable into
+//!   `nvidia.com/gpu=` devices) would hand them over. `void` also overrides an image's
+//!   `NVIDIA_VISIBLE_DEVICES=all` (CUDA images set it), which would otherwise give a
+//!   legacy-mode runtime every GPU of the host.
+//! - A held device's own edits never set it: CDI applies devices one after another and a
+//!   variable set by each is overwritten by the last, so a container asking for two devices
+//!   would be told one.
+//! - The device named after the hold (`bcd.dev/gpu=<hold>`) carries every held device's
+//!   edits and `NVIDIA_VISIBLE_DEVICES=<every held id>`: asking for the whole hold is the one
+//!   request where naming every device is exactly right, and it is how a legacy-mode runtime
+//!   or a Kubernetes binding gets the hold.
 
 use std::collections::BTreeMap;
 
 use super::ids::{DeviceId, HoldId};
-use super::spec::{minimum_version, CdiVersion, ContainerEdits, Device, Extra, Spec};
+use super::spec::{
+    has_unknown_fields, version_needs, CdiVersion, ContainerEdits, Device, Extra, Spec,
+};
 use super::vendor::{find_device, DeviceCatalog, VendorSpec};
 
 /// The kind of bcd's hold specs: a container asks for `bcd.dev/gpu=<uuid>`.
 pub const HOLD_KIND: &str = "bcd.dev/gpu";
 
-/// bcd's own `cdiVersion`: 0.5.0, the lowest that every current runtime reads and that
-/// `nvidia-ctk` itself writes when nothing newer is needed. A spec is written at the later of
-/// this, the vendor spec's, and what its fields require.
-pub const BCD_CDI_VERSION: CdiVersion = CdiVersion::V0_5_0;
+/// The latest `cdiVersion` that the runtimes still common on hosts read: podman 4.3
+/// (Debian 12) and containerd before 1.7.2 refuse anything later as "unresolvable CDI
+/// devices". A hold spec goes above it only when a field it copies needs it.
+pub const COMMON_RUNTIMES_CDI_VERSION: CdiVersion = CdiVersion::V0_5_0;
 
 /// The variable that tells NVIDIA's runtime and libraries which GPUs a container has.
 pub const VISIBLE_DEVICES: &str = "NVIDIA_VISIBLE_DEVICES";
+
+/// The value of [`VISIBLE_DEVICES`] in the common edits: no device.
+pub const VISIBLE_NONE: &str = "void";
 
 /// Set on a device that would otherwise carry no edit (no vendor spec, a device the vendor
 /// spec does not name, a Kubernetes binding): CDI refuses a device with empty edits. The same
@@ -43,6 +66,8 @@ pub struct Rendered {
     /// the toolkit regenerates NVIDIA's spec). Empty for a Kubernetes binding or with no
     /// vendor spec at all.
     pub unnamed: Vec<DeviceId>,
+    /// The field that raised `cdiVersion` above [`COMMON_RUNTIMES_CDI_VERSION`], when one did.
+    pub version_forced_by: Option<&'static str>,
 }
 
 impl Rendered {
@@ -55,17 +80,48 @@ impl Rendered {
     }
 }
 
-/// Renders the spec of a hold. Pure: no I/O, no logging; the caller logs `unnamed`.
+fn env_key(entry: &str) -> &str {
+    entry.split_once('=').map_or(entry, |(k, _)| k)
+}
+
+/// Adds `more` to `into`, leaving out what `into` already has (the hold device's edits are
+/// the union of its devices', which share their GPU's node when they are slots or MIG
+/// devices of one GPU).
+fn union(into: &mut ContainerEdits, more: &ContainerEdits) {
+    fn add<T: PartialEq + Clone>(into: &mut Vec<T>, more: &[T]) {
+        for m in more {
+            if !into.contains(m) {
+                into.push(m.clone());
+            }
+        }
+    }
+    add(&mut into.env, &more.env);
+    add(&mut into.device_nodes, &more.device_nodes);
+    add(&mut into.hooks, &more.hooks);
+    add(&mut into.mounts, &more.mounts);
+    add(&mut into.additional_gids, &more.additional_gids);
+    add(&mut into.net_devices, &more.net_devices);
+    if into.intel_rdt.is_none() {
+        into.intel_rdt.clone_from(&more.intel_rdt);
+    }
+    for (k, v) in &more.extra {
+        into.extra.entry(k.clone()).or_insert_with(|| v.clone());
+    }
+}
+
+/// Renders the spec of a hold. Pure: no I/O, no logging; the caller logs `unnamed` and
+/// `version_forced_by`.
 ///
 /// Guarantees:
-/// - one device per distinct held device, in the order given, named [`DeviceId::cdi_name`];
-/// - each device carries exactly the edits of the vendor device it stands for (never another
-///   GPU's), or a single `BCD_HOLD=<hold>` when there is none;
-/// - the common edits are the vendor spec's, without its `NVIDIA_VISIBLE_DEVICES`, plus
-///   `NVIDIA_VISIBLE_DEVICES=<held ids, comma-separated>`; a Kubernetes binding or no vendor
-///   spec gives only that variable;
-/// - `cdiVersion` is the latest of [`BCD_CDI_VERSION`], the vendor spec's and
-///   [`minimum_version`] of the result.
+/// - one device per distinct held device, in the order given, named [`DeviceId::cdi_name`],
+///   carrying exactly the edits of the vendor device it stands for (a slot: its GPU's; never
+///   another GPU's), or a single `BCD_HOLD=<hold>` when there is none;
+/// - then one device named after the hold: the union of those edits, `BCD_HOLD=<hold>` and
+///   `NVIDIA_VISIBLE_DEVICES=<held ids, comma-separated>`;
+/// - the common edits are the vendor spec's, with `NVIDIA_VISIBLE_DEVICES=void` in place of
+///   the vendor's; a Kubernetes binding has none (its plugin sets the variable itself);
+/// - `cdiVersion` is the lowest that the fields used need ([`version_needs`]); where the
+///   copied edits carry a field bcd does not know, the vendor's version when that is later.
 ///
 /// With several vendor specs, the one that names the most held devices is used (the first in
 /// reading order on a tie): edits of two generations of NVIDIA's spec are never mixed.
@@ -87,22 +143,19 @@ pub fn render(
     };
 
     let mut common = ContainerEdits::default();
-    let mut version = BCD_CDI_VERSION;
+    let mut unknown_fields = false;
     if let Some(v) = chosen {
         common = v.spec.container_edits.clone();
-        common
-            .env
-            .retain(|e| e.split_once('=').map_or(e.as_str(), |(k, _)| k) != VISIBLE_DEVICES);
-        // parse_spec checked the version; a spec built by hand falls back to bcd's.
-        version = version.max(v.spec.cdi_version.parse().unwrap_or(BCD_CDI_VERSION));
+        common.env.retain(|e| env_key(e) != VISIBLE_DEVICES);
+        unknown_fields |= has_unknown_fields(&common);
     }
-    let visible: Vec<&str> = devices.iter().map(|d| d.as_str()).collect();
-    common
-        .env
-        .push(format!("{VISIBLE_DEVICES}={}", visible.join(",")));
+    if !request.kubernetes {
+        common.env.push(format!("{VISIBLE_DEVICES}={VISIBLE_NONE}"));
+    }
 
     let mut unnamed = Vec::new();
-    let spec_devices = devices
+    let mut whole = ContainerEdits::default();
+    let mut spec_devices: Vec<Device> = devices
         .iter()
         .map(|&id| {
             let found = chosen.and_then(|v| find_device(&v.spec, id, catalog));
@@ -110,9 +163,13 @@ pub fn render(
                 unnamed.push(id.clone());
             }
             let mut edits = found.map(|d| d.container_edits.clone()).unwrap_or_default();
+            // A vendor device never decides which devices a container was given.
+            edits.env.retain(|e| env_key(e) != VISIBLE_DEVICES);
+            unknown_fields |= has_unknown_fields(&edits);
             if edits.is_empty() {
                 edits.env.push(format!("{HOLD_ENV}={}", request.hold));
             }
+            union(&mut whole, &edits);
             Device {
                 name: id.cdi_name(),
                 annotations: BTreeMap::new(),
@@ -121,6 +178,20 @@ pub fn render(
             }
         })
         .collect();
+    let visible: Vec<&str> = devices.iter().map(|d| d.as_str()).collect();
+    let hold_env = format!("{HOLD_ENV}={}", request.hold);
+    if !whole.env.contains(&hold_env) {
+        whole.env.push(hold_env);
+    }
+    whole
+        .env
+        .push(format!("{VISIBLE_DEVICES}={}", visible.join(",")));
+    spec_devices.push(Device {
+        name: request.hold.as_str().to_owned(),
+        annotations: BTreeMap::new(),
+        container_edits: whole,
+        extra: Extra::new(),
+    });
 
     let mut spec = Spec {
         cdi_version: String::new(),
@@ -130,11 +201,34 @@ pub fn render(
         container_edits: common,
         extra: Extra::new(),
     };
-    spec.cdi_version = version.max(minimum_version(&spec)).to_string();
+    let needs = version_needs(&spec);
+    let mut version = needs
+        .iter()
+        .map(|(v, _)| *v)
+        .fold(CdiVersion::EARLIEST, CdiVersion::max);
+    let mut forced_by = needs
+        .iter()
+        .filter(|(v, _)| *v > COMMON_RUNTIMES_CDI_VERSION)
+        .max_by_key(|(v, _)| *v)
+        .map(|(_, f)| *f);
+    if unknown_fields {
+        // parse_spec checked the version; a spec built by hand adds nothing.
+        let theirs = chosen
+            .and_then(|v| v.spec.cdi_version.parse().ok())
+            .unwrap_or(CdiVersion::EARLIEST);
+        if theirs > version {
+            version = theirs;
+            if theirs > COMMON_RUNTIMES_CDI_VERSION {
+                forced_by = Some("a field bcd does not know (the vendor's version is kept)");
+            }
+        }
+    }
+    spec.cdi_version = version.to_string();
     Rendered {
         spec,
         vendor: chosen.map(|v| v.path.clone()),
         unnamed,
+        version_forced_by: forced_by,
     }
 }
 

@@ -3,8 +3,9 @@
 //! needs which `cdiVersion`).
 //!
 //! Fields bcd does not know (a later CDI's, or a vendor's extension) are carried through
-//! unchanged in `extra`, so copying a vendor's edits never drops one; the version bcd writes
-//! is never lower than the vendor's, so such a field stays valid where it is copied to.
+//! unchanged in `extra`, so copying a vendor's edits never drops one; where edits carrying
+//! such a field are copied, the version written is never lower than the vendor's, so the
+//! field stays valid where it is copied to.
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -258,27 +259,49 @@ impl fmt::Display for CdiVersion {
 /// The lowest `cdiVersion` the fields `spec` uses require, by CDI's rules (its
 /// `MinimumRequiredVersion`); [`CdiVersion::EARLIEST`] when it uses none of them.
 pub fn minimum_version(spec: &Spec) -> CdiVersion {
-    let mut min = CdiVersion::EARLIEST;
-    let mut need = |v: CdiVersion| min = min.max(v);
+    version_needs(spec)
+        .into_iter()
+        .map(|(v, _)| v)
+        .fold(CdiVersion::EARLIEST, CdiVersion::max)
+}
+
+/// Each field `spec` uses that needs a `cdiVersion` above the earliest, with that version:
+/// CDI's version table (`mounts[].type` 0.4.0; `deviceNodes[].hostPath` and a device name
+/// starting with a digit 0.5.0; annotations and a `.` in the kind's class 0.6.0;
+/// `additionalGids` and `intelRdt` 0.7.0; `netDevices` and `intelRdt`'s `schemata` or
+/// `enableMonitoring` 1.1.0).
+pub fn version_needs(spec: &Spec) -> Vec<(CdiVersion, &'static str)> {
+    let mut needs = Vec::new();
+    let mut need = |v: CdiVersion, field: &'static str| {
+        if !needs.contains(&(v, field)) {
+            needs.push((v, field));
+        }
+    };
     let edits = std::iter::once(&spec.container_edits)
         .chain(spec.devices.iter().map(|d| &d.container_edits));
     for e in edits {
         if e.mounts.iter().any(|m| m.kind.is_some()) {
-            need(CdiVersion::V0_4_0);
+            need(CdiVersion::V0_4_0, "mounts[].type");
         }
         if e.device_nodes.iter().any(|n| n.host_path.is_some()) {
-            need(CdiVersion::V0_5_0);
+            need(CdiVersion::V0_5_0, "deviceNodes[].hostPath");
         }
-        if !e.additional_gids.is_empty() || e.intel_rdt.is_some() {
-            need(CdiVersion::V0_7_0);
+        if !e.additional_gids.is_empty() {
+            need(CdiVersion::V0_7_0, "additionalGids");
+        }
+        if e.intel_rdt.is_some() {
+            need(CdiVersion::V0_7_0, "intelRdt");
         }
         let rdt_new = e.intel_rdt.as_ref().is_some_and(|r| {
             r.contains_key("schemata")
                 || r.get("enableMonitoring")
                     .is_some_and(|v| v.as_bool() == Some(true))
         });
-        if rdt_new || !e.net_devices.is_empty() {
-            need(CdiVersion::V1_1_0);
+        if rdt_new {
+            need(CdiVersion::V1_1_0, "intelRdt.schemata");
+        }
+        if !e.net_devices.is_empty() {
+            need(CdiVersion::V1_1_0, "netDevices");
         }
     }
     if spec
@@ -286,19 +309,28 @@ pub fn minimum_version(spec: &Spec) -> CdiVersion {
         .iter()
         .any(|d| d.name.as_bytes().first().is_some_and(u8::is_ascii_digit))
     {
-        need(CdiVersion::V0_5_0);
+        need(CdiVersion::V0_5_0, "a device name starting with a digit");
     }
-    let dotted_class = spec
+    if !spec.annotations.is_empty() || spec.devices.iter().any(|d| !d.annotations.is_empty()) {
+        need(CdiVersion::V0_6_0, "annotations");
+    }
+    if spec
         .kind
         .split_once('/')
-        .is_some_and(|(_, class)| class.contains('.'));
-    if !spec.annotations.is_empty()
-        || spec.devices.iter().any(|d| !d.annotations.is_empty())
-        || dotted_class
+        .is_some_and(|(_, class)| class.contains('.'))
     {
-        need(CdiVersion::V0_6_0);
+        need(CdiVersion::V0_6_0, "a '.' in the kind's class");
     }
-    min
+    needs
+}
+
+/// Whether any edits of `spec` (or a device node, mount or hook in them) carry a field bcd
+/// does not know: which version such a field needs is then unknown.
+pub fn has_unknown_fields(edits: &ContainerEdits) -> bool {
+    !edits.extra.is_empty()
+        || edits.device_nodes.iter().any(|n| !n.extra.is_empty())
+        || edits.mounts.iter().any(|m| !m.extra.is_empty())
+        || edits.hooks.iter().any(|h| !h.extra.is_empty())
 }
 
 #[cfg(test)]

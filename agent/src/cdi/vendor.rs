@@ -192,7 +192,7 @@ impl DeviceCatalog {
 fn index_names(entry: &CatalogEntry) -> Vec<String> {
     let i = entry.gpu_index;
     match entry.id.kind() {
-        DeviceKind::Gpu => vec![i.to_string(), format!("gpu{i}")],
+        DeviceKind::Gpu | DeviceKind::Slot => vec![i.to_string(), format!("gpu{i}")],
         DeviceKind::Mig => {
             let mut names = Vec::new();
             if let Some(j) = entry.mig_index {
@@ -221,7 +221,8 @@ fn is_per_gpu_node(path: &str) -> bool {
         .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
 }
 
-/// The vendor device that stands for `id` in `spec`, if the spec names it:
+/// The vendor device that stands for `id` in `spec` (for a slot: its GPU's), if the spec
+/// names it:
 /// - by UUID when the spec names any UUID;
 /// - otherwise by index (`0`, `gpu0`, `0:1`, `mig0:1`, `mig-gpu0-gi1-ci0`), with the
 ///   inventory's index of the device;
@@ -233,6 +234,9 @@ pub fn find_device<'s>(
     id: &DeviceId,
     catalog: &DeviceCatalog,
 ) -> Option<&'s Device> {
+    // A slot stands for its GPU: a time-sliced share reaches the whole GPU's device node.
+    let gpu_of_slot = (id.kind() == DeviceKind::Slot).then(|| id.gpu()).flatten();
+    let id = gpu_of_slot.as_ref().unwrap_or(id);
     let by_name = |name: &str| spec.devices.iter().find(|d| d.name == name);
     if names_uuids(spec) {
         return by_name(&id.cdi_name()).or_else(|| by_name(id.as_str()));

@@ -116,10 +116,12 @@ pub async fn hold(global: &Global, cmd: &HoldCommand) -> ExitCode {
         } => {
             let body = json!({ "id": id, "devices": devices, "kubernetes": kubernetes });
             through_service(global, "POST", "/v1/holds", Some(body), |v| {
+                // The node's own path: the client's --cdi-dir need not be the node's.
+                let spec = v["spec"].as_str().unwrap_or("(the node did not say)");
                 format!(
-                    "held {}; containers use --device bcd.dev/gpu=<uuid>",
+                    "held {}; containers use --device bcd.dev/gpu=<uuid>, or bcd.dev/gpu={id} for all of them (spec {spec})\n",
                     render_hold(v).trim_end()
-                ) + &format!(" (spec {}/bcd-{id}.json)\n", global.cdi_dir.display())
+                )
             })
             .await
         }
@@ -180,6 +182,7 @@ pub async fn node(
     otlp_endpoint: Option<OtlpEndpoint>,
     sample_interval: u64,
     api_group: &str,
+    gpu_slots: u32,
 ) -> ExitCode {
     let config = NodeConfig {
         host: global.host(),
@@ -191,6 +194,7 @@ pub async fn node(
         metrics_listen,
         sample_interval: Duration::from_secs(sample_interval),
         otlp_endpoint,
+        gpu_slots,
     };
     match run(config).await {
         Ok(()) => ExitCode::SUCCESS,

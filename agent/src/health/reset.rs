@@ -4,9 +4,9 @@
 //! healthy.
 //!
 //! The whole command is refused before anything is reset when any listed GPU is unknown or
-//! busy: a hold on it, on one of its MIG instances or slots, a pending Kubernetes release, or
-//! passthrough to a VM. A reset that fails does not stop the others; its GPU keeps its
-//! conditions.
+//! busy, as [`crate::policy`] decides: a hold on it, on one of its MIG devices or slots, or
+//! passthrough to a VM. UUIDs are compared in their normal form, whatever case they were
+//! given in. A reset that fails does not stop the others; its GPU keeps its conditions.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -16,7 +16,9 @@ use serde::Serialize;
 
 use super::faults::Health;
 use super::hardware_problems;
-use crate::inventory::document::{Gpu, Inventory};
+use crate::cdi::{DeviceId, Hold};
+use crate::inventory::document::Inventory;
+use crate::policy::Topology;
 
 /// A boxed future, as [`Resetter`] returns.
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
@@ -97,22 +99,6 @@ pub struct ResetReport {
     pub gpus: Vec<GpuResetOutcome>,
 }
 
-/// What holds `gpu` or one of its MIG instances, when anything does. `busy` answers for a GPU
-/// UUID (holds on it or its slots, pending Kubernetes releases) and for a MIG device UUID.
-fn holder(gpu: &Gpu, busy: &(dyn Fn(&str) -> Option<String> + Sync)) -> Option<String> {
-    if gpu.passed_through {
-        return Some("passed through to a VM".to_owned());
-    }
-    if let Some(h) = busy(&gpu.uuid) {
-        return Some(h);
-    }
-    gpu.mig
-        .iter()
-        .flat_map(|m| &m.devices)
-        .filter_map(|d| d.uuid.as_deref())
-        .find_map(|mig| busy(mig).map(|h| format!("MIG instance {mig}: {h}")))
-}
-
 /// Resets `uuids`: refuses the whole command when any is unknown or busy, else resets each
 /// through `resetter`, collects again with `recollect`, and marks each healthy unless the new
 /// inventory shows uncorrectable volatile ECC errors or a pending or failed row remap; a
@@ -125,7 +111,7 @@ fn holder(gpu: &Gpu, busy: &(dyn Fn(&str) -> Option<String> + Sync)) -> Option<S
 pub async fn reset_gpus<F, Fut>(
     uuids: &[String],
     inventory: &Inventory,
-    busy: &(dyn Fn(&str) -> Option<String> + Sync),
+    holds: &[Hold],
     resetter: &dyn Resetter,
     recollect: F,
     health: &Health,
@@ -137,36 +123,38 @@ where
     if uuids.is_empty() {
         return Err(ResetError::NoGpu);
     }
+    let topology = Topology::from_inventory(inventory, 0);
     let mut targets = Vec::with_capacity(uuids.len());
     for uuid in uuids {
+        let unknown = || ResetError::UnknownGpu { uuid: uuid.clone() };
+        // Both sides in their normal form: an operator may paste an upper-case UUID. An
+        // inventory UUID that does not parse cannot be handed to the helper, so it is as
+        // unknown as a missing one.
+        let typed: GpuUuid = uuid.parse().map_err(|_| unknown())?;
+        let id: DeviceId = typed.as_str().parse().map_err(|_| unknown())?;
         let gpu = inventory
             .gpu
             .gpus
             .iter()
-            .find(|g| g.uuid == *uuid)
-            .ok_or_else(|| ResetError::UnknownGpu { uuid: uuid.clone() })?;
-        // The inventory's UUIDs came from the driver; one that is not a valid UUID cannot be
-        // handed to the helper, so it is as unknown as a missing one.
-        let typed: GpuUuid = uuid
-            .parse()
-            .map_err(|_| ResetError::UnknownGpu { uuid: uuid.clone() })?;
+            .find(|g| g.uuid.parse::<GpuUuid>().is_ok_and(|u| u == typed))
+            .ok_or_else(unknown)?;
         let address: PciAddress = gpu
             .bus_id
             .as_deref()
             .and_then(|b| b.parse().ok())
             .ok_or_else(|| ResetError::NoAddress { uuid: uuid.clone() })?;
-        targets.push((gpu, (typed, address)));
+        targets.push((gpu, (typed, address), id));
     }
-    for (gpu, _) in &targets {
-        if let Some(holder) = holder(gpu, busy) {
+    for (gpu, _, id) in &targets {
+        if let Some(busy) = topology.busy(id, holds) {
             return Err(ResetError::Busy {
                 uuid: gpu.uuid.clone(),
-                holder,
+                holder: busy.to_string(),
             });
         }
     }
     let mut errors = Vec::with_capacity(targets.len());
-    for (_, (typed, address)) in &targets {
+    for (_, (typed, address), _) in &targets {
         let result = resetter.reset_gpu(typed, *address).await.err();
         if let Some(e) = &result {
             tracing::error!("gpu.reset of {typed}: {e}");
@@ -175,7 +163,7 @@ where
     }
     let after = recollect().await;
     let mut outcomes = Vec::with_capacity(targets.len());
-    for ((gpu, _), error) in targets.iter().zip(errors) {
+    for ((gpu, _, _), error) in targets.iter().zip(errors) {
         let mut reasons = Vec::new();
         if let Some(e) = &error {
             reasons.push(format!("the reset failed: {e}"));
@@ -207,7 +195,7 @@ where
 mod tests {
     use super::*;
     use crate::health::faults::{read_this_boot, FaultStore};
-    use crate::inventory::document::{Ecc, EccCounts, GpuSection, Mig, MigDevice, RowRemap};
+    use crate::inventory::document::{Ecc, EccCounts, Gpu, GpuSection, Mig, MigDevice, RowRemap};
     use std::sync::Mutex;
 
     const A: &str = "GPU-ff1dacfa-2e1a-0504-a88b-76a3118ee48b";
@@ -278,20 +266,21 @@ mod tests {
         h
     }
 
-    fn idle(_: &str) -> Option<String> {
-        None
+    fn hold(id: &str, device: &str) -> Hold {
+        Hold {
+            id: id.parse().unwrap(),
+            devices: vec![device.parse().unwrap()],
+            kubernetes: false,
+            gpus: Default::default(),
+        }
     }
 
-    async fn refused(
-        uuids: &[&str],
-        inv: &Inventory,
-        busy: &(dyn Fn(&str) -> Option<String> + Sync),
-    ) -> ResetError {
+    async fn refused(uuids: &[&str], inv: &Inventory, holds: &[Hold]) -> ResetError {
         let dir = tempfile::tempdir().unwrap();
         let h = health(dir.path());
         let r = Recording::default();
         let uuids: Vec<String> = uuids.iter().map(|s| s.to_string()).collect();
-        let err = reset_gpus(&uuids, inv, busy, &r, || async { unreachable!() }, &h)
+        let err = reset_gpus(&uuids, inv, holds, &r, || async { unreachable!() }, &h)
             .await
             .unwrap_err();
         assert!(r.calls.lock().unwrap().is_empty(), "nothing may be reset");
@@ -301,35 +290,42 @@ mod tests {
 
     #[tokio::test]
     async fn a_held_gpu_refuses_the_whole_command() {
-        let busy = |u: &str| (u == B).then(|| "hold h-42 of reservation r-7".to_owned());
-        let err = refused(&[A, B], &inventory(), &busy).await;
+        let err = refused(&[A, B], &inventory(), &[hold("h-42", B)]).await;
         assert_eq!(err.code(), "gpu-busy");
         assert_eq!(
             err.to_string(),
-            format!(
-                "gpu-busy: GPU {B} is in use (hold h-42 of reservation r-7); nothing was reset"
-            )
+            format!("gpu-busy: GPU {B} is in use (held by h-42); nothing was reset")
         );
     }
 
     #[tokio::test]
-    async fn a_held_mig_instance_or_a_pending_release_makes_its_gpu_busy() {
-        let busy = |u: &str| (u == MIG).then(|| "hold h-1".to_owned());
-        let err = refused(&[C], &inventory(), &busy).await;
+    async fn a_held_mig_instance_or_slot_makes_its_gpu_busy() {
+        let err = refused(&[C], &inventory(), &[hold("h-1", MIG)]).await;
         assert!(
             matches!(&err, ResetError::Busy { uuid, holder } if uuid == C && holder.contains(MIG)),
             "{err}"
         );
-        let busy = |u: &str| (u == A).then(|| "a pending Kubernetes release".to_owned());
-        let err = refused(&[A], &inventory(), &busy).await;
-        assert!(err.to_string().contains("pending Kubernetes release"));
+        let err = refused(&[A], &inventory(), &[hold("s", &format!("{A}::1"))]).await;
+        assert!(
+            err.to_string().contains(&format!("slot {A}::1 held by s")),
+            "{err}"
+        );
+    }
+
+    // What broke: a reset named in upper case was answered "unknown GPU", not refused as busy.
+    #[tokio::test]
+    async fn a_reset_named_in_upper_case_is_refused_as_busy() {
+        let upper = B.replacen("GPU-", "", 1).to_ascii_uppercase();
+        let asked = format!("GPU-{upper}");
+        let err = refused(&[&asked], &inventory(), &[hold("h-42", B)]).await;
+        assert_eq!(err.code(), "gpu-busy", "{err}");
     }
 
     #[tokio::test]
     async fn a_passed_through_gpu_is_busy() {
         let mut inv = inventory();
         inv.gpu.gpus[1].passed_through = true;
-        let err = refused(&[B], &inv, &idle).await;
+        let err = refused(&[B], &inv, &[]).await;
         assert!(err.to_string().contains("passed through to a VM"), "{err}");
     }
 
@@ -338,7 +334,7 @@ mod tests {
         let err = refused(
             &[A, "GPU-00000000-0000-0000-0000-000000000000"],
             &inventory(),
-            &idle,
+            &[],
         )
         .await;
         assert_eq!(err.code(), "unknown-gpu");
@@ -364,7 +360,7 @@ mod tests {
             .unwrap()
             .uncorrectable = Some(1);
         let uuids = vec![A.to_owned(), B.to_owned(), C.to_owned()];
-        let report = reset_gpus(&uuids, &inventory(), &idle, &r, || async { after }, &h)
+        let report = reset_gpus(&uuids, &inventory(), &[], &r, || async { after }, &h)
             .await
             .unwrap();
         assert_eq!(*r.calls.lock().unwrap(), [A, B, C]);

@@ -211,35 +211,18 @@ struct ResetBody {
 async fn reset(node: &Node, request: &Request) -> Result<Answer, Answer> {
     let asked: ResetBody = body(request)?;
     let inventory = node.inventory().await;
-    let holders: Vec<(String, String)> = {
-        let holds = node.holds.lock().await;
-        holds
-            .as_ref()
-            .map(|h| {
-                h.list()
-                    .flat_map(|hold| {
-                        hold.devices.iter().map(move |d| {
-                            (
-                                d.as_str().to_owned(),
-                                format!("held by {}", hold.id.as_str()),
-                            )
-                        })
-                    })
-                    .collect()
-            })
-            .unwrap_or_default()
-    };
-    let busy = |uuid: &str| {
-        holders
-            .iter()
-            .find(|(d, _)| d.eq_ignore_ascii_case(uuid))
-            .map(|(_, h)| h.clone())
-    };
+    let holds: Vec<crate::cdi::Hold> = node
+        .holds
+        .lock()
+        .await
+        .as_ref()
+        .map(|h| h.list().cloned().collect())
+        .unwrap_or_default();
     let resetter = HelperResetter { node };
     let result = reset_gpus(
         &asked.gpus,
         &inventory,
-        &busy,
+        &holds,
         &resetter,
         || node.collect_now(),
         &node.health,
@@ -299,47 +282,24 @@ async fn apply_hold(node: &Node, request: &Request) -> Result<Answer, Answer> {
         .map(|d| d.parse::<DeviceId>())
         .collect::<Result<Vec<_>, _>>()
         .map_err(|e| error(400, "invalid-argument", e))?;
-    let inventory = node.inventory().await;
-    for device in &devices {
-        let gpu = inventory.gpu.gpus.iter().find(|g| {
-            g.uuid.eq_ignore_ascii_case(device.as_str())
-                || g.mig.iter().flat_map(|m| &m.devices).any(|m| {
-                    m.uuid
-                        .as_deref()
-                        .is_some_and(|u| u.eq_ignore_ascii_case(device.as_str()))
-                })
-        });
-        match gpu {
-            None => {
-                return Err(error(
-                    422,
-                    "unknown-device",
-                    format!(
-                        "unknown device {}: the inventory does not list it",
-                        device.as_str()
-                    ),
-                ))
-            }
-            Some(g) if g.passed_through => {
-                return Err(error(
-                    409,
-                    "gpu-busy",
-                    format!(
-                        "{} is passed through to a VM; release it first (bcd vfio release)",
-                        device.as_str()
-                    ),
-                ))
-            }
-            Some(_) => {}
-        }
-    }
+    let topology = node.topology().await;
+    let placed = devices
+        .iter()
+        .map(|d| topology.place(d))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| policy_refusal(&e))?;
     let answer = {
         let mut holds = node.holds.lock().await;
         let holds = holds.as_mut().ok_or_else(holds_unavailable)?;
-        match holds.apply(id, devices, asked.kubernetes) {
-            Ok(hold) => (201, hold_json(hold).to_string().into_bytes()),
-            Err(e @ HoldError::Held { .. }) => return Err(error(409, "device-held", e)),
+        match holds.apply(id, placed, asked.kubernetes, &topology) {
+            Ok(hold) => {
+                let mut answer = hold_json(hold);
+                answer["spec"] = json!(node.config.cdi_dir.join(hold.id.spec_file_name()));
+                (201, answer.to_string().into_bytes())
+            }
+            Err(HoldError::Policy(e)) => return Err(policy_refusal(&e)),
             Err(e @ HoldError::NoDevices(_)) => return Err(error(400, "invalid-argument", e)),
+            Err(e @ HoldError::Frozen(_)) => return Err(error(503, "holds-unavailable", e)),
             Err(e) => return Err(error(500, "state", e)),
         }
     };
@@ -347,12 +307,26 @@ async fn apply_hold(node: &Node, request: &Request) -> Result<Answer, Answer> {
     Ok(answer)
 }
 
+/// A policy refusal as the API answers it.
+fn policy_refusal(e: &crate::policy::PolicyError) -> Answer {
+    use crate::policy::PolicyError as P;
+    match e {
+        P::Conflict { .. } | P::Invariant { .. } => error(409, "device-held", e),
+        P::PassedThrough(_) => error(409, "gpu-busy", e),
+        P::UnknownDevice(_) => error(422, "unknown-device", e),
+        P::NoSuchSlot { .. } | P::SlotInMigMode { .. } => error(422, "refused", e),
+    }
+}
+
 async fn release_hold(node: &Node, id: &str) -> Result<Answer, Answer> {
     let id: HoldId = id.parse().map_err(|e| error(400, "invalid-argument", e))?;
     let released = {
         let mut holds = node.holds.lock().await;
         let holds = holds.as_mut().ok_or_else(holds_unavailable)?;
-        holds.release(&id).map_err(|e| error(500, "state", e))?
+        holds.release(&id).map_err(|e| match e {
+            HoldError::Frozen(_) => error(503, "holds-unavailable", e),
+            e => error(500, "state", e),
+        })?
     };
     node.converge_holds().await;
     match released {
@@ -389,54 +363,29 @@ where
     raw.parse().map_err(|e| error(400, "invalid-argument", e))
 }
 
-/// A held GPU as the VFIO runtime asks about it: by UUID or by address.
-struct HeldGpu {
-    uuid: String,
-    address: Option<bcd_protocol::PciAddress>,
-    hold: String,
-}
-
-/// Every GPU a hold names, directly or through one of its MIG devices.
-async fn held_gpus(node: &Node) -> Vec<HeldGpu> {
-    let inventory = node.inventory().await;
-    let holds = node.holds.lock().await;
-    let mut table = Vec::new();
-    for hold in holds.as_ref().into_iter().flat_map(|h| h.list()) {
-        for device in &hold.devices {
-            let owner = inventory.gpu.gpus.iter().find(|g| {
-                g.uuid.eq_ignore_ascii_case(device.as_str())
-                    || g.mig.iter().flat_map(|m| &m.devices).any(|m| {
-                        m.uuid
-                            .as_deref()
-                            .is_some_and(|u| u.eq_ignore_ascii_case(device.as_str()))
-                    })
-            });
-            table.push(HeldGpu {
-                uuid: owner.map_or_else(
-                    || device.as_str().to_owned(),
-                    |g| g.uuid.to_ascii_lowercase(),
-                ),
-                address: owner
-                    .and_then(|g| g.bus_id.as_deref())
-                    .and_then(|b| b.parse().ok()),
-                hold: hold.id.as_str().to_owned(),
-            });
-        }
-    }
-    table
-}
-
 async fn passthrough(node: &Node, path: &str, request: &Request) -> Result<Answer, Answer> {
     use crate::runtime::RuntimeError;
     let asked: PassthroughBody = body(request)?;
-    let table = held_gpus(node).await;
+    let topology = node.topology().await;
+    let holds: Vec<crate::cdi::Hold> = node
+        .holds
+        .lock()
+        .await
+        .as_ref()
+        .map(|h| h.list().cloned().collect())
+        .unwrap_or_default();
+    // The policy's busy rule, asked by address (the inventory's) or by UUID.
     let held = |address: &bcd_protocol::PciAddress, uuid: Option<&GpuUuid>| -> Option<String> {
-        table
-            .iter()
-            .find(|h| {
-                h.address.as_ref() == Some(address) || uuid.is_some_and(|u| u.as_str() == h.uuid)
-            })
-            .map(|h| h.hold.clone())
+        let gpu = topology
+            .gpu_at(address)
+            .map(|g| g.uuid.clone())
+            .or_else(|| uuid.and_then(|u| u.as_str().parse().ok()))?;
+        match topology.busy(&gpu, &holds)? {
+            crate::policy::Busy::Held { hold, device } if device == gpu => Some(hold.to_string()),
+            crate::policy::Busy::Held { hold, device } => Some(format!("{hold} ({device})")),
+            // Already on vfio-pci: the runtime itself says what is wrong with that.
+            crate::policy::Busy::PassedThrough => None,
+        }
     };
     let result = match path {
         "/v1/vfio/bind" => {

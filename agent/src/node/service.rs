@@ -22,11 +22,13 @@ use crate::inventory::memory::GpuMemory;
 use crate::inventory::scheduler::{Scheduler, SchedulerHandle, Trigger};
 use crate::node::otlp::{self, OtlpEndpoint};
 use crate::node::{api, http, metrics, notify};
+use crate::policy::Topology;
 use crate::runtime::{Passthrough, SocketHelper};
 use crate::smi::list::ListedGpu;
 use crate::smi::sampler::{Mode, Sampler, Timing};
 use crate::smi::samples::GpuSample;
 use crate::smi::snapshot::QueryRecord;
+use crate::state::remove_crash_temps;
 
 /// The shortest sample interval: `nvidia-smi` costs driver time on every GPU.
 pub const MIN_SAMPLE_INTERVAL: Duration = Duration::from_secs(5);
@@ -54,6 +56,8 @@ pub struct NodeConfig {
     pub sample_interval: Duration,
     /// Where to send the samples over OTLP/HTTP (every sample interval); off when `None`.
     pub otlp_endpoint: Option<OtlpEndpoint>,
+    /// How many slots (`GPU-<uuid>::<n>`) each GPU offers; 0: none.
+    pub gpu_slots: u32,
 }
 
 /// The latest collection.
@@ -171,10 +175,17 @@ impl Node {
         collection.inventory
     }
 
-    /// Writes every hold's spec and removes those of released holds.
+    /// The policy's view of the GPUs, from the latest inventory.
+    pub async fn topology(&self) -> Topology {
+        Topology::from_inventory(&self.inventory().await, self.config.gpu_slots)
+    }
+
+    /// Writes every hold's spec and removes those of released holds; before the first
+    /// collection, writes only the specs that are missing.
     pub async fn converge_holds(&self) {
-        let holds = self.holds.lock().await;
-        let Some(holds) = holds.as_ref() else { return };
+        let mut holds = self.holds.lock().await;
+        let Some(holds) = holds.as_mut() else { return };
+        let collected = self.latest.read().await.is_some();
         let catalog = {
             let latest = self.latest.read().await;
             let mut catalog = DeviceCatalog::from_inventory(
@@ -192,7 +203,11 @@ impl Node {
         for problem in &vendor.problems {
             tracing::warn!("{problem}");
         }
-        let result = converge(holds, &vendor.specs, &catalog, &self.config.cdi_dir);
+        let result = if collected {
+            converge(holds, &vendor.specs, &catalog, &self.config.cdi_dir)
+        } else {
+            cdi::write_missing(holds, &vendor.specs, &catalog, &self.config.cdi_dir)
+        };
         for e in &result.errors {
             self.problem(format!("CDI specs: {e}"));
         }
@@ -290,16 +305,32 @@ fn open_state(config: &NodeConfig, problems: &mut Vec<String>) -> (Health, Optio
                 .unwrap_or_else(|_| FaultStore::empty(&config.data_dir, &boot_id))
         }
     };
-    let holds = match Holds::load(&config.data_dir) {
-        Ok(h) => Some(h),
-        Err(e) => {
-            problems.push(format!(
-                "{e}; holds are not changed and no hold spec is removed until it is fixed"
-            ));
-            None
-        }
-    };
+    for temp in remove_crash_temps(&config.data_dir, is_state_file)
+        .into_iter()
+        .chain(remove_crash_temps(&config.cdi_dir, |n| {
+            cdi::holds::hold_of_file_name(n).is_some()
+        }))
+    {
+        tracing::warn!(
+            "removed {}, left by a write a crash cut off",
+            temp.display()
+        );
+    }
+    let opened = Holds::open(&config.data_dir, &config.cdi_dir);
+    problems.extend(opened.notes);
+    let holds = Some(opened.holds);
     (Health::new(store), holds)
+}
+
+/// Whether `name` is one of the state files of the data folder.
+fn is_state_file(name: &str) -> bool {
+    [
+        cdi::holds::HOLDS_FILE,
+        crate::health::faults::FAULTS_FILE,
+        crate::inventory::memory::FILE_NAME,
+        crate::runtime::journal::FILE_NAME,
+    ]
+    .contains(&name)
 }
 
 /// Binds the API socket: a stale socket file is replaced, anything else at the path is not.
@@ -399,6 +430,10 @@ pub async fn run(config: NodeConfig) -> Result<(), NodeError> {
         }
         Err(e) => node.problem(format!("passthrough journal: {e}")),
     }
+
+    // The hold specs are the containers' record: written from holds.json before anything
+    // waits on nvidia-smi (a wedged host's first collection takes its full timeout).
+    node.converge_holds().await;
 
     let (first_tx, first_rx) = tokio::sync::oneshot::channel::<()>();
     let collector = node.clone();

@@ -1,0 +1,448 @@
+//! The allocation policy: the one place that says who owns a device, which devices conflict,
+//! and whether a GPU is busy. Holds, `gpu.reset`, `vfio bind` and `vm start`/`restore` all
+//! ask it; none of them decides on its own.
+//!
+//! The device model:
+//!
+//! | device | id | stands for |
+//! | --- | --- | --- |
+//! | whole GPU | `GPU-<uuid>` | every engine and all memory of one GPU |
+//! | MIG device | `MIG-<uuid>` (R450: `MIG-GPU-<uuid>/<gi>/<ci>`) | one GPU instance of a GPU in MIG mode |
+//! | slot | `GPU-<uuid>::<n>` | a time-sliced share of one GPU; `bcd node --gpu-slots N` gives each GPU slots `0` to `N-1` |
+//!
+//! Conflicts: a whole GPU conflicts with each of its MIG devices and slots; a slot conflicts
+//! with its whole GPU and that GPU's MIG devices, not with another slot of it (time-slicing
+//! is sharing by design); two MIG devices of one GPU do not conflict (each is its own
+//! partition, reached through its own `nvidia-caps` nodes). A device conflicts with itself.
+//!
+//! The invariant every hold store keeps: no two holds hold conflicting devices, so a GPU's
+//! device node is in two holds' specs only when both hold slots of it or distinct MIG
+//! devices of it. A store that breaks it is refused when it is loaded, naming both holds.
+//!
+//! Busy: a GPU is busy when any of its devices is held or it is passed through to a VM.
+//! (Kubernetes releases are not recorded yet, so none is ever pending.)
+//!
+//! This module is pure: it reads the inventory and the holds it is handed, never a file.
+
+use bcd_protocol::PciAddress;
+
+use crate::cdi::holds::Hold;
+use crate::cdi::ids::{DeviceId, DeviceKind, HoldId};
+use crate::inventory::document::Inventory;
+
+/// Why a device may not be held, or a hold store is refused. `Display` is the operator's
+/// sentence.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PolicyError {
+    /// The inventory does not list the device (or the GPU of a slot).
+    #[error("unknown device {0}: the inventory does not list it")]
+    UnknownDevice(DeviceId),
+    /// A slot number the node does not offer.
+    #[error(
+        "{device}: this node offers {slots} slot(s) per GPU (bcd node --gpu-slots), numbered from 0"
+    )]
+    NoSuchSlot { device: DeviceId, slots: u32 },
+    /// A slot of a GPU in MIG mode: its work runs in MIG devices only.
+    #[error("{device}: GPU {gpu} is in MIG mode; hold one of its MIG devices instead of a slot")]
+    SlotInMigMode { device: DeviceId, gpu: DeviceId },
+    /// The device's GPU is on `vfio-pci`.
+    #[error("{0} is passed through to a VM; release it first (bcd vfio release)")]
+    PassedThrough(DeviceId),
+    /// Another hold has a device that conflicts with this one.
+    #[error("{device} is already held by hold {holder} ({held}); release that hold first")]
+    Conflict {
+        device: DeviceId,
+        holder: HoldId,
+        held: String,
+    },
+    /// A hold store gives one GPU to two holds.
+    #[error(
+        "two holds have GPU {gpu}: hold {first} has {first_device} and hold {second} has {second_device}; bcd refuses this holds.json and deletes nothing: remove one of them from it and restart bcd node"
+    )]
+    Invariant {
+        gpu: DeviceId,
+        first: HoldId,
+        first_device: DeviceId,
+        second: HoldId,
+        second_device: DeviceId,
+    },
+}
+
+/// One GPU as the policy sees it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PhysicalGpu {
+    pub uuid: DeviceId,
+    pub address: Option<PciAddress>,
+    pub mig_mode: bool,
+    pub mig_devices: Vec<DeviceId>,
+    pub passed_through: bool,
+}
+
+/// The node's GPUs, their MIG devices and how many slots each offers.
+#[derive(Debug, Clone, Default)]
+pub struct Topology {
+    gpus: Vec<PhysicalGpu>,
+    slots_per_gpu: u32,
+}
+
+/// A device and the GPU it is on (`None` when nothing tells: a `MIG-<uuid>` that is neither
+/// in the inventory nor recorded with its hold).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Placed {
+    pub device: DeviceId,
+    pub gpu: Option<DeviceId>,
+}
+
+/// What makes a GPU busy.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Busy {
+    /// It is on `vfio-pci`, given to a VM.
+    PassedThrough,
+    /// A hold has it, one of its MIG devices or one of its slots.
+    Held { hold: HoldId, device: DeviceId },
+}
+
+impl std::fmt::Display for Busy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Busy::PassedThrough => f.write_str("passed through to a VM"),
+            Busy::Held { hold, device } => match device.kind() {
+                DeviceKind::Gpu => write!(f, "held by {hold}"),
+                DeviceKind::Mig => write!(f, "MIG device {device} held by {hold}"),
+                DeviceKind::Slot => write!(f, "slot {device} held by {hold}"),
+            },
+        }
+    }
+}
+
+impl Topology {
+    /// The inventory's GPUs (those whose UUID parses), each offering `slots_per_gpu` slots.
+    pub fn from_inventory(inventory: &Inventory, slots_per_gpu: u32) -> Self {
+        let gpus = inventory
+            .gpu
+            .gpus
+            .iter()
+            .filter_map(|g| {
+                Some(PhysicalGpu {
+                    uuid: g.uuid.parse().ok()?,
+                    address: g.bus_id.as_deref().and_then(|b| b.parse().ok()),
+                    mig_mode: g.mig.as_ref().and_then(|m| m.mode).unwrap_or(false),
+                    mig_devices: g
+                        .mig
+                        .iter()
+                        .flat_map(|m| &m.devices)
+                        .filter_map(|d| d.uuid.as_deref()?.parse().ok())
+                        .collect(),
+                    passed_through: g.passed_through,
+                })
+            })
+            .collect();
+        Self {
+            gpus,
+            slots_per_gpu: slots_per_gpu.min(crate::cdi::ids::MAX_SLOTS),
+        }
+    }
+
+    /// The GPU whose UUID is `uuid` (any case: ids are normalised when parsed).
+    pub fn gpu(&self, uuid: &DeviceId) -> Option<&PhysicalGpu> {
+        self.gpus.iter().find(|g| &g.uuid == uuid)
+    }
+
+    /// The GPU at a PCI address.
+    pub fn gpu_at(&self, address: &PciAddress) -> Option<&PhysicalGpu> {
+        self.gpus
+            .iter()
+            .find(|g| g.address.as_ref() == Some(address))
+    }
+
+    /// The GPU `device` is on: from its id where the id says, else from the inventory.
+    pub fn gpu_of(&self, device: &DeviceId) -> Option<DeviceId> {
+        device.gpu().or_else(|| {
+            self.gpus
+                .iter()
+                .find(|g| g.mig_devices.contains(device))
+                .map(|g| g.uuid.clone())
+        })
+    }
+
+    /// Whether `device` may be held at all, and on which GPU it is.
+    ///
+    /// # Errors
+    /// [`PolicyError::UnknownDevice`], [`PolicyError::NoSuchSlot`],
+    /// [`PolicyError::SlotInMigMode`], [`PolicyError::PassedThrough`].
+    pub fn place(&self, device: &DeviceId) -> Result<Placed, PolicyError> {
+        let gpu = self
+            .gpu_of(device)
+            .and_then(|uuid| self.gpu(&uuid))
+            .filter(|g| device.kind() != DeviceKind::Mig || g.mig_devices.contains(device))
+            .ok_or_else(|| PolicyError::UnknownDevice(device.clone()))?;
+        if let Some(n) = device.slot() {
+            if n >= self.slots_per_gpu {
+                return Err(PolicyError::NoSuchSlot {
+                    device: device.clone(),
+                    slots: self.slots_per_gpu,
+                });
+            }
+            if gpu.mig_mode {
+                return Err(PolicyError::SlotInMigMode {
+                    device: device.clone(),
+                    gpu: gpu.uuid.clone(),
+                });
+            }
+        }
+        if gpu.passed_through {
+            return Err(PolicyError::PassedThrough(device.clone()));
+        }
+        Ok(Placed {
+            device: device.clone(),
+            gpu: Some(gpu.uuid.clone()),
+        })
+    }
+
+    /// The devices of `hold`, each with its GPU: the one recorded with the hold, else what
+    /// the id or the inventory says.
+    pub fn placed(&self, hold: &Hold) -> Vec<Placed> {
+        hold.devices
+            .iter()
+            .map(|d| Placed {
+                device: d.clone(),
+                gpu: hold.gpu_of(d).or_else(|| self.gpu_of(d)),
+            })
+            .collect()
+    }
+
+    /// Whether `gpu` is busy, and why: passed through, or a hold has it or part of it.
+    pub fn busy<'h>(
+        &self,
+        gpu: &DeviceId,
+        holds: impl IntoIterator<Item = &'h Hold>,
+    ) -> Option<Busy> {
+        if self.gpu(gpu).is_some_and(|g| g.passed_through) {
+            return Some(Busy::PassedThrough);
+        }
+        let whole = Placed {
+            device: gpu.clone(),
+            gpu: Some(gpu.clone()),
+        };
+        holds.into_iter().find_map(|hold| {
+            self.placed(hold)
+                .into_iter()
+                .find(|p| conflict(&whole, p))
+                .map(|p| Busy::Held {
+                    hold: hold.id.clone(),
+                    device: p.device,
+                })
+        })
+    }
+}
+
+/// Whether two devices may not be held by two different holds.
+pub fn conflict(a: &Placed, b: &Placed) -> bool {
+    if a.device == b.device {
+        return true;
+    }
+    let (Some(ga), Some(gb)) = (&a.gpu, &b.gpu) else {
+        return false;
+    };
+    if ga != gb {
+        return false;
+    }
+    !matches!(
+        (a.device.kind(), b.device.kind()),
+        (DeviceKind::Slot, DeviceKind::Slot) | (DeviceKind::Mig, DeviceKind::Mig)
+    )
+}
+
+/// The first device of another hold that conflicts with one of `wanted`.
+///
+/// # Errors
+/// [`PolicyError::Conflict`] naming the device asked for, the holder and what it holds.
+pub fn check_free<'h>(
+    id: &HoldId,
+    wanted: &[Placed],
+    others: impl IntoIterator<Item = &'h Hold>,
+    topology: &Topology,
+) -> Result<(), PolicyError> {
+    for hold in others.into_iter().filter(|h| &h.id != id) {
+        for theirs in topology.placed(hold) {
+            if let Some(ours) = wanted.iter().find(|w| conflict(w, &theirs)) {
+                let held = if theirs.device == ours.device {
+                    "that device".to_owned()
+                } else {
+                    format!("{} on the same GPU", theirs.device)
+                };
+                return Err(PolicyError::Conflict {
+                    device: ours.device.clone(),
+                    holder: hold.id.clone(),
+                    held,
+                });
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The invariant, checked on a whole store: no two holds hold conflicting devices.
+///
+/// # Errors
+/// [`PolicyError::Invariant`] naming the GPU, both holds and their devices.
+pub fn check_invariant(holds: &[Hold], topology: &Topology) -> Result<(), PolicyError> {
+    let placed: Vec<(&HoldId, Vec<Placed>)> =
+        holds.iter().map(|h| (&h.id, topology.placed(h))).collect();
+    for (i, (first, ours)) in placed.iter().enumerate() {
+        for (second, theirs) in &placed[i + 1..] {
+            for a in ours {
+                if let Some(b) = theirs.iter().find(|b| conflict(a, b)) {
+                    return Err(PolicyError::Invariant {
+                        gpu: a.gpu.clone().unwrap_or_else(|| a.device.clone()),
+                        first: (*first).clone(),
+                        first_device: a.device.clone(),
+                        second: (*second).clone(),
+                        second_device: b.device.clone(),
+                    });
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::inventory::document::{Gpu, GpuSection, Mig, MigDevice};
+
+    const GPU3: &str = "GPU-b9036d74-bff6-b565-c003-dc53279ae2bd";
+    const GPU0: &str = "GPU-ff1dacfa-2e1a-0504-a88b-76a3118ee48b";
+    const MIG_A: &str = "MIG-65db3e42-f991-a575-c20e-8350d31e437c";
+    const MIG_B: &str = "MIG-0c50056c-bc70-320a-5ed7-3d189e36173c";
+
+    fn dev(s: &str) -> DeviceId {
+        s.parse().unwrap()
+    }
+
+    fn topology(slots: u32) -> Topology {
+        let mig = Mig {
+            mode: Some(true),
+            devices: [MIG_A, MIG_B]
+                .iter()
+                .map(|u| MigDevice {
+                    uuid: Some((*u).into()),
+                    ..MigDevice::default()
+                })
+                .collect(),
+            ..Mig::default()
+        };
+        let inv = Inventory::new(GpuSection {
+            gpus: vec![
+                Gpu {
+                    index: 0,
+                    uuid: GPU0.into(),
+                    bus_id: Some("00000000:18:00.0".into()),
+                    ..Gpu::default()
+                },
+                Gpu {
+                    index: 3,
+                    uuid: GPU3.into(),
+                    mig: Some(mig),
+                    ..Gpu::default()
+                },
+            ],
+            ..GpuSection::default()
+        });
+        Topology::from_inventory(&inv, slots)
+    }
+
+    fn placed(t: &Topology, s: &str) -> Placed {
+        Placed {
+            device: dev(s),
+            gpu: t.gpu_of(&dev(s)),
+        }
+    }
+
+    fn hold(id: &str, devices: &[&str]) -> Hold {
+        Hold {
+            id: id.parse().unwrap(),
+            devices: devices.iter().map(|d| dev(d)).collect(),
+            kubernetes: false,
+            gpus: Default::default(),
+        }
+    }
+
+    #[test]
+    fn the_conflict_table() {
+        let t = topology(4);
+        let s0 = format!("{GPU0}::0");
+        let s1 = format!("{GPU0}::1");
+        let cases = [
+            (GPU3, MIG_A, true),
+            (MIG_A, MIG_B, false),
+            (MIG_A, MIG_A, true),
+            (GPU0, s0.as_str(), true),
+            (s0.as_str(), s1.as_str(), false),
+            (s0.as_str(), s0.as_str(), true),
+            (GPU0, GPU3, false),
+            (s0.as_str(), MIG_A, false),
+        ];
+        for (a, b, want) in cases {
+            assert_eq!(conflict(&placed(&t, a), &placed(&t, b)), want, "{a} {b}");
+            assert_eq!(conflict(&placed(&t, b), &placed(&t, a)), want, "{b} {a}");
+        }
+    }
+
+    #[test]
+    fn placing_checks_the_inventory_slots_and_mig_mode() {
+        let t = topology(2);
+        assert_eq!(t.place(&dev(MIG_A)).unwrap().gpu, Some(dev(GPU3)));
+        assert!(t.place(&dev(&format!("{GPU0}::1"))).is_ok());
+        assert_eq!(
+            t.place(&dev(&format!("{GPU0}::2"))).unwrap_err().to_string(),
+            format!("{GPU0}::2: this node offers 2 slot(s) per GPU (bcd node --gpu-slots), numbered from 0")
+        );
+        assert!(matches!(
+            t.place(&dev(&format!("{GPU3}::0"))),
+            Err(PolicyError::SlotInMigMode { .. })
+        ));
+        let unknown = "MIG-00000000-0000-0000-0000-000000000000";
+        assert!(matches!(
+            t.place(&dev(unknown)),
+            Err(PolicyError::UnknownDevice(_))
+        ));
+        assert!(matches!(
+            topology(0).place(&dev(&format!("{GPU0}::0"))),
+            Err(PolicyError::NoSuchSlot { slots: 0, .. })
+        ));
+    }
+
+    #[test]
+    fn a_gpu_is_busy_through_any_of_its_devices() {
+        let t = topology(2);
+        let holds = [hold("a", &[MIG_B]), hold("b", &[&format!("{GPU0}::1")])];
+        assert_eq!(
+            t.busy(&dev(GPU3), &holds).unwrap().to_string(),
+            format!("MIG device {MIG_B} held by a")
+        );
+        assert_eq!(
+            t.busy(&dev(GPU0), &holds).unwrap().to_string(),
+            format!("slot {GPU0}::1 held by b")
+        );
+        assert_eq!(t.busy(&dev(GPU0), &[]), None);
+    }
+
+    #[test]
+    fn the_invariant_names_both_holds() {
+        let t = Topology::default();
+        let mut a = hold("a", &[GPU3]);
+        let mut b = hold("b", &[MIG_A]);
+        // Recorded with the hold, the MIG device's GPU is known without an inventory.
+        b.gpus.insert(dev(MIG_A), dev(GPU3));
+        let err = check_invariant(&[a.clone(), b.clone()], &t).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            format!("two holds have GPU {GPU3}: hold a has {GPU3} and hold b has {MIG_A}; bcd refuses this holds.json and deletes nothing: remove one of them from it and restart bcd node")
+        );
+        a.devices = vec![dev(&format!("{GPU0}::0"))];
+        b.devices = vec![dev(&format!("{GPU0}::1"))];
+        assert!(check_invariant(&[a, b], &t).is_ok(), "slots share a GPU");
+    }
+}
