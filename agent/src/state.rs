@@ -5,10 +5,21 @@
 //! and the folder is synced, so a crash leaves either the old or the new file, never a torn
 //! one. A file that does not parse is renamed aside (`<name>.unreadable-<unix time>`), so what
 //! it held is kept for the operator and the next write does not destroy it.
+//!
+//! A state file is opened without following a link and without blocking (`O_NOFOLLOW |
+//! O_NONBLOCK`), then checked with `fstat`: a FIFO, a device, a socket or a link where a
+//! state file belongs is refused with a sentence naming it, never waited on, never read, and
+//! never replaced by a write.
+//!
+//! [`ReservedWriter`] keeps what one file's writes need open (its folder, and the next
+//! unnamed temporary file), so that file can still be written when the process has no file
+//! descriptor left: the faults file must record an XID while everything else is starved.
 
 use std::fs::{self, File, OpenOptions};
 use std::io::Write;
-use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::io::Read;
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::{FileTypeExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -46,6 +57,53 @@ pub enum StateError {
         /// The file.
         path: PathBuf,
     },
+    /// Something other than a regular file is where a state file belongs.
+    #[error("{path} is {kind}, not a regular file; bcd neither reads nor replaces it: remove it")]
+    NotAFile {
+        /// The path.
+        path: PathBuf,
+        /// What is there: "a FIFO", "a character device", ...
+        kind: &'static str,
+    },
+}
+
+/// What a file type is, in the words of [`StateError::NotAFile`]; `None` for a regular file.
+fn odd_kind(file_type: fs::FileType) -> Option<&'static str> {
+    if file_type.is_file() {
+        None
+    } else if file_type.is_symlink() {
+        Some("a symbolic link")
+    } else if file_type.is_fifo() {
+        Some("a FIFO")
+    } else if file_type.is_char_device() {
+        Some("a character device")
+    } else if file_type.is_block_device() {
+        Some("a block device")
+    } else if file_type.is_socket() {
+        Some("a socket")
+    } else if file_type.is_dir() {
+        Some("a folder")
+    } else {
+        Some("not a regular file")
+    }
+}
+
+/// Refuses to write over anything at `path` but a regular file (or nothing).
+fn check_target(path: &Path) -> Result<(), StateError> {
+    match fs::symlink_metadata(path) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(io_error(path)(e)),
+        Ok(meta) if meta.file_type().is_symlink() => Err(StateError::Symlink {
+            path: path.to_path_buf(),
+        }),
+        Ok(meta) => match odd_kind(meta.file_type()) {
+            None => Ok(()),
+            Some(kind) => Err(StateError::NotAFile {
+                path: path.to_path_buf(),
+                kind,
+            }),
+        },
+    }
 }
 
 fn io_error(path: &Path) -> impl FnOnce(std::io::Error) -> StateError + '_ {
@@ -59,7 +117,10 @@ fn io_error(path: &Path) -> impl FnOnce(std::io::Error) -> StateError + '_ {
 ///
 /// # Errors
 /// [`StateError::Io`] naming the file or folder that failed; the old file is then intact.
+/// [`StateError::Symlink`] or [`StateError::NotAFile`] when something other than a regular
+/// file is at `path`: it is left as it is.
 pub fn write_atomic(path: &Path, bytes: &[u8], mode: u32) -> Result<(), StateError> {
+    check_target(path)?;
     let dir = path
         .parent()
         .filter(|p| !p.as_os_str().is_empty())
@@ -96,20 +157,144 @@ pub fn write_atomic(path: &Path, bytes: &[u8], mode: u32) -> Result<(), StateErr
 
 /// Reads a state file: `Ok(None)` when it does not exist yet.
 ///
+/// It is opened with `O_NOFOLLOW | O_NONBLOCK` and checked with `fstat` before a byte is
+/// read, so a FIFO (whose open and read would wait for a writer) or a device never holds up
+/// the caller.
+///
 /// # Errors
-/// [`StateError::Symlink`] for a link, [`StateError::Io`] when it cannot be read.
+/// [`StateError::Symlink`] for a link, [`StateError::NotAFile`] for anything else that is not
+/// a regular file, [`StateError::Io`] when it cannot be read.
 pub fn read(path: &Path) -> Result<Option<Vec<u8>>, StateError> {
-    match fs::symlink_metadata(path) {
+    let opened = OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_NOCTTY)
+        .open(path);
+    let mut file = match opened {
+        Ok(file) => file,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(e) => return Err(io_error(path)(e)),
-        Ok(meta) if meta.file_type().is_symlink() => {
+        Err(e) if e.raw_os_error() == Some(libc::ELOOP) => {
             return Err(StateError::Symlink {
                 path: path.to_path_buf(),
             })
         }
-        Ok(_) => {}
+        // A FIFO without a writer, a device that refuses: say what is there.
+        Err(e) => {
+            return Err(match fs::symlink_metadata(path).ok().and_then(|m| odd_kind(m.file_type())) {
+                Some(kind) => StateError::NotAFile {
+                    path: path.to_path_buf(),
+                    kind,
+                },
+                None => io_error(path)(e),
+            })
+        }
+    };
+    let meta = file.metadata().map_err(io_error(path))?;
+    if let Some(kind) = odd_kind(meta.file_type()) {
+        return Err(StateError::NotAFile {
+            path: path.to_path_buf(),
+            kind,
+        });
     }
-    fs::read(path).map(Some).map_err(io_error(path))
+    let mut bytes = Vec::with_capacity(usize::try_from(meta.len()).unwrap_or(0).min(1 << 20));
+    file.read_to_end(&mut bytes).map_err(io_error(path))?;
+    Ok(Some(bytes))
+}
+
+/// Writes one state file atomically, holding open what a write needs: the file's folder (for
+/// its `fsync`) and the next write's temporary file, unnamed (`O_TMPFILE`) until the write
+/// links it in. A write therefore opens nothing, and can land while the process has no file
+/// descriptor left; the next temporary file is made right after the old one is closed.
+#[derive(Debug)]
+pub struct ReservedWriter {
+    path: PathBuf,
+    dir: File,
+    mode: u32,
+    spare: Option<File>,
+}
+
+impl ReservedWriter {
+    /// Holds `path`'s folder and a first temporary file open.
+    ///
+    /// # Errors
+    /// [`StateError::Io`] when the folder cannot be opened or has no room for an unnamed
+    /// file (a file system without `O_TMPFILE`); callers then write with [`write_atomic`].
+    pub fn open(path: &Path, mode: u32) -> Result<Self, StateError> {
+        let dir_path = parent(path);
+        let dir = OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_DIRECTORY)
+            .open(dir_path)
+            .map_err(io_error(dir_path))?;
+        let spare = unnamed(dir_path, mode).map_err(io_error(dir_path))?;
+        Ok(Self {
+            path: path.to_path_buf(),
+            dir,
+            mode,
+            spare: Some(spare),
+        })
+    }
+
+    /// Writes `bytes` as [`write_atomic`] does, into the held temporary file.
+    ///
+    /// # Errors
+    /// As [`write_atomic`]; the old file is then intact.
+    pub fn write(&mut self, bytes: &[u8]) -> Result<(), StateError> {
+        check_target(&self.path)?;
+        let dir_path = parent(&self.path).to_path_buf();
+        let mut file = match self.spare.take() {
+            Some(file) => file,
+            None => unnamed(&dir_path, self.mode).map_err(io_error(&dir_path))?,
+        };
+        let tmp = temp_name(&self.path);
+        let result = (|| {
+            file.set_permissions(fs::Permissions::from_mode(self.mode))
+                .map_err(io_error(&tmp))?;
+            file.write_all(bytes).map_err(io_error(&tmp))?;
+            file.sync_all().map_err(io_error(&tmp))?;
+            // Linking an unnamed file in through /proc resolves a path: no descriptor.
+            let proc_path = format!("/proc/self/fd/{}", file.as_raw_fd());
+            nix::unistd::linkat(
+                None,
+                Path::new(&proc_path),
+                None,
+                tmp.as_path(),
+                nix::fcntl::AtFlags::AT_SYMLINK_FOLLOW,
+            )
+            .map_err(|e| io_error(&tmp)(std::io::Error::from(e)))?;
+            fs::rename(&tmp, &self.path).map_err(io_error(&self.path))?;
+            self.dir.sync_all().map_err(io_error(&dir_path))
+        })();
+        if result.is_err() {
+            let _ = fs::remove_file(&tmp);
+        }
+        // The written file's descriptor is freed first, so the next spare can take it.
+        drop(file);
+        self.spare = unnamed(&dir_path, self.mode).ok();
+        result
+    }
+}
+
+fn parent(path: &Path) -> &Path {
+    path.parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(Path::new("."))
+}
+
+fn temp_name(path: &Path) -> PathBuf {
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    parent(path).join(format!(".{name}.tmp-{}", std::process::id()))
+}
+
+/// An unnamed file in `dir` (`O_TMPFILE`), gone unless it is linked in.
+fn unnamed(dir: &Path, mode: u32) -> std::io::Result<File> {
+    OpenOptions::new()
+        .write(true)
+        .mode(mode)
+        .custom_flags(libc::O_TMPFILE)
+        .open(dir)
 }
 
 /// Reads and parses a state file. A file that does not parse is renamed aside and reported

@@ -1,5 +1,6 @@
 //! The node service's API: versioned paths, JSON in and out, errors as
-//! `{"error": "<sentence>", "code": "<kind>"}`.
+//! `{"code": "<kind>", "message": "<sentence>"}` (the HTTP layer's own errors too). A known
+//! path asked with another method is answered 405, an unknown one 404.
 //!
 //! | method and path | does |
 //! | --- | --- |
@@ -39,12 +40,7 @@ fn ok(value: &Value) -> Answer {
 }
 
 fn error(status: u16, code: &str, sentence: impl std::fmt::Display) -> Answer {
-    (
-        status,
-        json!({ "error": sentence.to_string(), "code": code })
-            .to_string()
-            .into_bytes(),
-    )
+    (status, crate::node::http::error_body(code, &sentence.to_string()))
 }
 
 fn body<T: for<'de> Deserialize<'de>>(request: &Request) -> Result<T, Answer> {
@@ -90,16 +86,7 @@ pub async fn handle(node: &Node, request: &Request) -> Answer {
             "/v1/vfio/bind" | "/v1/vfio/release" | "/v1/vm/start" | "/v1/vm/restore"
             | "/v1/vm/destroy",
         ) => passthrough(node, path, request).await,
-        (
-            _,
-            "/v1/status"
-            | "/v1/inventory"
-            | "/v1/conditions"
-            | "/v1/inventory/refresh"
-            | "/v1/diag"
-            | "/v1/gpus/reset"
-            | "/v1/holds",
-        ) => Err(error(
+        (_, p) if is_known_path(p) => Err(error(
             405,
             "method-not-allowed",
             format!("{} is not allowed on {path}", request.method),
@@ -111,6 +98,27 @@ pub async fn handle(node: &Node, request: &Request) -> Answer {
         )),
     };
     result.unwrap_or_else(|answer| answer)
+}
+
+/// Whether `path` is one the API serves (with some method).
+fn is_known_path(path: &str) -> bool {
+    matches!(
+        path,
+        "/v1/status"
+            | "/v1/inventory"
+            | "/v1/conditions"
+            | "/v1/inventory/refresh"
+            | "/v1/diag"
+            | "/v1/gpus/reset"
+            | "/v1/holds"
+            | "/v1/vfio/bind"
+            | "/v1/vfio/release"
+            | "/v1/vm/start"
+            | "/v1/vm/restore"
+            | "/v1/vm/destroy"
+    ) || path
+        .strip_prefix("/v1/holds/")
+        .is_some_and(|id| !id.is_empty() && !id.contains('/'))
 }
 
 async fn status(node: &Node) -> Answer {

@@ -91,7 +91,7 @@ pub async fn call(
         Err(ApiError::Refused {
             status: response.status,
             code: value["code"].as_str().unwrap_or_default().to_owned(),
-            message: value["error"]
+            message: value["message"]
                 .as_str()
                 .unwrap_or("the service refused without saying why")
                 .to_owned(),

@@ -21,7 +21,7 @@ use crate::inventory::document::{GpuSection, Inventory};
 use crate::inventory::memory::GpuMemory;
 use crate::inventory::scheduler::{Scheduler, SchedulerHandle, Trigger};
 use crate::node::otlp::{self, OtlpEndpoint};
-use crate::node::{api, http, metrics, notify};
+use crate::node::{api, http, listen, metrics, notify};
 use crate::runtime::{Passthrough, SocketHelper};
 use crate::smi::list::ListedGpu;
 use crate::smi::sampler::{Mode, Sampler, Timing};
@@ -30,6 +30,10 @@ use crate::smi::snapshot::QueryRecord;
 
 /// The shortest sample interval: `nvidia-smi` costs driver time on every GPU.
 pub const MIN_SAMPLE_INTERVAL: Duration = Duration::from_secs(5);
+/// Scrapes the metrics listener serves at once (a scrape is one request every few seconds).
+pub const METRICS_CONNECTIONS: usize = 16;
+/// The metrics' media type.
+const METRICS_TYPE: &str = "text/plain; version=0.0.4";
 /// How long a shutdown waits for requests in flight.
 pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(20);
 
@@ -113,6 +117,10 @@ pub struct Node {
     /// Held while a collection runs: the scheduler, diag and reset all collect, and two
     /// collections must never run at once.
     collecting: tokio::sync::Mutex<()>,
+    /// The API socket's accept loop.
+    pub api_listener: Arc<listen::ListenerStats>,
+    /// The metrics listener's accept loop.
+    pub metrics_listener: Arc<listen::ListenerStats>,
 }
 
 impl Node {
@@ -373,6 +381,8 @@ pub async fn run(config: NodeConfig) -> Result<(), NodeError> {
         )
         .with_scheduler(scheduler_handle.clone()),
         collecting: tokio::sync::Mutex::new(()),
+        api_listener: Arc::default(),
+        metrics_listener: Arc::default(),
     });
     for p in problems {
         node.problem(p);
@@ -458,66 +468,79 @@ pub async fn run(config: NodeConfig) -> Result<(), NodeError> {
     }
 
     let in_flight = Arc::new(RwLock::new(()));
+    let api_listener = Arc::new(api_listener);
     let api_node = node.clone();
     let api_in_flight = in_flight.clone();
-    let api = tokio::spawn(async move {
-        loop {
-            let Ok((stream, _)) = api_listener.accept().await else {
-                continue;
-            };
+    let api = tokio::spawn(listen::serve(
+        format!("the API socket {}", config.api_socket.display()),
+        http::MAX_CONNECTIONS,
+        node.api_listener.clone(),
+        move || {
+            let l = api_listener.clone();
+            async move { l.accept().await.map(|(stream, _)| stream) }
+        },
+        move |stream: tokio::net::UnixStream| {
+            // Refused once shutdown waits for the requests in flight.
+            let guard = api_in_flight.clone().try_read_owned().ok()?;
             let node = api_node.clone();
-            let guard = api_in_flight.clone().read_owned().await;
-            tokio::spawn(async move {
+            Some(async move {
                 let _guard = guard;
                 let (reader, writer) = stream.into_split();
-                match http::read_request(reader).await {
-                    Ok(request) => {
-                        let (status, body) = api::handle(&node, &request).await;
-                        let _ =
-                            http::write_response(writer, status, "application/json", &body).await;
-                    }
-                    Err(e) => {
-                        let body = serde_json::json!({ "error": e.to_string() }).to_string();
-                        let _ = http::write_response(
-                            writer,
-                            e.status(),
-                            "application/json",
-                            body.as_bytes(),
-                        )
-                        .await;
-                    }
-                }
-            });
-        }
-    });
+                let (status, body) = match http::read_request(reader).await {
+                    Ok(request) => api::handle(&node, &request).await,
+                    Err(e) => (e.status(), http::error_body(e.code(), &e.to_string())),
+                };
+                let _ = http::write_response(writer, status, "application/json", &body).await;
+            })
+        },
+    ));
 
     if let Some(listener) = metrics_listener {
         let node = node.clone();
-        tokio::spawn(async move {
-            loop {
-                let Ok((stream, _)) = listener.accept().await else {
-                    continue;
-                };
+        let stats = node.metrics_listener.clone();
+        let listener = Arc::new(listener);
+        tokio::spawn(listen::serve(
+            format!("the metrics listener {}", listener.local_addr().map_or_else(|_| "?".to_owned(), |a| a.to_string())),
+            METRICS_CONNECTIONS,
+            stats,
+            move || {
+                let l = listener.clone();
+                async move { l.accept().await.map(|(stream, _)| stream) }
+            },
+            move |stream: tokio::net::TcpStream| {
                 let node = node.clone();
-                tokio::spawn(async move {
+                Some(async move {
                     let (reader, writer) = stream.into_split();
-                    let (status, body) = match http::read_request(reader).await {
-                        Ok(r) if r.method == "GET" && r.path == "/metrics" => {
-                            (200, node.metrics_text().await)
+                    let (status, kind, body) = match http::read_request(reader).await {
+                        Ok(r) if r.path == "/metrics" && r.method == "GET" => {
+                            (200, METRICS_TYPE, node.metrics_text().await.into_bytes())
                         }
-                        Ok(_) => (404, "only GET /metrics is served here\n".to_owned()),
-                        Err(e) => (e.status(), format!("{e}\n")),
+                        Ok(r) if r.path == "/metrics" => (
+                            405,
+                            "application/json",
+                            http::error_body(
+                                "method-not-allowed",
+                                &format!("{} is not allowed on /metrics; use GET", r.method),
+                            ),
+                        ),
+                        Ok(r) => (
+                            404,
+                            "application/json",
+                            http::error_body(
+                                "not-found",
+                                &format!("no such path: {} (only GET /metrics is served here)", r.path),
+                            ),
+                        ),
+                        Err(e) => (
+                            e.status(),
+                            "application/json",
+                            http::error_body(e.code(), &e.to_string()),
+                        ),
                     };
-                    let _ = http::write_response(
-                        writer,
-                        status,
-                        "text/plain; version=0.0.4",
-                        body.as_bytes(),
-                    )
-                    .await;
-                });
-            }
-        });
+                    let _ = http::write_response(writer, status, kind, &body).await;
+                })
+            },
+        ));
     }
 
     // Ready once the first inventory is in, so a client's first status has GPUs.
