@@ -287,3 +287,79 @@ fn every_error_is_json_with_code_and_message_and_wrong_methods_are_405() {
         assert!(v["code"].is_string() && v["message"].is_string(), "{v}");
     }
 }
+
+fn wait_exit(child: &mut std::process::Child, bound: Duration) -> std::process::ExitStatus {
+    let started = Instant::now();
+    loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            return s;
+        }
+        assert!(started.elapsed() < bound, "the process did not end within {bound:?}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+// A second node on the same socket and data folder started silently: the stale one deleted
+// a fresh hold's spec, and stopping it removed the live node's socket.
+#[test]
+fn a_second_node_on_the_same_data_folder_is_refused_naming_the_first() {
+    let rig = Rig::new("hgx-h100");
+    let first = rig.start(&[], None);
+    let mut second = rig.node(&[], None).stderr(Stdio::piped()).spawn().unwrap();
+    let status = wait_exit(&mut second, Duration::from_secs(10));
+    let mut stderr = String::new();
+    second.stderr.take().unwrap().read_to_string(&mut stderr).unwrap();
+    assert_eq!(status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains(&format!("another bcd node (pid {})", first.0.id())),
+        "{stderr}"
+    );
+    assert!(status_ok(&rig.api), "the first node's socket is untouched");
+
+    // Another data folder, the same socket: the live socket is not taken over.
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_bcd"));
+    let other_data = rig.data.with_file_name("other-data");
+    cmd.arg("--host")
+        .arg(&rig.host)
+        .arg("--data-dir")
+        .arg(&other_data)
+        .arg("--cdi-dir")
+        .arg(&rig.cdi)
+        .arg("--api-socket")
+        .arg(&rig.api)
+        .arg("--helper-socket")
+        .arg(rig.host.join("no-helper.sock"))
+        .args(["node", "--api-group", "root"])
+        .stderr(Stdio::piped());
+    let mut fourth = cmd.spawn().unwrap();
+    let status = wait_exit(&mut fourth, Duration::from_secs(30));
+    let mut stderr = String::new();
+    fourth.stderr.take().unwrap().read_to_string(&mut stderr).unwrap();
+    assert_eq!(status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("another process listens on it"), "{stderr}");
+    assert!(status_ok(&rig.api), "the first node's socket is untouched");
+}
+
+fn status_ok(socket: &Path) -> bool {
+    status(socket).is_some()
+}
+
+// Stopping a node removed whatever socket was at its path, even one another node had made.
+#[test]
+fn stopping_a_node_leaves_a_socket_it_did_not_create() {
+    let rig = Rig::new("hgx-h100");
+    let mut node = rig.start(&[], None);
+    std::fs::remove_file(&rig.api).unwrap();
+    let _other = std::os::unix::net::UnixListener::bind(&rig.api).unwrap();
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(node.0.id() as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
+    assert!(wait_exit(&mut node.0, Duration::from_secs(25)).success());
+    assert!(
+        std::fs::symlink_metadata(&rig.api).is_ok(),
+        "the other socket was removed"
+    );
+    assert!(rig.log_text().contains("no longer the socket this node created"));
+}

@@ -5,6 +5,7 @@
 pub mod api;
 pub mod client;
 pub mod http;
+pub mod instance;
 pub mod listen;
 pub mod metrics;
 pub mod notify;

@@ -21,6 +21,7 @@ use crate::inventory::document::{GpuSection, Inventory};
 use crate::inventory::memory::GpuMemory;
 use crate::inventory::scheduler::{Scheduler, SchedulerHandle, Trigger};
 use crate::node::otlp::{self, OtlpEndpoint};
+use crate::node::instance::{self, FileIdentity};
 use crate::node::{api, http, listen, metrics, notify};
 use crate::runtime::{Passthrough, SocketHelper};
 use crate::smi::list::ListedGpu;
@@ -267,6 +268,9 @@ pub enum NodeError {
         /// Why.
         source: std::io::Error,
     },
+    /// Another node runs on the same data folder.
+    #[error("{0}")]
+    AlreadyRunning(instance::InstanceError),
     /// The metrics address could not be bound.
     #[error("cannot serve metrics on {addr}: {source}")]
     Metrics {
@@ -310,8 +314,10 @@ fn open_state(config: &NodeConfig, problems: &mut Vec<String>) -> (Health, Optio
     (Health::new(store), holds)
 }
 
-/// Binds the API socket: a stale socket file is replaced, anything else at the path is not.
-fn bind_api(config: &NodeConfig) -> Result<UnixListener, NodeError> {
+/// Binds the API socket: a stale socket file is replaced; a socket something listens on, and
+/// anything that is not a socket, are not. Returns the listener and the identity of the
+/// socket file it made, so shutdown removes only that.
+fn bind_api(config: &NodeConfig) -> Result<(UnixListener, Option<FileIdentity>), NodeError> {
     let path = &config.api_socket;
     let err = |source| NodeError::ApiSocket {
         path: path.clone(),
@@ -322,6 +328,12 @@ fn bind_api(config: &NodeConfig) -> Result<UnixListener, NodeError> {
     }
     match std::fs::symlink_metadata(path) {
         Ok(meta) if std::os::unix::fs::FileTypeExt::is_socket(&meta.file_type()) => {
+            if std::os::unix::net::UnixStream::connect(path).is_ok() {
+                return Err(err(std::io::Error::new(
+                    std::io::ErrorKind::AddrInUse,
+                    "another process listens on it (another bcd node?); stop it or give this one its own --api-socket",
+                )));
+            }
             std::fs::remove_file(path).map_err(err)?;
         }
         Ok(_) => {
@@ -333,6 +345,7 @@ fn bind_api(config: &NodeConfig) -> Result<UnixListener, NodeError> {
         Err(_) => {}
     }
     let listener = UnixListener::bind(path).map_err(err)?;
+    let identity = FileIdentity::of(path).ok();
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o660)).map_err(err)?;
     if let Some(group) = &config.api_group {
         if let Ok(Some(g)) = nix::unistd::Group::from_name(group) {
@@ -341,17 +354,31 @@ fn bind_api(config: &NodeConfig) -> Result<UnixListener, NodeError> {
             }
         }
     }
-    Ok(listener)
+    Ok((listener, identity))
 }
 
 /// Runs the node service until SIGTERM or SIGINT.
 ///
 /// # Errors
-/// [`NodeError`] when the API socket or the metrics address cannot be bound.
+/// [`NodeError`] when another node runs on the data folder, or the API socket or the metrics
+/// address cannot be bound.
 pub async fn run(config: NodeConfig) -> Result<(), NodeError> {
     let mut problems = Vec::new();
+    // Before any state is read and before the socket is touched: a second node must change
+    // nothing of the first's.
+    let _ = std::fs::create_dir_all(&config.data_dir);
+    let _instance = match instance::lock(&config.data_dir) {
+        Ok(lock) => Some(lock),
+        Err(e @ instance::InstanceError::Held { .. }) => return Err(NodeError::AlreadyRunning(e)),
+        Err(e) => {
+            problems.push(format!(
+                "{e}: another node on the same data folder would not be noticed"
+            ));
+            None
+        }
+    };
     let (health, holds) = open_state(&config, &mut problems);
-    let api_listener = bind_api(&config)?;
+    let (api_listener, api_identity) = bind_api(&config)?;
     let metrics_listener = match config.metrics_listen {
         Some(addr) => Some(
             TcpListener::bind(addr)
@@ -566,7 +593,9 @@ pub async fn run(config: NodeConfig) -> Result<(), NodeError> {
     // Every state file is written atomically; waiting for the requests in flight lets the
     // ones that change state finish and answer.
     let _ = tokio::time::timeout(SHUTDOWN_GRACE, in_flight.write()).await;
-    let _ = std::fs::remove_file(&config.api_socket);
+    if let Some(mine) = api_identity {
+        instance::remove_if_mine(&config.api_socket, mine);
+    }
     tracing::info!("bcd node: stopped");
     Ok(())
 }
