@@ -338,6 +338,16 @@ fn a_second_node_on_the_same_data_folder_is_refused_naming_the_first() {
     assert_eq!(status.code(), Some(1), "{stderr}");
     assert!(stderr.contains("another process listens on it"), "{stderr}");
     assert!(status_ok(&rig.api), "the first node's socket is untouched");
+
+    // Its own socket, the node removes when it stops.
+    let mut first = first;
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(first.0.id() as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
+    assert!(wait_exit(&mut first.0, Duration::from_secs(25)).success());
+    assert!(!rig.api.exists(), "a node removes the socket it made");
 }
 
 fn status_ok(socket: &Path) -> bool {

@@ -110,11 +110,13 @@ fn holder_pid(file: &mut File) -> Option<u32> {
     }
 }
 
-/// Which file a path was when it was noted: its device and inode.
+/// Which file a path was when it was noted: its device and inode, and its change time
+/// (a file system may give a removed file's inode number to the next file made at once).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct FileIdentity {
     dev: u64,
     ino: u64,
+    ctime: (i64, i64),
 }
 
 impl FileIdentity {
@@ -127,6 +129,7 @@ impl FileIdentity {
         Ok(Self {
             dev: meta.dev(),
             ino: meta.ino(),
+            ctime: (meta.ctime(), meta.ctime_nsec()),
         })
     }
 }

@@ -345,7 +345,6 @@ fn bind_api(config: &NodeConfig) -> Result<(UnixListener, Option<FileIdentity>),
         Err(_) => {}
     }
     let listener = UnixListener::bind(path).map_err(err)?;
-    let identity = FileIdentity::of(path).ok();
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o660)).map_err(err)?;
     if let Some(group) = &config.api_group {
         if let Ok(Some(g)) = nix::unistd::Group::from_name(group) {
@@ -354,6 +353,8 @@ fn bind_api(config: &NodeConfig) -> Result<(UnixListener, Option<FileIdentity>),
             }
         }
     }
+    // Noted last: the mode and owner changes above change the file's ctime.
+    let identity = FileIdentity::of(path).ok();
     Ok((listener, identity))
 }
 
