@@ -392,6 +392,83 @@ mod tests {
         );
     }
 
+    /// Runs `f` on a thread; fails the test if it has not returned within 5 s.
+    fn within_5s<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> T {
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let _ = tx.send(f());
+        });
+        rx.recv_timeout(std::time::Duration::from_secs(5))
+            .expect("it waited on the FIFO")
+    }
+
+    // A FIFO in place of holds.json, faults.json or gpus-seen.json hung the node at start:
+    // the read waited for a writer that never came, with no log line.
+    #[test]
+    fn a_fifo_in_place_of_a_state_file_is_refused_without_waiting() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("holds.json");
+        nix::unistd::mkfifo(&path, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
+        let shown = path.clone();
+        let err = within_5s(move || read(&shown)).unwrap_err();
+        assert!(matches!(err, StateError::NotAFile { kind: "a FIFO", .. }), "{err}");
+        assert!(err.to_string().contains("holds.json is a FIFO"), "{err}");
+        let shown = path.clone();
+        let err = within_5s(move || load(&shown, |_| Ok(()))).unwrap_err();
+        assert!(matches!(err, StateError::NotAFile { .. }), "{err}");
+        assert!(
+            fs::symlink_metadata(&path).unwrap().file_type().is_fifo(),
+            "the FIFO is neither set aside nor replaced"
+        );
+    }
+
+    // A symlinked faults.json was reported, then replaced by a regular file on the first
+    // XID: a write never replaces a link, a FIFO or a device.
+    #[test]
+    fn a_write_never_replaces_a_link_or_a_fifo() {
+        let dir = tempfile::tempdir().unwrap();
+        let target = dir.path().join("elsewhere");
+        fs::write(&target, b"theirs").unwrap();
+        let link = dir.path().join("faults.json");
+        std::os::unix::fs::symlink(&target, &link).unwrap();
+        let fifo = dir.path().join("holds.json");
+        nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
+        assert!(matches!(
+            write_atomic(&link, b"{}", PRIVATE_MODE),
+            Err(StateError::Symlink { .. })
+        ));
+        let mut writer = ReservedWriter::open(&link, PRIVATE_MODE).unwrap();
+        assert!(matches!(writer.write(b"{}"), Err(StateError::Symlink { .. })));
+        assert!(matches!(
+            write_atomic(&fifo, b"{}", PRIVATE_MODE),
+            Err(StateError::NotAFile { .. })
+        ));
+        assert!(fs::symlink_metadata(&link).unwrap().file_type().is_symlink());
+        assert_eq!(fs::read(&target).unwrap(), b"theirs");
+        assert!(fs::symlink_metadata(&fifo).unwrap().file_type().is_fifo());
+        let names: Vec<_> = fs::read_dir(dir.path())
+            .unwrap()
+            .filter_map(Result::ok)
+            .map(|e| e.file_name())
+            .collect();
+        assert_eq!(names.len(), 3, "no temporary file is left: {names:?}");
+    }
+
+    #[test]
+    fn a_reserved_writer_writes_atomically_and_privately() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("faults.json");
+        let mut writer = ReservedWriter::open(&path, PRIVATE_MODE).unwrap();
+        writer.write(b"{\"a\":1}").unwrap();
+        writer.write(b"{\"a\":2}").unwrap();
+        assert_eq!(fs::read(&path).unwrap(), b"{\"a\":2}");
+        assert_eq!(
+            fs::metadata(&path).unwrap().permissions().mode() & 0o777,
+            0o600
+        );
+        assert_eq!(fs::read_dir(dir.path()).unwrap().count(), 1);
+    }
+
     #[test]
     fn a_missing_file_is_none_and_a_link_is_refused() {
         let dir = tempfile::tempdir().unwrap();

@@ -10,6 +10,7 @@ mod processes;
 
 use processes::{copy_host, free_port, wait_for, Reaped};
 use std::io::{Read, Write};
+use std::os::unix::fs::FileTypeExt;
 use std::os::unix::net::UnixStream;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
@@ -372,4 +373,33 @@ fn stopping_a_node_leaves_a_socket_it_did_not_create() {
         "the other socket was removed"
     );
     assert!(rig.log_text().contains("no longer the socket this node created"));
+}
+
+// A FIFO in place of holds.json, faults.json or gpus-seen.json hung the node at start with
+// no log line; it starts, says what is wrong in status, and leaves the FIFOs where they are.
+#[test]
+fn fifos_in_place_of_the_state_files_do_not_hang_the_start() {
+    let rig = Rig::new("hgx-h100");
+    std::fs::create_dir_all(&rig.data).unwrap();
+    let names = ["holds.json", "faults.json", "gpus-seen.json"];
+    for name in names {
+        nix::unistd::mkfifo(
+            &rig.data.join(name),
+            nix::sys::stat::Mode::from_bits_truncate(0o600),
+        )
+        .unwrap();
+    }
+    let _node = rig.start(&[], None);
+    let status = status(&rig.api).unwrap();
+    let problems = status["problems"].to_string();
+    for name in names {
+        assert!(
+            problems.contains(&format!("{name} is a FIFO")),
+            "{name}: {problems}"
+        );
+        assert!(std::fs::symlink_metadata(rig.data.join(name))
+            .unwrap()
+            .file_type()
+            .is_fifo());
+    }
 }
