@@ -403,3 +403,70 @@ fn fifos_in_place_of_the_state_files_do_not_hang_the_start() {
             .is_fifo());
     }
 }
+
+/// The pids of `pid`'s children and their children, from /proc.
+fn descendants(pid: u32) -> Vec<u32> {
+    let mut table = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(p) = entry.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{p}/stat")) else {
+            continue;
+        };
+        let Some(after) = stat.rfind(')').map(|i| &stat[i + 2..]) else {
+            continue;
+        };
+        let fields: Vec<&str> = after.split_whitespace().collect();
+        if fields[0] != "Z" {
+            table.push((p, fields[1].parse::<u32>().unwrap_or(0)));
+        }
+    }
+    let mut found = vec![pid];
+    let mut i = 0;
+    while i < found.len() {
+        let parent = found[i];
+        found.extend(table.iter().filter(|(_, pp)| *pp == parent).map(|(p, _)| *p));
+        i += 1;
+    }
+    found.remove(0);
+    found
+}
+
+fn running(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .is_ok_and(|s| s.rfind(')').is_some_and(|i| !s[i + 2..].starts_with('Z')))
+}
+
+// A node killed with SIGKILL on a wedged host left its hung nvidia-smi children running
+// (2 per kill): nothing bounded them any more.
+#[test]
+fn a_node_killed_on_a_wedged_host_leaves_no_nvidia_smi_running() {
+    let rig = Rig::new("wedged");
+    let mut node = Reaped(rig.node(&[], None).spawn().unwrap());
+    let pid = node.0.id();
+    let mut children = Vec::new();
+    wait_for("hung nvidia-smi children", Duration::from_secs(15), || {
+        children = descendants(pid);
+        children.len() >= 2
+    });
+    // They hang: a second later they are still there.
+    std::thread::sleep(Duration::from_secs(1));
+    children.retain(|c| running(*c));
+    assert!(!children.is_empty(), "the wedged host's queries did not hang");
+    node.0.kill().unwrap();
+    node.0.wait().unwrap();
+    let started = Instant::now();
+    while children.iter().any(|c| running(*c)) {
+        if started.elapsed() > Duration::from_secs(5) {
+            for c in &children {
+                let _ = nix::sys::signal::kill(
+                    nix::unistd::Pid::from_raw(*c as i32),
+                    nix::sys::signal::Signal::SIGKILL,
+                );
+            }
+            panic!("children of the killed node still run: {children:?}");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
