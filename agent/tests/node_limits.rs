@@ -470,3 +470,34 @@ fn a_node_killed_on_a_wedged_host_leaves_no_nvidia_smi_running() {
         std::thread::sleep(Duration::from_millis(50));
     }
 }
+
+// An unreadable /dev/kmsg showed only as a warning in the log every second, never in
+// status.problems; nor did an unreachable helper, an unusable data folder, an unreadable
+// vendor CDI spec or sampling fallen back to one-shot queries.
+#[test]
+fn status_lists_every_degraded_input() {
+    let rig = Rig::new("hgx-h100");
+    let kmsg = rig.host.join("root/dev/kmsg");
+    std::fs::remove_file(&kmsg).unwrap();
+    std::fs::create_dir(&kmsg).unwrap();
+    std::fs::write(&rig.data, b"not a folder").unwrap();
+    std::fs::write(rig.cdi.join("nvidia.json"), b"{ torn").unwrap();
+    let _node = Reaped(rig.node(&[], None).spawn().unwrap());
+    let wanted = [
+        "reading XIDs from",
+        "the root helper cannot be reached",
+        "the data folder",
+        "vendor CDI spec",
+        "sampling fell back to one-shot",
+    ];
+    let mut problems = String::new();
+    wait_for("every degraded input in status", Duration::from_secs(30), || {
+        problems = status(&rig.api).map_or_else(String::new, |s| s["problems"].to_string());
+        wanted.iter().all(|w| problems.contains(w))
+    });
+    let log = rig.log_text();
+    assert!(
+        log.matches("reading XIDs from").count() <= 1,
+        "the kernel log's failure is logged once, not every second: {log}"
+    );
+}

@@ -132,7 +132,7 @@ async fn status(node: &Node) -> Answer {
     } else {
         Vec::new()
     };
-    let problems = node.problems.lock().map(|p| p.clone()).unwrap_or_default();
+    let problems = node.problems_now();
     ok(&json!({
         "capabilities": capabilities,
         "inventory_hash": inventory.hash,

@@ -13,7 +13,7 @@ use tokio::sync::{mpsc, watch, RwLock};
 
 use crate::cdi::{self, converge, DeviceCatalog, Holds};
 use crate::health::faults::{read_boot_id, FaultStore, Health};
-use crate::health::watcher::XidWatcher;
+use crate::health::watcher::{WatcherStats, XidWatcher};
 use crate::health::{gpu_healthy, Condition};
 use crate::host::Host;
 use crate::inventory::collect::collect;
@@ -122,6 +122,10 @@ pub struct Node {
     pub api_listener: Arc<listen::ListenerStats>,
     /// The metrics listener's accept loop.
     pub metrics_listener: Arc<listen::ListenerStats>,
+    /// The XID watcher's counters and its failure, when the kernel log cannot be read.
+    pub watcher: Arc<WatcherStats>,
+    /// The vendor CDI specs that could not be read at the last convergence.
+    vendor_problems: Mutex<Vec<String>>,
 }
 
 impl Node {
@@ -133,6 +137,68 @@ impl Node {
                 p.push(sentence);
             }
         }
+    }
+
+    /// Every degraded input now, in sentences, for `status`: what did not start as it should,
+    /// then the kernel log, the helper's socket, the data folder, the vendor CDI specs,
+    /// sampling and the listeners, each while it is degraded.
+    pub fn problems_now(&self) -> Vec<String> {
+        let mut all = self.problems.lock().map(|p| p.clone()).unwrap_or_default();
+        all.extend(self.watcher.failure());
+        let helper = &self.config.helper_socket;
+        match std::fs::symlink_metadata(helper) {
+            Ok(m) if std::os::unix::fs::FileTypeExt::is_socket(&m.file_type()) => {}
+            Ok(_) => all.push(format!(
+                "the root helper's socket {} is not a socket: resets, persistence and passthrough cannot run",
+                helper.display()
+            )),
+            Err(e) => all.push(format!(
+                "the root helper cannot be reached at {} ({e}): resets, persistence and passthrough cannot run (systemctl start bcd-helper.socket)",
+                helper.display()
+            )),
+        }
+        let data = &self.config.data_dir;
+        let usable = match std::fs::metadata(data) {
+            Ok(m) if m.is_dir() => nix::unistd::access(
+                data.as_path(),
+                nix::unistd::AccessFlags::W_OK | nix::unistd::AccessFlags::X_OK,
+            )
+            .map_err(|e| std::io::Error::from(e).to_string()),
+            Ok(_) => Err("it is not a folder".to_owned()),
+            Err(e) => Err(e.to_string()),
+        };
+        if let Err(why) = usable {
+            all.push(format!(
+                "the data folder {} is unusable ({why}): holds, faults and the passthrough memory are not kept",
+                data.display()
+            ));
+        }
+        if let Ok(v) = self.vendor_problems.lock() {
+            all.extend(v.iter().map(|p| format!("vendor CDI spec: {p}")));
+        }
+        if let Some(why) = self
+            .sampling
+            .lock()
+            .ok()
+            .and_then(|s| s.one_shot_because.clone())
+        {
+            all.push(format!(
+                "sampling fell back to one-shot nvidia-smi queries: {why}"
+            ));
+        }
+        for (name, stats) in [
+            ("the API socket", &self.api_listener),
+            ("the metrics listener", &self.metrics_listener),
+        ] {
+            if stats.starved.load(std::sync::atomic::Ordering::Relaxed) {
+                all.push(format!(
+                    "{name} cannot accept connections: the process is out of file descriptors"
+                ));
+            }
+        }
+        let mut seen = std::collections::BTreeSet::new();
+        all.retain(|p| seen.insert(p.clone()));
+        all
     }
 
     /// The latest inventory (empty before the first collection).
@@ -182,6 +248,16 @@ impl Node {
 
     /// Writes every hold's spec and removes those of released holds.
     pub async fn converge_holds(&self) {
+        // Read (and reported in status) even while the holds cannot be.
+        let vendor =
+            cdi::read_vendor_specs(&cdi::vendor_dirs(&self.config.cdi_dir, &self.config.host));
+        let sentences: Vec<String> = vendor.problems.iter().map(ToString::to_string).collect();
+        if let Ok(mut kept) = self.vendor_problems.lock() {
+            for problem in sentences.iter().filter(|p| !kept.contains(p)) {
+                tracing::warn!("{problem}");
+            }
+            *kept = sentences;
+        }
         let holds = self.holds.lock().await;
         let Some(holds) = holds.as_ref() else { return };
         let catalog = {
@@ -196,11 +272,6 @@ impl Node {
             }
             catalog
         };
-        let vendor =
-            cdi::read_vendor_specs(&cdi::vendor_dirs(&self.config.cdi_dir, &self.config.host));
-        for problem in &vendor.problems {
-            tracing::warn!("{problem}");
-        }
         let result = converge(holds, &vendor.specs, &catalog, &self.config.cdi_dir);
         for e in &result.errors {
             self.problem(format!("CDI specs: {e}"));
@@ -390,6 +461,9 @@ pub async fn run(config: NodeConfig) -> Result<(), NodeError> {
     };
     let (scheduler_handle, scheduler) = Scheduler::new();
     let (inventory_tx, inventory_rx) = watch::channel(Inventory::new(GpuSection::default()));
+    // XIDs: the watcher asks for collections; the scheduler debounces them.
+    let (xid_tx, mut xid_rx) = mpsc::channel::<()>(64);
+    let watcher = XidWatcher::new(&config.host, inventory_rx, health.clone(), xid_tx);
     let node = Arc::new(Node {
         memory: GpuMemory::new(&config.data_dir),
         config: config.clone(),
@@ -411,15 +485,11 @@ pub async fn run(config: NodeConfig) -> Result<(), NodeError> {
         collecting: tokio::sync::Mutex::new(()),
         api_listener: Arc::default(),
         metrics_listener: Arc::default(),
+        watcher: watcher.stats(),
+        vendor_problems: Mutex::new(Vec::new()),
     });
     for p in problems {
         node.problem(p);
-    }
-    if !config.host.path("/dev/kmsg").exists() {
-        node.problem(format!(
-            "{} does not exist: XIDs will not be seen",
-            config.host.path("/dev/kmsg").display()
-        ));
     }
 
     // A bind or release cut off by a crash is settled before anything else moves a GPU.
@@ -452,9 +522,7 @@ pub async fn run(config: NodeConfig) -> Result<(), NodeError> {
         }
     }));
 
-    // XIDs: the watcher asks for collections; the scheduler debounces them.
-    let (xid_tx, mut xid_rx) = mpsc::channel::<()>(64);
-    tokio::spawn(XidWatcher::new(&config.host, inventory_rx, health, xid_tx).run());
+    tokio::spawn(watcher.run());
     let handle = scheduler_handle.clone();
     tokio::spawn(async move {
         while xid_rx.recv().await.is_some() {
