@@ -16,8 +16,8 @@
 //! descriptor left: the faults file must record an XID while everything else is starved.
 
 use std::fs::{self, File, OpenOptions};
-use std::io::Write;
 use std::io::Read;
+use std::io::Write;
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::{FileTypeExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
@@ -179,13 +179,18 @@ pub fn read(path: &Path) -> Result<Option<Vec<u8>>, StateError> {
         }
         // A FIFO without a writer, a device that refuses: say what is there.
         Err(e) => {
-            return Err(match fs::symlink_metadata(path).ok().and_then(|m| odd_kind(m.file_type())) {
-                Some(kind) => StateError::NotAFile {
-                    path: path.to_path_buf(),
-                    kind,
+            return Err(
+                match fs::symlink_metadata(path)
+                    .ok()
+                    .and_then(|m| odd_kind(m.file_type()))
+                {
+                    Some(kind) => StateError::NotAFile {
+                        path: path.to_path_buf(),
+                        kind,
+                    },
+                    None => io_error(path)(e),
                 },
-                None => io_error(path)(e),
-            })
+            )
         }
     };
     let meta = file.metadata().map_err(io_error(path))?;
@@ -411,7 +416,10 @@ mod tests {
         nix::unistd::mkfifo(&path, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
         let shown = path.clone();
         let err = within_5s(move || read(&shown)).unwrap_err();
-        assert!(matches!(err, StateError::NotAFile { kind: "a FIFO", .. }), "{err}");
+        assert!(
+            matches!(err, StateError::NotAFile { kind: "a FIFO", .. }),
+            "{err}"
+        );
         assert!(err.to_string().contains("holds.json is a FIFO"), "{err}");
         let shown = path.clone();
         let err = within_5s(move || load(&shown, |_| Ok(()))).unwrap_err();
@@ -438,12 +446,18 @@ mod tests {
             Err(StateError::Symlink { .. })
         ));
         let mut writer = ReservedWriter::open(&link, PRIVATE_MODE).unwrap();
-        assert!(matches!(writer.write(b"{}"), Err(StateError::Symlink { .. })));
+        assert!(matches!(
+            writer.write(b"{}"),
+            Err(StateError::Symlink { .. })
+        ));
         assert!(matches!(
             write_atomic(&fifo, b"{}", PRIVATE_MODE),
             Err(StateError::NotAFile { .. })
         ));
-        assert!(fs::symlink_metadata(&link).unwrap().file_type().is_symlink());
+        assert!(fs::symlink_metadata(&link)
+            .unwrap()
+            .file_type()
+            .is_symlink());
         assert_eq!(fs::read(&target).unwrap(), b"theirs");
         assert!(fs::symlink_metadata(&fifo).unwrap().file_type().is_fifo());
         let names: Vec<_> = fs::read_dir(dir.path())

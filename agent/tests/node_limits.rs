@@ -176,7 +176,11 @@ fn half_open_connections_under_a_low_fd_limit_neither_spin_nor_lose_an_xid() {
     std::thread::sleep(Duration::from_secs(2).saturating_sub(t0.elapsed()));
     let hz = 100.0; // USER_HZ on Linux
     let busy = (cpu_ticks(pid) - ticks0) as f64 / hz / t0.elapsed().as_secs_f64();
-    assert!(busy < 0.3, "the starved node used {:.0} % of a core", busy * 100.0);
+    assert!(
+        busy < 0.3,
+        "the starved node used {:.0} % of a core",
+        busy * 100.0
+    );
     let log = rig.log_text();
     assert_eq!(
         log.lines()
@@ -258,11 +262,27 @@ fn every_error_is_json_with_code_and_message_and_wrong_methods_are_405() {
             400,
             "bad-request",
         ),
-        (b"GET /v1/vfio/bind HTTP/1.1\r\n\r\n", 405, "method-not-allowed"),
-        (b"GET /v1/vm/start HTTP/1.1\r\n\r\n", 405, "method-not-allowed"),
-        (b"PUT /v1/holds/job1 HTTP/1.1\r\n\r\n", 405, "method-not-allowed"),
+        (
+            b"GET /v1/vfio/bind HTTP/1.1\r\n\r\n",
+            405,
+            "method-not-allowed",
+        ),
+        (
+            b"GET /v1/vm/start HTTP/1.1\r\n\r\n",
+            405,
+            "method-not-allowed",
+        ),
+        (
+            b"PUT /v1/holds/job1 HTTP/1.1\r\n\r\n",
+            405,
+            "method-not-allowed",
+        ),
         (b"GET /v1/nothing HTTP/1.1\r\n\r\n", 404, "not-found"),
-        (b"DELETE /v1/status HTTP/1.1\r\n\r\n", 405, "method-not-allowed"),
+        (
+            b"DELETE /v1/status HTTP/1.1\r\n\r\n",
+            405,
+            "method-not-allowed",
+        ),
     ];
     for (request, want, code) in cases {
         let (got, body) = raw(&rig.api, request).unwrap();
@@ -294,7 +314,10 @@ fn wait_exit(child: &mut std::process::Child, bound: Duration) -> std::process::
         if let Some(s) = child.try_wait().unwrap() {
             return s;
         }
-        assert!(started.elapsed() < bound, "the process did not end within {bound:?}");
+        assert!(
+            started.elapsed() < bound,
+            "the process did not end within {bound:?}"
+        );
         std::thread::sleep(Duration::from_millis(50));
     }
 }
@@ -308,7 +331,12 @@ fn a_second_node_on_the_same_data_folder_is_refused_naming_the_first() {
     let mut second = rig.node(&[], None).stderr(Stdio::piped()).spawn().unwrap();
     let status = wait_exit(&mut second, Duration::from_secs(10));
     let mut stderr = String::new();
-    second.stderr.take().unwrap().read_to_string(&mut stderr).unwrap();
+    second
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut stderr)
+        .unwrap();
     assert_eq!(status.code(), Some(1), "{stderr}");
     assert!(
         stderr.contains(&format!("another bcd node (pid {})", first.0.id())),
@@ -334,7 +362,12 @@ fn a_second_node_on_the_same_data_folder_is_refused_naming_the_first() {
     let mut fourth = cmd.spawn().unwrap();
     let status = wait_exit(&mut fourth, Duration::from_secs(30));
     let mut stderr = String::new();
-    fourth.stderr.take().unwrap().read_to_string(&mut stderr).unwrap();
+    fourth
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut stderr)
+        .unwrap();
     assert_eq!(status.code(), Some(1), "{stderr}");
     assert!(stderr.contains("another process listens on it"), "{stderr}");
     assert!(status_ok(&rig.api), "the first node's socket is untouched");
@@ -371,7 +404,9 @@ fn stopping_a_node_leaves_a_socket_it_did_not_create() {
         std::fs::symlink_metadata(&rig.api).is_ok(),
         "the other socket was removed"
     );
-    assert!(rig.log_text().contains("no longer the socket this node created"));
+    assert!(rig
+        .log_text()
+        .contains("no longer the socket this node created"));
 }
 
 // A FIFO in place of holds.json, faults.json or gpus-seen.json hung the node at start with
@@ -425,7 +460,12 @@ fn descendants(pid: u32) -> Vec<u32> {
     let mut i = 0;
     while i < found.len() {
         let parent = found[i];
-        found.extend(table.iter().filter(|(_, pp)| *pp == parent).map(|(p, _)| *p));
+        found.extend(
+            table
+                .iter()
+                .filter(|(_, pp)| *pp == parent)
+                .map(|(p, _)| *p),
+        );
         i += 1;
     }
     found.remove(0);
@@ -452,7 +492,10 @@ fn a_node_killed_on_a_wedged_host_leaves_no_nvidia_smi_running() {
     // They hang: a second later they are still there.
     std::thread::sleep(Duration::from_secs(1));
     children.retain(|c| running(*c));
-    assert!(!children.is_empty(), "the wedged host's queries did not hang");
+    assert!(
+        !children.is_empty(),
+        "the wedged host's queries did not hang"
+    );
     node.0.kill().unwrap();
     node.0.wait().unwrap();
     let started = Instant::now();
@@ -490,10 +533,14 @@ fn status_lists_every_degraded_input() {
         "sampling fell back to one-shot",
     ];
     let mut problems = String::new();
-    wait_for("every degraded input in status", Duration::from_secs(30), || {
-        problems = status(&rig.api).map_or_else(String::new, |s| s["problems"].to_string());
-        wanted.iter().all(|w| problems.contains(w))
-    });
+    wait_for(
+        "every degraded input in status",
+        Duration::from_secs(30),
+        || {
+            problems = status(&rig.api).map_or_else(String::new, |s| s["problems"].to_string());
+            wanted.iter().all(|w| problems.contains(w))
+        },
+    );
     let log = rig.log_text();
     assert!(
         log.matches("reading XIDs from").count() <= 1,

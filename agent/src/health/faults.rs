@@ -206,7 +206,9 @@ impl FaultStore {
 fn reserve(path: &Path) -> Option<state::ReservedWriter> {
     state::ReservedWriter::open(path, PRIVATE_MODE)
         .inspect_err(|e| {
-            tracing::warn!("{e}: XIDs cannot be recorded while the process is out of file descriptors")
+            tracing::warn!(
+                "{e}: XIDs cannot be recorded while the process is out of file descriptors"
+            )
         })
         .ok()
 }

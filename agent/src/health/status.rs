@@ -245,7 +245,10 @@ mod tests {
         report.gpus[0].name = Some("H100\u{1b}[2J".into());
         report.notes.push("smi said \u{1b}]0;x\u{7}".into());
         let text = render(&report);
-        assert!(!text.contains('\u{1b}') && !text.contains('\u{7}'), "{text:?}");
+        assert!(
+            !text.contains('\u{1b}') && !text.contains('\u{7}'),
+            "{text:?}"
+        );
         assert!(text.contains("H100\\x1b[2J"), "{text}");
     }
 

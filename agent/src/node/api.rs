@@ -40,7 +40,10 @@ fn ok(value: &Value) -> Answer {
 }
 
 fn error(status: u16, code: &str, sentence: impl std::fmt::Display) -> Answer {
-    (status, crate::node::http::error_body(code, &sentence.to_string()))
+    (
+        status,
+        crate::node::http::error_body(code, &sentence.to_string()),
+    )
 }
 
 fn body<T: for<'de> Deserialize<'de>>(request: &Request) -> Result<T, Answer> {

@@ -129,8 +129,7 @@ fn request_line(line: &str) -> Result<(&str, &str), HttpError> {
         return Err(bad());
     };
     let token = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_uppercase());
-    if !token(method) || !target.starts_with('/') || !matches!(version, "HTTP/1.1" | "HTTP/1.0")
-    {
+    if !token(method) || !target.starts_with('/') || !matches!(version, "HTTP/1.1" | "HTTP/1.0") {
         return Err(bad());
     }
     Ok((method, target))
@@ -325,8 +324,7 @@ pub async fn exchange_with<S: AsyncRead + AsyncWrite + Unpin>(
     stream.write_all(head.as_bytes()).await?;
     stream.write_all(body).await?;
     stream.flush().await?;
-    let invalid =
-        |what: String| std::io::Error::new(std::io::ErrorKind::InvalidData, what);
+    let invalid = |what: String| std::io::Error::new(std::io::ErrorKind::InvalidData, what);
     let mut reader = BufReader::with_capacity(4096, stream);
     let mut line = Vec::new();
     let mut head_len = 0usize;
@@ -340,7 +338,9 @@ pub async fn exchange_with<S: AsyncRead + AsyncWrite + Unpin>(
             .await?;
         head_len += n;
         if head_len > MAX_HEAD {
-            return Err(invalid(format!("the answer's head is longer than {MAX_HEAD} bytes")));
+            return Err(invalid(format!(
+                "the answer's head is longer than {MAX_HEAD} bytes"
+            )));
         }
         if n == 0 {
             return Err(invalid("the answer ended before its head did".into()));
@@ -475,7 +475,12 @@ mod tests {
         // No body is sent and the client stays: the refusal must not wait for it.
         let err = read_request(server).await.unwrap_err();
         assert!(
-            matches!(err, HttpError::BodyTooLarge { declared: 1_048_576 }),
+            matches!(
+                err,
+                HttpError::BodyTooLarge {
+                    declared: 1_048_576
+                }
+            ),
             "{err}"
         );
         assert_eq!(err.status(), 413);

@@ -20,8 +20,8 @@ use crate::inventory::collect::collect;
 use crate::inventory::document::{GpuSection, Inventory};
 use crate::inventory::memory::GpuMemory;
 use crate::inventory::scheduler::{Scheduler, SchedulerHandle, Trigger};
-use crate::node::otlp::{self, OtlpEndpoint};
 use crate::node::instance::{self, FileIdentity};
+use crate::node::otlp::{self, OtlpEndpoint};
 use crate::node::{api, http, listen, metrics, notify};
 use crate::runtime::{Passthrough, SocketHelper};
 use crate::smi::list::ListedGpu;
@@ -596,7 +596,12 @@ pub async fn run(config: NodeConfig) -> Result<(), NodeError> {
         let stats = node.metrics_listener.clone();
         let listener = Arc::new(listener);
         tokio::spawn(listen::serve(
-            format!("the metrics listener {}", listener.local_addr().map_or_else(|_| "?".to_owned(), |a| a.to_string())),
+            format!(
+                "the metrics listener {}",
+                listener
+                    .local_addr()
+                    .map_or_else(|_| "?".to_owned(), |a| a.to_string())
+            ),
             METRICS_CONNECTIONS,
             stats,
             move || {
@@ -624,7 +629,10 @@ pub async fn run(config: NodeConfig) -> Result<(), NodeError> {
                             "application/json",
                             http::error_body(
                                 "not-found",
-                                &format!("no such path: {} (only GET /metrics is served here)", r.path),
+                                &format!(
+                                    "no such path: {} (only GET /metrics is served here)",
+                                    r.path
+                                ),
                             ),
                         ),
                         Err(e) => (

@@ -303,10 +303,16 @@ mod tests {
     #[tokio::test]
     async fn control_bytes_in_a_failure_are_escaped() {
         let dir = tempfile::tempdir().unwrap();
-        let smi = script(dir.path(), "printf 'bad\\033[2J\\033]0;pwned\\007' >&2; exit 9");
+        let smi = script(
+            dir.path(),
+            "printf 'bad\\033[2J\\033]0;pwned\\007' >&2; exit 9",
+        );
         let err = Runner::new(smi).run(&["-L"]).await.unwrap_err();
         let text = err.to_string();
-        assert!(!text.contains('\u{1b}') && !text.contains('\u{7}'), "{text:?}");
+        assert!(
+            !text.contains('\u{1b}') && !text.contains('\u{7}'),
+            "{text:?}"
+        );
         assert!(text.contains("bad\\x1b[2J\\x1b]0;pwned\\x07"), "{text}");
     }
 
