@@ -547,3 +547,37 @@ fn status_lists_every_degraded_input() {
         "the kernel log's failure is logged once, not every second: {log}"
     );
 }
+
+// The watchdog is pinged once the node is ready, from the loop that serves (each ping after
+// the state locks were taken); READY=1 comes first.
+#[test]
+fn the_watchdog_is_pinged_from_the_serving_loop_after_ready() {
+    let rig = Rig::new("hgx-h100");
+    let notify = rig.data.with_file_name("notify.sock");
+    let socket = std::os::unix::net::UnixDatagram::bind(&notify).unwrap();
+    socket
+        .set_read_timeout(Some(Duration::from_secs(20)))
+        .unwrap();
+    let _node = Reaped(
+        rig.node(&[], None)
+            .env("NOTIFY_SOCKET", &notify)
+            .env("WATCHDOG_USEC", "400000")
+            .spawn()
+            .unwrap(),
+    );
+    let mut seen = Vec::new();
+    let mut buf = [0u8; 256];
+    while seen
+        .iter()
+        .filter(|m: &&String| m.contains("WATCHDOG=1"))
+        .count()
+        < 3
+    {
+        let n = socket.recv(&mut buf).expect("no notification within 20 s");
+        seen.push(String::from_utf8_lossy(&buf[..n]).into_owned());
+    }
+    assert!(
+        seen[0].starts_with("READY=1"),
+        "the first message is READY=1: {seen:?}"
+    );
+}

@@ -1,7 +1,11 @@
 //! The node service's state and its long-running tasks: the collection scheduler, the XID
-//! watcher, the sampler, the API socket and the metrics listener.
+//! watcher, the sampler, the OTLP exporter, the API socket and the metrics listener, all in
+//! one `JoinSet` under one stop signal. The serving loop waits for SIGTERM/SIGINT, for a task
+//! that ends on its own (the node then stops with an error, to be started again whole), and
+//! pings systemd's watchdog, each ping only after the state locks were taken in time.
 
 use std::collections::BTreeMap;
+use std::future::Future;
 use std::net::SocketAddr;
 use std::os::unix::fs::PermissionsExt;
 use std::path::PathBuf;
@@ -10,6 +14,7 @@ use std::time::{Duration, Instant};
 
 use tokio::net::{TcpListener, UnixListener};
 use tokio::sync::{mpsc, watch, RwLock};
+use tokio::task::JoinSet;
 
 use crate::cdi::{self, converge, DeviceCatalog, Holds};
 use crate::health::faults::{read_boot_id, FaultStore, Health};
@@ -137,6 +142,22 @@ impl Node {
                 p.push(sentence);
             }
         }
+    }
+
+    /// Whether the state locks the API and the tasks take can all be taken within `bound`:
+    /// what the watchdog vouches for. The collection lock is not among them (a collection
+    /// may rightly take a minute on a wedged GPU).
+    pub async fn responsive(&self, bound: Duration) -> bool {
+        tokio::time::timeout(bound, async {
+            drop(self.latest.read().await);
+            drop(self.samples.read().await);
+            drop(self.holds.lock().await);
+            let _ = self.health.conditions();
+            let _ = self.sampling.lock().map(|s| s.loop_mode);
+            let _ = self.problems.lock().map(|p| p.len());
+        })
+        .await
+        .is_ok()
     }
 
     /// Every degraded input now, in sentences, for `status`: what did not start as it should,
@@ -342,6 +363,12 @@ pub enum NodeError {
     /// Another node runs on the same data folder.
     #[error("{0}")]
     AlreadyRunning(instance::InstanceError),
+    /// One of the node's long-running tasks ended on its own.
+    #[error("{task} ended on its own; bcd node stops so that it is started again whole")]
+    TaskEnded {
+        /// Which.
+        task: String,
+    },
     /// The metrics address could not be bound.
     #[error("cannot serve metrics on {addr}: {source}")]
     Metrics {
@@ -435,6 +462,7 @@ fn bind_api(config: &NodeConfig) -> Result<(UnixListener, Option<FileIdentity>),
 /// [`NodeError`] when another node runs on the data folder, or the API socket or the metrics
 /// address cannot be bound.
 pub async fn run(config: NodeConfig) -> Result<(), NodeError> {
+    let mut signals = Signals::install();
     let mut problems = Vec::new();
     // Before any state is read and before the socket is touched: a second node must change
     // nothing of the first's.
@@ -508,23 +536,31 @@ pub async fn run(config: NodeConfig) -> Result<(), NodeError> {
         Err(e) => node.problem(format!("passthrough journal: {e}")),
     }
 
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let mut tasks = Tasks {
+        set: JoinSet::new(),
+        stop: stop_rx,
+    };
     let (first_tx, first_rx) = tokio::sync::oneshot::channel::<()>();
     let collector = node.clone();
     let mut first_tx = Some(first_tx);
-    tokio::spawn(scheduler.run(move || {
-        let node = collector.clone();
-        let first = first_tx.take();
-        async move {
-            node.collect_now().await;
-            if let Some(first) = first {
-                let _ = first.send(());
+    tasks.spawn(
+        "the collection scheduler",
+        scheduler.run(move || {
+            let node = collector.clone();
+            let first = first_tx.take();
+            async move {
+                node.collect_now().await;
+                if let Some(first) = first {
+                    let _ = first.send(());
+                }
             }
-        }
-    }));
+        }),
+    );
 
-    tokio::spawn(watcher.run());
+    tasks.spawn("the XID watcher", watcher.run());
     let handle = scheduler_handle.clone();
-    tokio::spawn(async move {
+    tasks.spawn("the XID collection requests", async move {
         while xid_rx.recv().await.is_some() {
             handle.request(Trigger::Xid);
         }
@@ -532,7 +568,7 @@ pub async fn run(config: NodeConfig) -> Result<(), NodeError> {
 
     let sampled = node.clone();
     let interval = config.sample_interval.max(MIN_SAMPLE_INTERVAL);
-    tokio::spawn(async move {
+    tasks.spawn("the sampler", async move {
         // One long-lived nvidia-smi in loop mode, not a process per sample; the sampler falls
         // back to one-shot queries by itself where loop mode is refused.
         let sampler = Sampler::spawn(sampled.config.host.nvidia_smi(), Timing::new(interval));
@@ -560,135 +596,226 @@ pub async fn run(config: NodeConfig) -> Result<(), NodeError> {
     });
 
     if let Some(endpoint) = config.otlp_endpoint.clone() {
-        tokio::spawn(otlp::export_loop(node.clone(), endpoint, interval));
+        tasks.spawn(
+            "the OTLP exporter",
+            otlp::export_loop(node.clone(), endpoint, interval),
+        );
     }
 
     let in_flight = Arc::new(RwLock::new(()));
     let api_listener = Arc::new(api_listener);
     let api_node = node.clone();
     let api_in_flight = in_flight.clone();
-    let api = tokio::spawn(listen::serve(
-        format!("the API socket {}", config.api_socket.display()),
-        http::MAX_CONNECTIONS,
-        node.api_listener.clone(),
-        move || {
-            let l = api_listener.clone();
-            async move { l.accept().await.map(|(stream, _)| stream) }
-        },
-        move |stream: tokio::net::UnixStream| {
-            // Refused once shutdown waits for the requests in flight.
-            let guard = api_in_flight.clone().try_read_owned().ok()?;
-            let node = api_node.clone();
-            Some(async move {
-                let _guard = guard;
-                let (reader, writer) = stream.into_split();
-                let (status, body) = match http::read_request(reader).await {
-                    Ok(request) => api::handle(&node, &request).await,
-                    Err(e) => (e.status(), http::error_body(e.code(), &e.to_string())),
-                };
-                let _ = http::write_response(writer, status, "application/json", &body).await;
-            })
-        },
-    ));
+    tasks.spawn(
+        "the API socket's accept loop",
+        listen::serve(
+            format!("the API socket {}", config.api_socket.display()),
+            http::MAX_CONNECTIONS,
+            node.api_listener.clone(),
+            move || {
+                let l = api_listener.clone();
+                async move { l.accept().await.map(|(stream, _)| stream) }
+            },
+            move |stream: tokio::net::UnixStream| {
+                // Refused once shutdown waits for the requests in flight.
+                let guard = api_in_flight.clone().try_read_owned().ok()?;
+                let node = api_node.clone();
+                Some(async move {
+                    let _guard = guard;
+                    let (reader, writer) = stream.into_split();
+                    let (status, body) = match http::read_request(reader).await {
+                        Ok(request) => api::handle(&node, &request).await,
+                        Err(e) => (e.status(), http::error_body(e.code(), &e.to_string())),
+                    };
+                    let _ = http::write_response(writer, status, "application/json", &body).await;
+                })
+            },
+        ),
+    );
 
     if let Some(listener) = metrics_listener {
         let node = node.clone();
         let stats = node.metrics_listener.clone();
         let listener = Arc::new(listener);
-        tokio::spawn(listen::serve(
-            format!(
-                "the metrics listener {}",
-                listener
-                    .local_addr()
-                    .map_or_else(|_| "?".to_owned(), |a| a.to_string())
-            ),
-            METRICS_CONNECTIONS,
-            stats,
-            move || {
-                let l = listener.clone();
-                async move { l.accept().await.map(|(stream, _)| stream) }
-            },
-            move |stream: tokio::net::TcpStream| {
-                let node = node.clone();
-                Some(async move {
-                    let (reader, writer) = stream.into_split();
-                    let (status, kind, body) = match http::read_request(reader).await {
-                        Ok(r) if r.path == "/metrics" && r.method == "GET" => {
-                            (200, METRICS_TYPE, node.metrics_text().await.into_bytes())
-                        }
-                        Ok(r) if r.path == "/metrics" => (
-                            405,
-                            "application/json",
-                            http::error_body(
-                                "method-not-allowed",
-                                &format!("{} is not allowed on /metrics; use GET", r.method),
-                            ),
-                        ),
-                        Ok(r) => (
-                            404,
-                            "application/json",
-                            http::error_body(
-                                "not-found",
-                                &format!(
-                                    "no such path: {} (only GET /metrics is served here)",
-                                    r.path
+        tasks.spawn(
+            "the metrics listener's accept loop",
+            listen::serve(
+                format!(
+                    "the metrics listener {}",
+                    listener
+                        .local_addr()
+                        .map_or_else(|_| "?".to_owned(), |a| a.to_string())
+                ),
+                METRICS_CONNECTIONS,
+                stats,
+                move || {
+                    let l = listener.clone();
+                    async move { l.accept().await.map(|(stream, _)| stream) }
+                },
+                move |stream: tokio::net::TcpStream| {
+                    let node = node.clone();
+                    Some(async move {
+                        let (reader, writer) = stream.into_split();
+                        let (status, kind, body) = match http::read_request(reader).await {
+                            Ok(r) if r.path == "/metrics" && r.method == "GET" => {
+                                (200, METRICS_TYPE, node.metrics_text().await.into_bytes())
+                            }
+                            Ok(r) if r.path == "/metrics" => (
+                                405,
+                                "application/json",
+                                http::error_body(
+                                    "method-not-allowed",
+                                    &format!("{} is not allowed on /metrics; use GET", r.method),
                                 ),
                             ),
-                        ),
-                        Err(e) => (
-                            e.status(),
-                            "application/json",
-                            http::error_body(e.code(), &e.to_string()),
-                        ),
-                    };
-                    let _ = http::write_response(writer, status, kind, &body).await;
-                })
-            },
-        ));
+                            Ok(r) => (
+                                404,
+                                "application/json",
+                                http::error_body(
+                                    "not-found",
+                                    &format!(
+                                        "no such path: {} (only GET /metrics is served here)",
+                                        r.path
+                                    ),
+                                ),
+                            ),
+                            Err(e) => (
+                                e.status(),
+                                "application/json",
+                                http::error_body(e.code(), &e.to_string()),
+                            ),
+                        };
+                        let _ = http::write_response(writer, status, kind, &body).await;
+                    })
+                },
+            ),
+        );
     }
 
     // Ready once the first inventory is in, so a client's first status has GPUs.
-    let _ = tokio::time::timeout(crate::smi::runner::SNAPSHOT_TIMEOUT, first_rx).await;
-    notify::notify("READY=1\nSTATUS=serving");
-    tracing::info!(
-        "bcd node: serving the API on {}",
-        config.api_socket.display()
-    );
-    if let Some(every) = notify::watchdog_interval() {
-        tokio::spawn(async move {
-            let mut tick = tokio::time::interval(every);
-            loop {
-                tick.tick().await;
-                notify::notify("WATCHDOG=1");
-            }
-        });
-    }
+    let stopped_early = tokio::select! {
+        _ = tokio::time::timeout(crate::smi::runner::SNAPSHOT_TIMEOUT, first_rx) => false,
+        () = signals.recv() => true,
+    };
+    let outcome = if stopped_early {
+        Ok(())
+    } else {
+        notify::notify("READY=1\nSTATUS=serving");
+        tracing::info!(
+            "bcd node: serving the API on {}",
+            config.api_socket.display()
+        );
+        work_loop(&node, &mut tasks, &mut signals).await
+    };
 
-    wait_for_stop().await;
     notify::notify("STOPPING=1");
-    api.abort();
+    let _ = stop_tx.send(true);
     // Every state file is written atomically; waiting for the requests in flight lets the
     // ones that change state finish and answer.
     let _ = tokio::time::timeout(SHUTDOWN_GRACE, in_flight.write()).await;
+    tasks.set.shutdown().await;
     if let Some(mine) = api_identity {
         instance::remove_if_mine(&config.api_socket, mine);
     }
     tracing::info!("bcd node: stopped");
-    Ok(())
+    outcome
 }
 
-async fn wait_for_stop() {
-    use tokio::signal::unix::{signal, SignalKind};
-    let (Ok(mut term), Ok(mut int)) = (
-        signal(SignalKind::terminate()),
-        signal(SignalKind::interrupt()),
-    ) else {
-        // Without signal handlers the service can only be killed; run until then.
-        std::future::pending::<()>().await;
-        return;
-    };
-    tokio::select! {
-        _ = term.recv() => {}
-        _ = int.recv() => {}
+/// The node's long-running tasks, each named, in one set under one stop signal.
+struct Tasks {
+    set: JoinSet<&'static str>,
+    stop: watch::Receiver<bool>,
+}
+
+impl Tasks {
+    /// Runs `work` until it ends or the stop signal is given; the set yields `name` then.
+    fn spawn(&mut self, name: &'static str, work: impl Future<Output = ()> + Send + 'static) {
+        let mut stop = self.stop.clone();
+        self.set.spawn(async move {
+            tokio::select! {
+                () = work => {}
+                _ = stop.wait_for(|stopped| *stopped) => {}
+            }
+            name
+        });
+    }
+}
+
+/// Serves until SIGTERM or SIGINT, pinging systemd's watchdog from here: each ping needs the
+/// node's state locks to be taken within a quarter of the watchdog's interval, so a node
+/// whose state is stuck stops pinging and is restarted. A task that ends on its own is a bug
+/// that leaves the node half-working: the node stops with an error, and systemd restarts it.
+async fn work_loop(node: &Node, tasks: &mut Tasks, signals: &mut Signals) -> Result<(), NodeError> {
+    let every = notify::watchdog_interval();
+    let mut watchdog = every.map(tokio::time::interval);
+    let mut stuck = false;
+    loop {
+        tokio::select! {
+            () = signals.recv() => return Ok(()),
+            ended = tasks.set.join_next() => {
+                let task = match ended {
+                    Some(Ok(name)) => name.to_owned(),
+                    Some(Err(e)) => format!("a task ({e})"),
+                    None => return Ok(()),
+                };
+                return Err(NodeError::TaskEnded { task });
+            }
+            () = tick(watchdog.as_mut()) => {
+                let bound = every.map_or(Duration::from_secs(5), |e| e / 4);
+                if node.responsive(bound).await {
+                    if std::mem::take(&mut stuck) {
+                        tracing::warn!("bcd node: its state answers again; pinging the watchdog");
+                    }
+                    notify::notify("WATCHDOG=1");
+                } else if !std::mem::replace(&mut stuck, true) {
+                    tracing::error!(
+                        "bcd node: its state locks were not free within {:.1}s; the watchdog is not pinged",
+                        bound.as_secs_f64()
+                    );
+                }
+            }
+        }
+    }
+}
+
+async fn tick(interval: Option<&mut tokio::time::Interval>) {
+    match interval {
+        Some(i) => {
+            i.tick().await;
+        }
+        None => std::future::pending().await,
+    }
+}
+
+/// SIGTERM and SIGINT, installed at the start so neither kills the node outright.
+struct Signals {
+    term: Option<tokio::signal::unix::Signal>,
+    int: Option<tokio::signal::unix::Signal>,
+}
+
+impl Signals {
+    fn install() -> Self {
+        use tokio::signal::unix::{signal, SignalKind};
+        Self {
+            term: signal(SignalKind::terminate()).ok(),
+            int: signal(SignalKind::interrupt()).ok(),
+        }
+    }
+
+    /// The next SIGTERM or SIGINT; never, where no handler could be installed (the node can
+    /// then only be killed).
+    async fn recv(&mut self) {
+        async fn one(s: Option<&mut tokio::signal::unix::Signal>) {
+            match s {
+                Some(s) => {
+                    s.recv().await;
+                }
+                None => std::future::pending().await,
+            }
+        }
+        tokio::select! {
+            () = one(self.term.as_mut()) => {}
+            () = one(self.int.as_mut()) => {}
+        }
     }
 }
