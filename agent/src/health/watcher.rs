@@ -397,12 +397,16 @@ impl XidWatcher {
                 "Xid {} on {}, a bus the inventory does not list: {}",
                 xid.number,
                 xid.bus_id(),
-                xid.text
+                crate::smi::escape_control(&xid.text)
             );
             return;
         };
         self.stats.xids.fetch_add(1, Ordering::Relaxed);
-        tracing::warn!("Xid {} on GPU {uuid}: {}", xid.number, xid.text);
+        tracing::warn!(
+            "Xid {} on GPU {uuid}: {}",
+            xid.number,
+            crate::smi::escape_control(&xid.text)
+        );
         if let Err(e) = self.health.raise(&xid_kind(xid.number), &uuid, &xid.text) {
             tracing::error!("{e}");
         }

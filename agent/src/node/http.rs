@@ -506,6 +506,35 @@ mod tests {
         assert_eq!(status_line("junk 200 OK"), None);
     }
 
+    proptest::proptest! {
+        /// No bytes make the request decoder panic or allocate past its bounds: a request it
+        /// accepts has a body no longer than [`MAX_BODY`].
+        #[test]
+        fn no_input_makes_request_decoding_panic(
+            head in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..512),
+            length in proptest::option::of(0u64..200_000),
+            twice in proptest::prelude::any::<bool>(),
+        ) {
+            let mut bytes = b"POST /v1/holds HTTP/1.1\r\n".to_vec();
+            if let Some(n) = length {
+                bytes.extend(format!("Content-Length: {n}\r\n").as_bytes());
+                if twice {
+                    bytes.extend(format!("Content-Length: {n}\r\n").as_bytes());
+                }
+            }
+            bytes.extend(&head);
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_time()
+                .build()
+                .unwrap();
+            for input in [&head[..], &bytes[..]] {
+                if let Ok(r) = rt.block_on(read_request(input)) {
+                    proptest::prop_assert!(r.body.len() <= MAX_BODY);
+                }
+            }
+        }
+    }
+
     #[tokio::test(start_paused = true)]
     async fn a_stalled_request_times_out() {
         let (_client, server) = tokio::io::duplex(1024);
