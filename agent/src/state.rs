@@ -251,6 +251,7 @@ impl ReservedWriter {
             None => unnamed(&dir_path, self.mode).map_err(io_error(&dir_path))?,
         };
         let tmp = temp_name(&self.path);
+        let mut no_proc = false;
         let result = (|| {
             file.set_permissions(fs::Permissions::from_mode(self.mode))
                 .map_err(io_error(&tmp))?;
@@ -265,7 +266,12 @@ impl ReservedWriter {
                 tmp.as_path(),
                 nix::fcntl::AtFlags::AT_SYMLINK_FOLLOW,
             )
-            .map_err(|e| io_error(&tmp)(std::io::Error::from(e)))?;
+            .map_err(|e| {
+                if e == nix::errno::Errno::ENOENT {
+                    no_proc = true;
+                }
+                io_error(&tmp)(std::io::Error::from(e))
+            })?;
             fs::rename(&tmp, &self.path).map_err(io_error(&self.path))?;
             self.dir.sync_all().map_err(io_error(&dir_path))
         })();
@@ -275,6 +281,10 @@ impl ReservedWriter {
         // The written file's descriptor is freed first, so the next spare can take it.
         drop(file);
         self.spare = unnamed(&dir_path, self.mode).ok();
+        if no_proc {
+            // No /proc to link the unnamed file through: write as everyone else does.
+            return write_atomic(&self.path, bytes, self.mode);
+        }
         result
     }
 }
