@@ -491,3 +491,6 @@ async fn passthrough(node: &Node, path: &str, request: &Request) -> Result<Answe
         }
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -134,6 +134,43 @@ pub struct Node {
 }
 
 impl Node {
+    /// A node's state before any task runs: no collection yet, no samples, no problems.
+    /// `inventory` publishes each collection (the XID watcher holds its receiver); `watcher`
+    /// is the XID watcher's counters; `scheduler` is where collections are asked for.
+    pub fn new(
+        config: NodeConfig,
+        health: Health,
+        holds: Option<Holds>,
+        inventory: watch::Sender<Inventory>,
+        watcher: Arc<WatcherStats>,
+        scheduler: SchedulerHandle,
+    ) -> Self {
+        Self {
+            memory: GpuMemory::new(&config.data_dir),
+            passthrough: Passthrough::new(
+                config.host.clone(),
+                &config.data_dir,
+                Arc::new(SocketHelper::new(config.helper_socket.clone())),
+            )
+            .with_scheduler(scheduler.clone()),
+            config,
+            latest: RwLock::new(None),
+            inventory_tx: inventory,
+            health,
+            holds: tokio::sync::Mutex::new(holds),
+            samples: RwLock::new(Vec::new()),
+            sampling: Mutex::new(SamplingState::default()),
+            scheduler,
+            problems: Mutex::new(Vec::new()),
+            collections: std::sync::atomic::AtomicU64::new(0),
+            collecting: tokio::sync::Mutex::new(()),
+            api_listener: Arc::default(),
+            metrics_listener: Arc::default(),
+            watcher,
+            vendor_problems: Mutex::new(Vec::new()),
+        }
+    }
+
     /// Records a start-up or runtime problem an operator should see in `status`.
     pub fn problem(&self, sentence: String) {
         tracing::error!("{sentence}");
@@ -492,30 +529,14 @@ pub async fn run(config: NodeConfig) -> Result<(), NodeError> {
     // XIDs: the watcher asks for collections; the scheduler debounces them.
     let (xid_tx, mut xid_rx) = mpsc::channel::<()>(64);
     let watcher = XidWatcher::new(&config.host, inventory_rx, health.clone(), xid_tx);
-    let node = Arc::new(Node {
-        memory: GpuMemory::new(&config.data_dir),
-        config: config.clone(),
-        latest: RwLock::new(None),
+    let node = Arc::new(Node::new(
+        config.clone(),
+        health.clone(),
+        holds,
         inventory_tx,
-        health: health.clone(),
-        holds: tokio::sync::Mutex::new(holds),
-        samples: RwLock::new(Vec::new()),
-        sampling: Mutex::new(SamplingState::default()),
-        scheduler: scheduler_handle.clone(),
-        problems: Mutex::new(Vec::new()),
-        collections: std::sync::atomic::AtomicU64::new(0),
-        passthrough: Passthrough::new(
-            config.host.clone(),
-            &config.data_dir,
-            Arc::new(SocketHelper::new(config.helper_socket.clone())),
-        )
-        .with_scheduler(scheduler_handle.clone()),
-        collecting: tokio::sync::Mutex::new(()),
-        api_listener: Arc::default(),
-        metrics_listener: Arc::default(),
-        watcher: watcher.stats(),
-        vendor_problems: Mutex::new(Vec::new()),
-    });
+        watcher.stats(),
+        scheduler_handle.clone(),
+    ));
     for p in problems {
         node.problem(p);
     }
