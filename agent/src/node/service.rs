@@ -840,3 +840,57 @@ impl Signals {
         }
     }
 }
+
+/// A node on the demo host (`testdata/hosts/hgx-h100`) with its state in `dir` and no
+/// helper, built without running anything: for the handlers' and the state's tests.
+#[cfg(test)]
+pub(crate) fn test_node(dir: &std::path::Path) -> Node {
+    let host = Host::fake(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../testdata/hosts/hgx-h100"),
+    );
+    let data = dir.join("data");
+    std::fs::create_dir_all(&data).unwrap();
+    let config = NodeConfig {
+        host,
+        data_dir: data.clone(),
+        cdi_dir: dir.join("cdi"),
+        helper_socket: dir.join("no-helper.sock"),
+        api_socket: dir.join("bcd.sock"),
+        api_group: None,
+        metrics_listen: None,
+        sample_interval: MIN_SAMPLE_INTERVAL,
+        otlp_endpoint: None,
+    };
+    let health = Health::new(FaultStore::open(&data, "boot").unwrap());
+    let (inventory, _) = watch::channel(Inventory::new(GpuSection::default()));
+    let (scheduler, _) = Scheduler::new();
+    Node::new(
+        config,
+        health,
+        Some(Holds::load(&data).unwrap()),
+        inventory,
+        Arc::default(),
+        scheduler,
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // The watchdog was pinged from a timer of its own, whatever the state: a node whose
+    // state lock is stuck is no longer vouched for.
+    #[tokio::test]
+    async fn a_stuck_state_lock_is_not_responsive() {
+        let dir = tempfile::tempdir().unwrap();
+        let node = test_node(dir.path());
+        assert!(node.responsive(Duration::from_millis(200)).await);
+        let stuck = node.holds.lock().await;
+        assert!(!node.responsive(Duration::from_millis(200)).await);
+        drop(stuck);
+        let writer = node.latest.write().await;
+        assert!(!node.responsive(Duration::from_millis(200)).await);
+        drop(writer);
+        assert!(node.responsive(Duration::from_millis(200)).await);
+    }
+}

@@ -2,47 +2,15 @@
 //! socket is bound): the error shape, 404 and 405, and `status.problems`.
 
 use std::path::Path;
-use std::sync::Arc;
 
 use serde_json::Value;
-use tokio::sync::watch;
 
 use super::handle;
-use crate::cdi::Holds;
-use crate::health::faults::{FaultStore, Health};
-use crate::host::Host;
-use crate::inventory::document::{GpuSection, Inventory};
-use crate::inventory::scheduler::Scheduler;
 use crate::node::http::Request;
-use crate::node::service::{Node, NodeConfig, MIN_SAMPLE_INTERVAL};
+use crate::node::service::Node;
 
-/// A node on the demo host with its state in `dir` and no helper.
 fn node(dir: &Path) -> Node {
-    let host = Host::fake(Path::new(env!("CARGO_MANIFEST_DIR")).join("../testdata/hosts/hgx-h100"));
-    let data = dir.join("data");
-    std::fs::create_dir_all(&data).unwrap();
-    let config = NodeConfig {
-        host,
-        data_dir: data.clone(),
-        cdi_dir: dir.join("cdi"),
-        helper_socket: dir.join("no-helper.sock"),
-        api_socket: dir.join("bcd.sock"),
-        api_group: None,
-        metrics_listen: None,
-        sample_interval: MIN_SAMPLE_INTERVAL,
-        otlp_endpoint: None,
-    };
-    let health = Health::new(FaultStore::open(&data, "boot").unwrap());
-    let (inventory, _) = watch::channel(Inventory::new(GpuSection::default()));
-    let (scheduler, _) = Scheduler::new();
-    Node::new(
-        config,
-        health,
-        Some(Holds::load(&data).unwrap()),
-        inventory,
-        Arc::default(),
-        scheduler,
-    )
+    crate::node::service::test_node(dir)
 }
 
 fn request(method: &str, path: &str) -> Request {
