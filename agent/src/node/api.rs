@@ -30,7 +30,7 @@ use crate::health::status::gpu_statuses;
 use crate::helper_client::{suggested_timeout, HelperClient, CONNECT_TIMEOUT};
 use crate::inventory::scheduler::Trigger;
 use crate::node::http::Request;
-use crate::node::service::Node;
+use crate::node::shared::Node;
 
 /// An answer: status code and JSON body.
 pub type Answer = (u16, Vec<u8>);

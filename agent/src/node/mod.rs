@@ -11,3 +11,4 @@ pub mod metrics;
 pub mod notify;
 pub mod otlp;
 pub mod service;
+pub mod shared;

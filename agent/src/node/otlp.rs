@@ -20,14 +20,12 @@
 use std::collections::BTreeMap;
 use std::fmt;
 use std::str::FromStr;
-use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use tokio::net::TcpStream;
 
 use crate::host::Host;
 use crate::node::http;
-use crate::node::service::Node;
 use crate::smi::samples::GpuSample;
 
 /// The bound on one export request, connection included.
@@ -549,9 +547,17 @@ impl Outage {
     }
 }
 
-/// Exports the node's latest samples every `interval`, for as long as the node runs.
-pub async fn export_loop(node: Arc<Node>, endpoint: OtlpEndpoint, interval: Duration) {
-    let resource = Resource::of_host(&node.config.host);
+/// Exports the samples `read` gives (with each GPU's verdict of the healthy rule) every
+/// `interval`, for as long as it runs; an interval without samples sends nothing.
+pub async fn export_loop<R, RF>(
+    resource: Resource,
+    read: R,
+    endpoint: OtlpEndpoint,
+    interval: Duration,
+) where
+    R: Fn() -> RF,
+    RF: std::future::Future<Output = (Vec<GpuSample>, BTreeMap<String, bool>)>,
+{
     let mut tick = tokio::time::interval(interval);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut outage = Outage::default();
@@ -561,11 +567,10 @@ pub async fn export_loop(node: Arc<Node>, endpoint: OtlpEndpoint, interval: Dura
     );
     loop {
         tick.tick().await;
-        let samples = node.samples.read().await.clone();
+        let (samples, healthy) = read().await;
         if samples.is_empty() {
             continue;
         }
-        let healthy = node.healthy_map().await;
         let body = encode_request(&resource, &samples, &healthy, SystemTime::now());
         let result = send(&endpoint, &body).await;
         match (outage.record(result.is_ok()), result) {

@@ -7,10 +7,10 @@ use serde_json::Value;
 
 use super::handle;
 use crate::node::http::Request;
-use crate::node::service::Node;
+use crate::node::shared::Node;
 
 fn node(dir: &Path) -> Node {
-    crate::node::service::test_node(dir)
+    crate::node::shared::test_node(dir)
 }
 
 fn request(method: &str, path: &str) -> Request {
