@@ -30,6 +30,7 @@ use crate::health::status::gpu_statuses;
 use crate::helper_client::{suggested_timeout, HelperClient, CONNECT_TIMEOUT};
 use crate::inventory::scheduler::Trigger;
 use crate::node::http::Request;
+use crate::node::schema::{HoldList, HoldView, Summary};
 use crate::node::shared::Node;
 
 /// An answer: status code and JSON body.
@@ -264,11 +265,7 @@ async fn reset(node: &Node, request: &Request) -> Result<Answer, Answer> {
 }
 
 fn hold_json(hold: &crate::cdi::Hold) -> Value {
-    json!({
-        "id": hold.id.as_str(),
-        "devices": hold.devices.iter().map(DeviceId::as_str).collect::<Vec<_>>(),
-        "kubernetes": hold.kubernetes,
-    })
+    serde_json::to_value(HoldView::from(hold)).unwrap_or(Value::Null)
 }
 
 /// The refusal while `holds.json` is unreadable: nothing may change holds until it is fixed.
@@ -283,7 +280,10 @@ fn holds_unavailable() -> Answer {
 async fn list_holds(node: &Node) -> Answer {
     let holds = node.holds.lock().await;
     match holds.as_ref() {
-        Some(h) => ok(&json!({ "holds": h.list().map(hold_json).collect::<Vec<_>>() })),
+        Some(h) => ok(&serde_json::to_value(HoldList {
+            holds: h.list().map(HoldView::from).collect(),
+        })
+        .unwrap_or(Value::Null)),
         None => holds_unavailable(),
     }
 }
@@ -475,7 +475,10 @@ async fn passthrough(node: &Node, path: &str, request: &Request) -> Result<Answe
         }
     };
     match result {
-        Ok(report) => Ok(ok(&json!({ "summary": report.to_string() }))),
+        Ok(report) => Ok(ok(&serde_json::to_value(Summary {
+            summary: report.to_string(),
+        })
+        .unwrap_or(Value::Null))),
         Err(e) => {
             let (status, code) = match &e {
                 RuntimeError::Held { .. } => (409, "gpu-busy"),

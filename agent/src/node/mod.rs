@@ -10,5 +10,6 @@ pub mod listen;
 pub mod metrics;
 pub mod notify;
 pub mod otlp;
+pub mod schema;
 pub mod service;
 pub mod shared;
