@@ -292,7 +292,7 @@ pub async fn run(config: NodeConfig) -> Result<(), NodeError> {
         listen::serve(
             format!("the API socket {}", config.api_socket.display()),
             http::MAX_CONNECTIONS,
-            node.api_listener.clone(),
+            node.api_listener_stats(),
             move || {
                 let l = api_listener.clone();
                 async move { l.accept().await.map(|(stream, _)| stream) }
@@ -316,7 +316,7 @@ pub async fn run(config: NodeConfig) -> Result<(), NodeError> {
 
     if let Some(listener) = metrics_listener {
         let node = node.clone();
-        let stats = node.metrics_listener.clone();
+        let stats = node.metrics_listener_stats();
         let listener = Arc::new(listener);
         tasks.spawn(
             "the metrics listener's accept loop",

@@ -103,11 +103,11 @@ pub struct Node {
     /// collections must never run at once.
     collecting: tokio::sync::Mutex<()>,
     /// The API socket's accept loop.
-    pub api_listener: Arc<listen::ListenerStats>,
+    api_listener: Arc<listen::ListenerStats>,
     /// The metrics listener's accept loop.
-    pub metrics_listener: Arc<listen::ListenerStats>,
+    metrics_listener: Arc<listen::ListenerStats>,
     /// The XID watcher's counters and its failure, when the kernel log cannot be read.
-    pub watcher: Arc<WatcherStats>,
+    watcher: Arc<WatcherStats>,
     /// The vendor CDI specs that could not be read at the last convergence.
     vendor_problems: Mutex<Vec<String>>,
 }
@@ -158,6 +158,16 @@ impl Node {
                 p.push(sentence);
             }
         }
+    }
+
+    /// The API socket's accept loop's counters, for that loop to keep.
+    pub fn api_listener_stats(&self) -> Arc<listen::ListenerStats> {
+        Arc::clone(&self.api_listener)
+    }
+
+    /// The metrics listener's accept loop's counters, for that loop to keep.
+    pub fn metrics_listener_stats(&self) -> Arc<listen::ListenerStats> {
+        Arc::clone(&self.metrics_listener)
     }
 
     /// Whether the state locks the API and the tasks take can all be taken within `bound`:
