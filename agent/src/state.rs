@@ -5,10 +5,21 @@
 //! and the folder is synced, so a crash leaves either the old or the new file, never a torn
 //! one. A file that does not parse is renamed aside (`<name>.unreadable-<unix time>`), so what
 //! it held is kept for the operator and the next write does not destroy it.
+//!
+//! A state file is opened without following a link and without blocking (`O_NOFOLLOW |
+//! O_NONBLOCK`), then checked with `fstat`: a FIFO, a device, a socket or a link where a
+//! state file belongs is refused with a sentence naming it, never waited on, never read, and
+//! never replaced by a write.
+//!
+//! [`ReservedWriter`] keeps what one file's writes need open (its folder, and the next
+//! unnamed temporary file), so that file can still be written when the process has no file
+//! descriptor left: the faults file must record an XID while everything else is starved.
 
 use std::fs::{self, File, OpenOptions};
+use std::io::Read;
 use std::io::Write;
-use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::{FileTypeExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -46,6 +57,53 @@ pub enum StateError {
         /// The file.
         path: PathBuf,
     },
+    /// Something other than a regular file is where a state file belongs.
+    #[error("{path} is {kind}, not a regular file; bcd neither reads nor replaces it: remove it")]
+    NotAFile {
+        /// The path.
+        path: PathBuf,
+        /// What is there: "a FIFO", "a character device", ...
+        kind: &'static str,
+    },
+}
+
+/// What a file type is, in the words of [`StateError::NotAFile`]; `None` for a regular file.
+fn odd_kind(file_type: fs::FileType) -> Option<&'static str> {
+    if file_type.is_file() {
+        None
+    } else if file_type.is_symlink() {
+        Some("a symbolic link")
+    } else if file_type.is_fifo() {
+        Some("a FIFO")
+    } else if file_type.is_char_device() {
+        Some("a character device")
+    } else if file_type.is_block_device() {
+        Some("a block device")
+    } else if file_type.is_socket() {
+        Some("a socket")
+    } else if file_type.is_dir() {
+        Some("a folder")
+    } else {
+        Some("not a regular file")
+    }
+}
+
+/// Refuses to write over anything at `path` but a regular file (or nothing).
+fn check_target(path: &Path) -> Result<(), StateError> {
+    match fs::symlink_metadata(path) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(io_error(path)(e)),
+        Ok(meta) if meta.file_type().is_symlink() => Err(StateError::Symlink {
+            path: path.to_path_buf(),
+        }),
+        Ok(meta) => match odd_kind(meta.file_type()) {
+            None => Ok(()),
+            Some(kind) => Err(StateError::NotAFile {
+                path: path.to_path_buf(),
+                kind,
+            }),
+        },
+    }
 }
 
 fn io_error(path: &Path) -> impl FnOnce(std::io::Error) -> StateError + '_ {
@@ -59,7 +117,10 @@ fn io_error(path: &Path) -> impl FnOnce(std::io::Error) -> StateError + '_ {
 ///
 /// # Errors
 /// [`StateError::Io`] naming the file or folder that failed; the old file is then intact.
+/// [`StateError::Symlink`] or [`StateError::NotAFile`] when something other than a regular
+/// file is at `path`: it is left as it is.
 pub fn write_atomic(path: &Path, bytes: &[u8], mode: u32) -> Result<(), StateError> {
+    check_target(path)?;
     let dir = path
         .parent()
         .filter(|p| !p.as_os_str().is_empty())
@@ -134,20 +195,160 @@ pub fn remove_crash_temps(dir: &Path, ours: impl Fn(&str) -> bool) -> Vec<PathBu
 
 /// Reads a state file: `Ok(None)` when it does not exist yet.
 ///
+/// It is opened with `O_NOFOLLOW | O_NONBLOCK` and checked with `fstat` before a byte is
+/// read, so a FIFO (whose open and read would wait for a writer) or a device never holds up
+/// the caller.
+///
 /// # Errors
-/// [`StateError::Symlink`] for a link, [`StateError::Io`] when it cannot be read.
+/// [`StateError::Symlink`] for a link, [`StateError::NotAFile`] for anything else that is not
+/// a regular file, [`StateError::Io`] when it cannot be read.
 pub fn read(path: &Path) -> Result<Option<Vec<u8>>, StateError> {
-    match fs::symlink_metadata(path) {
+    let opened = OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_NOCTTY)
+        .open(path);
+    let mut file = match opened {
+        Ok(file) => file,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(e) => return Err(io_error(path)(e)),
-        Ok(meta) if meta.file_type().is_symlink() => {
+        Err(e) if e.raw_os_error() == Some(libc::ELOOP) => {
             return Err(StateError::Symlink {
                 path: path.to_path_buf(),
             })
         }
-        Ok(_) => {}
+        // A FIFO without a writer, a device that refuses: say what is there.
+        Err(e) => {
+            return Err(
+                match fs::symlink_metadata(path)
+                    .ok()
+                    .and_then(|m| odd_kind(m.file_type()))
+                {
+                    Some(kind) => StateError::NotAFile {
+                        path: path.to_path_buf(),
+                        kind,
+                    },
+                    None => io_error(path)(e),
+                },
+            )
+        }
+    };
+    let meta = file.metadata().map_err(io_error(path))?;
+    if let Some(kind) = odd_kind(meta.file_type()) {
+        return Err(StateError::NotAFile {
+            path: path.to_path_buf(),
+            kind,
+        });
     }
-    fs::read(path).map(Some).map_err(io_error(path))
+    let mut bytes = Vec::with_capacity(usize::try_from(meta.len()).unwrap_or(0).min(1 << 20));
+    file.read_to_end(&mut bytes).map_err(io_error(path))?;
+    Ok(Some(bytes))
+}
+
+/// Writes one state file atomically, holding open what a write needs: the file's folder (for
+/// its `fsync`) and the next write's temporary file, unnamed (`O_TMPFILE`) until the write
+/// links it in. A write therefore opens nothing, and can land while the process has no file
+/// descriptor left; the next temporary file is made right after the old one is closed.
+#[derive(Debug)]
+pub struct ReservedWriter {
+    path: PathBuf,
+    dir: File,
+    mode: u32,
+    spare: Option<File>,
+}
+
+impl ReservedWriter {
+    /// Holds `path`'s folder and a first temporary file open.
+    ///
+    /// # Errors
+    /// [`StateError::Io`] when the folder cannot be opened or has no room for an unnamed
+    /// file (a file system without `O_TMPFILE`); callers then write with [`write_atomic`].
+    pub fn open(path: &Path, mode: u32) -> Result<Self, StateError> {
+        let dir_path = parent(path);
+        let dir = OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_DIRECTORY)
+            .open(dir_path)
+            .map_err(io_error(dir_path))?;
+        let spare = unnamed(dir_path, mode).map_err(io_error(dir_path))?;
+        Ok(Self {
+            path: path.to_path_buf(),
+            dir,
+            mode,
+            spare: Some(spare),
+        })
+    }
+
+    /// Writes `bytes` as [`write_atomic`] does, into the held temporary file.
+    ///
+    /// # Errors
+    /// As [`write_atomic`]; the old file is then intact.
+    pub fn write(&mut self, bytes: &[u8]) -> Result<(), StateError> {
+        check_target(&self.path)?;
+        let dir_path = parent(&self.path).to_path_buf();
+        let mut file = match self.spare.take() {
+            Some(file) => file,
+            None => unnamed(&dir_path, self.mode).map_err(io_error(&dir_path))?,
+        };
+        let tmp = temp_path(&self.path);
+        let mut no_proc = false;
+        let result = (|| {
+            file.set_permissions(fs::Permissions::from_mode(self.mode))
+                .map_err(io_error(&tmp))?;
+            file.write_all(bytes).map_err(io_error(&tmp))?;
+            file.sync_all().map_err(io_error(&tmp))?;
+            // Linking an unnamed file in through /proc resolves a path: no descriptor.
+            let proc_path = format!("/proc/self/fd/{}", file.as_raw_fd());
+            nix::unistd::linkat(
+                None,
+                Path::new(&proc_path),
+                None,
+                tmp.as_path(),
+                nix::fcntl::AtFlags::AT_SYMLINK_FOLLOW,
+            )
+            .map_err(|e| {
+                if e == nix::errno::Errno::ENOENT {
+                    no_proc = true;
+                }
+                io_error(&tmp)(std::io::Error::from(e))
+            })?;
+            fs::rename(&tmp, &self.path).map_err(io_error(&self.path))?;
+            self.dir.sync_all().map_err(io_error(&dir_path))
+        })();
+        if result.is_err() {
+            let _ = fs::remove_file(&tmp);
+        }
+        // The written file's descriptor is freed first, so the next spare can take it.
+        drop(file);
+        self.spare = unnamed(&dir_path, self.mode).ok();
+        if no_proc {
+            // No /proc to link the unnamed file through: write as everyone else does.
+            return write_atomic(&self.path, bytes, self.mode);
+        }
+        result
+    }
+}
+
+fn parent(path: &Path) -> &Path {
+    path.parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(Path::new("."))
+}
+
+/// The temporary path a held file's write goes through, of [`temp_name`]'s form.
+fn temp_path(path: &Path) -> PathBuf {
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    parent(path).join(temp_name(&name, std::process::id()))
+}
+
+/// An unnamed file in `dir` (`O_TMPFILE`), gone unless it is linked in.
+fn unnamed(dir: &Path, mode: u32) -> std::io::Result<File> {
+    OpenOptions::new()
+        .write(true)
+        .mode(mode)
+        .custom_flags(libc::O_TMPFILE)
+        .open(dir)
 }
 
 /// Reads and parses a state file. A file that does not parse is renamed aside and reported
@@ -243,6 +444,92 @@ mod tests {
             err.to_string().contains("holds.json does not parse"),
             "{err}"
         );
+    }
+
+    /// Runs `f` on a thread; fails the test if it has not returned within 5 s.
+    fn within_5s<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> T {
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let _ = tx.send(f());
+        });
+        rx.recv_timeout(std::time::Duration::from_secs(5))
+            .expect("it waited on the FIFO")
+    }
+
+    // A FIFO in place of holds.json, faults.json or gpus-seen.json hung the node at start:
+    // the read waited for a writer that never came, with no log line.
+    #[test]
+    fn a_fifo_in_place_of_a_state_file_is_refused_without_waiting() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("holds.json");
+        nix::unistd::mkfifo(&path, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
+        let shown = path.clone();
+        let err = within_5s(move || read(&shown)).unwrap_err();
+        assert!(
+            matches!(err, StateError::NotAFile { kind: "a FIFO", .. }),
+            "{err}"
+        );
+        assert!(err.to_string().contains("holds.json is a FIFO"), "{err}");
+        let shown = path.clone();
+        let err = within_5s(move || load(&shown, |_| Ok(()))).unwrap_err();
+        assert!(matches!(err, StateError::NotAFile { .. }), "{err}");
+        assert!(
+            fs::symlink_metadata(&path).unwrap().file_type().is_fifo(),
+            "the FIFO is neither set aside nor replaced"
+        );
+    }
+
+    // A symlinked faults.json was reported, then replaced by a regular file on the first
+    // XID: a write never replaces a link, a FIFO or a device.
+    #[test]
+    fn a_write_never_replaces_a_link_or_a_fifo() {
+        let dir = tempfile::tempdir().unwrap();
+        let target = dir.path().join("elsewhere");
+        fs::write(&target, b"theirs").unwrap();
+        let link = dir.path().join("faults.json");
+        std::os::unix::fs::symlink(&target, &link).unwrap();
+        let fifo = dir.path().join("holds.json");
+        nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
+        assert!(matches!(
+            write_atomic(&link, b"{}", PRIVATE_MODE),
+            Err(StateError::Symlink { .. })
+        ));
+        let mut writer = ReservedWriter::open(&link, PRIVATE_MODE).unwrap();
+        assert!(matches!(
+            writer.write(b"{}"),
+            Err(StateError::Symlink { .. })
+        ));
+        assert!(matches!(
+            write_atomic(&fifo, b"{}", PRIVATE_MODE),
+            Err(StateError::NotAFile { .. })
+        ));
+        assert!(fs::symlink_metadata(&link)
+            .unwrap()
+            .file_type()
+            .is_symlink());
+        assert_eq!(fs::read(&target).unwrap(), b"theirs");
+        assert!(fs::symlink_metadata(&fifo).unwrap().file_type().is_fifo());
+        let names: Vec<_> = fs::read_dir(dir.path())
+            .unwrap()
+            .filter_map(Result::ok)
+            .map(|e| e.file_name())
+            .collect();
+        assert_eq!(names.len(), 3, "no temporary file is left: {names:?}");
+    }
+
+    #[test]
+    fn a_reserved_writer_writes_atomically_and_privately() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("faults.json");
+        let mut writer = ReservedWriter::open(&path, PRIVATE_MODE).unwrap();
+        writer.write(b"{\"a\":1}").unwrap();
+        writer.write(b"{\"a\":2}").unwrap();
+        assert_eq!(fs::read(&path).unwrap(), b"{\"a\":2}");
+        assert_eq!(
+            fs::metadata(&path).unwrap().permissions().mode() & 0o777,
+            0o600
+        );
+        assert_eq!(fs::read_dir(dir.path()).unwrap().count(), 1);
     }
 
     #[test]

@@ -6,32 +6,44 @@ use std::net::SocketAddr;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use serde_json::{json, Value};
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+use serde_json::Value;
 
 use crate::cli::{Global, GpuCommand, HoldCommand, VfioCommand, VmCommand};
-use crate::node::client::call;
+use crate::node::client::{call, decode};
 use crate::node::otlp::OtlpEndpoint;
+use crate::node::schema::{
+    HoldList, HoldRequest, HoldView, PassthroughRequest, ResetReport, ResetRequest, Summary,
+};
 use crate::node::service::{run, NodeConfig};
 
 fn print(text: &str) {
     let _ = std::io::stdout().lock().write_all(text.as_bytes());
 }
 
-/// Prints the answer as JSON (with `--json`) or through `render`; a refusal as a sentence.
-async fn through_service(
+/// Prints the answer as JSON (with `--json`, as the service wrote it) or, read as `T`,
+/// through `render`; a refusal or an answer of another shape as a sentence.
+async fn through_service<T: DeserializeOwned>(
     global: &Global,
     method: &str,
     path: &str,
-    body: Option<Value>,
-    render: impl FnOnce(&Value) -> String,
+    body: Option<&impl Serialize>,
+    render: impl FnOnce(&T) -> String,
 ) -> ExitCode {
-    match call(&global.api_socket, method, path, body.as_ref()).await {
-        Ok(value) => {
+    let body = body.map(|b| serde_json::to_value(b).unwrap_or(Value::Null));
+    let answer = call(&global.api_socket, method, path, body.as_ref())
+        .await
+        .and_then(|value| {
             if global.json {
-                print(&format!("{value}\n"));
+                Ok(format!("{value}\n"))
             } else {
-                print(&render(&value));
+                decode::<T>(&global.api_socket, value).map(|t| render(&t))
             }
+        });
+    match answer {
+        Ok(text) => {
+            print(&text);
             ExitCode::SUCCESS
         }
         Err(e) => {
@@ -45,34 +57,29 @@ async fn through_service(
 pub async fn gpu(global: &Global, cmd: &GpuCommand) -> ExitCode {
     let GpuCommand::Reset { gpus } = cmd;
     let mut failed = false;
+    let request = ResetRequest { gpus: gpus.clone() };
     let code = through_service(
         global,
         "POST",
         "/v1/gpus/reset",
-        Some(json!({ "gpus": gpus })),
-        |v| {
+        Some(&request),
+        |report: &ResetReport| {
             let mut out = String::new();
-            for g in v["gpus"].as_array().into_iter().flatten() {
-                let uuid = g["uuid"].as_str().unwrap_or("?");
-                if let Some(e) = g["error"].as_str() {
+            for g in &report.gpus {
+                let uuid = &g.uuid;
+                if let Some(e) = &g.error {
                     failed = true;
                     out.push_str(&format!("{uuid}: reset failed: {e}\n"));
-                } else if g["healthy"].as_bool() == Some(true) {
-                    let cleared = g["conditions_cleared"].as_u64().unwrap_or(0);
+                } else if g.healthy {
                     out.push_str(&format!(
-                        "{uuid}: reset, healthy ({cleared} XID condition(s) cleared)\n"
+                        "{uuid}: reset, healthy ({} XID condition(s) cleared)\n",
+                        g.conditions_cleared
                     ));
                 } else {
                     failed = true;
-                    let reasons: Vec<&str> = g["reasons"]
-                        .as_array()
-                        .into_iter()
-                        .flatten()
-                        .filter_map(Value::as_str)
-                        .collect();
                     out.push_str(&format!(
                         "{uuid}: reset, still UNHEALTHY ({})\n",
-                        reasons.join("; ")
+                        g.reasons.join("; ")
                     ));
                 }
             }
@@ -87,23 +94,13 @@ pub async fn gpu(global: &Global, cmd: &GpuCommand) -> ExitCode {
     }
 }
 
-fn render_hold(v: &Value) -> String {
-    let devices: Vec<&str> = v["devices"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter_map(Value::as_str)
-        .collect();
-    let k8s = if v["kubernetes"].as_bool() == Some(true) {
+fn render_hold(hold: &HoldView) -> String {
+    let k8s = if hold.kubernetes {
         " (Kubernetes binding)"
     } else {
         ""
     };
-    format!(
-        "{}: {}{k8s}\n",
-        v["id"].as_str().unwrap_or("?"),
-        devices.join(", ")
-    )
+    format!("{}: {}{k8s}\n", hold.id, hold.devices.join(", "))
 }
 
 /// `bcd hold apply|release|list`.
@@ -114,30 +111,43 @@ pub async fn hold(global: &Global, cmd: &HoldCommand) -> ExitCode {
             devices,
             kubernetes,
         } => {
-            let body = json!({ "id": id, "devices": devices, "kubernetes": kubernetes });
-            through_service(global, "POST", "/v1/holds", Some(body), |v| {
-                // The node's own path: the client's --cdi-dir need not be the node's.
-                let spec = v["spec"].as_str().unwrap_or("(the node did not say)");
-                format!(
-                    "held {}; containers use --device bcd.dev/gpu=<uuid>, or bcd.dev/gpu={id} for all of them (spec {spec})\n",
-                    render_hold(v).trim_end()
-                )
-            })
+            let request = HoldRequest {
+                id: id.clone(),
+                devices: devices.clone(),
+                kubernetes: *kubernetes,
+            };
+            through_service(
+                global,
+                "POST",
+                "/v1/holds",
+                Some(&request),
+                |v: &HoldView| {
+                    // The node's own path: the client's --cdi-dir need not be the node's.
+                    let spec = v.spec.as_deref().unwrap_or("(the node did not say)");
+                    format!(
+                        "held {}; containers use --device bcd.dev/gpu=<uuid>, or bcd.dev/gpu={id} for all of them (spec {spec})\n",
+                        render_hold(v).trim_end()
+                    )
+                },
+            )
             .await
         }
         HoldCommand::Release { id } => {
-            through_service(global, "DELETE", &format!("/v1/holds/{id}"), None, |v| {
-                format!("released {}", render_hold(v))
-            })
+            through_service(
+                global,
+                "DELETE",
+                &format!("/v1/holds/{id}"),
+                None::<&()>,
+                |v: &HoldView| format!("released {}", render_hold(v)),
+            )
             .await
         }
         HoldCommand::List => {
-            through_service(global, "GET", "/v1/holds", None, |v| {
-                let holds = v["holds"].as_array().cloned().unwrap_or_default();
-                if holds.is_empty() {
+            through_service(global, "GET", "/v1/holds", None::<&()>, |v: &HoldList| {
+                if v.holds.is_empty() {
                     "no holds\n".to_owned()
                 } else {
-                    holds.iter().map(render_hold).collect()
+                    v.holds.iter().map(render_hold).collect()
                 }
             })
             .await
@@ -145,8 +155,8 @@ pub async fn hold(global: &Global, cmd: &HoldCommand) -> ExitCode {
     }
 }
 
-fn summary(v: &Value) -> String {
-    format!("{}\n", v["summary"].as_str().unwrap_or_default())
+fn summary(v: &Summary) -> String {
+    format!("{}\n", v.summary)
 }
 
 /// `bcd vfio bind|release`.
@@ -155,24 +165,39 @@ pub async fn vfio(global: &Global, cmd: &VfioCommand) -> ExitCode {
         VfioCommand::Bind { device } => ("/v1/vfio/bind", device),
         VfioCommand::Release { device } => ("/v1/vfio/release", device),
     };
-    through_service(
-        global,
-        "POST",
-        path,
-        Some(json!({ "device": device })),
-        summary,
-    )
-    .await
+    let request = PassthroughRequest {
+        device: Some(device.clone()),
+        ..PassthroughRequest::default()
+    };
+    through_service(global, "POST", path, Some(&request), summary).await
 }
 
 /// `bcd vm start|restore|destroy`.
 pub async fn vm(global: &Global, cmd: &VmCommand) -> ExitCode {
-    let (path, body) = match cmd {
-        VmCommand::Start { name } => ("/v1/vm/start", json!({ "domain": name })),
-        VmCommand::Restore { file } => ("/v1/vm/restore", json!({ "file": file })),
-        VmCommand::Destroy { name } => ("/v1/vm/destroy", json!({ "domain": name })),
+    let (path, request) = match cmd {
+        VmCommand::Start { name } => (
+            "/v1/vm/start",
+            PassthroughRequest {
+                domain: Some(name.clone()),
+                ..PassthroughRequest::default()
+            },
+        ),
+        VmCommand::Restore { file } => (
+            "/v1/vm/restore",
+            PassthroughRequest {
+                file: Some(file.clone()),
+                ..PassthroughRequest::default()
+            },
+        ),
+        VmCommand::Destroy { name } => (
+            "/v1/vm/destroy",
+            PassthroughRequest {
+                domain: Some(name.clone()),
+                ..PassthroughRequest::default()
+            },
+        ),
     };
-    through_service(global, "POST", path, Some(body), summary).await
+    through_service(global, "POST", path, Some(&request), summary).await
 }
 
 /// `bcd node`.

@@ -82,8 +82,10 @@ impl Check {
     }
 }
 
+/// One line, its control characters escaped: messages carry what `nvidia-smi` and other
+/// programs printed, and are shown on a terminal.
 fn one_line(text: &str) -> String {
-    text.split_whitespace().collect::<Vec<_>>().join(" ")
+    crate::smi::escape_control(&text.split_whitespace().collect::<Vec<_>>().join(" ")).into_owned()
 }
 
 /// Everything doctor found, in the order it checked.
@@ -252,6 +254,13 @@ mod tests {
     fn messages_are_one_line_and_status_words_exact() {
         let c = Check::new(Status::Fail, "gpus", "  a\nb\t c \n");
         assert_eq!(c.message, "a b c");
+        // nvidia-smi's raw ESC bytes reached doctor's terminal output.
+        let c = Check::new(
+            Status::Fail,
+            "nvml",
+            "nvidia-smi: \u{1b}[31mfailed\u{1b}[0m",
+        );
+        assert_eq!(c.message, "nvidia-smi: \\x1b[31mfailed\\x1b[0m");
         assert_eq!(
             [Status::Ok, Status::Warn, Status::Fail].map(Status::word),
             ["ok", "warn", "fail"]

@@ -91,6 +91,9 @@ pub struct FaultStore {
     path: PathBuf,
     boot_id: String,
     conditions: Vec<Condition>,
+    /// What a write needs, held open so an XID is recorded while the process has no file
+    /// descriptor left; `None` where it could not be held (each write then opens its own).
+    writer: Option<state::ReservedWriter>,
 }
 
 impl FaultStore {
@@ -104,6 +107,7 @@ impl FaultStore {
         let path = data_dir.join(FAULTS_FILE);
         let loaded = state::load(&path, parse)?;
         let mut store = Self {
+            writer: reserve(&path),
             path,
             boot_id: boot_id.to_owned(),
             conditions: Vec::new(),
@@ -126,8 +130,10 @@ impl FaultStore {
     /// A store with no conditions that has not read its file: for a node whose file cannot
     /// be read (the error is reported); its first change tries to write the file again.
     pub fn empty(data_dir: &Path, boot_id: &str) -> Self {
+        let path = data_dir.join(FAULTS_FILE);
         Self {
-            path: data_dir.join(FAULTS_FILE),
+            writer: reserve(&path),
+            path,
             boot_id: boot_id.to_owned(),
             conditions: Vec::new(),
         }
@@ -181,16 +187,30 @@ impl FaultStore {
         Ok(dropped)
     }
 
-    fn save(&self) -> Result<(), FaultsError> {
+    fn save(&mut self) -> Result<(), FaultsError> {
         let doc = Document {
             boot_id: self.boot_id.clone(),
             conditions: self.conditions.clone(),
         };
         // Plain data always encodes.
         let bytes = serde_json::to_vec_pretty(&doc).unwrap_or_default();
-        state::write_atomic(&self.path, &bytes, PRIVATE_MODE)?;
+        match &mut self.writer {
+            Some(writer) => writer.write(&bytes)?,
+            None => state::write_atomic(&self.path, &bytes, PRIVATE_MODE)?,
+        }
         Ok(())
     }
+}
+
+/// Holds the faults file's writer open, or logs why it cannot (its writes then open files).
+fn reserve(path: &Path) -> Option<state::ReservedWriter> {
+    state::ReservedWriter::open(path, PRIVATE_MODE)
+        .inspect_err(|e| {
+            tracing::warn!(
+                "{e}: XIDs cannot be recorded while the process is out of file descriptors"
+            )
+        })
+        .ok()
 }
 
 /// The faults store shared by the XID watcher, `gpu.reset` and the node service's readers:

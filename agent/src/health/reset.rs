@@ -12,7 +12,7 @@ use std::future::Future;
 use std::pin::Pin;
 
 use bcd_protocol::{GpuUuid, PciAddress};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use super::faults::Health;
 use super::hardware_problems;
@@ -75,25 +75,25 @@ impl ResetError {
 }
 
 /// How one GPU came out of the reset.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct GpuResetOutcome {
     /// The GPU.
     pub uuid: String,
     /// Why the reset itself failed; `None` when it succeeded.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
     /// Healthy after the reset: it succeeded, and the new collection shows no uncorrectable
     /// volatile ECC errors and no pending or failed row remap.
     pub healthy: bool,
     /// Why it is not healthy, in words.
-    #[serde(skip_serializing_if = "Vec::is_empty")]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub reasons: Vec<String>,
     /// XID conditions dropped because it came back healthy.
     pub conditions_cleared: usize,
 }
 
 /// The result of a `gpu.reset` that was not refused.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ResetReport {
     /// One per GPU, in the order asked.
     pub gpus: Vec<GpuResetOutcome>,

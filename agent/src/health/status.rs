@@ -169,14 +169,16 @@ fn or_dash<T: std::fmt::Display>(v: Option<T>) -> String {
     v.map_or_else(|| "-".to_owned(), |v| v.to_string())
 }
 
-/// The lines `bcd status` prints.
+/// The lines `bcd status` prints; what `nvidia-smi` said (names, notes) has its control
+/// characters escaped.
 pub fn render(report: &StatusReport) -> String {
+    let shown = |s: &str| crate::smi::escape_control(s).into_owned();
     let mut out = String::new();
     for g in &report.gpus {
         let mut line = format!(
             "GPU {}  {}  {} busy  {}/{} MiB  {}°C  {}/{} W  {} process(es)",
             or_dash(g.index),
-            g.name.as_deref().unwrap_or(&g.uuid),
+            shown(g.name.as_deref().unwrap_or(&g.uuid)),
             or_dash(g.utilization_gpu_pct.map(|p| format!("{p}%"))),
             or_dash(g.memory_used_mib),
             or_dash(g.memory_total_mib),
@@ -186,13 +188,13 @@ pub fn render(report: &StatusReport) -> String {
             g.compute_processes,
         );
         if g.healthy == Some(false) {
-            line.push_str(&format!("  UNHEALTHY ({})", g.reasons.join("; ")));
+            line.push_str(&format!("  UNHEALTHY ({})", shown(&g.reasons.join("; "))));
         }
         out.push_str(&line);
         out.push('\n');
     }
     for note in &report.notes {
-        out.push_str(&format!("note: {note}\n"));
+        out.push_str(&format!("note: {}\n", shown(note)));
     }
     out
 }
@@ -232,6 +234,22 @@ mod tests {
         let json = serde_json::to_value(&report).unwrap();
         assert_eq!(json["gpus"][0]["healthy"], false);
         assert_eq!(json["gpus"][1]["healthy"], true);
+    }
+
+    // A GPU name or a note with nvidia-smi's raw ESC bytes reached the terminal.
+    #[tokio::test]
+    async fn control_bytes_in_names_and_notes_are_escaped() {
+        let host = Host::fake(hosts().join("hgx-h100"));
+        let data = tempfile::tempdir().unwrap();
+        let mut report = status(&host, data.path()).await.unwrap();
+        report.gpus[0].name = Some("H100\u{1b}[2J".into());
+        report.notes.push("smi said \u{1b}]0;x\u{7}".into());
+        let text = render(&report);
+        assert!(
+            !text.contains('\u{1b}') && !text.contains('\u{7}'),
+            "{text:?}"
+        );
+        assert!(text.contains("H100\\x1b[2J"), "{text}");
     }
 
     #[tokio::test]

@@ -218,6 +218,21 @@ pub struct WatcherStats {
     pub skipped: AtomicU64,
     /// Times the reader was opened again after failing.
     pub restarts: AtomicU64,
+    /// Why the kernel log cannot be read now, in a sentence; `None` while it is read.
+    pub failure: std::sync::Mutex<Option<String>>,
+}
+
+impl WatcherStats {
+    fn set_failure(&self, sentence: Option<String>) {
+        if let Ok(mut f) = self.failure.lock() {
+            *f = sentence;
+        }
+    }
+
+    /// Why the kernel log cannot be read now, if it cannot.
+    pub fn failure(&self) -> Option<String> {
+        self.failure.lock().ok().and_then(|f| f.clone())
+    }
 }
 
 type Opener = Box<dyn Fn() -> io::Result<KmsgReader> + Send + Sync>;
@@ -297,27 +312,41 @@ impl XidWatcher {
             match (self.open)() {
                 Ok(reader) => {
                     let e = self.read_until_failure(reader).await;
-                    tracing::warn!(
-                        "reading XIDs from {} failed: {e}; opening it again in {}s",
-                        self.path.display(),
-                        RESTART_DELAY.as_secs()
-                    );
+                    self.report(format!(
+                        "reading XIDs from {} failed: {e}; XIDs are not seen while it fails",
+                        self.path.display()
+                    ));
                 }
-                Err(e) => tracing::warn!(
-                    "cannot open {} to watch for XIDs: {e}; trying again in {}s",
-                    self.path.display(),
-                    RESTART_DELAY.as_secs()
-                ),
+                Err(e) => self.report(format!(
+                    "cannot open {} to watch for XIDs: {e}; XIDs are not seen while it fails",
+                    self.path.display()
+                )),
             }
             tokio::time::sleep(RESTART_DELAY).await;
         }
+    }
+
+    /// Logs a failure once (not every retry) and keeps it for `status`.
+    fn report(&self, sentence: String) {
+        if self.stats.failure().as_deref() != Some(sentence.as_str()) {
+            tracing::warn!(
+                "{sentence} (trying again every {}s)",
+                RESTART_DELAY.as_secs()
+            );
+        }
+        self.stats.set_failure(Some(sentence));
     }
 
     async fn read_until_failure(&mut self, mut reader: KmsgReader) -> io::Error {
         self.last_sequence = None;
         self.lost = false;
         loop {
-            match reader.poll() {
+            let polled = reader.poll();
+            if polled.is_ok() && self.stats.failure().is_some() {
+                tracing::info!("reading XIDs from {} again", self.path.display());
+                self.stats.set_failure(None);
+            }
+            match polled {
                 Ok(Polled::Records(records)) => {
                     for record in &records {
                         self.handle(record);
@@ -368,12 +397,16 @@ impl XidWatcher {
                 "Xid {} on {}, a bus the inventory does not list: {}",
                 xid.number,
                 xid.bus_id(),
-                xid.text
+                crate::smi::escape_control(&xid.text)
             );
             return;
         };
         self.stats.xids.fetch_add(1, Ordering::Relaxed);
-        tracing::warn!("Xid {} on GPU {uuid}: {}", xid.number, xid.text);
+        tracing::warn!(
+            "Xid {} on GPU {uuid}: {}",
+            xid.number,
+            crate::smi::escape_control(&xid.text)
+        );
         if let Err(e) = self.health.raise(&xid_kind(xid.number), &uuid, &xid.text) {
             tracing::error!("{e}");
         }

@@ -1,5 +1,6 @@
 //! The node service's API: versioned paths, JSON in and out, errors as
-//! `{"error": "<sentence>", "code": "<kind>"}`.
+//! `{"code": "<kind>", "message": "<sentence>"}` (the HTTP layer's own errors too). A known
+//! path asked with another method is answered 405, an unknown one 404.
 //!
 //! | method and path | does |
 //! | --- | --- |
@@ -29,7 +30,8 @@ use crate::health::status::gpu_statuses;
 use crate::helper_client::{suggested_timeout, HelperClient, CONNECT_TIMEOUT};
 use crate::inventory::scheduler::Trigger;
 use crate::node::http::Request;
-use crate::node::service::Node;
+use crate::node::schema::{HoldList, HoldView, Summary};
+use crate::node::shared::Node;
 
 /// An answer: status code and JSON body.
 pub type Answer = (u16, Vec<u8>);
@@ -41,9 +43,7 @@ fn ok(value: &Value) -> Answer {
 fn error(status: u16, code: &str, sentence: impl std::fmt::Display) -> Answer {
     (
         status,
-        json!({ "error": sentence.to_string(), "code": code })
-            .to_string()
-            .into_bytes(),
+        crate::node::http::error_body(code, &sentence.to_string()),
     )
 }
 
@@ -90,16 +90,7 @@ pub async fn handle(node: &Node, request: &Request) -> Answer {
             "/v1/vfio/bind" | "/v1/vfio/release" | "/v1/vm/start" | "/v1/vm/restore"
             | "/v1/vm/destroy",
         ) => passthrough(node, path, request).await,
-        (
-            _,
-            "/v1/status"
-            | "/v1/inventory"
-            | "/v1/conditions"
-            | "/v1/inventory/refresh"
-            | "/v1/diag"
-            | "/v1/gpus/reset"
-            | "/v1/holds",
-        ) => Err(error(
+        (_, p) if is_known_path(p) => Err(error(
             405,
             "method-not-allowed",
             format!("{} is not allowed on {path}", request.method),
@@ -113,6 +104,27 @@ pub async fn handle(node: &Node, request: &Request) -> Answer {
     result.unwrap_or_else(|answer| answer)
 }
 
+/// Whether `path` is one the API serves (with some method).
+fn is_known_path(path: &str) -> bool {
+    matches!(
+        path,
+        "/v1/status"
+            | "/v1/inventory"
+            | "/v1/conditions"
+            | "/v1/inventory/refresh"
+            | "/v1/diag"
+            | "/v1/gpus/reset"
+            | "/v1/holds"
+            | "/v1/vfio/bind"
+            | "/v1/vfio/release"
+            | "/v1/vm/start"
+            | "/v1/vm/restore"
+            | "/v1/vm/destroy"
+    ) || path
+        .strip_prefix("/v1/holds/")
+        .is_some_and(|id| !id.is_empty() && !id.contains('/'))
+}
+
 async fn status(node: &Node) -> Answer {
     let inventory = node.inventory().await;
     let samples = node.samples.read().await.clone();
@@ -124,7 +136,7 @@ async fn status(node: &Node) -> Answer {
     } else {
         Vec::new()
     };
-    let problems = node.problems.lock().map(|p| p.clone()).unwrap_or_default();
+    let problems = node.problems_now();
     ok(&json!({
         "capabilities": capabilities,
         "inventory_hash": inventory.hash,
@@ -238,11 +250,7 @@ async fn reset(node: &Node, request: &Request) -> Result<Answer, Answer> {
 }
 
 fn hold_json(hold: &crate::cdi::Hold) -> Value {
-    json!({
-        "id": hold.id.as_str(),
-        "devices": hold.devices.iter().map(DeviceId::as_str).collect::<Vec<_>>(),
-        "kubernetes": hold.kubernetes,
-    })
+    serde_json::to_value(HoldView::from(hold)).unwrap_or(Value::Null)
 }
 
 /// The refusal while `holds.json` is unreadable: nothing may change holds until it is fixed.
@@ -257,7 +265,10 @@ fn holds_unavailable() -> Answer {
 async fn list_holds(node: &Node) -> Answer {
     let holds = node.holds.lock().await;
     match holds.as_ref() {
-        Some(h) => ok(&json!({ "holds": h.list().map(hold_json).collect::<Vec<_>>() })),
+        Some(h) => ok(&serde_json::to_value(HoldList {
+            holds: h.list().map(HoldView::from).collect(),
+        })
+        .unwrap_or(Value::Null)),
         None => holds_unavailable(),
     }
 }
@@ -415,7 +426,10 @@ async fn passthrough(node: &Node, path: &str, request: &Request) -> Result<Answe
         }
     };
     match result {
-        Ok(report) => Ok(ok(&json!({ "summary": report.to_string() }))),
+        Ok(report) => Ok(ok(&serde_json::to_value(Summary {
+            summary: report.to_string(),
+        })
+        .unwrap_or(Value::Null))),
         Err(e) => {
             let (status, code) = match &e {
                 RuntimeError::Held { .. } => (409, "gpu-busy"),
@@ -431,3 +445,6 @@ async fn passthrough(node: &Node, path: &str, request: &Request) -> Result<Answe
         }
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -1,5 +1,5 @@
 //! The CLI's side of the API: one request to the node service's socket, its errors as the
-//! sentences the service wrote.
+//! sentences the service wrote, its answers as the types of [`crate::node::schema`].
 
 use std::path::Path;
 use std::time::Duration;
@@ -91,10 +91,37 @@ pub async fn call(
         Err(ApiError::Refused {
             status: response.status,
             code: value["code"].as_str().unwrap_or_default().to_owned(),
-            message: value["error"]
+            message: value["message"]
                 .as_str()
                 .unwrap_or("the service refused without saying why")
                 .to_owned(),
         })
     }
+}
+
+/// Reads a 2xx answer as the type the handlers wrote it with ([`crate::node::schema`]).
+///
+/// # Errors
+/// [`ApiError::Bad`] naming the socket when the answer does not have that shape.
+pub fn decode<T: serde::de::DeserializeOwned>(socket: &Path, value: Value) -> Result<T, ApiError> {
+    serde_json::from_value(value).map_err(|e| ApiError::Bad {
+        path: socket.display().to_string(),
+        what: format!(
+            "the answer is not what bcd expects ({e}); are bcd and bcd node the same version?"
+        ),
+    })
+}
+
+/// [`call`] with a typed body and a typed answer.
+///
+/// # Errors
+/// As [`call`] and [`decode`].
+pub async fn call_as<B: serde::Serialize, T: serde::de::DeserializeOwned>(
+    socket: &Path,
+    method: &str,
+    path: &str,
+    body: Option<&B>,
+) -> Result<T, ApiError> {
+    let body = body.map(|b| serde_json::to_value(b).unwrap_or(Value::Null));
+    decode(socket, call(socket, method, path, body.as_ref()).await?)
 }

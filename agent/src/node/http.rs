@@ -9,10 +9,20 @@ use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncReadExt, AsyncWrite, AsyncWrite
 
 /// Longest request head (request line and headers).
 pub const MAX_HEAD: usize = 16 * 1024;
-/// Longest request body.
-pub const MAX_BODY: usize = 1024 * 1024;
+/// Longest request body. The largest the API takes is a hold naming a node's devices, a few
+/// KiB; with [`MAX_CONNECTIONS`] connections at once this bounds what requests can make the
+/// service hold to a few MiB.
+pub const MAX_BODY: usize = 64 * 1024;
 /// The whole request must arrive within this.
 pub const REQUEST_DEADLINE: Duration = Duration::from_secs(5);
+/// The whole answer must be taken within this: a client that does not read cannot keep a
+/// connection (and its file descriptor) for longer.
+pub const RESPONSE_DEADLINE: Duration = Duration::from_secs(10);
+/// Longest answer the CLI's client reads (an inventory of a large node is a few hundred KiB).
+pub const MAX_RESPONSE: usize = 16 * 1024 * 1024;
+/// Connections one listener serves at once; the rest wait in the kernel's backlog, costing
+/// the service nothing.
+pub const MAX_CONNECTIONS: usize = 64;
 
 /// A parsed request.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -33,9 +43,15 @@ pub enum HttpError {
     /// The head or body is malformed.
     #[error("bad request: {0}")]
     Bad(String),
-    /// The head or body is too long.
-    #[error("request too large")]
-    TooLarge,
+    /// The head is too long.
+    #[error("the request head is longer than {MAX_HEAD} bytes")]
+    HeadTooLarge,
+    /// The declared body is too long; it was not read.
+    #[error("the request body ({declared} bytes) is longer than the {MAX_BODY} bytes this service takes")]
+    BodyTooLarge {
+        /// What `Content-Length` said.
+        declared: u64,
+    },
     /// It did not arrive in time.
     #[error("request not received within {}s", REQUEST_DEADLINE.as_secs())]
     Timeout,
@@ -49,10 +65,29 @@ impl HttpError {
     pub fn status(&self) -> u16 {
         match self {
             HttpError::Bad(_) | HttpError::Io(_) => 400,
-            HttpError::TooLarge => 413,
+            HttpError::HeadTooLarge => 431,
+            HttpError::BodyTooLarge { .. } => 413,
             HttpError::Timeout => 408,
         }
     }
+
+    /// The error body's `code`.
+    pub fn code(&self) -> &'static str {
+        match self {
+            HttpError::Bad(_) | HttpError::Io(_) => "bad-request",
+            HttpError::HeadTooLarge => "head-too-large",
+            HttpError::BodyTooLarge { .. } => "body-too-large",
+            HttpError::Timeout => "request-timeout",
+        }
+    }
+}
+
+/// An error body: `{"code": "<kind>", "message": "<sentence>"}`, the one shape every error of
+/// the API and the metrics listener has.
+pub fn error_body(code: &str, message: &str) -> Vec<u8> {
+    serde_json::json!({ "code": code, "message": message })
+        .to_string()
+        .into_bytes()
 }
 
 /// Reads one request within [`REQUEST_DEADLINE`].
@@ -65,47 +100,63 @@ pub async fn read_request<R: AsyncRead + Unpin>(reader: R) -> Result<Request, Ht
         .map_err(|_| HttpError::Timeout)?
 }
 
+/// Reads one line of the head into `line`, at most `left` bytes of it; the caller refuses a
+/// line that did not end there.
 async fn next_line<R: AsyncBufReadExt + Unpin>(
     reader: &mut R,
-    line: &mut String,
+    line: &mut Vec<u8>,
+    left: usize,
 ) -> Result<usize, HttpError> {
     line.clear();
-    // A line longer than the head limit is cut there and refused by the caller.
-    let mut limited = reader.take(MAX_HEAD as u64 + 1);
-    Ok(limited.read_line(line).await?)
+    let mut limited = reader.take(left as u64 + 1);
+    Ok(limited.read_until(b'\n', line).await?)
 }
 
-async fn read_request_inner<R: AsyncRead + Unpin>(reader: R) -> Result<Request, HttpError> {
-    let mut reader = BufReader::new(reader.take((MAX_HEAD + MAX_BODY) as u64));
-    let mut head_len = 0usize;
-    let mut line = String::new();
-    let n = next_line(&mut reader, &mut line).await?;
-    head_len += n;
-    let mut parts = line.trim_end().split(' ');
+/// The head's line as text, without its line end.
+fn header_text(line: &[u8]) -> Result<&str, HttpError> {
+    std::str::from_utf8(line)
+        .map(|l| l.trim_end_matches(['\r', '\n']))
+        .map_err(|_| HttpError::Bad("the request head is not UTF-8".into()))
+}
+
+/// The request line `METHOD TARGET HTTP/1.x`, split on single spaces as RFC 9112 writes it.
+fn request_line(line: &str) -> Result<(&str, &str), HttpError> {
+    let bad = || HttpError::Bad("the request line is not METHOD PATH HTTP/1.1".into());
+    let mut parts = line.split(' ');
     let (Some(method), Some(target), Some(version), None) =
         (parts.next(), parts.next(), parts.next(), parts.next())
     else {
-        return Err(HttpError::Bad(
-            "the request line is not METHOD PATH HTTP/1.1".into(),
-        ));
+        return Err(bad());
     };
-    if !version.starts_with("HTTP/1.") || method.is_empty() || !target.starts_with('/') {
-        return Err(HttpError::Bad(
-            "the request line is not METHOD PATH HTTP/1.1".into(),
-        ));
+    let token = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_uppercase());
+    if !token(method) || !target.starts_with('/') || !matches!(version, "HTTP/1.1" | "HTTP/1.0") {
+        return Err(bad());
     }
+    Ok((method, target))
+}
+
+async fn read_request_inner<R: AsyncRead + Unpin>(reader: R) -> Result<Request, HttpError> {
+    let mut reader = BufReader::with_capacity(4096, reader);
+    let mut head_len = 0usize;
+    let mut line = Vec::new();
+    let n = next_line(&mut reader, &mut line, MAX_HEAD).await?;
+    head_len += n;
+    if head_len > MAX_HEAD {
+        return Err(HttpError::HeadTooLarge);
+    }
+    let (method, target) = request_line(header_text(&line)?)?;
     let (method, target) = (method.to_owned(), target.to_owned());
-    let mut content_length = 0usize;
+    let mut content_length: Option<u64> = None;
     loop {
-        let n = next_line(&mut reader, &mut line).await?;
+        let n = next_line(&mut reader, &mut line, MAX_HEAD - head_len).await?;
         head_len += n;
         if head_len > MAX_HEAD {
-            return Err(HttpError::TooLarge);
+            return Err(HttpError::HeadTooLarge);
         }
         if n == 0 {
             return Err(HttpError::Bad("the headers did not end".into()));
         }
-        let header = line.trim_end();
+        let header = header_text(&line)?;
         if header.is_empty() {
             break;
         }
@@ -116,21 +167,36 @@ async fn read_request_inner<R: AsyncRead + Unpin>(reader: R) -> Result<Request, 
             )));
         };
         if name.eq_ignore_ascii_case("content-length") {
-            content_length = value
-                .trim()
-                .parse()
-                .map_err(|_| HttpError::Bad("Content-Length is not a number".into()))?;
+            if content_length.is_some() {
+                // Two lengths are how requests are smuggled past a proxy: never pick one.
+                return Err(HttpError::Bad(
+                    "Content-Length is given more than once".into(),
+                ));
+            }
+            let value = value.trim();
+            if value.is_empty() || !value.bytes().all(|b| b.is_ascii_digit()) {
+                return Err(HttpError::Bad("Content-Length is not a number".into()));
+            }
+            content_length = Some(value.parse().unwrap_or(u64::MAX));
         } else if name.eq_ignore_ascii_case("transfer-encoding") {
             return Err(HttpError::Bad(
                 "chunked bodies are not accepted; send Content-Length".into(),
             ));
         }
     }
-    if content_length > MAX_BODY {
-        return Err(HttpError::TooLarge);
+    let declared = content_length.unwrap_or(0);
+    // Refused on what it declares, before a byte of it is read or a buffer is made for it.
+    if declared > MAX_BODY as u64 {
+        return Err(HttpError::BodyTooLarge { declared });
     }
-    let mut body = vec![0u8; content_length];
-    reader.read_exact(&mut body).await?;
+    let mut body = Vec::with_capacity(declared as usize);
+    (&mut reader).take(declared).read_to_end(&mut body).await?;
+    if body.len() as u64 != declared {
+        return Err(HttpError::Bad(format!(
+            "the body ended after {} of the {declared} bytes Content-Length declared",
+            body.len()
+        )));
+    }
     let (path, query) = match target.split_once('?') {
         Some((p, q)) => (p.to_owned(), q.to_owned()),
         None => (target, String::new()),
@@ -155,6 +221,7 @@ fn reason(status: u16) -> &'static str {
         408 => "Request Timeout",
         409 => "Conflict",
         413 => "Payload Too Large",
+        431 => "Request Header Fields Too Large",
         422 => "Unprocessable Entity",
         500 => "Internal Server Error",
         502 => "Bad Gateway",
@@ -164,11 +231,25 @@ fn reason(status: u16) -> &'static str {
     }
 }
 
-/// Writes a whole response and closes the exchange.
+/// Writes a whole response within [`RESPONSE_DEADLINE`] and closes the exchange.
 ///
 /// # Errors
-/// The socket's errors.
+/// The socket's errors; `TimedOut` past the deadline.
 pub async fn write_response<W: AsyncWrite + Unpin>(
+    writer: W,
+    status: u16,
+    content_type: &str,
+    body: &[u8],
+) -> std::io::Result<()> {
+    tokio::time::timeout(
+        RESPONSE_DEADLINE,
+        write_response_inner(writer, status, content_type, body),
+    )
+    .await
+    .map_err(|_| std::io::Error::from(std::io::ErrorKind::TimedOut))?
+}
+
+async fn write_response_inner<W: AsyncWrite + Unpin>(
     mut writer: W,
     status: u16,
     content_type: &str,
@@ -194,21 +275,35 @@ pub struct Response {
     pub body: Vec<u8>,
 }
 
-/// Sends one request and reads the whole response (the server closes after it).
+/// Sends one request and reads the response, at most [`MAX_RESPONSE`] bytes of body.
 ///
 /// # Errors
-/// The socket's errors, and a malformed response as `InvalidData`.
+/// The socket's errors, and a malformed or oversized response as `InvalidData`.
 pub async fn exchange<S: AsyncRead + AsyncWrite + Unpin>(
     stream: S,
     method: &str,
     path: &str,
     body: Option<&[u8]>,
 ) -> std::io::Result<Response> {
-    exchange_with(stream, method, "bcd", path, "application/json", body).await
+    exchange_with(
+        stream,
+        method,
+        "bcd",
+        path,
+        "application/json",
+        body,
+        MAX_RESPONSE,
+    )
+    .await
 }
 
-/// [`exchange`] with a `Host` header and a body type of the caller's: the OTLP exporter's
-/// request to a collector, which routes on neither but should see honest headers.
+/// [`exchange`] with a `Host` header, a body type and a bound on the answer's body of the
+/// caller's: the OTLP exporter's request to a collector, which routes on neither but should
+/// see honest headers, and whose answer matters only for its status.
+///
+/// The answer's head is read up to [`MAX_HEAD`] bytes; its body up to its `Content-Length`
+/// (never waiting for the peer to close after it), or, without one, until the peer closes;
+/// a body longer than `max_body` is cut there.
 ///
 /// # Errors
 /// The socket's errors, and a malformed response as `InvalidData`.
@@ -219,6 +314,7 @@ pub async fn exchange_with<S: AsyncRead + AsyncWrite + Unpin>(
     path: &str,
     content_type: &str,
     body: Option<&[u8]>,
+    max_body: usize,
 ) -> std::io::Result<Response> {
     let body = body.unwrap_or_default();
     let head = format!(
@@ -228,27 +324,80 @@ pub async fn exchange_with<S: AsyncRead + AsyncWrite + Unpin>(
     stream.write_all(head.as_bytes()).await?;
     stream.write_all(body).await?;
     stream.flush().await?;
-    let mut raw = Vec::new();
-    stream
-        .take((MAX_HEAD + 64 * MAX_BODY) as u64)
-        .read_to_end(&mut raw)
-        .await?;
-    let invalid =
-        |what: &str| std::io::Error::new(std::io::ErrorKind::InvalidData, what.to_owned());
-    let split = raw
-        .windows(4)
-        .position(|w| w == b"\r\n\r\n")
-        .ok_or_else(|| invalid("no end of headers"))?;
-    let head = std::str::from_utf8(&raw[..split]).map_err(|_| invalid("headers are not UTF-8"))?;
-    let status = head
-        .split(' ')
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .ok_or_else(|| invalid("no status code"))?;
-    Ok(Response {
-        status,
-        body: raw[split + 4..].to_vec(),
-    })
+    let invalid = |what: String| std::io::Error::new(std::io::ErrorKind::InvalidData, what);
+    let mut reader = BufReader::with_capacity(4096, stream);
+    let mut line = Vec::new();
+    let mut head_len = 0usize;
+    let mut status: Option<u16> = None;
+    let mut content_length: Option<u64> = None;
+    loop {
+        line.clear();
+        let n = (&mut reader)
+            .take((MAX_HEAD - head_len) as u64 + 1)
+            .read_until(b'\n', &mut line)
+            .await?;
+        head_len += n;
+        if head_len > MAX_HEAD {
+            return Err(invalid(format!(
+                "the answer's head is longer than {MAX_HEAD} bytes"
+            )));
+        }
+        if n == 0 {
+            return Err(invalid("the answer ended before its head did".into()));
+        }
+        let text = std::str::from_utf8(&line)
+            .map_err(|_| invalid("the answer's head is not UTF-8".into()))?
+            .trim_end_matches(['\r', '\n']);
+        if status.is_none() {
+            status = Some(status_line(text).ok_or_else(|| {
+                invalid(format!(
+                    "the answer does not start with an HTTP/1.x status line: {:?}",
+                    text.chars().take(64).collect::<String>()
+                ))
+            })?);
+            continue;
+        }
+        if text.is_empty() {
+            break;
+        }
+        if let Some((name, value)) = text.split_once(':') {
+            if name.eq_ignore_ascii_case("content-length") {
+                let value: u64 = value
+                    .trim()
+                    .parse()
+                    .map_err(|_| invalid("the answer's Content-Length is not a number".into()))?;
+                if content_length.is_some_and(|c| c != value) {
+                    return Err(invalid("the answer gives two Content-Lengths".into()));
+                }
+                content_length = Some(value);
+            }
+        }
+    }
+    let status = status.unwrap_or_default();
+    let wanted = content_length.map_or(max_body as u64, |c| c.min(max_body as u64));
+    let mut body = Vec::with_capacity(wanted.min(64 * 1024) as usize);
+    (&mut reader).take(wanted).read_to_end(&mut body).await?;
+    if content_length.is_some_and(|c| c <= max_body as u64 && body.len() as u64 != c) {
+        return Err(invalid(format!(
+            "the answer's body ended after {} of its {} bytes",
+            body.len(),
+            content_length.unwrap_or_default()
+        )));
+    }
+    Ok(Response { status, body })
+}
+
+/// The status code of `HTTP/1.x SSS[ reason]`, or `None` when the line is not one.
+fn status_line(line: &str) -> Option<u16> {
+    let rest = line
+        .strip_prefix("HTTP/1.1 ")
+        .or_else(|| line.strip_prefix("HTTP/1.0 "))?;
+    let (code, reason) = rest.split_at_checked(3)?;
+    if !code.bytes().all(|b| b.is_ascii_digit()) || !(reason.is_empty() || reason.starts_with(' '))
+    {
+        return None;
+    }
+    code.parse().ok().filter(|c| (100..600).contains(c))
 }
 
 #[cfg(test)]
@@ -285,12 +434,12 @@ mod tests {
         );
         assert!(matches!(
             read_request(big.as_bytes()).await,
-            Err(HttpError::TooLarge)
+            Err(HttpError::BodyTooLarge { .. })
         ));
         let long_head = format!("GET / HTTP/1.1\r\nX: {}\r\n\r\n", "a".repeat(MAX_HEAD));
         assert!(matches!(
             read_request(long_head.as_bytes()).await,
-            Err(HttpError::TooLarge)
+            Err(HttpError::HeadTooLarge)
         ));
         assert!(matches!(
             read_request(&b"GARBAGE\r\n\r\n"[..]).await,
@@ -301,6 +450,89 @@ mod tests {
             read_request(chunked.as_bytes()).await,
             Err(HttpError::Bad(_))
         ));
+    }
+
+    // A second Content-Length was accepted (the last one won): how a request is smuggled
+    // past a proxy that believed the first.
+    #[tokio::test]
+    async fn a_duplicate_content_length_is_refused() {
+        let twice = "POST /v1/holds HTTP/1.1\r\nContent-Length: 2\r\ncontent-length: 2\r\n\r\n{}";
+        let err = read_request(twice.as_bytes()).await.unwrap_err();
+        assert!(matches!(err, HttpError::Bad(_)), "{err}");
+        assert_eq!(err.status(), 400);
+        assert!(err.to_string().contains("more than once"), "{err}");
+    }
+
+    // A body declared at 1 MiB was accepted and read into a buffer of its declared size: a
+    // declared body over the bound is refused on its head, before a byte of it is read.
+    #[tokio::test(start_paused = true)]
+    async fn a_declared_body_over_the_bound_is_refused_without_reading_it() {
+        let (mut client, server) = tokio::io::duplex(64 * 1024);
+        client
+            .write_all(b"POST /v1/holds HTTP/1.1\r\nContent-Length: 1048576\r\n\r\n")
+            .await
+            .unwrap();
+        // No body is sent and the client stays: the refusal must not wait for it.
+        let err = read_request(server).await.unwrap_err();
+        assert!(
+            matches!(
+                err,
+                HttpError::BodyTooLarge {
+                    declared: 1_048_576
+                }
+            ),
+            "{err}"
+        );
+        assert_eq!(err.status(), 413);
+        drop(client);
+    }
+
+    // A body shorter than its Content-Length was read as a short read error without a
+    // sentence; it is a bad request naming the lengths.
+    #[tokio::test]
+    async fn a_body_shorter_than_declared_is_a_bad_request() {
+        let short = "POST /v1/holds HTTP/1.1\r\nContent-Length: 10\r\n\r\n{}";
+        let err = read_request(short.as_bytes()).await.unwrap_err();
+        assert!(err.to_string().contains("2 of the 10"), "{err}");
+    }
+
+    #[test]
+    fn status_lines_are_parsed_strictly() {
+        assert_eq!(status_line("HTTP/1.1 200 OK"), Some(200));
+        assert_eq!(status_line("HTTP/1.0 404"), Some(404));
+        assert_eq!(status_line("HTTP/1.1  200 OK"), None);
+        assert_eq!(status_line("HTTP/1.1 2000 OK"), None);
+        assert_eq!(status_line("HTTP/2 200"), None);
+        assert_eq!(status_line("junk 200 OK"), None);
+    }
+
+    proptest::proptest! {
+        /// No bytes make the request decoder panic or allocate past its bounds: a request it
+        /// accepts has a body no longer than [`MAX_BODY`].
+        #[test]
+        fn no_input_makes_request_decoding_panic(
+            head in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..512),
+            length in proptest::option::of(0u64..200_000),
+            twice in proptest::prelude::any::<bool>(),
+        ) {
+            let mut bytes = b"POST /v1/holds HTTP/1.1\r\n".to_vec();
+            if let Some(n) = length {
+                bytes.extend(format!("Content-Length: {n}\r\n").as_bytes());
+                if twice {
+                    bytes.extend(format!("Content-Length: {n}\r\n").as_bytes());
+                }
+            }
+            bytes.extend(&head);
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_time()
+                .build()
+                .unwrap();
+            for input in [&head[..], &bytes[..]] {
+                if let Ok(r) = rt.block_on(read_request(input)) {
+                    proptest::prop_assert!(r.body.len() <= MAX_BODY);
+                }
+            }
+        }
     }
 
     #[tokio::test(start_paused = true)]

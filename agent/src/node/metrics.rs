@@ -14,6 +14,18 @@ use crate::smi::snapshot::QueryRecord;
 /// Bytes in a MiB.
 const MIB: f64 = 1024.0 * 1024.0;
 
+/// How the sampler runs now, for `status` and the metrics.
+#[derive(Debug, Clone, Default, serde::Serialize)]
+pub struct SamplingState {
+    /// `true` while one long-lived `nvidia-smi -lms` child feeds the samples.
+    pub loop_mode: bool,
+    /// Why samples are one-shot queries instead, when they are.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub one_shot_because: Option<String>,
+    /// Loop-mode sessions started again after a child died or stalled.
+    pub restarts: u64,
+}
+
 /// What one scrape shows.
 #[derive(Debug, Default)]
 pub struct MetricsView<'a> {
@@ -30,7 +42,7 @@ pub struct MetricsView<'a> {
     /// The last run of each `nvidia-smi` query.
     pub queries: &'a [QueryRecord],
     /// How sampling runs.
-    pub sampling: Option<&'a crate::node::service::SamplingState>,
+    pub sampling: Option<&'a SamplingState>,
 }
 
 struct Family<'w> {

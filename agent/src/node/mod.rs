@@ -5,7 +5,11 @@
 pub mod api;
 pub mod client;
 pub mod http;
+pub mod instance;
+pub mod listen;
 pub mod metrics;
 pub mod notify;
 pub mod otlp;
+pub mod schema;
 pub mod service;
+pub mod shared;

@@ -20,18 +20,19 @@
 use std::collections::BTreeMap;
 use std::fmt;
 use std::str::FromStr;
-use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use tokio::net::TcpStream;
 
 use crate::host::Host;
 use crate::node::http;
-use crate::node::service::Node;
 use crate::smi::samples::GpuSample;
 
 /// The bound on one export request, connection included.
 pub const EXPORT_TIMEOUT: Duration = Duration::from_secs(5);
+/// Most bytes of a collector's answer kept: only its status matters, and the start of its
+/// body for the log line of a refusal.
+pub const MAX_REPLY: usize = 4096;
 /// OTLP/HTTP's default port.
 pub const DEFAULT_PORT: u16 = 4318;
 /// The path metrics are posted to, under the endpoint's base path.
@@ -495,6 +496,7 @@ pub async fn send(endpoint: &OtlpEndpoint, body: &[u8]) -> Result<(), ExportErro
             &endpoint.path,
             CONTENT_TYPE,
             Some(body),
+            MAX_REPLY,
         )
         .await
     };
@@ -545,9 +547,17 @@ impl Outage {
     }
 }
 
-/// Exports the node's latest samples every `interval`, for as long as the node runs.
-pub async fn export_loop(node: Arc<Node>, endpoint: OtlpEndpoint, interval: Duration) {
-    let resource = Resource::of_host(&node.config.host);
+/// Exports the samples `read` gives (with each GPU's verdict of the healthy rule) every
+/// `interval`, for as long as it runs; an interval without samples sends nothing.
+pub async fn export_loop<R, RF>(
+    resource: Resource,
+    read: R,
+    endpoint: OtlpEndpoint,
+    interval: Duration,
+) where
+    R: Fn() -> RF,
+    RF: std::future::Future<Output = (Vec<GpuSample>, BTreeMap<String, bool>)>,
+{
     let mut tick = tokio::time::interval(interval);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut outage = Outage::default();
@@ -557,11 +567,10 @@ pub async fn export_loop(node: Arc<Node>, endpoint: OtlpEndpoint, interval: Dura
     );
     loop {
         tick.tick().await;
-        let samples = node.samples.read().await.clone();
+        let (samples, healthy) = read().await;
         if samples.is_empty() {
             continue;
         }
-        let healthy = node.healthy_map().await;
         let body = encode_request(&resource, &samples, &healthy, SystemTime::now());
         let result = send(&endpoint, &body).await;
         match (outage.record(result.is_ok()), result) {
@@ -621,6 +630,60 @@ mod tests {
         let err = send(&endpoint, b"").await.unwrap_err();
         assert!(matches!(err, ExportError::Io { .. }), "{err}");
         assert!(err.to_string().contains("cannot be reached"));
+    }
+
+    /// A collector on loopback that reads one request's head and answers `reply`, then keeps
+    /// the connection open for `hold`; returns the endpoint.
+    fn collector(reply: &'static [u8], hold: Duration) -> OtlpEndpoint {
+        use std::io::{Read, Write};
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        std::thread::spawn(move || {
+            let (mut conn, _) = listener.accept().unwrap();
+            let mut buf = [0u8; 4096];
+            let _ = conn.read(&mut buf);
+            let _ = conn.write_all(reply);
+            std::thread::sleep(hold);
+        });
+        format!("http://127.0.0.1:{port}").parse().unwrap()
+    }
+
+    // The exporter read the collector's reply to EOF: a collector that keeps the connection
+    // open after a complete answer made every export time out.
+    #[tokio::test]
+    async fn a_reply_with_content_length_is_taken_without_waiting_for_the_close() {
+        let endpoint = collector(
+            b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nContent-Type: application/x-protobuf\r\n\r\n\x0a\x00",
+            Duration::from_secs(30),
+        );
+        let started = std::time::Instant::now();
+        send(&endpoint, b"x").await.unwrap();
+        assert!(started.elapsed() < Duration::from_secs(2));
+    }
+
+    // The status line was split on spaces and its second word taken: a line that is not
+    // HTTP at all passed as a status.
+    #[tokio::test]
+    async fn a_reply_that_is_not_an_http_status_line_is_refused() {
+        let endpoint = collector(b"SSH-2.0 200 hello\r\n\r\n", Duration::ZERO);
+        let err = send(&endpoint, b"x").await.unwrap_err();
+        assert!(err.to_string().contains("status line"), "{err}");
+    }
+
+    // The exporter buffered up to 64 MiB of a reply: a collector's endless answer is cut at
+    // a small bound, read only as far as the status needs.
+    #[tokio::test]
+    async fn a_huge_refusal_is_cut_at_the_small_reply_bound() {
+        let mut reply = b"HTTP/1.1 400 Bad Request\r\nContent-Length: 10000000\r\n\r\n".to_vec();
+        reply.extend(std::iter::repeat_n(b'a', 100_000));
+        let endpoint = collector(reply.leak(), Duration::from_secs(30));
+        let started = std::time::Instant::now();
+        let err = send(&endpoint, b"x").await.unwrap_err();
+        let ExportError::Status { status, .. } = err else {
+            panic!("{err}")
+        };
+        assert_eq!(status, 400);
+        assert!(started.elapsed() < Duration::from_secs(2));
     }
 
     #[test]

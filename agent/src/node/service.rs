@@ -1,267 +1,41 @@
-//! The node service's state and its long-running tasks: the collection scheduler, the XID
-//! watcher, the sampler, the API socket and the metrics listener.
+//! The node service's start-up and its long-running tasks (its state is in
+//! [`crate::node::shared`]): the collection scheduler, the XID
+//! watcher, the sampler, the OTLP exporter, the API socket and the metrics listener, all in
+//! one `JoinSet` under one stop signal. The serving loop waits for SIGTERM/SIGINT, for a task
+//! that ends on its own (the node then stops with an error, to be started again whole), and
+//! pings systemd's watchdog, each ping only after the state locks were taken in time.
 
-use std::collections::BTreeMap;
+use std::future::Future;
 use std::net::SocketAddr;
 use std::os::unix::fs::PermissionsExt;
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::sync::Arc;
+use std::time::Duration;
 
 use tokio::net::{TcpListener, UnixListener};
 use tokio::sync::{mpsc, watch, RwLock};
+use tokio::task::JoinSet;
 
-use crate::cdi::{self, converge, DeviceCatalog, Holds};
+use crate::cdi::{self, Holds};
 use crate::health::faults::{read_boot_id, FaultStore, Health};
 use crate::health::watcher::XidWatcher;
-use crate::health::{gpu_healthy, Condition};
-use crate::host::Host;
-use crate::inventory::collect::collect;
 use crate::inventory::document::{GpuSection, Inventory};
-use crate::inventory::memory::GpuMemory;
-use crate::inventory::scheduler::{Scheduler, SchedulerHandle, Trigger};
-use crate::node::otlp::{self, OtlpEndpoint};
-use crate::node::{api, http, metrics, notify};
-use crate::policy::Topology;
-use crate::runtime::{Passthrough, SocketHelper};
-use crate::smi::list::ListedGpu;
+use crate::inventory::scheduler::{Scheduler, Trigger};
+use crate::node::instance::{self, FileIdentity};
+use crate::node::otlp;
+use crate::node::{api, http, listen, notify};
 use crate::smi::sampler::{Mode, Sampler, Timing};
-use crate::smi::samples::GpuSample;
-use crate::smi::snapshot::QueryRecord;
 use crate::state::remove_crash_temps;
 
-/// The shortest sample interval: `nvidia-smi` costs driver time on every GPU.
-pub const MIN_SAMPLE_INTERVAL: Duration = Duration::from_secs(5);
+pub use crate::node::metrics::SamplingState;
+pub use crate::node::shared::{Latest, Node, NodeConfig, MIN_SAMPLE_INTERVAL};
+
+/// Scrapes the metrics listener serves at once (a scrape is one request every few seconds).
+pub const METRICS_CONNECTIONS: usize = 16;
+/// The metrics' media type.
+const METRICS_TYPE: &str = "text/plain; version=0.0.4";
 /// How long a shutdown waits for requests in flight.
 pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(20);
-
-/// What `bcd node` was told.
-#[derive(Debug, Clone)]
-pub struct NodeConfig {
-    /// The host to manage.
-    pub host: Host,
-    /// The state folder.
-    pub data_dir: PathBuf,
-    /// Where hold specs are written.
-    pub cdi_dir: PathBuf,
-    /// The root helper's socket.
-    pub helper_socket: PathBuf,
-    /// The API socket.
-    pub api_socket: PathBuf,
-    /// The group given the API socket (mode 0660), when it exists.
-    pub api_group: Option<String>,
-    /// Where to serve Prometheus metrics; off when `None`.
-    pub metrics_listen: Option<SocketAddr>,
-    /// How often to sample the GPUs (at least [`MIN_SAMPLE_INTERVAL`]).
-    pub sample_interval: Duration,
-    /// Where to send the samples over OTLP/HTTP (every sample interval); off when `None`.
-    pub otlp_endpoint: Option<OtlpEndpoint>,
-    /// How many slots (`GPU-<uuid>::<n>`) each GPU offers; 0: none.
-    pub gpu_slots: u32,
-}
-
-/// The latest collection.
-#[derive(Debug, Clone)]
-pub struct Latest {
-    /// The inventory.
-    pub inventory: Inventory,
-    /// When it was collected.
-    pub at: Instant,
-    /// How each `nvidia-smi` query went.
-    pub queries: Vec<QueryRecord>,
-    /// `nvidia-smi -L`, for MIG device numbers in index-named CDI specs.
-    pub listed: Vec<ListedGpu>,
-    /// Why `nvidia-smi` did not answer, when it did not.
-    pub snapshot_error: Option<String>,
-}
-
-/// How the sampler runs now, for `status` and the metrics.
-#[derive(Debug, Clone, Default, serde::Serialize)]
-pub struct SamplingState {
-    /// `true` while one long-lived `nvidia-smi -lms` child feeds the samples.
-    pub loop_mode: bool,
-    /// Why samples are one-shot queries instead, when they are.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub one_shot_because: Option<String>,
-    /// Loop-mode sessions started again after a child died or stalled.
-    pub restarts: u64,
-}
-
-/// Everything the API and the tasks share.
-#[derive(Debug)]
-pub struct Node {
-    /// The configuration.
-    pub config: NodeConfig,
-    /// The latest collection, published to the XID watcher too.
-    pub latest: RwLock<Option<Latest>>,
-    inventory_tx: watch::Sender<Inventory>,
-    /// The GPUs' conditions, kept per boot.
-    pub health: Health,
-    /// The holds; `None` when `holds.json` could not be read (nothing is converged then, so
-    /// no spec of a lost hold is removed).
-    pub holds: tokio::sync::Mutex<Option<Holds>>,
-    /// The latest samples.
-    pub samples: RwLock<Vec<GpuSample>>,
-    /// How sampling goes: loop mode or one-shot (and why), and how often it restarted.
-    pub sampling: Mutex<SamplingState>,
-    /// Asks for collections.
-    pub scheduler: SchedulerHandle,
-    /// The passthrough memory.
-    pub memory: GpuMemory,
-    /// What did not start as it should, in sentences (also logged).
-    pub problems: Mutex<Vec<String>>,
-    /// How many collections ran.
-    pub collections: std::sync::atomic::AtomicU64,
-    /// GPUs to VMs and back, through the helper.
-    pub passthrough: Passthrough,
-    /// Held while a collection runs: the scheduler, diag and reset all collect, and two
-    /// collections must never run at once.
-    collecting: tokio::sync::Mutex<()>,
-}
-
-impl Node {
-    /// Records a start-up or runtime problem an operator should see in `status`.
-    pub fn problem(&self, sentence: String) {
-        tracing::error!("{sentence}");
-        if let Ok(mut p) = self.problems.lock() {
-            if !p.contains(&sentence) {
-                p.push(sentence);
-            }
-        }
-    }
-
-    /// The latest inventory (empty before the first collection).
-    pub async fn inventory(&self) -> Inventory {
-        self.latest.read().await.as_ref().map_or_else(
-            || Inventory::new(GpuSection::default()),
-            |l| l.inventory.clone(),
-        )
-    }
-
-    /// Collects now, publishes the result and converges the hold specs; returns it.
-    pub async fn collect_now(&self) -> Inventory {
-        let _one = self.collecting.lock().await;
-        let collection = collect(&self.config.host, Some(&self.memory)).await;
-        let listed = collection
-            .snapshot
-            .as_ref()
-            .map(|s| s.listed.clone())
-            .unwrap_or_default();
-        let queries = collection
-            .snapshot
-            .as_ref()
-            .map(|s| s.queries.clone())
-            .unwrap_or_default();
-        if let Some(e) = &collection.snapshot_error {
-            if !e.is_no_driver() {
-                tracing::warn!("nvidia-smi: {e}");
-            }
-        }
-        if let Some(e) = &collection.memory_error {
-            self.problem(format!("passthrough memory: {e}"));
-        }
-        let latest = Latest {
-            inventory: collection.inventory.clone(),
-            at: Instant::now(),
-            queries,
-            listed,
-            snapshot_error: collection.snapshot_error.as_ref().map(ToString::to_string),
-        };
-        *self.latest.write().await = Some(latest);
-        self.inventory_tx.send_replace(collection.inventory.clone());
-        self.collections
-            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        self.converge_holds().await;
-        collection.inventory
-    }
-
-    /// The policy's view of the GPUs, from the latest inventory.
-    pub async fn topology(&self) -> Topology {
-        Topology::from_inventory(&self.inventory().await, self.config.gpu_slots)
-    }
-
-    /// Writes every hold's spec and removes those of released holds; before the first
-    /// collection, writes only the specs that are missing.
-    pub async fn converge_holds(&self) {
-        let mut holds = self.holds.lock().await;
-        let Some(holds) = holds.as_mut() else { return };
-        let collected = self.latest.read().await.is_some();
-        let catalog = {
-            let latest = self.latest.read().await;
-            let mut catalog = DeviceCatalog::from_inventory(
-                latest
-                    .as_ref()
-                    .map_or(&Inventory::new(GpuSection::default()), |l| &l.inventory),
-            );
-            if let Some(l) = latest.as_ref() {
-                catalog.add_mig_numbers(&l.listed);
-            }
-            catalog
-        };
-        let vendor =
-            cdi::read_vendor_specs(&cdi::vendor_dirs(&self.config.cdi_dir, &self.config.host));
-        for problem in &vendor.problems {
-            tracing::warn!("{problem}");
-        }
-        let result = if collected {
-            converge(holds, &vendor.specs, &catalog, &self.config.cdi_dir)
-        } else {
-            cdi::write_missing(holds, &vendor.specs, &catalog, &self.config.cdi_dir)
-        };
-        for e in &result.errors {
-            self.problem(format!("CDI specs: {e}"));
-        }
-    }
-
-    /// Per GPU UUID, the healthy rule's verdict on the latest inventory.
-    pub async fn healthy_map(&self) -> BTreeMap<String, bool> {
-        let conditions = self.health.conditions();
-        let latest = self.latest.read().await;
-        latest
-            .as_ref()
-            .map(|l| {
-                l.inventory
-                    .gpu
-                    .gpus
-                    .iter()
-                    .map(|g| (g.uuid.clone(), gpu_healthy(g, &conditions)))
-                    .collect()
-            })
-            .unwrap_or_default()
-    }
-
-    /// The Prometheus text for a scrape.
-    pub async fn metrics_text(&self) -> String {
-        let samples = self.samples.read().await.clone();
-        let healthy = self.healthy_map().await;
-        let conditions: Vec<Condition> = self.health.conditions();
-        let mut xids: BTreeMap<String, Vec<u32>> = BTreeMap::new();
-        for c in conditions
-            .iter()
-            .filter(|c| crate::health::is_xid_kind(&c.kind))
-        {
-            if let Ok(n) = c
-                .kind
-                .trim_start_matches(crate::health::XID_KIND_PREFIX)
-                .parse()
-            {
-                xids.entry(c.device_id.clone()).or_default().push(n);
-            }
-        }
-        let latest = self.latest.read().await;
-        let sampling = self.sampling.lock().map(|s| s.clone()).unwrap_or_default();
-        let view = metrics::MetricsView {
-            sampling: Some(&sampling),
-            inventory: latest.as_ref().map(|l| &l.inventory),
-            inventory_age: latest.as_ref().map(|l| l.at.elapsed()),
-            samples: &samples,
-            healthy,
-            xids,
-            queries: latest.as_ref().map_or(&[], |l| l.queries.as_slice()),
-        };
-        metrics::render(&view)
-    }
-}
 
 /// Why the service could not start at all.
 #[derive(Debug, thiserror::Error)]
@@ -273,6 +47,15 @@ pub enum NodeError {
         path: PathBuf,
         /// Why.
         source: std::io::Error,
+    },
+    /// Another node runs on the same data folder.
+    #[error("{0}")]
+    AlreadyRunning(instance::InstanceError),
+    /// One of the node's long-running tasks ended on its own.
+    #[error("{task} ended on its own; bcd node stops so that it is started again whole")]
+    TaskEnded {
+        /// Which.
+        task: String,
     },
     /// The metrics address could not be bound.
     #[error("cannot serve metrics on {addr}: {source}")]
@@ -333,8 +116,10 @@ fn is_state_file(name: &str) -> bool {
     .contains(&name)
 }
 
-/// Binds the API socket: a stale socket file is replaced, anything else at the path is not.
-fn bind_api(config: &NodeConfig) -> Result<UnixListener, NodeError> {
+/// Binds the API socket: a stale socket file is replaced; a socket something listens on, and
+/// anything that is not a socket, are not. Returns the listener and the identity of the
+/// socket file it made, so shutdown removes only that.
+fn bind_api(config: &NodeConfig) -> Result<(UnixListener, Option<FileIdentity>), NodeError> {
     let path = &config.api_socket;
     let err = |source| NodeError::ApiSocket {
         path: path.clone(),
@@ -345,6 +130,12 @@ fn bind_api(config: &NodeConfig) -> Result<UnixListener, NodeError> {
     }
     match std::fs::symlink_metadata(path) {
         Ok(meta) if std::os::unix::fs::FileTypeExt::is_socket(&meta.file_type()) => {
+            if std::os::unix::net::UnixStream::connect(path).is_ok() {
+                return Err(err(std::io::Error::new(
+                    std::io::ErrorKind::AddrInUse,
+                    "another process listens on it (another bcd node?); stop it or give this one its own --api-socket",
+                )));
+            }
             std::fs::remove_file(path).map_err(err)?;
         }
         Ok(_) => {
@@ -364,17 +155,34 @@ fn bind_api(config: &NodeConfig) -> Result<UnixListener, NodeError> {
             }
         }
     }
-    Ok(listener)
+    // Noted last: the mode and owner changes above change the file's ctime.
+    let identity = FileIdentity::of(path).ok();
+    Ok((listener, identity))
 }
 
 /// Runs the node service until SIGTERM or SIGINT.
 ///
 /// # Errors
-/// [`NodeError`] when the API socket or the metrics address cannot be bound.
+/// [`NodeError`] when another node runs on the data folder, or the API socket or the metrics
+/// address cannot be bound.
 pub async fn run(config: NodeConfig) -> Result<(), NodeError> {
+    let mut signals = Signals::install();
     let mut problems = Vec::new();
+    // Before any state is read and before the socket is touched: a second node must change
+    // nothing of the first's.
+    let _ = std::fs::create_dir_all(&config.data_dir);
+    let _instance = match instance::lock(&config.data_dir) {
+        Ok(lock) => Some(lock),
+        Err(e @ instance::InstanceError::Held { .. }) => return Err(NodeError::AlreadyRunning(e)),
+        Err(e) => {
+            problems.push(format!(
+                "{e}: another node on the same data folder would not be noticed"
+            ));
+            None
+        }
+    };
     let (health, holds) = open_state(&config, &mut problems);
-    let api_listener = bind_api(&config)?;
+    let (api_listener, api_identity) = bind_api(&config)?;
     let metrics_listener = match config.metrics_listen {
         Some(addr) => Some(
             TcpListener::bind(addr)
@@ -385,34 +193,19 @@ pub async fn run(config: NodeConfig) -> Result<(), NodeError> {
     };
     let (scheduler_handle, scheduler) = Scheduler::new();
     let (inventory_tx, inventory_rx) = watch::channel(Inventory::new(GpuSection::default()));
-    let node = Arc::new(Node {
-        memory: GpuMemory::new(&config.data_dir),
-        config: config.clone(),
-        latest: RwLock::new(None),
+    // XIDs: the watcher asks for collections; the scheduler debounces them.
+    let (xid_tx, mut xid_rx) = mpsc::channel::<()>(64);
+    let watcher = XidWatcher::new(&config.host, inventory_rx, health.clone(), xid_tx);
+    let node = Arc::new(Node::new(
+        config.clone(),
+        health.clone(),
+        holds,
         inventory_tx,
-        health: health.clone(),
-        holds: tokio::sync::Mutex::new(holds),
-        samples: RwLock::new(Vec::new()),
-        sampling: Mutex::new(SamplingState::default()),
-        scheduler: scheduler_handle.clone(),
-        problems: Mutex::new(Vec::new()),
-        collections: std::sync::atomic::AtomicU64::new(0),
-        passthrough: Passthrough::new(
-            config.host.clone(),
-            &config.data_dir,
-            Arc::new(SocketHelper::new(config.helper_socket.clone())),
-        )
-        .with_scheduler(scheduler_handle.clone()),
-        collecting: tokio::sync::Mutex::new(()),
-    });
+        watcher.stats(),
+        scheduler_handle.clone(),
+    ));
     for p in problems {
         node.problem(p);
-    }
-    if !config.host.path("/dev/kmsg").exists() {
-        node.problem(format!(
-            "{} does not exist: XIDs will not be seen",
-            config.host.path("/dev/kmsg").display()
-        ));
     }
 
     // A bind or release cut off by a crash is settled before anything else moves a GPU.
@@ -435,25 +228,31 @@ pub async fn run(config: NodeConfig) -> Result<(), NodeError> {
     // waits on nvidia-smi (a wedged host's first collection takes its full timeout).
     node.converge_holds().await;
 
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let mut tasks = Tasks {
+        set: JoinSet::new(),
+        stop: stop_rx,
+    };
     let (first_tx, first_rx) = tokio::sync::oneshot::channel::<()>();
     let collector = node.clone();
     let mut first_tx = Some(first_tx);
-    tokio::spawn(scheduler.run(move || {
-        let node = collector.clone();
-        let first = first_tx.take();
-        async move {
-            node.collect_now().await;
-            if let Some(first) = first {
-                let _ = first.send(());
+    tasks.spawn(
+        "the collection scheduler",
+        scheduler.run(move || {
+            let node = collector.clone();
+            let first = first_tx.take();
+            async move {
+                node.collect_now().await;
+                if let Some(first) = first {
+                    let _ = first.send(());
+                }
             }
-        }
-    }));
+        }),
+    );
 
-    // XIDs: the watcher asks for collections; the scheduler debounces them.
-    let (xid_tx, mut xid_rx) = mpsc::channel::<()>(64);
-    tokio::spawn(XidWatcher::new(&config.host, inventory_rx, health, xid_tx).run());
+    tasks.spawn("the XID watcher", watcher.run());
     let handle = scheduler_handle.clone();
-    tokio::spawn(async move {
+    tasks.spawn("the XID collection requests", async move {
         while xid_rx.recv().await.is_some() {
             handle.request(Trigger::Xid);
         }
@@ -461,7 +260,7 @@ pub async fn run(config: NodeConfig) -> Result<(), NodeError> {
 
     let sampled = node.clone();
     let interval = config.sample_interval.max(MIN_SAMPLE_INTERVAL);
-    tokio::spawn(async move {
+    tasks.spawn("the sampler", async move {
         // One long-lived nvidia-smi in loop mode, not a process per sample; the sampler falls
         // back to one-shot queries by itself where loop mode is refused.
         let sampler = Sampler::spawn(sampled.config.host.nvidia_smi(), Timing::new(interval));
@@ -489,112 +288,236 @@ pub async fn run(config: NodeConfig) -> Result<(), NodeError> {
     });
 
     if let Some(endpoint) = config.otlp_endpoint.clone() {
-        tokio::spawn(otlp::export_loop(node.clone(), endpoint, interval));
+        let exported = node.clone();
+        let read = move || {
+            let node = exported.clone();
+            async move { (node.samples.read().await.clone(), node.healthy_map().await) }
+        };
+        tasks.spawn(
+            "the OTLP exporter",
+            otlp::export_loop(
+                otlp::Resource::of_host(&config.host),
+                read,
+                endpoint,
+                interval,
+            ),
+        );
     }
 
     let in_flight = Arc::new(RwLock::new(()));
+    let api_listener = Arc::new(api_listener);
     let api_node = node.clone();
     let api_in_flight = in_flight.clone();
-    let api = tokio::spawn(async move {
-        loop {
-            let Ok((stream, _)) = api_listener.accept().await else {
-                continue;
-            };
-            let node = api_node.clone();
-            let guard = api_in_flight.clone().read_owned().await;
-            tokio::spawn(async move {
-                let _guard = guard;
-                let (reader, writer) = stream.into_split();
-                match http::read_request(reader).await {
-                    Ok(request) => {
-                        let (status, body) = api::handle(&node, &request).await;
-                        let _ =
-                            http::write_response(writer, status, "application/json", &body).await;
-                    }
-                    Err(e) => {
-                        let body = serde_json::json!({ "error": e.to_string() }).to_string();
-                        let _ = http::write_response(
-                            writer,
-                            e.status(),
-                            "application/json",
-                            body.as_bytes(),
-                        )
-                        .await;
-                    }
-                }
-            });
-        }
-    });
+    tasks.spawn(
+        "the API socket's accept loop",
+        listen::serve(
+            format!("the API socket {}", config.api_socket.display()),
+            http::MAX_CONNECTIONS,
+            node.api_listener_stats(),
+            move || {
+                let l = api_listener.clone();
+                async move { l.accept().await.map(|(stream, _)| stream) }
+            },
+            move |stream: tokio::net::UnixStream| {
+                // Refused once shutdown waits for the requests in flight.
+                let guard = api_in_flight.clone().try_read_owned().ok()?;
+                let node = api_node.clone();
+                Some(async move {
+                    let _guard = guard;
+                    let (reader, writer) = stream.into_split();
+                    let (status, body) = match http::read_request(reader).await {
+                        Ok(request) => api::handle(&node, &request).await,
+                        Err(e) => (e.status(), http::error_body(e.code(), &e.to_string())),
+                    };
+                    let _ = http::write_response(writer, status, "application/json", &body).await;
+                })
+            },
+        ),
+    );
 
     if let Some(listener) = metrics_listener {
         let node = node.clone();
-        tokio::spawn(async move {
-            loop {
-                let Ok((stream, _)) = listener.accept().await else {
-                    continue;
-                };
-                let node = node.clone();
-                tokio::spawn(async move {
-                    let (reader, writer) = stream.into_split();
-                    let (status, body) = match http::read_request(reader).await {
-                        Ok(r) if r.method == "GET" && r.path == "/metrics" => {
-                            (200, node.metrics_text().await)
-                        }
-                        Ok(_) => (404, "only GET /metrics is served here\n".to_owned()),
-                        Err(e) => (e.status(), format!("{e}\n")),
-                    };
-                    let _ = http::write_response(
-                        writer,
-                        status,
-                        "text/plain; version=0.0.4",
-                        body.as_bytes(),
-                    )
-                    .await;
-                });
-            }
-        });
+        let stats = node.metrics_listener_stats();
+        let listener = Arc::new(listener);
+        tasks.spawn(
+            "the metrics listener's accept loop",
+            listen::serve(
+                format!(
+                    "the metrics listener {}",
+                    listener
+                        .local_addr()
+                        .map_or_else(|_| "?".to_owned(), |a| a.to_string())
+                ),
+                METRICS_CONNECTIONS,
+                stats,
+                move || {
+                    let l = listener.clone();
+                    async move { l.accept().await.map(|(stream, _)| stream) }
+                },
+                move |stream: tokio::net::TcpStream| {
+                    let node = node.clone();
+                    Some(async move {
+                        let (reader, writer) = stream.into_split();
+                        let (status, kind, body) = match http::read_request(reader).await {
+                            Ok(r) if r.path == "/metrics" && r.method == "GET" => {
+                                (200, METRICS_TYPE, node.metrics_text().await.into_bytes())
+                            }
+                            Ok(r) if r.path == "/metrics" => (
+                                405,
+                                "application/json",
+                                http::error_body(
+                                    "method-not-allowed",
+                                    &format!("{} is not allowed on /metrics; use GET", r.method),
+                                ),
+                            ),
+                            Ok(r) => (
+                                404,
+                                "application/json",
+                                http::error_body(
+                                    "not-found",
+                                    &format!(
+                                        "no such path: {} (only GET /metrics is served here)",
+                                        r.path
+                                    ),
+                                ),
+                            ),
+                            Err(e) => (
+                                e.status(),
+                                "application/json",
+                                http::error_body(e.code(), &e.to_string()),
+                            ),
+                        };
+                        let _ = http::write_response(writer, status, kind, &body).await;
+                    })
+                },
+            ),
+        );
     }
 
     // Ready once the first inventory is in, so a client's first status has GPUs.
-    let _ = tokio::time::timeout(crate::smi::runner::SNAPSHOT_TIMEOUT, first_rx).await;
-    notify::notify("READY=1\nSTATUS=serving");
-    tracing::info!(
-        "bcd node: serving the API on {}",
-        config.api_socket.display()
-    );
-    if let Some(every) = notify::watchdog_interval() {
-        tokio::spawn(async move {
-            let mut tick = tokio::time::interval(every);
-            loop {
-                tick.tick().await;
-                notify::notify("WATCHDOG=1");
-            }
-        });
-    }
+    let stopped_early = tokio::select! {
+        _ = tokio::time::timeout(crate::smi::runner::SNAPSHOT_TIMEOUT, first_rx) => false,
+        () = signals.recv() => true,
+    };
+    let outcome = if stopped_early {
+        Ok(())
+    } else {
+        notify::notify("READY=1\nSTATUS=serving");
+        tracing::info!(
+            "bcd node: serving the API on {}",
+            config.api_socket.display()
+        );
+        work_loop(&node, &mut tasks, &mut signals).await
+    };
 
-    wait_for_stop().await;
     notify::notify("STOPPING=1");
-    api.abort();
+    let _ = stop_tx.send(true);
     // Every state file is written atomically; waiting for the requests in flight lets the
     // ones that change state finish and answer.
     let _ = tokio::time::timeout(SHUTDOWN_GRACE, in_flight.write()).await;
-    let _ = std::fs::remove_file(&config.api_socket);
+    tasks.set.shutdown().await;
+    if let Some(mine) = api_identity {
+        instance::remove_if_mine(&config.api_socket, mine);
+    }
     tracing::info!("bcd node: stopped");
-    Ok(())
+    outcome
 }
 
-async fn wait_for_stop() {
-    use tokio::signal::unix::{signal, SignalKind};
-    let (Ok(mut term), Ok(mut int)) = (
-        signal(SignalKind::terminate()),
-        signal(SignalKind::interrupt()),
-    ) else {
-        // Without signal handlers the service can only be killed; run until then.
-        std::future::pending::<()>().await;
-        return;
-    };
-    tokio::select! {
-        _ = term.recv() => {}
-        _ = int.recv() => {}
+/// The node's long-running tasks, each named, in one set under one stop signal.
+struct Tasks {
+    set: JoinSet<&'static str>,
+    stop: watch::Receiver<bool>,
+}
+
+impl Tasks {
+    /// Runs `work` until it ends or the stop signal is given; the set yields `name` then.
+    fn spawn(&mut self, name: &'static str, work: impl Future<Output = ()> + Send + 'static) {
+        let mut stop = self.stop.clone();
+        self.set.spawn(async move {
+            tokio::select! {
+                () = work => {}
+                _ = stop.wait_for(|stopped| *stopped) => {}
+            }
+            name
+        });
+    }
+}
+
+/// Serves until SIGTERM or SIGINT, pinging systemd's watchdog from here: each ping needs the
+/// node's state locks to be taken within a quarter of the watchdog's interval, so a node
+/// whose state is stuck stops pinging and is restarted. A task that ends on its own is a bug
+/// that leaves the node half-working: the node stops with an error, and systemd restarts it.
+async fn work_loop(node: &Node, tasks: &mut Tasks, signals: &mut Signals) -> Result<(), NodeError> {
+    let every = notify::watchdog_interval();
+    let mut watchdog = every.map(tokio::time::interval);
+    let mut stuck = false;
+    loop {
+        tokio::select! {
+            () = signals.recv() => return Ok(()),
+            ended = tasks.set.join_next() => {
+                let task = match ended {
+                    Some(Ok(name)) => name.to_owned(),
+                    Some(Err(e)) => format!("a task ({e})"),
+                    None => return Ok(()),
+                };
+                return Err(NodeError::TaskEnded { task });
+            }
+            () = tick(watchdog.as_mut()) => {
+                let bound = every.map_or(Duration::from_secs(5), |e| e / 4);
+                if node.responsive(bound).await {
+                    if std::mem::take(&mut stuck) {
+                        tracing::warn!("bcd node: its state answers again; pinging the watchdog");
+                    }
+                    notify::notify("WATCHDOG=1");
+                } else if !std::mem::replace(&mut stuck, true) {
+                    tracing::error!(
+                        "bcd node: its state locks were not free within {:.1}s; the watchdog is not pinged",
+                        bound.as_secs_f64()
+                    );
+                }
+            }
+        }
+    }
+}
+
+async fn tick(interval: Option<&mut tokio::time::Interval>) {
+    match interval {
+        Some(i) => {
+            i.tick().await;
+        }
+        None => std::future::pending().await,
+    }
+}
+
+/// SIGTERM and SIGINT, installed at the start so neither kills the node outright.
+struct Signals {
+    term: Option<tokio::signal::unix::Signal>,
+    int: Option<tokio::signal::unix::Signal>,
+}
+
+impl Signals {
+    fn install() -> Self {
+        use tokio::signal::unix::{signal, SignalKind};
+        Self {
+            term: signal(SignalKind::terminate()).ok(),
+            int: signal(SignalKind::interrupt()).ok(),
+        }
+    }
+
+    /// The next SIGTERM or SIGINT; never, where no handler could be installed (the node can
+    /// then only be killed).
+    async fn recv(&mut self) {
+        async fn one(s: Option<&mut tokio::signal::unix::Signal>) {
+            match s {
+                Some(s) => {
+                    s.recv().await;
+                }
+                None => std::future::pending().await,
+            }
+        }
+        tokio::select! {
+            () = one(self.term.as_mut()) => {}
+            () = one(self.int.as_mut()) => {}
+        }
     }
 }

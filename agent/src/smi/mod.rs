@@ -12,6 +12,7 @@ pub mod sampler;
 pub mod samples;
 pub mod snapshot;
 mod text;
+pub use text::escape_control;
 pub mod topo;
 pub mod value;
 pub mod xml;

@@ -143,8 +143,7 @@ impl Runner {
             } else {
                 &stdout
             };
-            let message: String = String::from_utf8_lossy(text)
-                .trim()
+            let message: String = crate::smi::escape_control(String::from_utf8_lossy(text).trim())
                 .chars()
                 .take(MAX_STDERR)
                 .collect();
@@ -164,13 +163,36 @@ impl Runner {
 /// Starts `program ARGS...` with piped output in a process group of its own (so a bound can
 /// kill everything it started), killed if dropped; returns the child and its group.
 ///
+/// The child is also killed when the agent dies (`PR_SET_PDEATHSIG` with `SIGKILL`, set in
+/// the child before it runs the program): a node killed with SIGKILL runs no drop and no
+/// bound, and an `nvidia-smi` hung in the driver would otherwise run on for ever. The kernel
+/// sends the signal when the thread that started the child ends, so children are started
+/// from the runtime's worker threads (which live as long as the runtime), never from a
+/// blocking-pool thread.
+///
 /// # Errors
 /// [`RunError::NoDriver`] when there is no such program, [`RunError::Spawn`] otherwise.
 pub(crate) fn spawn_in_group(
     program: &Path,
     args: &[&str],
 ) -> Result<(tokio::process::Child, Option<Pid>), RunError> {
-    let child = tokio::process::Command::new(program)
+    let parent = i32::try_from(std::process::id()).unwrap_or(0);
+    let mut command = tokio::process::Command::new(program);
+    // SAFETY: between fork and exec the closure calls only prctl and getppid, which are
+    // async-signal-safe, and allocates nothing.
+    unsafe {
+        command.pre_exec(move || {
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            // The agent died before the prctl: nothing would send the signal now.
+            if libc::getppid() != parent {
+                return Err(std::io::Error::from_raw_os_error(libc::ESRCH));
+            }
+            Ok(())
+        });
+    }
+    let child = command
         .args(args)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
@@ -274,6 +296,24 @@ mod tests {
                 message: "No devices were found".into()
             }
         );
+    }
+
+    // nvidia-smi's raw bytes, ESC included, reached status, the log and doctor's output
+    // through a failure's message.
+    #[tokio::test]
+    async fn control_bytes_in_a_failure_are_escaped() {
+        let dir = tempfile::tempdir().unwrap();
+        let smi = script(
+            dir.path(),
+            "printf 'bad\\033[2J\\033]0;pwned\\007' >&2; exit 9",
+        );
+        let err = Runner::new(smi).run(&["-L"]).await.unwrap_err();
+        let text = err.to_string();
+        assert!(
+            !text.contains('\u{1b}') && !text.contains('\u{7}'),
+            "{text:?}"
+        );
+        assert!(text.contains("bad\\x1b[2J\\x1b]0;pwned\\x07"), "{text}");
     }
 
     #[tokio::test]

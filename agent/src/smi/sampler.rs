@@ -193,7 +193,7 @@ impl LoopChild {
             if let Some(pipe) = stderr {
                 let _ = pipe.take(MAX_STDERR).read_to_end(&mut text).await;
             }
-            String::from_utf8_lossy(&text).trim().to_owned()
+            crate::smi::escape_control(String::from_utf8_lossy(&text).trim()).into_owned()
         };
         let waited = tokio::time::timeout(EXIT_GRACE, async {
             tokio::join!(self.guard.child.wait(), said)

@@ -11,6 +11,26 @@ pub(crate) fn decode(bytes: &[u8]) -> Cow<'_, str> {
     String::from_utf8_lossy(bytes)
 }
 
+/// Escapes control characters (C0 but `\n` and `\t`, DEL, C1) as `\x1b` / `\u{9b}`, so
+/// text `nvidia-smi` printed (an error, a GPU's name) can be shown on a terminal or written to
+/// the log without moving the cursor, recolouring the screen or forging a line. Everything a
+/// program prints is escaped once, where it enters the agent.
+pub fn escape_control(text: &str) -> Cow<'_, str> {
+    let odd = |c: char| c.is_control() && c != '\n' && c != '\t';
+    if !text.chars().any(odd) {
+        return Cow::Borrowed(text);
+    }
+    let mut out = String::with_capacity(text.len() + 8);
+    for c in text.chars() {
+        match c {
+            c if !odd(c) => out.push(c),
+            c if (c as u32) < 0x80 => out.push_str(&format!("\\x{:02x}", c as u32)),
+            c => out.push_str(&format!("\\u{{{:x}}}", c as u32)),
+        }
+    }
+    Cow::Owned(out)
+}
+
 /// Yields `(line_number, line)` with 1-based numbers and any trailing `\r` removed, so CRLF
 /// output (Windows builds, captures copied through Windows) reads like LF output.
 pub(crate) fn numbered_lines(text: &str) -> impl Iterator<Item = (usize, &str)> {
@@ -62,5 +82,20 @@ mod tests {
         // A lone escape at the end must not panic or loop.
         assert_eq!(strip_ansi("x\u{1b}"), "x");
         assert_eq!(strip_ansi("x\u{1b}["), "x");
+    }
+}
+
+#[cfg(test)]
+mod escape_tests {
+    use super::*;
+
+    // nvidia-smi's raw bytes, ESC included, reached status, the log and doctor's terminal.
+    #[test]
+    fn control_bytes_are_escaped_and_text_is_kept() {
+        assert_eq!(
+            escape_control("\u{1b}[2Jgone\u{7}\r\u{9b}x"),
+            "\\x1b[2Jgone\\x07\\x0d\\u{9b}x"
+        );
+        assert!(matches!(escape_control("a\tb\nc °C"), Cow::Borrowed(_)));
     }
 }

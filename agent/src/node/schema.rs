@@ -1,0 +1,109 @@
+//! The API's request and answer bodies as types, written by the handlers and read by the
+//! CLI's client ([`crate::node::client::call_as`]), so neither side spells a key by hand.
+//! `gpu.reset`'s answer is [`ResetReport`], the type the reset itself returns.
+
+use serde::{Deserialize, Serialize};
+
+pub use crate::health::reset::{GpuResetOutcome, ResetReport};
+
+/// A hold, as `POST /v1/holds`, `DELETE /v1/holds/<id>` and `GET /v1/holds` answer it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HoldView {
+    /// The hold's id.
+    pub id: String,
+    /// Its devices, as given.
+    pub devices: Vec<String>,
+    /// Whether a Kubernetes binding made it.
+    #[serde(default)]
+    pub kubernetes: bool,
+    /// The spec file the node wrote for it (in the answer to an apply).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub spec: Option<String>,
+}
+
+impl From<&crate::cdi::Hold> for HoldView {
+    fn from(hold: &crate::cdi::Hold) -> Self {
+        Self {
+            id: hold.id.as_str().to_owned(),
+            devices: hold.devices.iter().map(|d| d.as_str().to_owned()).collect(),
+            kubernetes: hold.kubernetes,
+            spec: None,
+        }
+    }
+}
+
+/// `GET /v1/holds`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HoldList {
+    /// Every hold.
+    pub holds: Vec<HoldView>,
+}
+
+/// What a passthrough step (`/v1/vfio/...`, `/v1/vm/...`) did, in a sentence.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Summary {
+    /// The sentence.
+    pub summary: String,
+}
+
+/// `POST /v1/holds`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HoldRequest {
+    /// The hold's id.
+    pub id: String,
+    /// The devices to hold.
+    pub devices: Vec<String>,
+    /// Whether a Kubernetes binding asks.
+    #[serde(default)]
+    pub kubernetes: bool,
+}
+
+/// `POST /v1/gpus/reset`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ResetRequest {
+    /// The GPUs' UUIDs.
+    pub gpus: Vec<String>,
+}
+
+/// `POST /v1/vfio/bind|release` (`device`), `/v1/vm/start|destroy` (`domain`),
+/// `/v1/vm/restore` (`file`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PassthroughRequest {
+    /// A PCI address or GPU UUID.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub device: Option<String>,
+    /// A libvirt domain.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub domain: Option<String>,
+    /// A libvirt save file.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub file: Option<String>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // The CLI read answers by string keys with `unwrap_or("?")`: a renamed key printed "?".
+    // Both sides now use these types, and a body without a required key is refused.
+    #[test]
+    fn answers_round_trip_and_a_missing_key_is_an_error() {
+        let hold = HoldView {
+            id: "job1".into(),
+            devices: vec!["GPU-a".into()],
+            kubernetes: false,
+            spec: None,
+        };
+        let text = serde_json::to_string(&hold).unwrap();
+        assert_eq!(serde_json::from_str::<HoldView>(&text).unwrap(), hold);
+        assert!(serde_json::from_str::<HoldView>(r#"{"devices": []}"#).is_err());
+        let request = PassthroughRequest {
+            domain: Some("vm1".into()),
+            ..PassthroughRequest::default()
+        };
+        assert_eq!(
+            serde_json::to_string(&request).unwrap(),
+            r#"{"domain":"vm1"}"#
+        );
+    }
+}

@@ -1,0 +1,444 @@
+//! The node's shared state: what `bcd node` was told, the latest collection and samples, the
+//! conditions, the holds, and what is degraded now. The API's handlers and the service's
+//! tasks share one [`Node`]; it imports neither of them.
+//!
+//! Lock order, where two are held at once: `collecting`, then `holds`, then `latest`; the
+//! `std` mutexes (`sampling`, `problems`, `vendor_problems`) are held for a copy only, never
+//! across an `.await`.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use tokio::sync::{watch, RwLock};
+
+use crate::cdi::{self, converge, DeviceCatalog, Holds};
+use crate::health::faults::Health;
+use crate::health::watcher::WatcherStats;
+use crate::health::{gpu_healthy, Condition};
+use crate::host::Host;
+use crate::inventory::collect::collect;
+use crate::inventory::document::{GpuSection, Inventory};
+use crate::inventory::memory::GpuMemory;
+use crate::inventory::scheduler::SchedulerHandle;
+use crate::node::listen;
+use crate::node::metrics::{self, SamplingState};
+use crate::node::otlp::OtlpEndpoint;
+use crate::runtime::{Passthrough, SocketHelper};
+use crate::smi::list::ListedGpu;
+use crate::smi::samples::GpuSample;
+use crate::smi::snapshot::QueryRecord;
+
+/// The shortest sample interval: `nvidia-smi` costs driver time on every GPU.
+pub const MIN_SAMPLE_INTERVAL: Duration = Duration::from_secs(5);
+
+/// What `bcd node` was told.
+#[derive(Debug, Clone)]
+pub struct NodeConfig {
+    /// The host to manage.
+    pub host: Host,
+    /// The state folder.
+    pub data_dir: PathBuf,
+    /// Where hold specs are written.
+    pub cdi_dir: PathBuf,
+    /// The root helper's socket.
+    pub helper_socket: PathBuf,
+    /// The API socket.
+    pub api_socket: PathBuf,
+    /// The group given the API socket (mode 0660), when it exists.
+    pub api_group: Option<String>,
+    /// Where to serve Prometheus metrics; off when `None`.
+    pub metrics_listen: Option<SocketAddr>,
+    /// How often to sample the GPUs (at least [`MIN_SAMPLE_INTERVAL`]).
+    pub sample_interval: Duration,
+    /// Where to send the samples over OTLP/HTTP (every sample interval); off when `None`.
+    pub otlp_endpoint: Option<OtlpEndpoint>,
+    /// How many slots (`GPU-<uuid>::<n>`) each GPU offers; 0: none.
+    pub gpu_slots: u32,
+}
+
+/// The latest collection.
+#[derive(Debug, Clone)]
+pub struct Latest {
+    /// The inventory.
+    pub inventory: Inventory,
+    /// When it was collected.
+    pub at: Instant,
+    /// How each `nvidia-smi` query went.
+    pub queries: Vec<QueryRecord>,
+    /// `nvidia-smi -L`, for MIG device numbers in index-named CDI specs.
+    pub listed: Vec<ListedGpu>,
+    /// Why `nvidia-smi` did not answer, when it did not.
+    pub snapshot_error: Option<String>,
+}
+
+/// Everything the API and the tasks share.
+#[derive(Debug)]
+pub struct Node {
+    /// The configuration.
+    pub config: NodeConfig,
+    /// The latest collection, published to the XID watcher too.
+    pub latest: RwLock<Option<Latest>>,
+    inventory_tx: watch::Sender<Inventory>,
+    /// The GPUs' conditions, kept per boot.
+    pub health: Health,
+    /// The holds; `None` when `holds.json` could not be read (nothing is converged then, so
+    /// no spec of a lost hold is removed).
+    pub holds: tokio::sync::Mutex<Option<Holds>>,
+    /// The latest samples.
+    pub samples: RwLock<Vec<GpuSample>>,
+    /// How sampling goes: loop mode or one-shot (and why), and how often it restarted.
+    pub sampling: Mutex<SamplingState>,
+    /// Asks for collections.
+    pub scheduler: SchedulerHandle,
+    /// The passthrough memory.
+    pub memory: GpuMemory,
+    /// What did not start as it should, in sentences (also logged).
+    pub problems: Mutex<Vec<String>>,
+    /// How many collections ran.
+    pub collections: std::sync::atomic::AtomicU64,
+    /// GPUs to VMs and back, through the helper.
+    pub passthrough: Passthrough,
+    /// Held while a collection runs: the scheduler, diag and reset all collect, and two
+    /// collections must never run at once.
+    collecting: tokio::sync::Mutex<()>,
+    /// The API socket's accept loop.
+    api_listener: Arc<listen::ListenerStats>,
+    /// The metrics listener's accept loop.
+    metrics_listener: Arc<listen::ListenerStats>,
+    /// The XID watcher's counters and its failure, when the kernel log cannot be read.
+    watcher: Arc<WatcherStats>,
+    /// The vendor CDI specs that could not be read at the last convergence.
+    vendor_problems: Mutex<Vec<String>>,
+}
+
+impl Node {
+    /// A node's state before any task runs: no collection yet, no samples, no problems.
+    /// `inventory` publishes each collection (the XID watcher holds its receiver); `watcher`
+    /// is the XID watcher's counters; `scheduler` is where collections are asked for.
+    pub fn new(
+        config: NodeConfig,
+        health: Health,
+        holds: Option<Holds>,
+        inventory: watch::Sender<Inventory>,
+        watcher: Arc<WatcherStats>,
+        scheduler: SchedulerHandle,
+    ) -> Self {
+        Self {
+            memory: GpuMemory::new(&config.data_dir),
+            passthrough: Passthrough::new(
+                config.host.clone(),
+                &config.data_dir,
+                Arc::new(SocketHelper::new(config.helper_socket.clone())),
+            )
+            .with_scheduler(scheduler.clone()),
+            config,
+            latest: RwLock::new(None),
+            inventory_tx: inventory,
+            health,
+            holds: tokio::sync::Mutex::new(holds),
+            samples: RwLock::new(Vec::new()),
+            sampling: Mutex::new(SamplingState::default()),
+            scheduler,
+            problems: Mutex::new(Vec::new()),
+            collections: std::sync::atomic::AtomicU64::new(0),
+            collecting: tokio::sync::Mutex::new(()),
+            api_listener: Arc::default(),
+            metrics_listener: Arc::default(),
+            watcher,
+            vendor_problems: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// Records a start-up or runtime problem an operator should see in `status`.
+    pub fn problem(&self, sentence: String) {
+        tracing::error!("{sentence}");
+        if let Ok(mut p) = self.problems.lock() {
+            if !p.contains(&sentence) {
+                p.push(sentence);
+            }
+        }
+    }
+
+    /// The API socket's accept loop's counters, for that loop to keep.
+    pub fn api_listener_stats(&self) -> Arc<listen::ListenerStats> {
+        Arc::clone(&self.api_listener)
+    }
+
+    /// The metrics listener's accept loop's counters, for that loop to keep.
+    pub fn metrics_listener_stats(&self) -> Arc<listen::ListenerStats> {
+        Arc::clone(&self.metrics_listener)
+    }
+
+    /// Whether the state locks the API and the tasks take can all be taken within `bound`:
+    /// what the watchdog vouches for. The collection lock is not among them (a collection
+    /// may rightly take a minute on a wedged GPU).
+    pub async fn responsive(&self, bound: Duration) -> bool {
+        tokio::time::timeout(bound, async {
+            drop(self.latest.read().await);
+            drop(self.samples.read().await);
+            drop(self.holds.lock().await);
+            let _ = self.health.conditions();
+            let _ = self.sampling.lock().map(|s| s.loop_mode);
+            let _ = self.problems.lock().map(|p| p.len());
+        })
+        .await
+        .is_ok()
+    }
+
+    /// Every degraded input now, in sentences, for `status`: what did not start as it should,
+    /// then the kernel log, the helper's socket, the data folder, the vendor CDI specs,
+    /// sampling and the listeners, each while it is degraded.
+    pub fn problems_now(&self) -> Vec<String> {
+        let mut all = self.problems.lock().map(|p| p.clone()).unwrap_or_default();
+        all.extend(self.watcher.failure());
+        let helper = &self.config.helper_socket;
+        match std::fs::symlink_metadata(helper) {
+            Ok(m) if std::os::unix::fs::FileTypeExt::is_socket(&m.file_type()) => {}
+            Ok(_) => all.push(format!(
+                "the root helper's socket {} is not a socket: resets, persistence and passthrough cannot run",
+                helper.display()
+            )),
+            Err(e) => all.push(format!(
+                "the root helper cannot be reached at {} ({e}): resets, persistence and passthrough cannot run (systemctl start bcd-helper.socket)",
+                helper.display()
+            )),
+        }
+        let data = &self.config.data_dir;
+        let usable = match std::fs::metadata(data) {
+            Ok(m) if m.is_dir() => nix::unistd::access(
+                data.as_path(),
+                nix::unistd::AccessFlags::W_OK | nix::unistd::AccessFlags::X_OK,
+            )
+            .map_err(|e| std::io::Error::from(e).to_string()),
+            Ok(_) => Err("it is not a folder".to_owned()),
+            Err(e) => Err(e.to_string()),
+        };
+        if let Err(why) = usable {
+            all.push(format!(
+                "the data folder {} is unusable ({why}): holds, faults and the passthrough memory are not kept",
+                data.display()
+            ));
+        }
+        if let Ok(v) = self.vendor_problems.lock() {
+            all.extend(v.iter().map(|p| format!("vendor CDI spec: {p}")));
+        }
+        if let Some(why) = self
+            .sampling
+            .lock()
+            .ok()
+            .and_then(|s| s.one_shot_because.clone())
+        {
+            all.push(format!(
+                "sampling fell back to one-shot nvidia-smi queries: {why}"
+            ));
+        }
+        for (name, stats) in [
+            ("the API socket", &self.api_listener),
+            ("the metrics listener", &self.metrics_listener),
+        ] {
+            if stats.starved.load(std::sync::atomic::Ordering::Relaxed) {
+                all.push(format!(
+                    "{name} cannot accept connections: the process is out of file descriptors"
+                ));
+            }
+        }
+        let mut seen = std::collections::BTreeSet::new();
+        all.retain(|p| seen.insert(p.clone()));
+        all
+    }
+
+    /// The latest inventory (empty before the first collection).
+    pub async fn inventory(&self) -> Inventory {
+        self.latest.read().await.as_ref().map_or_else(
+            || Inventory::new(GpuSection::default()),
+            |l| l.inventory.clone(),
+        )
+    }
+
+    /// Collects now, publishes the result and converges the hold specs; returns it.
+    pub async fn collect_now(&self) -> Inventory {
+        let _one = self.collecting.lock().await;
+        let collection = collect(&self.config.host, Some(&self.memory)).await;
+        let listed = collection
+            .snapshot
+            .as_ref()
+            .map(|s| s.listed.clone())
+            .unwrap_or_default();
+        let queries = collection
+            .snapshot
+            .as_ref()
+            .map(|s| s.queries.clone())
+            .unwrap_or_default();
+        if let Some(e) = &collection.snapshot_error {
+            if !e.is_no_driver() {
+                tracing::warn!("nvidia-smi: {e}");
+            }
+        }
+        if let Some(e) = &collection.memory_error {
+            self.problem(format!("passthrough memory: {e}"));
+        }
+        let latest = Latest {
+            inventory: collection.inventory.clone(),
+            at: Instant::now(),
+            queries,
+            listed,
+            snapshot_error: collection.snapshot_error.as_ref().map(ToString::to_string),
+        };
+        *self.latest.write().await = Some(latest);
+        self.inventory_tx.send_replace(collection.inventory.clone());
+        self.collections
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        self.converge_holds().await;
+        collection.inventory
+    }
+
+    /// The policy's view of the GPUs, from the latest inventory.
+    pub async fn topology(&self) -> crate::policy::Topology {
+        crate::policy::Topology::from_inventory(&self.inventory().await, self.config.gpu_slots)
+    }
+
+    /// Writes every hold's spec and removes those of released holds; before the first
+    /// collection, writes only the specs that are missing.
+    pub async fn converge_holds(&self) {
+        // Read (and reported in status) even while the holds cannot be.
+        let vendor =
+            cdi::read_vendor_specs(&cdi::vendor_dirs(&self.config.cdi_dir, &self.config.host));
+        let sentences: Vec<String> = vendor.problems.iter().map(ToString::to_string).collect();
+        if let Ok(mut kept) = self.vendor_problems.lock() {
+            for problem in sentences.iter().filter(|p| !kept.contains(p)) {
+                tracing::warn!("{problem}");
+            }
+            *kept = sentences;
+        }
+        let mut holds = self.holds.lock().await;
+        let Some(holds) = holds.as_mut() else { return };
+        let collected = self.latest.read().await.is_some();
+        let catalog = {
+            let latest = self.latest.read().await;
+            let mut catalog = DeviceCatalog::from_inventory(
+                latest
+                    .as_ref()
+                    .map_or(&Inventory::new(GpuSection::default()), |l| &l.inventory),
+            );
+            if let Some(l) = latest.as_ref() {
+                catalog.add_mig_numbers(&l.listed);
+            }
+            catalog
+        };
+        let result = if collected {
+            converge(holds, &vendor.specs, &catalog, &self.config.cdi_dir)
+        } else {
+            cdi::write_missing(holds, &vendor.specs, &catalog, &self.config.cdi_dir)
+        };
+        for e in &result.errors {
+            self.problem(format!("CDI specs: {e}"));
+        }
+    }
+
+    /// Per GPU UUID, the healthy rule's verdict on the latest inventory.
+    pub async fn healthy_map(&self) -> BTreeMap<String, bool> {
+        let conditions = self.health.conditions();
+        let latest = self.latest.read().await;
+        latest
+            .as_ref()
+            .map(|l| {
+                l.inventory
+                    .gpu
+                    .gpus
+                    .iter()
+                    .map(|g| (g.uuid.clone(), gpu_healthy(g, &conditions)))
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
+    /// The Prometheus text for a scrape.
+    pub async fn metrics_text(&self) -> String {
+        let samples = self.samples.read().await.clone();
+        let healthy = self.healthy_map().await;
+        let conditions: Vec<Condition> = self.health.conditions();
+        let mut xids: BTreeMap<String, Vec<u32>> = BTreeMap::new();
+        for c in conditions
+            .iter()
+            .filter(|c| crate::health::is_xid_kind(&c.kind))
+        {
+            if let Ok(n) = c
+                .kind
+                .trim_start_matches(crate::health::XID_KIND_PREFIX)
+                .parse()
+            {
+                xids.entry(c.device_id.clone()).or_default().push(n);
+            }
+        }
+        let latest = self.latest.read().await;
+        let sampling = self.sampling.lock().map(|s| s.clone()).unwrap_or_default();
+        let view = metrics::MetricsView {
+            sampling: Some(&sampling),
+            inventory: latest.as_ref().map(|l| &l.inventory),
+            inventory_age: latest.as_ref().map(|l| l.at.elapsed()),
+            samples: &samples,
+            healthy,
+            xids,
+            queries: latest.as_ref().map_or(&[], |l| l.queries.as_slice()),
+        };
+        metrics::render(&view)
+    }
+}
+
+/// A node on the demo host (`testdata/hosts/hgx-h100`) with its state in `dir` and no
+/// helper, built without running anything: for the handlers' and the state's tests.
+#[cfg(test)]
+pub(crate) fn test_node(dir: &std::path::Path) -> Node {
+    let host = Host::fake(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../testdata/hosts/hgx-h100"),
+    );
+    let data = dir.join("data");
+    std::fs::create_dir_all(&data).unwrap();
+    let config = NodeConfig {
+        host,
+        data_dir: data.clone(),
+        cdi_dir: dir.join("cdi"),
+        helper_socket: dir.join("no-helper.sock"),
+        api_socket: dir.join("bcd.sock"),
+        api_group: None,
+        metrics_listen: None,
+        sample_interval: MIN_SAMPLE_INTERVAL,
+        otlp_endpoint: None,
+        gpu_slots: 0,
+    };
+    let health = Health::new(crate::health::faults::FaultStore::open(&data, "boot").unwrap());
+    let (inventory, _) = watch::channel(Inventory::new(GpuSection::default()));
+    let (scheduler, _) = crate::inventory::scheduler::Scheduler::new();
+    Node::new(
+        config,
+        health,
+        Some(Holds::load(&data).unwrap()),
+        inventory,
+        Arc::default(),
+        scheduler,
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // The watchdog was pinged from a timer of its own, whatever the state: a node whose
+    // state lock is stuck is no longer vouched for.
+    #[tokio::test]
+    async fn a_stuck_state_lock_is_not_responsive() {
+        let dir = tempfile::tempdir().unwrap();
+        let node = test_node(dir.path());
+        assert!(node.responsive(Duration::from_millis(200)).await);
+        let stuck = node.holds.lock().await;
+        assert!(!node.responsive(Duration::from_millis(200)).await);
+        drop(stuck);
+        let writer = node.latest.write().await;
+        assert!(!node.responsive(Duration::from_millis(200)).await);
+        drop(writer);
+        assert!(node.responsive(Duration::from_millis(200)).await);
+    }
+}
