@@ -44,7 +44,12 @@ fn ping_prints_the_helpers_version_and_operations() {
         String::from_utf8_lossy(&out.stderr)
     );
     let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    assert_eq!(doc["protocol_version"], 1);
+    assert_eq!(doc["protocol_version"], bcd_protocol::PROTOCOL_VERSION);
+    // --no-sandbox: the helper says it runs unconfined.
+    assert!(
+        doc["sandbox"].as_str().is_some_and(|s| s.contains("none")),
+        "{doc}"
+    );
     let ops: Vec<&str> = doc["operations"]
         .as_array()
         .unwrap()

@@ -73,6 +73,8 @@ fn the_node_service_end_to_end() {
         host.join("bin/nvidia-smi").display().to_string(),
         "--sysfs-root".into(),
         host.join("root/sys").display().to_string(),
+        "--staging-dir".into(),
+        dir.path().join("staging").display().to_string(),
     ];
     let activator = Command::new("systemd-socket-activate")
         .arg("--help")
@@ -256,7 +258,8 @@ fn the_node_service_end_to_end() {
     );
     let record = std::fs::read_to_string(host.join("answers/record")).unwrap();
     assert!(
-        record.contains(&format!("--gpu-reset -i {gpu0}")),
+        // The helper resets by PCI address: one lock per GPU, whatever it is named by.
+        record.contains("--gpu-reset -i 00000000:18:00.0"),
         "the helper ran the reset: {record}"
     );
     let conditions = api(&api_sock, "GET", "/v1/conditions", None).unwrap();

@@ -82,3 +82,59 @@ fn the_services_are_hardened() {
         "bcd-helper.service is rated {helper}, above 4.0"
     );
 }
+
+/// The value of `key=` in a unit's text (the last one, as systemd reads it).
+fn setting(text: &str, key: &str) -> Option<String> {
+    text.lines()
+        .rev()
+        .find_map(|l| l.strip_prefix(&format!("{key}=")))
+        .map(str::to_owned)
+}
+
+// The helper's socket sat in /run/bcd, bcd.service's RuntimeDirectory (chowned to the
+// unprivileged user); the save folder's ReadOnlyPaths had no "-" (no start without libvirt);
+// TimeoutStopSec=45 was shorter than the 80 s drain; ProtectKernelTunables= and resource
+// limits were missing.
+#[test]
+fn the_helpers_units_keep_its_socket_root_owned_and_its_limits() {
+    let socket = std::fs::read_to_string(units().join("bcd-helper.socket")).unwrap();
+    let service = std::fs::read_to_string(units().join("bcd-helper.service")).unwrap();
+    let agent = std::fs::read_to_string(units().join("bcd.service")).unwrap();
+    let listen = setting(&socket, "ListenStream").unwrap();
+    assert_eq!(listen, bcd::helper_client::DEFAULT_SOCKET);
+    let runtime = setting(&agent, "RuntimeDirectory").unwrap();
+    assert!(
+        !listen.starts_with(&format!("/run/{runtime}/")),
+        "the helper's socket is inside bcd.service's RuntimeDirectory"
+    );
+    assert_eq!(setting(&socket, "SocketUser").as_deref(), Some("root"));
+    let read_only = setting(&service, "ReadOnlyPaths").unwrap();
+    assert!(
+        read_only.split_whitespace().all(|p| p.starts_with('-')),
+        "{read_only}"
+    );
+    let stop: u64 = setting(&service, "TimeoutStopSec")
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(
+        stop > 80,
+        "TimeoutStopSec={stop} is not longer than the 80 s drain"
+    );
+    for key in [
+        "ProtectKernelTunables",
+        "LimitNOFILE",
+        "TasksMax",
+        "MemoryMax",
+    ] {
+        assert!(
+            setting(&service, key).is_some(),
+            "bcd-helper.service lacks {key}="
+        );
+    }
+    let tmpfiles = std::fs::read_to_string(units().join("../tmpfiles.d/bcd.conf")).unwrap();
+    assert!(
+        tmpfiles.contains("d /run/bcd-helper 0755 root root"),
+        "{tmpfiles}"
+    );
+}

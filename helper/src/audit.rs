@@ -259,12 +259,9 @@ impl Audit {
             let _ = write!(line, ",\"dropped_refusal_lines\":{}}}", state.dropped);
         }
         line.push('\n');
-        let result = match state.file.as_mut() {
-            Some(f) => f.write_all(line.as_bytes()),
-            None => Err(std::io::Error::other(
-                "it could not be opened when bcd-helper started",
-            )),
-        };
+        // A log refused at start stays refused, with the reason found then.
+        let Some(f) = state.file.as_mut() else { return };
+        let result = f.write_all(line.as_bytes());
         match result {
             Ok(()) => {
                 state.size += line.len() as u64;

@@ -118,6 +118,9 @@ impl Helper {
             .arg("--audit-log")
             .arg(audit)
             .args(["--no-sandbox", "--allow-uid", &uid])
+            // Save images are copied next to the audit log, never into the host's folder.
+            .arg("--staging-dir")
+            .arg(audit.with_file_name("staging"))
             .args(extra)
             .env("BCD_HELPER_LOG", "warn")
             .stdin(Stdio::null())
