@@ -35,6 +35,7 @@ const KEYS: &[(&str, &[&str])] = &[
 
 const HOSTS: &[&str] = &[
     "hgx-h100",
+    "hgx-faults",
     "a100-mig",
     "wsl2",
     "r470-old",

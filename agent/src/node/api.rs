@@ -25,7 +25,6 @@ use bcd_protocol::{GpuRef, GpuUuid, Operation, Outcome, PciAddress};
 use crate::cdi::{DeviceId, HoldError, HoldId};
 use crate::health::diag::{diag_nvml, link_widths, DiagRequest, NvmlState};
 use crate::health::reset::{reset_gpus, BoxFuture, Resetter};
-use crate::health::status::gpu_statuses;
 use crate::helper_client::{suggested_timeout, HelperClient, CONNECT_TIMEOUT};
 use crate::inventory::scheduler::Trigger;
 use crate::node::http::Request;
@@ -73,7 +72,9 @@ pub async fn handle(node: &Node, request: &Request) -> Answer {
         ("GET", "/v1/inventory") => Ok(ok(
             &serde_json::to_value(node.inventory().await).unwrap_or(Value::Null)
         )),
-        ("GET", "/v1/conditions") => Ok(ok(&json!({ "conditions": node.health.conditions() }))),
+        ("GET", "/v1/conditions") => Ok(ok(&json!({
+            "conditions": described(&node.health.conditions(), &node.config.xid_policy)
+        }))),
         ("POST", "/v1/inventory/refresh") => {
             node.scheduler.request(Trigger::Refresh);
             Ok((202, json!({ "requested": true }).to_string().into_bytes()))
@@ -113,10 +114,29 @@ pub async fn handle(node: &Node, request: &Request) -> Answer {
     result.unwrap_or_else(|answer| answer)
 }
 
+/// The conditions with each one's `class` and `action` (from the XID catalog).
+fn described(
+    conditions: &[crate::health::Condition],
+    policy: &crate::health::xid::XidPolicy,
+) -> Vec<Value> {
+    conditions
+        .iter()
+        .map(|c| {
+            let mut v = serde_json::to_value(c).unwrap_or(Value::Null);
+            let (class, action) = crate::health::describe(c, policy);
+            if let Value::Object(m) = &mut v {
+                m.insert("class".into(), class.into());
+                m.insert("action".into(), action.into());
+            }
+            v
+        })
+        .collect()
+}
+
 async fn status(node: &Node) -> Answer {
     let inventory = node.inventory().await;
-    let samples = node.samples.read().await.clone();
     let conditions = node.health.conditions();
+    let gpus = node.gpu_statuses().await;
     let latest = node.latest.read().await;
     // The seed's Hello rule: nvml only when nvidia-smi answered (a CUDA driver version).
     let capabilities: Vec<&str> = if inventory.gpu.cuda_driver_version.is_some() {
@@ -131,8 +151,8 @@ async fn status(node: &Node) -> Answer {
         "inventory_age_s": latest.as_ref().map(|l| l.at.elapsed().as_secs()),
         "collections": node.collections.load(std::sync::atomic::Ordering::Relaxed),
         "nvidia_smi_error": latest.as_ref().and_then(|l| l.snapshot_error.clone()),
-        "gpus": gpu_statuses(&samples, Some(&inventory), &conditions),
-        "conditions": conditions,
+        "gpus": gpus,
+        "conditions": described(&conditions, &node.config.xid_policy),
         "sampling": node.sampling.lock().map(|s| s.clone()).unwrap_or_default(),
         "problems": problems,
     }))
