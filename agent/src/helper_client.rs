@@ -114,11 +114,13 @@ impl HelperClient {
             after_s,
         };
         let work = async {
-            let mut stream = connect_retrying(path).await.map_err(|e| ClientError::Connect {
-                path: path.to_path_buf(),
-                reason: connect_reason(&e),
-                kind: e.kind(),
-            })?;
+            let mut stream = connect_retrying(path)
+                .await
+                .map_err(|e| ClientError::Connect {
+                    path: path.to_path_buf(),
+                    reason: connect_reason(&e),
+                    kind: e.kind(),
+                })?;
             write_frame(
                 &mut stream,
                 &ClientFrame::Hello {

@@ -185,13 +185,19 @@ fn a_wedged_nvidia_smi_is_never_healthy_in_the_metrics() {
         );
         std::thread::sleep(Duration::from_millis(500));
     };
-    assert!(text.contains(&format!("bcd_gpu_healthy{{uuid=\"{uuid}\"}} 0")), "{text}");
+    assert!(
+        text.contains(&format!("bcd_gpu_healthy{{uuid=\"{uuid}\"}} 0")),
+        "{text}"
+    );
     assert!(
         text.contains(&format!(
             "bcd_gpu_health_state{{uuid=\"{uuid}\",state=\"unknown\"}} 1"
         )),
         "{text}"
     );
-    assert!(text.contains("bcd_nvidia_smi_duration_seconds{query=\"-q -x\"}"), "{text}");
+    assert!(
+        text.contains("bcd_nvidia_smi_duration_seconds{query=\"-q -x\"}"),
+        "{text}"
+    );
     assert!(text.contains("# TYPE bcd_xid_total counter"), "{text}");
 }

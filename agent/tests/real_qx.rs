@@ -290,7 +290,11 @@ fn driver_health_readings_match_every_capture() {
         for (gpu, section) in doc.gpus.iter().zip(gpu_sections(&text)) {
             let d = &gpu.driver_health;
             assert_eq!(d.recovery_action, None, "{name}");
-            assert_eq!(d.reset_required, truth(leaf(section, "reset_required")), "{name}");
+            assert_eq!(
+                d.reset_required,
+                truth(leaf(section, "reset_required")),
+                "{name}"
+            );
             assert_eq!(
                 d.drain_and_reset_recommended,
                 truth(leaf(section, "drain_and_reset_recommended")),
@@ -311,8 +315,16 @@ fn driver_health_readings_match_every_capture() {
             };
             let c = d.clock_events;
             assert_eq!(c.hw_slowdown, truth(reason("hw_slowdown")), "{name}");
-            assert_eq!(c.hw_thermal_slowdown, truth(reason("hw_thermal_slowdown")), "{name}");
-            assert_eq!(c.sw_thermal_slowdown, truth(reason("sw_thermal_slowdown")), "{name}");
+            assert_eq!(
+                c.hw_thermal_slowdown,
+                truth(reason("hw_thermal_slowdown")),
+                "{name}"
+            );
+            assert_eq!(
+                c.sw_thermal_slowdown,
+                truth(reason("sw_thermal_slowdown")),
+                "{name}"
+            );
             assert_eq!(
                 c.hw_power_brake_slowdown,
                 truth(reason("hw_power_brake_slowdown")),

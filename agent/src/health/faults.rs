@@ -417,8 +417,12 @@ mod tests {
         use crate::inventory::document::Gpu;
         let dir = tempfile::tempdir().unwrap();
         let mut store = FaultStore::open(dir.path(), "boot-1").unwrap();
-        store.raise("Xid48", GPU_A, "NVRM: Xid (PCI:0000:18:00): 48, DBE").unwrap();
-        store.raise("Xid13", GPU_A, "NVRM: Xid (PCI:0000:18:00): 13, app").unwrap();
+        store
+            .raise("Xid48", GPU_A, "NVRM: Xid (PCI:0000:18:00): 48, DBE")
+            .unwrap();
+        store
+            .raise("Xid13", GPU_A, "NVRM: Xid (PCI:0000:18:00): 13, app")
+            .unwrap();
         drop(store);
         let store = FaultStore::open(dir.path(), "boot-2").unwrap();
         assert_eq!(
@@ -432,7 +436,9 @@ mod tests {
         let (_, read) = read_with_history(dir.path(), "boot-2").unwrap();
         assert_eq!(read, store.history());
         let mut store = store;
-        store.raise("Xid48", GPU_A, "NVRM: Xid (PCI:0000:18:00): 48, again").unwrap();
+        store
+            .raise("Xid48", GPU_A, "NVRM: Xid (PCI:0000:18:00): 48, again")
+            .unwrap();
         let gpu = Gpu {
             uuid: GPU_A.into(),
             ..Gpu::default()
@@ -462,7 +468,10 @@ mod tests {
                 ..Evidence::default()
             },
         );
-        assert_eq!(v.reasons[0].action, format!("reset the GPU: bcd gpu reset {GPU_B}"));
+        assert_eq!(
+            v.reasons[0].action,
+            format!("reset the GPU: bcd gpu reset {GPU_B}")
+        );
         // The history is bounded.
         drop(store);
         for b in 3..20 {

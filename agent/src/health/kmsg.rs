@@ -269,7 +269,8 @@ pub fn sxid_action(fatal: bool) -> String {
     if fatal {
         "stop the jobs on this board's GPUs, then reboot the node: a fatal NVSwitch error stops its NVLinks".to_owned()
     } else {
-        "watch the switch: a non-fatal NVSwitch error was corrected; the GPUs may take work".to_owned()
+        "watch the switch: a non-fatal NVSwitch error was corrected; the GPUs may take work"
+            .to_owned()
     }
 }
 
@@ -488,14 +489,21 @@ mod tests {
     // the bus" lines without an XID were all missed.
     #[test]
     fn the_old_xid_form_sxids_and_fallen_off_the_bus_lines_are_read() {
-        let x = parse_xid("NVRM: Xid (0000:18:00): 79, pid=1, GPU has fallen off the bus.").unwrap();
+        let x =
+            parse_xid("NVRM: Xid (0000:18:00): 79, pid=1, GPU has fallen off the bus.").unwrap();
         assert_eq!((x.number, x.bus_id().as_str()), (79, "00000000:18:00.0"));
         assert_eq!(
             parse_xid("NVRM: Xid PCI:0000:01:00: 43, pid=1814139, malformed"),
             None
         );
-        let s = parse_sxid("nvidia-nvswitch1: SXid (PCI:0000:06:00.0): 20034, Fatal, Link 48 LTSSM Fault Up").unwrap();
-        assert_eq!((s.number, s.fatal, s.address.to_string().as_str()), (20034, true, "0000:06:00.0"));
+        let s = parse_sxid(
+            "nvidia-nvswitch1: SXid (PCI:0000:06:00.0): 20034, Fatal, Link 48 LTSSM Fault Up",
+        )
+        .unwrap();
+        assert_eq!(
+            (s.number, s.fatal, s.address.to_string().as_str()),
+            (20034, true, "0000:06:00.0")
+        );
         let s = parse_sxid("nvidia-nvswitch3: SXid (PCI:0000:04:00.0): 22013, Non-fatal, Link 44 Minion Link DLREQ interrupt").unwrap();
         assert!(!s.fatal);
         for companion in [
@@ -519,11 +527,19 @@ mod tests {
                 "{line}"
             );
         }
-        assert_eq!(parse_fell_off_the_bus("NVRM: GPU at PCI:0000:01:00: GPU-1234"), None);
+        assert_eq!(
+            parse_fell_off_the_bus("NVRM: GPU at PCI:0000:01:00: GPU-1234"),
+            None
+        );
         // Only the kernel facility counts, for every event.
-        let (_, e) = parse_event_record(b"12,1,1,-;NVRM: GPU 0000:91:00.0: GPU has fallen off the bus.").unwrap();
+        let (_, e) =
+            parse_event_record(b"12,1,1,-;NVRM: GPU 0000:91:00.0: GPU has fallen off the bus.")
+                .unwrap();
         assert_eq!(e, None);
-        let (_, e) = parse_event_record(b"3,1,1,-;nvidia-nvswitch0: SXid (PCI:0000:05:00.0): 20034, Fatal, Link 63").unwrap();
+        let (_, e) = parse_event_record(
+            b"3,1,1,-;nvidia-nvswitch0: SXid (PCI:0000:05:00.0): 20034, Fatal, Link 63",
+        )
+        .unwrap();
         assert!(matches!(e, Some(Event::SXid(SXid { fatal: true, .. }))));
     }
 

@@ -162,7 +162,10 @@ pub fn describe(c: &Condition, policy: &xid::XidPolicy) -> (&'static str, String
         return (xid::XidClass::Interconnect.name(), kmsg::sxid_action(fatal));
     }
     if c.kind == kmsg::FELL_OFF_THE_BUS {
-        return (xid::XidClass::Bus.name(), xid::Remedy::RebootNode.action(&c.device_id));
+        return (
+            xid::XidClass::Bus.name(),
+            xid::Remedy::RebootNode.action(&c.device_id),
+        );
     }
     (xid::XidClass::Unknown.name(), "see the message".to_owned())
 }
@@ -251,10 +254,7 @@ mod tests {
     fn a_failed_row_remap_is_unhealthy() {
         let mut g = healthy_gpu();
         g.row_remap.as_mut().unwrap().failure = Some(true);
-        assert_eq!(
-            unhealthy_reasons(&g, &[]),
-            ["row remapping failed"]
-        );
+        assert_eq!(unhealthy_reasons(&g, &[]), ["row remapping failed"]);
     }
 
     #[test]
@@ -306,7 +306,12 @@ mod tests {
         assert!(raise(&mut v, "Xid13", UUID, "other", 20));
         assert_eq!(v.len(), 2);
         assert_eq!(
-            (v[0].first_seen, v[0].last_seen, v[0].message.as_str(), v[0].count),
+            (
+                v[0].first_seen,
+                v[0].last_seen,
+                v[0].message.as_str(),
+                v[0].count
+            ),
             (10, 20, "second", 2)
         );
         assert!(raise(&mut v, "Xid13", UUID, "other", 20), "counted");

@@ -129,14 +129,24 @@ pub fn gpu_statuses(
                 action: "run bcd status again; if it stays unknown, run bcd doctor".into(),
                 state: HealthState::Unknown,
             };
-            out.push(line(s.uuid.clone(), Some(s), HealthState::Unknown, vec![reason]));
+            out.push(line(
+                s.uuid.clone(),
+                Some(s),
+                HealthState::Unknown,
+                vec![reason],
+            ));
         }
     }
     out.sort_by_key(|g| g.index.unwrap_or(u32::MAX));
     out
 }
 
-fn line(uuid: String, s: Option<&GpuSample>, health: HealthState, reasons: Vec<Reason>) -> GpuStatus {
+fn line(
+    uuid: String,
+    s: Option<&GpuSample>,
+    health: HealthState,
+    reasons: Vec<Reason>,
+) -> GpuStatus {
     GpuStatus {
         index: None,
         uuid,
@@ -182,10 +192,7 @@ pub async fn status_within(
     );
     let mut notes = Vec::new();
     let (samples, sample_error) = match sampled {
-        Err(_) => (
-            Vec::new(),
-            Some(StatusError::Timeout(wait.as_secs())),
-        ),
+        Err(_) => (Vec::new(), Some(StatusError::Timeout(wait.as_secs()))),
         Ok(Err(e)) if e.is_no_driver() => return Err(StatusError::NoDriver),
         Ok(Err(e)) => (Vec::new(), Some(StatusError::Samples(e))),
         Ok(Ok((s, _source))) => (s, None),
@@ -323,7 +330,11 @@ mod tests {
         let mut store = super::super::faults::FaultStore::open(data.path(), &boot).unwrap();
         let gpu1 = "GPU-a4303385-f265-4ffc-ad1b-b0bef156d59a";
         store
-            .raise("Xid13", gpu1, "NVRM: Xid (PCI:0000:2a:00): 13, Graphics Exception")
+            .raise(
+                "Xid13",
+                gpu1,
+                "NVRM: Xid (PCI:0000:2a:00): 13, Graphics Exception",
+            )
             .unwrap();
         store
             .raise("Xid31", gpu1, "NVRM: Xid (PCI:0000:2a:00): 31, MMU Fault")
@@ -346,7 +357,10 @@ mod tests {
         let g = &report.gpus[1];
         assert_eq!(g.health, HealthState::Unhealthy);
         assert_eq!(g.reasons.len(), 1);
-        assert_eq!(g.reasons[0].action, format!("reset the GPU: bcd gpu reset {gpu1}"));
+        assert_eq!(
+            g.reasons[0].action,
+            format!("reset the GPU: bcd gpu reset {gpu1}")
+        );
     }
 
     // What broke: the driver's own verdict (gpu_recovery_action, gpu_reset_status), the
@@ -369,7 +383,10 @@ mod tests {
             .collect();
         let u = |i: usize| report.gpus[i].uuid.clone();
         let reset = |i| format!("reset the GPU: bcd gpu reset {}", u(i));
-        let drain = format!("drain the GPU, then reset it: stop its jobs, then bcd gpu reset {}", u(7));
+        let drain = format!(
+            "drain the GPU, then reset it: stop its jobs, then bcd gpu reset {}",
+            u(7)
+        );
         let route = format!("reset the GPU: bcd gpu reset {}; if the route stays unhealthy, check its NVLinks (nvidia-smi nvlink -s)", u(2));
         use HealthState::{Degraded, Healthy, Unhealthy};
         assert_eq!(
@@ -385,8 +402,14 @@ mod tests {
                 (7, Unhealthy, vec![drain.as_str()]),
             ]
         );
-        assert_eq!(report.gpus[4].reasons[0].message, "clocks slowed down: hw_thermal_slowdown");
-        assert_eq!(report.gpus[1].reasons[0].message, "the driver's recovery action is \"Reboot\"");
+        assert_eq!(
+            report.gpus[4].reasons[0].message,
+            "clocks slowed down: hw_thermal_slowdown"
+        );
+        assert_eq!(
+            report.gpus[1].reasons[0].message,
+            "the driver's recovery action is \"Reboot\""
+        );
         assert!(report.gpus[4].healthy && !report.gpus[0].healthy);
     }
 
@@ -396,15 +419,23 @@ mod tests {
     async fn a_wedged_nvidia_smi_lists_the_drivers_gpus_as_unknown() {
         let host = Host::fake(hosts().join("wedged"));
         let data = tempfile::tempdir().unwrap();
-        let report = status_within(&host, data.path(), &XidPolicy::default(), Duration::from_secs(1))
-            .await
-            .unwrap();
+        let report = status_within(
+            &host,
+            data.path(),
+            &XidPolicy::default(),
+            Duration::from_secs(1),
+        )
+        .await
+        .unwrap();
         assert_eq!(report.gpus.len(), 1, "{report:?}");
         let g = &report.gpus[0];
         assert_eq!(g.uuid, "GPU-940af793-c02c-d660-3221-9bbb6e5e0bfa");
         assert_eq!((g.health, g.healthy), (HealthState::Unknown, false));
         assert_eq!(g.reasons[0].kind, "NvidiaSmiSilent");
-        assert_eq!(g.reasons[0].action, super::super::verdict::silent_action(&g.uuid));
+        assert_eq!(
+            g.reasons[0].action,
+            super::super::verdict::silent_action(&g.uuid)
+        );
         assert!(report.nvidia_smi_error.is_some());
         let text = render(&report);
         assert!(text.lines().next().unwrap().ends_with("UNKNOWN"), "{text}");

@@ -169,10 +169,7 @@ pub fn recovery_action(value: &str, uuid: &str) -> Option<(String, String)> {
         }
         _ => format!("the GPU needs attention: look up the driver's recovery action {value:?} in NVIDIA's documentation of gpu_recovery_action before it takes work"),
     };
-    Some((
-        format!("the driver's recovery action is {value:?}"),
-        action,
-    ))
+    Some((format!("the driver's recovery action is {value:?}"), action))
 }
 
 /// Judges `gpu`.
@@ -250,9 +247,11 @@ fn xids(gpu: &Gpu, ev: &Evidence<'_>, out: &mut Vec<Reason>) {
     let default = XidPolicy::default();
     let policy = ev.policy.unwrap_or(&default);
     let last_boot = ev.history.last();
-    for c in ev.conditions.iter().filter(|c| {
-        c.status && c.device_id == gpu.uuid && c.kind == super::kmsg::FELL_OFF_THE_BUS
-    }) {
+    for c in ev
+        .conditions
+        .iter()
+        .filter(|c| c.status && c.device_id == gpu.uuid && c.kind == super::kmsg::FELL_OFF_THE_BUS)
+    {
         out.push(reason(
             HealthState::Unhealthy,
             &c.kind,
@@ -270,8 +269,7 @@ fn xids(gpu: &Gpu, ev: &Evidence<'_>, out: &mut Vec<Reason>) {
             Effect::Degraded => HealthState::Degraded,
             Effect::Unhealthy => HealthState::Unhealthy,
         };
-        let repeated = j.is_hardware()
-            && last_boot.is_some_and(|b| b.has(&gpu.uuid, number));
+        let repeated = j.is_hardware() && last_boot.is_some_and(|b| b.has(&gpu.uuid, number));
         let action = if repeated {
             INSPECT_ACTION.to_owned()
         } else {
@@ -285,7 +283,11 @@ fn xids(gpu: &Gpu, ev: &Evidence<'_>, out: &mut Vec<Reason>) {
                 "Xid {number} ({}, class {}) {times} time(s) this boot{}: {}",
                 j.meaning,
                 j.class.name(),
-                if repeated { " and on the boot before" } else { "" },
+                if repeated {
+                    " and on the boot before"
+                } else {
+                    ""
+                },
                 c.message
             ),
             action,
@@ -299,7 +301,12 @@ fn driver(d: &DriverHealth, uuid: &str, out: &mut Vec<Reason>) {
         .as_deref()
         .and_then(|v| recovery_action(v, uuid))
     {
-        out.push(reason(HealthState::Unhealthy, kind::RECOVERY_ACTION, message, action));
+        out.push(reason(
+            HealthState::Unhealthy,
+            kind::RECOVERY_ACTION,
+            message,
+            action,
+        ));
     } else if d.drain_and_reset_recommended == Some(true) {
         out.push(reason(
             HealthState::Unhealthy,
@@ -315,19 +322,29 @@ fn driver(d: &DriverHealth, uuid: &str, out: &mut Vec<Reason>) {
             format!("reset the GPU: bcd gpu reset {uuid}"),
         ));
     }
-    let fabric = |state, message: String, action: String| reason(state, kind::FABRIC, message, action);
-    if let Some(s) = d.fabric_state.as_deref().filter(|s| !s.eq_ignore_ascii_case("completed")) {
+    let fabric =
+        |state, message: String, action: String| reason(state, kind::FABRIC, message, action);
+    if let Some(s) = d
+        .fabric_state
+        .as_deref()
+        .filter(|s| !s.eq_ignore_ascii_case("completed"))
+    {
         out.push(fabric(
             HealthState::Unhealthy,
             format!("the NVLink fabric's state is {s:?}, not \"Completed\""),
             "start the fabric manager (systemctl enable --now nvidia-fabricmanager) and wait for the fabric to complete; if it stays, read nvidia-fabricmanager's log".into(),
         ));
     }
-    if let Some(s) = d.fabric_status.as_deref().filter(|s| !s.eq_ignore_ascii_case("success")) {
+    if let Some(s) = d
+        .fabric_status
+        .as_deref()
+        .filter(|s| !s.eq_ignore_ascii_case("success"))
+    {
         out.push(fabric(
             HealthState::Unhealthy,
             format!("the NVLink fabric's status is {s:?}"),
-            "read nvidia-fabricmanager's log, then reset the GPU or reboot the node as it says".into(),
+            "read nvidia-fabricmanager's log, then reset the GPU or reboot the node as it says"
+                .into(),
         ));
     }
     if d.fabric_route_unhealthy == Some(true) {
@@ -344,14 +361,22 @@ fn driver(d: &DriverHealth, uuid: &str, out: &mut Vec<Reason>) {
             "wait: the GPU may take work while the route recovers".into(),
         ));
     }
-    if let Some(b) = d.fabric_bandwidth.as_deref().filter(|b| !b.eq_ignore_ascii_case("full")) {
+    if let Some(b) = d
+        .fabric_bandwidth
+        .as_deref()
+        .filter(|b| !b.eq_ignore_ascii_case("full"))
+    {
         out.push(fabric(
             HealthState::Degraded,
             format!("the NVLink fabric's bandwidth is {b:?}, not \"Full\""),
             "watch the GPU: it may take work at less NVLink bandwidth; check its NVLinks (nvidia-smi nvlink -s)".into(),
         ));
     }
-    if let Some(s) = d.fabric_summary.as_deref().filter(|s| !s.eq_ignore_ascii_case("healthy")) {
+    if let Some(s) = d
+        .fabric_summary
+        .as_deref()
+        .filter(|s| !s.eq_ignore_ascii_case("healthy"))
+    {
         out.push(fabric(
             HealthState::Degraded,
             format!("the NVLink fabric's health summary is {s:?}"),

@@ -372,7 +372,10 @@ impl XidWatcher {
             sxid.text
         );
         let kind = format!("{SXID_KIND_PREFIX}{}", sxid.number);
-        if let Err(e) = self.health.raise(&kind, &sxid.address.nvml_bus_id(), &sxid.text) {
+        if let Err(e) = self
+            .health
+            .raise(&kind, &sxid.address.nvml_bus_id(), &sxid.text)
+        {
             tracing::error!("{e}");
         }
     }
@@ -416,9 +419,7 @@ impl XidWatcher {
         }
         // Full: a request is already waiting, and one collection serves both. XID 154 says the
         // driver's recovery action changed: read it at once.
-        let _ = self
-            .collect
-            .try_send(xid.number == RECOVERY_ACTION_CHANGED);
+        let _ = self.collect.try_send(xid.number == RECOVERY_ACTION_CHANGED);
     }
 }
 

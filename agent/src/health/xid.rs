@@ -133,21 +133,76 @@ use XidClass as C;
 
 /// The catalog, by number.
 pub const CATALOG: &[XidInfo] = &[
-    entry(8, "GPU stopped processing (channel idle timeout)", C::Application, R::RestartApp),
-    entry(13, "graphics engine exception", C::Application, R::RestartApp),
+    entry(
+        8,
+        "GPU stopped processing (channel idle timeout)",
+        C::Application,
+        R::RestartApp,
+    ),
+    entry(
+        13,
+        "graphics engine exception",
+        C::Application,
+        R::RestartApp,
+    ),
     entry(31, "GPU memory page fault", C::Application, R::RestartApp),
-    entry(32, "invalid or corrupted push buffer stream", C::Application, R::RestartApp),
+    entry(
+        32,
+        "invalid or corrupted push buffer stream",
+        C::Application,
+        R::RestartApp,
+    ),
     entry(38, "driver firmware error", C::Firmware, R::ResetGpu),
     entry(43, "GPU stopped processing", C::Application, R::RestartApp),
-    entry(45, "preemptive cleanup, due to previous errors", C::Application, R::RestartApp),
-    entry(46, "GPU stopped processing (engine timeout)", C::Firmware, R::ResetGpu),
+    entry(
+        45,
+        "preemptive cleanup, due to previous errors",
+        C::Application,
+        R::RestartApp,
+    ),
+    entry(
+        46,
+        "GPU stopped processing (engine timeout)",
+        C::Firmware,
+        R::ResetGpu,
+    ),
     entry(48, "double-bit ECC error", C::Memory, R::ResetGpu),
-    entry(61, "internal micro-controller breakpoint", C::Firmware, R::ResetGpu),
-    entry(62, "internal micro-controller halt", C::Firmware, R::ResetGpu),
-    entry(63, "ECC page retirement or row remapping recorded", C::Informational, R::None),
-    entry(64, "ECC page retirement or row remapping recording failure", C::Memory, R::ResetGpu),
-    entry(68, "video decoder (NVDEC) exception", C::Application, R::RestartApp),
-    entry(69, "graphics engine class error", C::Application, R::RestartApp),
+    entry(
+        61,
+        "internal micro-controller breakpoint",
+        C::Firmware,
+        R::ResetGpu,
+    ),
+    entry(
+        62,
+        "internal micro-controller halt",
+        C::Firmware,
+        R::ResetGpu,
+    ),
+    entry(
+        63,
+        "ECC page retirement or row remapping recorded",
+        C::Informational,
+        R::None,
+    ),
+    entry(
+        64,
+        "ECC page retirement or row remapping recording failure",
+        C::Memory,
+        R::ResetGpu,
+    ),
+    entry(
+        68,
+        "video decoder (NVDEC) exception",
+        C::Application,
+        R::RestartApp,
+    ),
+    entry(
+        69,
+        "graphics engine class error",
+        C::Application,
+        R::RestartApp,
+    ),
     entry(74, "NVLink error", C::Interconnect, R::ResetGpu),
     entry(79, "GPU has fallen off the bus", C::Bus, R::RebootNode),
     entry(92, "high single-bit ECC error rate", C::Memory, R::Watch),
@@ -158,8 +213,18 @@ pub const CATALOG: &[XidInfo] = &[
     entry(120, "GSP error", C::Firmware, R::ResetGpu),
     entry(121, "C2C link corrected error", C::Informational, R::None),
     entry(140, "unrecovered ECC error", C::Memory, R::ResetGpu),
-    entry(149, "NVLink network (NETIR) fatal error", C::Interconnect, R::ResetGpu),
-    entry(154, "the driver's GPU recovery action changed", C::Informational, R::None),
+    entry(
+        149,
+        "NVLink network (NETIR) fatal error",
+        C::Interconnect,
+        R::ResetGpu,
+    ),
+    entry(
+        154,
+        "the driver's GPU recovery action changed",
+        C::Informational,
+        R::None,
+    ),
 ];
 
 /// The catalog's entry for `number`.
@@ -225,7 +290,11 @@ impl XidPolicy {
     pub fn judge(&self, number: u32) -> Judged {
         let known = lookup(number);
         let (meaning, class, catalog_remedy) = known.map_or(
-            ("an XID not in bcd's catalog", XidClass::Unknown, Remedy::ResetGpu),
+            (
+                "an XID not in bcd's catalog",
+                XidClass::Unknown,
+                Remedy::ResetGpu,
+            ),
             |e| (e.meaning, e.class, e.remedy),
         );
         let (remedy, overridden) = if self.ignore.contains(&number) {
@@ -302,11 +371,17 @@ mod tests {
         let p = XidPolicy::default();
         for n in [13, 31, 43, 45, 68, 94] {
             assert_eq!(p.judge(n).remedy.effect(), Effect::Degraded, "Xid {n}");
-            assert_eq!(p.judge(n).remedy.action("GPU-x"), "restart the application; the GPU is fine");
+            assert_eq!(
+                p.judge(n).remedy.action("GPU-x"),
+                "restart the application; the GPU is fine"
+            );
         }
         for n in [46, 48, 62, 64, 95, 109, 119, 120] {
             assert_eq!(p.judge(n).remedy, Remedy::ResetGpu, "Xid {n}");
-            assert_eq!(p.judge(n).remedy.action("GPU-x"), "reset the GPU: bcd gpu reset GPU-x");
+            assert_eq!(
+                p.judge(n).remedy.action("GPU-x"),
+                "reset the GPU: bcd gpu reset GPU-x"
+            );
         }
         assert_eq!(p.judge(79).remedy, Remedy::RebootNode);
         assert_eq!(p.judge(79).class, XidClass::Bus);
@@ -317,7 +392,10 @@ mod tests {
     #[test]
     fn an_unknown_xid_is_unhealthy_by_default() {
         let j = XidPolicy::default().judge(999);
-        assert_eq!((j.class, j.remedy.effect()), (XidClass::Unknown, Effect::Unhealthy));
+        assert_eq!(
+            (j.class, j.remedy.effect()),
+            (XidClass::Unknown, Effect::Unhealthy)
+        );
         assert!(j.is_hardware());
     }
 
@@ -335,7 +413,11 @@ mod tests {
             p.describe(),
             "XID overrides: ignored: 13,31; unhealthy until reset: 43"
         );
-        assert!("13,x".parse::<XidList>().unwrap_err().to_string().contains("\"x\""));
+        assert!("13,x"
+            .parse::<XidList>()
+            .unwrap_err()
+            .to_string()
+            .contains("\"x\""));
         assert!("0".parse::<XidList>().is_err());
     }
 }

@@ -13,8 +13,8 @@ use tokio::sync::{mpsc, watch, RwLock};
 
 use crate::cdi::{self, converge, DeviceCatalog, Holds};
 use crate::health::faults::{read_boot_id, FaultStore, Health};
-use crate::health::watcher::XidWatcher;
 use crate::health::verdict::{judge, Evidence, Verdict};
+use crate::health::watcher::XidWatcher;
 use crate::health::Condition;
 use crate::host::Host;
 use crate::inventory::collect::collect;
@@ -285,7 +285,10 @@ impl Node {
             .iter()
             .map(|(u, v)| (u.clone(), v.healthy()))
             .collect();
-        let states = verdicts.iter().map(|(u, v)| (u.clone(), v.health)).collect();
+        let states = verdicts
+            .iter()
+            .map(|(u, v)| (u.clone(), v.health))
+            .collect();
         let conditions: Vec<Condition> = self.health.conditions();
         let xid_totals = conditions
             .iter()
@@ -518,7 +521,11 @@ pub async fn run(config: NodeConfig) -> Result<(), NodeError> {
     let handle = scheduler_handle.clone();
     tokio::spawn(async move {
         while let Some(urgent) = xid_rx.recv().await {
-            handle.request(if urgent { Trigger::Refresh } else { Trigger::Xid });
+            handle.request(if urgent {
+                Trigger::Refresh
+            } else {
+                Trigger::Xid
+            });
         }
     });
 

@@ -564,9 +564,7 @@ impl Tag {
             b"clocks_event_reason_sw_thermal_slowdown"
             | b"clocks_throttle_reason_sw_thermal_slowdown" => Tag::ReasonSwThermalSlowdown,
             b"clocks_event_reason_hw_power_brake_slowdown"
-            | b"clocks_throttle_reason_hw_power_brake_slowdown" => {
-                Tag::ReasonHwPowerBrakeSlowdown
-            }
+            | b"clocks_throttle_reason_hw_power_brake_slowdown" => Tag::ReasonHwPowerBrakeSlowdown,
             b"processes" => Tag::Processes,
             b"process_info" => Tag::ProcessInfo,
             b"pid" => Tag::Pid,
