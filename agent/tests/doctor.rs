@@ -715,11 +715,10 @@ fn the_command_exits_1_only_when_a_check_fails() {
     ]);
     assert_eq!(code, 0, "warnings pass: {text}");
     assert!(
-        text.lines()
-            .any(|l| {
-                l.split_whitespace().collect::<Vec<_>>().join(" ")
+        text.lines().any(|l| {
+            l.split_whitespace().collect::<Vec<_>>().join(" ")
             == "ok xid-policy NVIDIA's XID catalog as it is (no --xid-ignore or --xid-unhealthy)"
-            }),
+        }),
         "{text}"
     );
     // What broke: the node's XID overrides were nowhere to be seen.

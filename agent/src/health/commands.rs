@@ -79,7 +79,19 @@ pub async fn diag_command(
         expected_gpu_count: expected_gpus,
     };
     let links = link_widths(&host, &collection.inventory);
-    let report = diag_nvml(nvml, detail.as_deref(), &links, &conditions, &request);
+    let driver = collection
+        .snapshot
+        .as_ref()
+        .map(|s| super::status::driver_readings(&s.xml))
+        .unwrap_or_default();
+    let report = diag_nvml(
+        nvml,
+        detail.as_deref(),
+        &links,
+        &driver,
+        &conditions,
+        &request,
+    );
     if global.json {
         if !print_json(&report) {
             return ExitCode::from(1);

@@ -180,10 +180,15 @@ async fn diag(node: &Node, request: &Request) -> Result<Answer, Answer> {
         NvmlState::Collected(&inventory)
     };
     let links = link_widths(&node.config.host, &inventory);
+    let driver = latest
+        .as_ref()
+        .and_then(|l| l.driver.clone())
+        .unwrap_or_default();
     let report = diag_nvml(
         nvml,
         error.as_deref().filter(|_| !no_driver),
         &links,
+        &driver,
         &node.health.conditions(),
         &DiagRequest {
             gpu_uuids: asked.gpus,
