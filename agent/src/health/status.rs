@@ -223,13 +223,14 @@ pub async fn status_within(
                 (Vec::new(), Vec::new())
             }
         };
+    let fabric_manager_down = super::verdict::fabric_manager_down(host).await;
     let evidence = Evidence {
         conditions: &conditions,
         history: &history,
         policy: Some(policy),
         driver: driver.as_ref(),
         silent: silent.as_deref(),
-        fabric_manager_down: None,
+        fabric_manager_down,
     };
     Ok(StatusReport {
         gpus: gpu_statuses(&samples, inventory.as_ref(), &evidence),
@@ -411,6 +412,28 @@ mod tests {
             "the driver's recovery action is \"Reboot\""
         );
         assert!(report.gpus[4].healthy && !report.gpus[0].healthy);
+    }
+
+    // What broke: NVSwitches on the bus without a fabric manager left every GPU healthy,
+    // although CUDA fails on all of them.
+    #[tokio::test]
+    async fn nvswitches_without_a_fabric_manager_make_every_gpu_unhealthy() {
+        let host = Host::fake(hosts().join("hgx-no-fabric-manager"));
+        let data = tempfile::tempdir().unwrap();
+        let report = status(&host, data.path()).await.unwrap();
+        assert_eq!(report.gpus.len(), 8);
+        for g in &report.gpus {
+            assert_eq!(g.health, HealthState::Unhealthy, "{g:?}");
+            assert_eq!(
+                g.reasons[0].action,
+                "start the fabric manager: systemctl enable --now nvidia-fabricmanager"
+            );
+        }
+        // The same board with the fabric manager running is healthy.
+        let report = status(&Host::fake(hosts().join("hgx-h100")), data.path())
+            .await
+            .unwrap();
+        assert!(report.gpus.iter().all(|g| g.health == HealthState::Healthy));
     }
 
     // What broke: with nvidia-smi wedged, bcd status printed nothing but a timeout; the GPUs

@@ -172,6 +172,24 @@ pub fn recovery_action(value: &str, uuid: &str) -> Option<(String, String)> {
     Some((format!("the driver's recovery action is {value:?}"), action))
 }
 
+/// The NVSwitches left without a fabric manager: `Some(switches)` when there are NVSwitch
+/// functions on the bus and `systemctl` says `nvidia-fabricmanager` is not active; `None`
+/// when there are none or systemd could not be asked (nothing is known then).
+pub async fn fabric_manager_down(host: &crate::host::Host) -> Option<usize> {
+    use crate::doctor::systemd::{is_active, UnitState, FABRIC_MANAGER_UNIT};
+    let switches =
+        crate::doctor::checks::nvswitch_count(&crate::inventory::memory::pci_functions(host));
+    if switches == 0 {
+        return None;
+    }
+    match is_active(host.systemctl(), FABRIC_MANAGER_UNIT).await {
+        UnitState::Is(s) if s != "active" && s != "activating" && s != "reloading" => {
+            Some(switches)
+        }
+        _ => None,
+    }
+}
+
 /// Judges `gpu`.
 pub fn judge(gpu: &Gpu, ev: &Evidence<'_>) -> Verdict {
     let uuid = gpu.uuid.as_str();

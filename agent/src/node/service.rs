@@ -78,6 +78,8 @@ pub struct Latest {
     pub snapshot_error: Option<String>,
     /// The driver's own health readings per GPU UUID; `None` when `-q -x` gave none.
     pub driver: Option<BTreeMap<String, crate::smi::xml::DriverHealth>>,
+    /// NVSwitches on the bus while `nvidia-fabricmanager` is not active (their count).
+    pub fabric_manager_down: Option<usize>,
 }
 
 /// How the sampler runs now, for `status` and the metrics.
@@ -172,6 +174,8 @@ impl Node {
             listed,
             snapshot_error: collection.snapshot_error.as_ref().map(ToString::to_string),
             driver,
+            fabric_manager_down: crate::health::verdict::fabric_manager_down(&self.config.host)
+                .await,
         };
         *self.latest.write().await = Some(latest);
         self.inventory_tx.send_replace(collection.inventory.clone());
@@ -249,7 +253,7 @@ impl Node {
             policy: Some(&self.config.xid_policy),
             driver: l.driver.as_ref(),
             silent: l.snapshot_error.as_deref(),
-            fabric_manager_down: None,
+            fabric_manager_down: l.fabric_manager_down,
         }
     }
 
