@@ -59,6 +59,12 @@ pub struct Global {
     /// Machine-readable output where the command has it.
     #[arg(long, global = true)]
     pub json: bool,
+    /// XIDs that never affect a GPU's health, overriding NVIDIA's catalog (e.g. 13,31).
+    #[arg(long, global = true, value_name = "XIDS", default_value = "")]
+    pub xid_ignore: crate::health::xid::XidList,
+    /// XIDs that make a GPU unhealthy until a reset, overriding NVIDIA's catalog (e.g. 43).
+    #[arg(long, global = true, value_name = "XIDS", default_value = "")]
+    pub xid_unhealthy: crate::health::xid::XidList,
 }
 
 impl Global {
@@ -67,6 +73,14 @@ impl Global {
         match &self.host {
             Some(dir) => Host::fake(dir),
             None => Host::new(&self.host_root, &self.nvidia_smi),
+        }
+    }
+
+    /// The node's XID overrides (`--xid-ignore`, `--xid-unhealthy`).
+    pub fn xid_policy(&self) -> crate::health::xid::XidPolicy {
+        crate::health::xid::XidPolicy {
+            ignore: self.xid_ignore.0.clone(),
+            unhealthy: self.xid_unhealthy.0.clone(),
         }
     }
 }

@@ -1,6 +1,8 @@
-//! The host bcd looks at: the root under which `/proc`, `/sys` and `/dev` are read, and the
-//! `nvidia-smi` to run. Production uses `/` and `nvidia-smi` from `PATH`; tests and demos point
-//! both at a fake host (`testdata/hosts/<name>/{root,bin/nvidia-smi}`).
+//! The host bcd looks at: the root under which `/proc`, `/sys` and `/dev` are read, the
+//! `nvidia-smi` to run, and the `systemctl` asked whether `nvidia-fabricmanager` runs.
+//! Production uses `/` and both from `PATH`; tests and demos point them at a fake host
+//! (`testdata/hosts/<name>/{root,bin/nvidia-smi,bin/systemctl}`; a host without
+//! `bin/systemctl` has no systemd to ask).
 
 use std::path::{Path, PathBuf};
 
@@ -9,6 +11,7 @@ use std::path::{Path, PathBuf};
 pub struct Host {
     root: PathBuf,
     nvidia_smi: PathBuf,
+    systemctl: PathBuf,
 }
 
 impl Default for Host {
@@ -23,13 +26,21 @@ impl Host {
         Self {
             root: root.into(),
             nvidia_smi: nvidia_smi.into(),
+            systemctl: PathBuf::from("systemctl"),
         }
     }
 
     /// A fake host folder: `DIR/root` is the root and `DIR/bin/nvidia-smi` the `nvidia-smi`.
     pub fn fake(dir: impl AsRef<Path>) -> Self {
         let dir = dir.as_ref();
-        Self::new(dir.join("root"), dir.join("bin/nvidia-smi"))
+        let mut host = Self::new(dir.join("root"), dir.join("bin/nvidia-smi"));
+        host.systemctl = dir.join("bin/systemctl");
+        host
+    }
+
+    /// The `systemctl` to ask about units, as given.
+    pub fn systemctl(&self) -> &Path {
+        &self.systemctl
     }
 
     /// The root folder.

@@ -715,6 +715,29 @@ fn the_command_exits_1_only_when_a_check_fails() {
     ]);
     assert_eq!(code, 0, "warnings pass: {text}");
     assert!(
+        text.lines().any(|l| {
+            l.split_whitespace().collect::<Vec<_>>().join(" ")
+            == "ok xid-policy NVIDIA's XID catalog as it is (no --xid-ignore or --xid-unhealthy)"
+        }),
+        "{text}"
+    );
+    // What broke: the node's XID overrides were nowhere to be seen.
+    let (_, text) = bcd(&[
+        "doctor",
+        "--host",
+        &host("passthrough"),
+        "--helper-socket",
+        sock,
+        "--xid-ignore",
+        "13,31",
+        "--xid-unhealthy",
+        "43",
+    ]);
+    assert!(
+        text.contains("xid-policy     XID overrides: ignored: 13,31; unhealthy until reset: 43"),
+        "{text}"
+    );
+    assert!(
         text.lines().any(|l| l.starts_with("warn helper ")),
         "{text}"
     );

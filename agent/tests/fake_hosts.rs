@@ -35,6 +35,8 @@ const KEYS: &[(&str, &[&str])] = &[
 
 const HOSTS: &[&str] = &[
     "hgx-h100",
+    "hgx-faults",
+    "hgx-no-fabric-manager",
     "a100-mig",
     "wsl2",
     "r470-old",

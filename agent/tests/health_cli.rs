@@ -62,8 +62,29 @@ fn failed(checks: &[CheckRow]) -> Vec<(&str, Option<&str>)> {
 fn hgx_h100_passes_every_check() {
     let (code, passed, checks) = diag("hgx-h100", &[]);
     assert_eq!((code, passed), (0, true));
-    // nvml.init, then five checks for each of the eight GPUs.
-    assert_eq!(checks.len(), 1 + 8 * 5);
+    // nvml.init, then six checks for each of the eight GPUs.
+    assert_eq!(checks.len(), 1 + 8 * 6);
+}
+
+// What broke: diag passed GPUs whose driver asked for a reset or a reboot.
+#[test]
+fn hgx_faults_fails_recovery_action_where_the_driver_asks_for_one() {
+    let (code, _, checks) = diag("hgx-faults", &[]);
+    assert_eq!(code, 1);
+    let failed: Vec<&str> = failed(&checks)
+        .into_iter()
+        .filter(|(c, _)| *c == "recovery-action")
+        .filter_map(|(_, g)| g)
+        .collect();
+    assert_eq!(
+        failed,
+        [
+            "GPU-ff1dacfa-2e1a-0504-a88b-76a3118ee48b",
+            "GPU-a4303385-f265-4ffc-ad1b-b0bef156d59a",
+            "GPU-de2e2aa2-202d-33bc-abdc-234d0197d1b8",
+            "GPU-70823a7e-f12c-9777-a04d-fa2e9a8cf5b8",
+        ]
+    );
 }
 
 #[test]
@@ -112,8 +133,8 @@ fn count_and_presence_fail_on_request() {
     );
     assert_eq!(code, 1);
     assert_eq!(failed(&checks), [("gpu.present", Some(unknown))]);
-    // Only the GPU asked for is checked: presence twice, nvml.init, five checks.
-    assert_eq!(checks.len(), 1 + 2 + 5);
+    // Only the GPU asked for is checked: presence twice, nvml.init, six checks.
+    assert_eq!(checks.len(), 1 + 2 + 6);
 }
 
 #[test]

@@ -139,3 +139,65 @@ fn prometheus_scrapes_the_node_and_reads_back_each_gpu() {
     let up: Value = serde_json::from_str(&up).unwrap();
     assert_eq!(up["data"]["result"][0]["value"][1], "1", "{up}");
 }
+
+// What broke: on a host whose nvidia-smi hangs, the metrics said `bcd_gpu_healthy 1` and had
+// no `bcd_nvidia_smi_success` series, so no alert could fire. Scraped directly, no Prometheus.
+#[test]
+fn a_wedged_nvidia_smi_is_never_healthy_in_the_metrics() {
+    let dir = tempfile::tempdir().unwrap();
+    let metrics = free_port();
+    let _node = Reaped(
+        Command::new(env!("CARGO_BIN_EXE_bcd"))
+            .arg("--host")
+            .arg(repo().join("testdata/hosts/wedged"))
+            .arg("--data-dir")
+            .arg(dir.path().join("data"))
+            .arg("--cdi-dir")
+            .arg(dir.path().join("cdi"))
+            .arg("--helper-socket")
+            .arg(dir.path().join("helper.sock"))
+            .arg("--api-socket")
+            .arg(dir.path().join("bcd.sock"))
+            .args(["node", "--metrics-listen", &metrics, "--api-group", "root"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let uuid = "GPU-940af793-c02c-d660-3221-9bbb6e5e0bfa";
+    // The first collection waits out nvidia-smi's 30 s bound; every scrape until then and
+    // after must not call the GPU healthy.
+    let started = Instant::now();
+    let text = loop {
+        if let Some((200, body)) = get(&metrics, "/metrics") {
+            assert!(
+                !body.contains(&format!("bcd_gpu_healthy{{uuid=\"{uuid}\"}} 1")),
+                "{body}"
+            );
+            if body.contains("bcd_nvidia_smi_success{query=\"-q -x\"} 0") {
+                break body;
+            }
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "no failed -q -x in the metrics within 60 s"
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    };
+    assert!(
+        text.contains(&format!("bcd_gpu_healthy{{uuid=\"{uuid}\"}} 0")),
+        "{text}"
+    );
+    assert!(
+        text.contains(&format!(
+            "bcd_gpu_health_state{{uuid=\"{uuid}\",state=\"unknown\"}} 1"
+        )),
+        "{text}"
+    );
+    assert!(
+        text.contains("bcd_nvidia_smi_duration_seconds{query=\"-q -x\"}"),
+        "{text}"
+    );
+    assert!(text.contains("# TYPE bcd_xid_total counter"), "{text}");
+}

@@ -270,3 +270,72 @@ fn trimmed_captures_read_what_they_have() {
     assert_eq!(gpu.power_draw_w, None);
     assert_eq!(gpu.pci_bus_id.as_deref(), Some("00000000:01:00.0"));
 }
+
+/// The driver's own health readings of every real capture: `gpu_recovery_action` (all say
+/// `None`), `gpu_reset_status`, the fabric block (all `N/A`) and the slowdown reasons read as
+/// each `<gpu>` element writes them.
+#[test]
+fn driver_health_readings_match_every_capture() {
+    let truth = |v: Option<&str>| -> Option<bool> {
+        let v = v?;
+        if is_na(v) {
+            return None;
+        }
+        Some(matches!(v, "Yes" | "True" | "Active"))
+    };
+    let mut with_reset_status = 0;
+    let mut with_clock_reasons = 0;
+    for (name, text) in captures() {
+        let doc = parse_query_xml(text.as_bytes()).unwrap();
+        for (gpu, section) in doc.gpus.iter().zip(gpu_sections(&text)) {
+            let d = &gpu.driver_health;
+            assert_eq!(d.recovery_action, None, "{name}");
+            assert_eq!(
+                d.reset_required,
+                truth(leaf(section, "reset_required")),
+                "{name}"
+            );
+            assert_eq!(
+                d.drain_and_reset_recommended,
+                truth(leaf(section, "drain_and_reset_recommended")),
+                "{name}"
+            );
+            with_reset_status += usize::from(d.reset_required.is_some());
+            for v in [
+                &d.fabric_state,
+                &d.fabric_status,
+                &d.fabric_summary,
+                &d.fabric_bandwidth,
+            ] {
+                assert_eq!(*v, None, "{name}: every capture's fabric is N/A");
+            }
+            let reason = |short: &str| {
+                leaf(section, &format!("clocks_event_reason_{short}"))
+                    .or_else(|| leaf(section, &format!("clocks_throttle_reason_{short}")))
+            };
+            let c = d.clock_events;
+            assert_eq!(c.hw_slowdown, truth(reason("hw_slowdown")), "{name}");
+            assert_eq!(
+                c.hw_thermal_slowdown,
+                truth(reason("hw_thermal_slowdown")),
+                "{name}"
+            );
+            assert_eq!(
+                c.sw_thermal_slowdown,
+                truth(reason("sw_thermal_slowdown")),
+                "{name}"
+            );
+            assert_eq!(
+                c.hw_power_brake_slowdown,
+                truth(reason("hw_power_brake_slowdown")),
+                "{name}"
+            );
+            assert!(c.active().is_empty(), "{name}: no capture is slowed down");
+            with_clock_reasons += usize::from(c.hw_slowdown.is_some());
+        }
+    }
+    if captures_dir().is_some() {
+        assert!(with_reset_status >= 3, "{with_reset_status}");
+        assert!(with_clock_reasons >= 30, "{with_clock_reasons}");
+    }
+}

@@ -220,6 +220,7 @@ pub async fn node(
         sample_interval: Duration::from_secs(sample_interval),
         otlp_endpoint,
         gpu_slots,
+        xid_policy: global.xid_policy(),
     };
     match run(config).await {
         Ok(()) => ExitCode::SUCCESS,

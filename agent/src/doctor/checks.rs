@@ -37,6 +37,8 @@ pub mod name {
     pub const PERSISTENCE: &str = "persistence";
     /// NVSwitches and `nvidia-fabricmanager`.
     pub const FABRIC_MANAGER: &str = "fabric-manager";
+    /// The node's overrides of NVIDIA's XID catalog (`--xid-ignore`, `--xid-unhealthy`).
+    pub const XID_POLICY: &str = "xid-policy";
     /// The kernel module's version against `nvidia-smi`'s.
     pub const DRIVER_VERSION: &str = "driver-version";
     /// `/dev/kmsg` readable (XIDs).

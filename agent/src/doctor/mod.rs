@@ -227,7 +227,13 @@ fn print(text: &str) {
 pub async fn command(global: &Global, systemctl: &Path) -> ExitCode {
     let mut env = DoctorEnv::new(global.host(), &global.helper_socket);
     env.systemctl = systemctl.to_path_buf();
-    let report = run(&env).await;
+    let mut report = run(&env).await;
+    // The node's XID overrides are configuration, not a fact of the host: always `ok`.
+    report.checks.push(Check::new(
+        Status::Ok,
+        checks::name::XID_POLICY,
+        global.xid_policy().describe(),
+    ));
     if global.json {
         match report.to_json() {
             Ok(json) => print(&format!("{json}\n")),

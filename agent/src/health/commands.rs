@@ -5,7 +5,7 @@ use std::process::ExitCode;
 
 use super::diag::{diag_nvml, link_widths, render as render_diag, DiagRequest, NvmlState};
 use super::faults::{read_boot_id, read_this_boot};
-use super::status::{render as render_status, status};
+use super::status::{render as render_status, status_within, STATUS_WAIT};
 use crate::cli::Global;
 use crate::inventory::collect::collect;
 
@@ -30,7 +30,7 @@ fn print_json<T: serde::Serialize>(value: &T) -> bool {
 /// `bcd status`: exit 0 with a sample, 1 without (no driver, failure, timeout).
 pub async fn status_command(global: &Global) -> ExitCode {
     let host = global.host();
-    match status(&host, &global.data_dir).await {
+    match status_within(&host, &global.data_dir, &global.xid_policy(), STATUS_WAIT).await {
         Ok(report) => {
             let printed = if global.json {
                 print_json(&report)
@@ -38,7 +38,8 @@ pub async fn status_command(global: &Global) -> ExitCode {
                 print(&render_status(&report));
                 true
             };
-            if printed {
+            // A GPU nvidia-smi could not sample is no success, whatever got printed.
+            if printed && report.nvidia_smi_error.is_none() {
                 ExitCode::SUCCESS
             } else {
                 ExitCode::from(1)
@@ -78,7 +79,19 @@ pub async fn diag_command(
         expected_gpu_count: expected_gpus,
     };
     let links = link_widths(&host, &collection.inventory);
-    let report = diag_nvml(nvml, detail.as_deref(), &links, &conditions, &request);
+    let driver = collection
+        .snapshot
+        .as_ref()
+        .map(|s| super::status::driver_readings(&s.xml))
+        .unwrap_or_default();
+    let report = diag_nvml(
+        nvml,
+        detail.as_deref(),
+        &links,
+        &driver,
+        &conditions,
+        &request,
+    );
     if global.json {
         if !print_json(&report) {
             return ExitCode::from(1);

@@ -1,5 +1,6 @@
 //! `diag.nvml`: the checks the seed lists, run over a fresh inventory, the PCIe link widths in
-//! sysfs and this boot's XID conditions; and `bcd diag`'s rendering.
+//! sysfs, the driver's own recovery readings and this boot's XID conditions; and `bcd diag`'s
+//! rendering.
 //!
 //! [`diag_nvml`] is pure: the caller collects, reads sysfs ([`link_widths`]) and the faults
 //! file. `nvml.init` failing stops everything else, as there is nothing to check then.
@@ -12,6 +13,7 @@ use serde::Serialize;
 use super::{uncorrectable_volatile, xid_conditions, Condition};
 use crate::host::Host;
 use crate::inventory::document::{Gpu, Inventory};
+use crate::smi::xml::DriverHealth;
 
 /// The checks' names, as the seed spells them.
 pub mod check {
@@ -31,6 +33,8 @@ pub mod check {
     pub const PCIE_LINK: &str = "pcie.link";
     /// No XID this boot.
     pub const XID_RECENT: &str = "xid.recent";
+    /// The driver asks for no recovery action (`gpu_recovery_action`, `gpu_reset_status`).
+    pub const RECOVERY_ACTION: &str = "recovery-action";
 }
 
 /// `nvml.init`'s message when `nvidia-smi` did not answer.
@@ -113,11 +117,13 @@ fn gpu_check(name: &str, gpu: &str, passed: bool, message: String) -> Check {
 ///
 /// `links` maps a GPU's UUID to its link width; a GPU without an entry (no sysfs, as on WSL)
 /// passes `pcie.link`. `conditions` must be this boot's. `nvml_detail` is appended to the
-/// `nvml.init` failure (the snapshot's error) when given.
+/// `nvml.init` failure (the snapshot's error) when given. `driver` holds the driver's own
+/// readings per GPU UUID (from the same `-q -x`) for `recovery-action`.
 pub fn diag_nvml(
     nvml: NvmlState<'_>,
     nvml_detail: Option<&str>,
     links: &BTreeMap<String, LinkWidth>,
+    driver: &BTreeMap<String, DriverHealth>,
     conditions: &[Condition],
     request: &DiagRequest,
 ) -> DiagReport {
@@ -190,6 +196,7 @@ pub fn diag_nvml(
     };
     for gpu in selected {
         checks.extend(gpu_checks(gpu, links.get(&gpu.uuid), conditions));
+        checks.push(recovery_check(&gpu.uuid, driver.get(&gpu.uuid)));
     }
     finish(checks)
 }
@@ -199,6 +206,44 @@ fn finish(checks: Vec<Check>) -> DiagReport {
         passed: checks.iter().all(|c| c.passed),
         checks,
     }
+}
+
+/// `recovery-action`: fails when the driver asks for a reset, a drain or a reboot.
+fn recovery_check(uuid: &str, driver: Option<&DriverHealth>) -> Check {
+    let Some(d) = driver else {
+        return gpu_check(
+            check::RECOVERY_ACTION,
+            uuid,
+            true,
+            "nvidia-smi gave no driver readings for this GPU (not checked)".into(),
+        );
+    };
+    if let Some((message, action)) = d
+        .recovery_action
+        .as_deref()
+        .and_then(|v| super::verdict::recovery_action(v, uuid))
+    {
+        return gpu_check(
+            check::RECOVERY_ACTION,
+            uuid,
+            false,
+            format!("{message}: {action}"),
+        );
+    }
+    if d.drain_and_reset_recommended == Some(true) || d.reset_required == Some(true) {
+        return gpu_check(
+            check::RECOVERY_ACTION,
+            uuid,
+            false,
+            format!("the driver's gpu_reset_status asks for a reset: bcd gpu reset {uuid}"),
+        );
+    }
+    gpu_check(
+        check::RECOVERY_ACTION,
+        uuid,
+        true,
+        "the driver asks for no recovery action".into(),
+    )
 }
 
 fn gpu_checks(gpu: &Gpu, link: Option<&LinkWidth>, conditions: &[Condition]) -> Vec<Check> {
@@ -383,6 +428,7 @@ mod tests {
             NvmlState::Collected(inv),
             None,
             &BTreeMap::new(),
+            &BTreeMap::new(),
             conds,
             req,
         )
@@ -400,7 +446,7 @@ mod tests {
     fn a_clean_node_passes_every_check() {
         let r = run(&inventory(), &[], &DiagRequest::default());
         assert!(r.passed, "{r:?}");
-        assert_eq!(r.checks.len(), 1 + 2 * 5);
+        assert_eq!(r.checks.len(), 1 + 2 * 6);
     }
 
     #[test]
@@ -472,6 +518,7 @@ mod tests {
             NvmlState::Collected(&inv),
             None,
             &links,
+            &BTreeMap::new(),
             &[],
             &DiagRequest::default(),
         );
@@ -486,6 +533,7 @@ mod tests {
             NvmlState::Collected(&inv),
             Some("nvidia-smi -q -x did not answer within 30s and was killed"),
             &BTreeMap::new(),
+            &BTreeMap::new(),
             &[],
             &DiagRequest::default(),
         );
@@ -495,6 +543,7 @@ mod tests {
         let r = diag_nvml(
             NvmlState::Unavailable,
             None,
+            &BTreeMap::new(),
             &BTreeMap::new(),
             &[],
             &DiagRequest::default(),

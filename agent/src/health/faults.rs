@@ -4,6 +4,9 @@
 //! The file holds the boot id (`/proc/sys/kernel/random/boot_id`) it was written in. The first
 //! start in another boot finds a different id and drops the conditions (rewriting the file);
 //! readers that only look ([`read_this_boot`], for `bcd status` and `bcd diag`) never write.
+//! Before dropping them it keeps that boot's hardware XIDs (those whose remedy is a reset or a
+//! reboot, see [`super::xid`]) in a bounded history of [`HISTORY_BOOTS`] boots: the same
+//! hardware XID on the same GPU in two consecutive boots means the GPU needs inspection.
 //! The file is private (0600) and written atomically; a torn file is set aside, never replaced
 //! silently (see [`crate::state`]).
 
@@ -38,12 +41,59 @@ pub enum FaultsError {
     State(#[from] StateError),
 }
 
+/// How many earlier boots' hardware XIDs are kept.
+pub const HISTORY_BOOTS: usize = 8;
+
+/// The hardware XIDs one earlier boot saw.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PastBoot {
+    /// That boot's id.
+    pub boot_id: String,
+    /// `(GPU UUID, XID number)`, one per pair.
+    pub xids: Vec<(String, u32)>,
+}
+
+impl PastBoot {
+    /// Whether that boot saw XID `number` on `uuid`.
+    pub fn has(&self, uuid: &str, number: u32) -> bool {
+        self.xids.iter().any(|(u, n)| u == uuid && *n == number)
+    }
+
+    /// The hardware XIDs among `conditions`, judged by the catalog (overrides are the
+    /// node's present opinion, not history's).
+    fn of(boot_id: &str, conditions: &[Condition]) -> Self {
+        let policy = super::xid::XidPolicy::default();
+        let mut xids: Vec<(String, u32)> = conditions
+            .iter()
+            .filter_map(|c| Some((c.device_id.clone(), super::xid_number(&c.kind)?)))
+            .filter(|(_, n)| policy.judge(*n).is_hardware())
+            .collect();
+        xids.sort();
+        xids.dedup();
+        Self {
+            boot_id: boot_id.to_owned(),
+            xids,
+        }
+    }
+}
+
 /// The file's contents.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 struct Document {
     boot_id: String,
     #[serde(default)]
     conditions: Vec<Condition>,
+    /// Earlier boots, oldest first.
+    #[serde(default)]
+    history: Vec<PastBoot>,
+}
+
+/// Appends a finished boot to `history`, keeping the last [`HISTORY_BOOTS`]; a boot without
+/// hardware XIDs is kept too (it breaks a run of consecutive boots).
+fn push_history(history: &mut Vec<PastBoot>, boot: PastBoot) {
+    history.push(boot);
+    let excess = history.len().saturating_sub(HISTORY_BOOTS);
+    history.drain(..excess);
 }
 
 /// Reads this boot's id from `host`, trimmed.
@@ -68,9 +118,21 @@ fn parse(bytes: &[u8]) -> Result<Document, String> {
 /// [`FaultsError::State`] when the file is a link, unreadable or does not parse (it is left
 /// where it is: readers never set files aside).
 pub fn read_this_boot(data_dir: &Path, boot_id: &str) -> Result<Vec<Condition>, FaultsError> {
+    read_with_history(data_dir, boot_id).map(|(c, _)| c)
+}
+
+/// [`read_this_boot`], and the earlier boots' history as the next start would keep it (when
+/// the file is from another boot, that boot is the last of the history).
+///
+/// # Errors
+/// As [`read_this_boot`].
+pub fn read_with_history(
+    data_dir: &Path,
+    boot_id: &str,
+) -> Result<(Vec<Condition>, Vec<PastBoot>), FaultsError> {
     let path = data_dir.join(FAULTS_FILE);
     let Some(bytes) = state::read(&path)? else {
-        return Ok(Vec::new());
+        return Ok((Vec::new(), Vec::new()));
     };
     let doc = parse(&bytes).map_err(|reason| {
         FaultsError::State(StateError::Io {
@@ -79,9 +141,11 @@ pub fn read_this_boot(data_dir: &Path, boot_id: &str) -> Result<Vec<Condition>, 
         })
     })?;
     Ok(if doc.boot_id == boot_id {
-        doc.conditions
+        (doc.conditions, doc.history)
     } else {
-        Vec::new()
+        let mut history = doc.history;
+        push_history(&mut history, PastBoot::of(&doc.boot_id, &doc.conditions));
+        (Vec::new(), history)
     })
 }
 
@@ -94,6 +158,7 @@ pub struct FaultStore {
     /// What a write needs, held open so an XID is recorded while the process has no file
     /// descriptor left; `None` where it could not be held (each write then opens its own).
     writer: Option<state::ReservedWriter>,
+    history: Vec<PastBoot>,
 }
 
 impl FaultStore {
@@ -111,14 +176,23 @@ impl FaultStore {
             path,
             boot_id: boot_id.to_owned(),
             conditions: Vec::new(),
+            history: Vec::new(),
         };
         match loaded {
-            Some(doc) if doc.boot_id == boot_id => store.conditions = doc.conditions,
+            Some(doc) if doc.boot_id == boot_id => {
+                store.conditions = doc.conditions;
+                store.history = doc.history;
+            }
             Some(doc) => {
                 tracing::info!(
-                    "dropping {} XID condition(s) of an earlier boot ({})",
+                    "dropping {} XID condition(s) of an earlier boot ({}), keeping its hardware XIDs as history",
                     doc.conditions.len(),
                     doc.boot_id
+                );
+                store.history = doc.history;
+                push_history(
+                    &mut store.history,
+                    PastBoot::of(&doc.boot_id, &doc.conditions),
                 );
                 store.save()?;
             }
@@ -136,7 +210,13 @@ impl FaultStore {
             path,
             boot_id: boot_id.to_owned(),
             conditions: Vec::new(),
+            history: Vec::new(),
         }
+    }
+
+    /// Earlier boots' hardware XIDs, oldest first.
+    pub fn history(&self) -> &[PastBoot] {
+        &self.history
     }
 
     /// This boot's conditions.
@@ -191,6 +271,7 @@ impl FaultStore {
         let doc = Document {
             boot_id: self.boot_id.clone(),
             conditions: self.conditions.clone(),
+            history: self.history.clone(),
         };
         // Plain data always encodes.
         let bytes = serde_json::to_vec_pretty(&doc).unwrap_or_default();
@@ -240,6 +321,15 @@ impl Health {
     /// The conditions now.
     pub fn conditions(&self) -> Vec<Condition> {
         self.published.borrow().clone()
+    }
+
+    /// Earlier boots' hardware XIDs, oldest first (fixed for the life of the process).
+    pub fn history(&self) -> Vec<PastBoot> {
+        self.store
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .history()
+            .to_vec()
     }
 
     /// Raises a condition, writes the file and publishes; see [`FaultStore::raise`].
@@ -337,6 +427,79 @@ mod tests {
             std::fs::metadata(&file).unwrap().permissions().mode() & 0o777,
             0o600
         );
+    }
+
+    // What broke: a reboot forgot every XID, so a GPU with the same double-bit ECC error on
+    // every boot came back healthy each time.
+    #[test]
+    fn the_same_hardware_xid_on_two_consecutive_boots_escalates_to_inspection() {
+        use crate::health::verdict::{judge, Evidence, HealthState, INSPECT_ACTION};
+        use crate::inventory::document::Gpu;
+        let dir = tempfile::tempdir().unwrap();
+        let mut store = FaultStore::open(dir.path(), "boot-1").unwrap();
+        store
+            .raise("Xid48", GPU_A, "NVRM: Xid (PCI:0000:18:00): 48, DBE")
+            .unwrap();
+        store
+            .raise("Xid13", GPU_A, "NVRM: Xid (PCI:0000:18:00): 13, app")
+            .unwrap();
+        drop(store);
+        let store = FaultStore::open(dir.path(), "boot-2").unwrap();
+        assert_eq!(
+            store.history(),
+            [PastBoot {
+                boot_id: "boot-1".into(),
+                xids: vec![(GPU_A.into(), 48)]
+            }],
+            "application XIDs are not history"
+        );
+        let (_, read) = read_with_history(dir.path(), "boot-2").unwrap();
+        assert_eq!(read, store.history());
+        let mut store = store;
+        store
+            .raise("Xid48", GPU_A, "NVRM: Xid (PCI:0000:18:00): 48, again")
+            .unwrap();
+        let gpu = Gpu {
+            uuid: GPU_A.into(),
+            ..Gpu::default()
+        };
+        let v = judge(
+            &gpu,
+            &Evidence {
+                conditions: store.conditions(),
+                history: store.history(),
+                ..Evidence::default()
+            },
+        );
+        assert_eq!(v.health, HealthState::Unhealthy);
+        assert_eq!(v.reasons[0].action, INSPECT_ACTION);
+        // Another GPU with the same XID, or the same GPU with another, is not a repeat.
+        let other = Gpu {
+            uuid: GPU_B.into(),
+            ..Gpu::default()
+        };
+        let mut c = store.conditions().to_vec();
+        c[0].device_id = GPU_B.into();
+        let v = judge(
+            &other,
+            &Evidence {
+                conditions: &c,
+                history: store.history(),
+                ..Evidence::default()
+            },
+        );
+        assert_eq!(
+            v.reasons[0].action,
+            format!("reset the GPU: bcd gpu reset {GPU_B}")
+        );
+        // The history is bounded.
+        drop(store);
+        for b in 3..20 {
+            FaultStore::open(dir.path(), &format!("boot-{b}")).unwrap();
+        }
+        let store = FaultStore::open(dir.path(), "boot-20").unwrap();
+        assert_eq!(store.history().len(), HISTORY_BOOTS);
+        assert_eq!(store.history().last().unwrap().boot_id, "boot-19");
     }
 
     #[test]

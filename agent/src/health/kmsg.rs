@@ -7,16 +7,19 @@
 //! an embedded newline therefore arrives as one line holding `\x0a`.
 //!
 //! An XID matches only when the (unescaped) message *starts* with the driver's text,
-//! `NVRM: Xid (PCI:<address>): <number>`, and the record comes from the kernel facility. A
-//! process name inside some other line (`foo[1]: NVRM: Xid ...`, or a `name=NVRM: Xid ...` field)
-//! can therefore never forge a match.
+//! `NVRM: Xid (PCI:<address>): <number>` (older drivers: `NVRM: Xid (<address>): <number>`),
+//! and the record comes from the kernel facility. A process name inside some other line
+//! (`foo[1]: NVRM: Xid ...`, or a `name=NVRM: Xid ...` field) can therefore never forge a match.
+//! The same holds for the two other events read here ([`parse_event`]): an NVSwitch's
+//! `nvidia-nvswitchN: SXid (PCI:<address>): <number>, Fatal|Non-fatal, ...` line, and the
+//! driver's "GPU has fallen off the bus" lines that carry no XID.
 
 use std::borrow::Cow;
 
 use bcd_protocol::PciAddress;
 
-/// The prefix every XID message starts with.
-const XID_PREFIX: &str = "NVRM: Xid (PCI:";
+/// The prefix every XID message starts with; `PCI:` follows on current drivers.
+const XID_PREFIX: &str = "NVRM: Xid (";
 
 /// One kernel log record.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -181,6 +184,7 @@ impl Xid {
 /// very start, gives `None`.
 pub fn parse_xid(message: &str) -> Option<Xid> {
     let rest = message.strip_prefix(XID_PREFIX)?;
+    let rest = rest.strip_prefix("PCI:").unwrap_or(rest);
     let (address, rest) = rest.split_once("): ")?;
     let address = parse_address(address)?;
     let digits = rest.bytes().take_while(u8::is_ascii_digit).count();
@@ -212,6 +216,126 @@ fn parse_address(text: &str) -> Option<PciAddress> {
     };
     // The protocol's parser checks every digit and range; it only takes the kernel's form.
     format!("{domain}:{bus}:{device}.{function}").parse().ok()
+}
+
+/// One NVSwitch SXid line that states its severity (the `Data {...}` and `Severity N ...`
+/// lines around it repeat the number and are not read).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SXid {
+    /// The SXid number (20034: LTSSM fault, 22013: minion link interrupt, ...).
+    pub number: u32,
+    /// The switch's PCI function.
+    pub address: PciAddress,
+    /// `Fatal` (the switch's links stop: the GPUs on them need a reset) or `Non-fatal`.
+    pub fatal: bool,
+    /// The driver's whole line, trimmed.
+    pub text: String,
+}
+
+/// Reads an NVSwitch's SXid line: `nvidia-nvswitchN: SXid (PCI:dddd:bb:dd.f): N, Fatal, ...`
+/// or `..., Non-fatal, ...`. Lines without the severity word give `None`.
+pub fn parse_sxid(message: &str) -> Option<SXid> {
+    let rest = message.strip_prefix("nvidia-nvswitch")?;
+    let digits = rest.bytes().take_while(u8::is_ascii_digit).count();
+    let rest = rest[digits..].strip_prefix(": SXid (PCI:")?;
+    let (address, rest) = rest.split_once("): ")?;
+    let address = parse_address(address)?;
+    let n = rest.bytes().take_while(u8::is_ascii_digit).count();
+    if n == 0 || n > 9 {
+        return None;
+    }
+    let number = rest[..n].parse().ok()?;
+    let severity = rest[n..].strip_prefix(", ")?;
+    let word = severity.split(',').next()?.trim();
+    let fatal = if word.eq_ignore_ascii_case("fatal") {
+        true
+    } else if word.eq_ignore_ascii_case("non-fatal") || word.eq_ignore_ascii_case("nonfatal") {
+        false
+    } else {
+        return None;
+    };
+    Some(SXid {
+        number,
+        address,
+        fatal,
+        text: message.trim().to_owned(),
+    })
+}
+
+/// The operator's action for an SXid, after NVIDIA's NVSwitch documentation: a fatal SXid
+/// stops the switch's links, and the GPUs using them need a reset (on HGX boards, of the
+/// whole baseboard: a reboot); a non-fatal one is corrected and only watched.
+pub fn sxid_action(fatal: bool) -> String {
+    if fatal {
+        "stop the jobs on this board's GPUs, then reboot the node: a fatal NVSwitch error stops its NVLinks".to_owned()
+    } else {
+        "watch the switch: a non-fatal NVSwitch error was corrected; the GPUs may take work"
+            .to_owned()
+    }
+}
+
+/// The condition kind of a "GPU has fallen off the bus" line without an XID.
+pub const FELL_OFF_THE_BUS: &str = "FellOffTheBus";
+
+/// Reads the driver's "fallen off the bus" lines that carry no XID:
+/// `NVRM: GPU 0000:91:00.0: GPU has fallen off the bus.`, the old
+/// `NVRM: GPU at 0000:01:00.0 has fallen off the bus.`, and
+/// `NVRM: The NVIDIA GPU 0000:b3:00.0 ... has fallen off the bus ...` (one record of three
+/// lines). Gives the GPU's address.
+pub fn parse_fell_off_the_bus(message: &str) -> Option<PciAddress> {
+    if !message.contains("fallen off the bus") {
+        return None;
+    }
+    let rest = ["NVRM: GPU at ", "NVRM: The NVIDIA GPU ", "NVRM: GPU "]
+        .iter()
+        .find_map(|p| message.strip_prefix(p))?;
+    let token = rest.split_whitespace().next()?;
+    let token = token.strip_prefix("PCI:").unwrap_or(token);
+    parse_address(token.strip_suffix(':').unwrap_or(token))
+}
+
+/// A kernel log event bcd acts on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Event {
+    /// A GPU's XID.
+    Xid(Xid),
+    /// An NVSwitch's SXid.
+    SXid(SXid),
+    /// A GPU fell off the bus (no XID on that line).
+    FellOffTheBus {
+        /// The GPU's PCI function.
+        address: PciAddress,
+        /// The driver's text, trimmed.
+        text: String,
+    },
+}
+
+/// Reads the event a kernel-facility message carries, if any.
+pub fn parse_event(message: &str) -> Option<Event> {
+    if let Some(x) = parse_xid(message) {
+        return Some(Event::Xid(x));
+    }
+    if let Some(s) = parse_sxid(message) {
+        return Some(Event::SXid(s));
+    }
+    parse_fell_off_the_bus(message).map(|address| Event::FellOffTheBus {
+        address,
+        text: message.trim().to_owned(),
+    })
+}
+
+/// Parses a record and, when it comes from the kernel facility, the event it carries.
+///
+/// # Errors
+/// [`KmsgError`] when the bytes are not a record.
+pub fn parse_event_record(bytes: &[u8]) -> Result<(Record<'_>, Option<Event>), KmsgError> {
+    let record = parse_record(bytes)?;
+    let event = if record.facility() == 0 {
+        parse_event(&record.message)
+    } else {
+        None
+    };
+    Ok((record, event))
 }
 
 /// Parses a record and, when it is the kernel's XID line, the XID.
@@ -359,6 +483,64 @@ mod tests {
                 (63, "00000000:DB:00.0".to_owned()),
             ]
         );
+    }
+
+    // What broke: the older driver form without `PCI:`, NVSwitch SXid lines and "fallen off
+    // the bus" lines without an XID were all missed.
+    #[test]
+    fn the_old_xid_form_sxids_and_fallen_off_the_bus_lines_are_read() {
+        let x =
+            parse_xid("NVRM: Xid (0000:18:00): 79, pid=1, GPU has fallen off the bus.").unwrap();
+        assert_eq!((x.number, x.bus_id().as_str()), (79, "00000000:18:00.0"));
+        assert_eq!(
+            parse_xid("NVRM: Xid PCI:0000:01:00: 43, pid=1814139, malformed"),
+            None
+        );
+        let s = parse_sxid(
+            "nvidia-nvswitch1: SXid (PCI:0000:06:00.0): 20034, Fatal, Link 48 LTSSM Fault Up",
+        )
+        .unwrap();
+        assert_eq!(
+            (s.number, s.fatal, s.address.to_string().as_str()),
+            (20034, true, "0000:06:00.0")
+        );
+        let s = parse_sxid("nvidia-nvswitch3: SXid (PCI:0000:04:00.0): 22013, Non-fatal, Link 44 Minion Link DLREQ interrupt").unwrap();
+        assert!(!s.fatal);
+        for companion in [
+            "nvidia-nvswitch3: SXid (PCI:0000:04:00.0): 22013, Data {0x0000002b, 0x0000002b}",
+            "nvidia-nvswitch3: SXid (PCI:0000:04:00.0): 22013, Severity 0 Engine instance 44",
+            "python: nvidia-nvswitch3: SXid (PCI:0000:04:00.0): 22013, Fatal, forged",
+        ] {
+            assert_eq!(parse_sxid(companion), None, "{companion}");
+        }
+        for (line, bus) in [
+            ("NVRM: GPU 0000:91:00.0: GPU has fallen off the bus.", "0000:91:00.0"),
+            ("NVRM: GPU at 0000:01:00.0 has fallen off the bus.", "0000:01:00.0"),
+            (
+                "NVRM: The NVIDIA GPU 0000:b3:00.0\nNVRM: (PCI ID: 10de:26b5) installed in this system has\nNVRM: fallen off the bus and is not responding to commands.",
+                "0000:b3:00.0",
+            ),
+        ] {
+            assert_eq!(
+                parse_fell_off_the_bus(line).map(|a| a.to_string()).as_deref(),
+                Some(bus),
+                "{line}"
+            );
+        }
+        assert_eq!(
+            parse_fell_off_the_bus("NVRM: GPU at PCI:0000:01:00: GPU-1234"),
+            None
+        );
+        // Only the kernel facility counts, for every event.
+        let (_, e) =
+            parse_event_record(b"12,1,1,-;NVRM: GPU 0000:91:00.0: GPU has fallen off the bus.")
+                .unwrap();
+        assert_eq!(e, None);
+        let (_, e) = parse_event_record(
+            b"3,1,1,-;nvidia-nvswitch0: SXid (PCI:0000:05:00.0): 20034, Fatal, Link 63",
+        )
+        .unwrap();
+        assert!(matches!(e, Some(Event::SXid(SXid { fatal: true, .. }))));
     }
 
     #[test]

@@ -1,10 +1,10 @@
 //! GPU health: XIDs from the kernel log, the conditions they raise (kept per boot in
-//! `faults.json`), the one healthy rule every reader uses, `diag.nvml`, `bcd status` and the
-//! policy half of `gpu.reset`.
+//! `faults.json`), what each XID means ([`xid`], the catalog), the one verdict every reader
+//! uses ([`verdict`]: healthy, degraded, unhealthy or unknown, each reason with its action),
+//! `diag.nvml`, `bcd status` and the policy half of `gpu.reset`.
 //!
-//! The rule ([`gpu_healthy`]) is: no failed or pending row remap, no uncorrectable volatile ECC
-//! errors, and no `Xid*` condition for the GPU this boot. Conditions only ever come from the
-//! faults store, which drops those of earlier boots, so "this boot" holds by construction.
+//! Conditions only ever come from the faults store, which drops those of earlier boots (keeping
+//! their hardware XIDs as history), so "this boot" holds by construction.
 
 pub mod commands;
 pub mod diag;
@@ -12,7 +12,9 @@ pub mod faults;
 pub mod kmsg;
 pub mod reset;
 pub mod status;
+pub mod verdict;
 pub mod watcher;
+pub mod xid;
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -30,9 +32,19 @@ pub fn xid_kind(number: u32) -> String {
 
 /// Whether `kind` is an XID condition's kind (`Xid` and digits).
 pub fn is_xid_kind(kind: &str) -> bool {
-    kind.strip_prefix(XID_KIND_PREFIX)
-        .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
+    xid_number(kind).is_some()
 }
+
+/// The number of an XID condition's kind (`Xid79` is 79).
+pub fn xid_number(kind: &str) -> Option<u32> {
+    kind.strip_prefix(XID_KIND_PREFIX)
+        .filter(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
+        .and_then(|n| n.parse().ok())
+}
+
+/// The prefix of an NVSwitch SXid condition's kind (`SXid20034`); its device is the switch's
+/// PCI address.
+pub const SXID_KIND_PREFIX: &str = "SXid";
 
 /// A device condition, as the node service reports it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -49,6 +61,9 @@ pub struct Condition {
     pub first_seen: u64,
     /// When it was last seen, seconds since the Unix epoch.
     pub last_seen: u64,
+    /// How many times it was seen this boot.
+    #[serde(default)]
+    pub count: u64,
 }
 
 impl Condition {
@@ -79,7 +94,8 @@ pub fn raise(
         .iter_mut()
         .find(|c| c.kind == kind && c.device_id == device_id)
     {
-        let changed = !c.status || c.message != message || c.last_seen != now;
+        let changed = true;
+        c.count = c.count.max(1) + 1;
         c.status = true;
         c.message = message.to_owned();
         c.last_seen = now;
@@ -92,6 +108,7 @@ pub fn raise(
         message: message.to_owned(),
         first_seen: now,
         last_seen: now,
+        count: 1,
     });
     true
 }
@@ -133,23 +150,37 @@ pub fn xid_conditions<'a>(gpu: &Gpu, conditions: &'a [Condition]) -> Vec<&'a Con
         .collect()
 }
 
-/// Why `gpu` is unhealthy, in words, one reason each; empty when it is healthy.
-pub fn unhealthy_reasons(gpu: &Gpu, conditions: &[Condition]) -> Vec<String> {
-    let mut out = hardware_problems(gpu);
-    let xids: Vec<&str> = xid_conditions(gpu, conditions)
-        .iter()
-        .map(|c| c.kind.as_str())
-        .collect();
-    if !xids.is_empty() {
-        out.push(format!("{} this boot", xids.join(", ")));
+/// A condition's class and action, from the XID catalog (and the node's overrides) for XIDs,
+/// from the switch's severity for NVSwitch SXids.
+pub fn describe(c: &Condition, policy: &xid::XidPolicy) -> (&'static str, String) {
+    if let Some(n) = xid_number(&c.kind) {
+        let j = policy.judge(n);
+        return (j.class.name(), j.remedy.action(&c.device_id));
     }
-    out
+    if c.kind.starts_with(SXID_KIND_PREFIX) {
+        let fatal = kmsg::parse_sxid(&c.message).is_none_or(|s| s.fatal);
+        return (xid::XidClass::Interconnect.name(), kmsg::sxid_action(fatal));
+    }
+    if c.kind == kmsg::FELL_OFF_THE_BUS {
+        return (
+            xid::XidClass::Bus.name(),
+            xid::Remedy::RebootNode.action(&c.device_id),
+        );
+    }
+    (xid::XidClass::Unknown.name(), "see the message".to_owned())
 }
 
-/// The healthy rule: may this GPU take work? No failed or pending row remap, no uncorrectable
-/// volatile ECC errors, no `Xid*` condition for it in `conditions` (which must be this boot's).
+/// The scheduling answer from the counters and this boot's conditions alone (no driver
+/// readings): see [`verdict::judge`] for the whole verdict.
 pub fn gpu_healthy(gpu: &Gpu, conditions: &[Condition]) -> bool {
-    unhealthy_reasons(gpu, conditions).is_empty()
+    verdict::judge(
+        gpu,
+        &verdict::Evidence {
+            conditions,
+            ..verdict::Evidence::default()
+        },
+    )
+    .healthy()
 }
 
 #[cfg(test)]
@@ -182,6 +213,17 @@ mod tests {
         }
     }
 
+    fn unhealthy_reasons(gpu: &Gpu, conditions: &[Condition]) -> Vec<String> {
+        let v = verdict::judge(
+            gpu,
+            &verdict::Evidence {
+                conditions,
+                ..verdict::Evidence::default()
+            },
+        );
+        v.reasons.into_iter().map(|r| r.message).collect()
+    }
+
     fn xid(kind: &str, device: &str) -> Condition {
         let mut v = Vec::new();
         raise(&mut v, kind, device, "NVRM: Xid ...", 1);
@@ -212,10 +254,7 @@ mod tests {
     fn a_failed_row_remap_is_unhealthy() {
         let mut g = healthy_gpu();
         g.row_remap.as_mut().unwrap().failure = Some(true);
-        assert_eq!(
-            unhealthy_reasons(&g, &[]),
-            ["row remapping failed: the GPU needs replacing"]
-        );
+        assert_eq!(unhealthy_reasons(&g, &[]), ["row remapping failed"]);
     }
 
     #[test]
@@ -242,7 +281,14 @@ mod tests {
             xid("Xid13", UUID),
             xid("Xid48", "GPU-other"),
         ];
-        assert_eq!(unhealthy_reasons(&g, &conds), ["Xid79, Xid13 this boot"]);
+        assert!(!gpu_healthy(&g, &conds));
+        assert_eq!(
+            unhealthy_reasons(&g, &conds),
+            [
+                "Xid 79 (GPU has fallen off the bus, class bus) 1 time(s) this boot: NVRM: Xid ...",
+                "Xid 13 (graphics engine exception, class application) 1 time(s) this boot: NVRM: Xid ..."
+            ]
+        );
         let mut cleared = xid("Xid79", UUID);
         cleared.status = false;
         let not_xid = xid("MemoryPressure", UUID);
@@ -260,10 +306,16 @@ mod tests {
         assert!(raise(&mut v, "Xid13", UUID, "other", 20));
         assert_eq!(v.len(), 2);
         assert_eq!(
-            (v[0].first_seen, v[0].last_seen, v[0].message.as_str()),
-            (10, 20, "second")
+            (
+                v[0].first_seen,
+                v[0].last_seen,
+                v[0].message.as_str(),
+                v[0].count
+            ),
+            (10, 20, "second", 2)
         );
-        assert!(!raise(&mut v, "Xid13", UUID, "other", 20), "nothing new");
+        assert!(raise(&mut v, "Xid13", UUID, "other", 20), "counted");
+        assert_eq!(v[1].count, 2);
     }
 
     #[test]

@@ -1,23 +1,28 @@
-//! `bcd status`: one line per GPU from a live sample, with `UNHEALTHY` and the reasons where
-//! the healthy rule fails.
+//! `bcd status`: one line per GPU with its health state and, where it is not healthy, the
+//! reasons and the action for each.
 //!
-//! The sample and the inventory (which holds the ECC and row-remap counters the rule needs)
-//! are read concurrently, both within [`STATUS_WAIT`]. Without the sample there is nothing to
-//! print; without the inventory the lines are printed with their health unknown.
+//! The sample and the inventory (which holds the ECC and row-remap counters and, through its
+//! `-q -x`, the driver's own readings) are read concurrently, both within [`STATUS_WAIT`].
+//! When `nvidia-smi` gives nothing in time, the GPUs the driver lists in procfs are printed
+//! with the state `unknown` and the reason: a silent `nvidia-smi` is never healthy.
 
+use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::Duration;
 
 use serde::Serialize;
 
-use super::faults::{read_boot_id, read_this_boot};
-use super::{unhealthy_reasons, Condition};
+use super::faults::{read_boot_id, read_with_history};
+use super::verdict::{judge, Evidence, HealthState, Reason};
+use super::xid::XidPolicy;
 use crate::host::Host;
 use crate::inventory::collect::collect;
 use crate::inventory::document::Inventory;
+use crate::inventory::{merge::merge, procfs};
 use crate::smi::runner::{RunError, Runner};
 use crate::smi::samples::GpuSample;
 use crate::smi::snapshot::{samples, SnapshotError};
+use crate::smi::xml::DriverHealth;
 
 /// The longest `bcd status` waits for the sample and the inventory.
 pub const STATUS_WAIT: Duration = Duration::from_secs(10);
@@ -51,24 +56,29 @@ pub struct GpuStatus {
     /// W.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub power_limit_w: Option<f64>,
-    /// Compute processes (graphics processes are no workload).
-    pub compute_processes: u32,
-    /// The healthy rule's verdict; absent when the inventory could not be read in time.
+    /// Compute processes (graphics processes are no workload); absent without a sample.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub healthy: Option<bool>,
-    /// Why it is unhealthy.
+    pub compute_processes: Option<u32>,
+    /// The scheduling answer: `true` for healthy and degraded GPUs.
+    pub healthy: bool,
+    /// The state: `healthy`, `degraded`, `unhealthy` or `unknown`.
+    pub health: HealthState,
+    /// Why it is not healthy, each with the operator's action.
     #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub reasons: Vec<String>,
+    pub reasons: Vec<Reason>,
 }
 
 /// `bcd status`'s result.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct StatusReport {
-    /// One per sampled GPU, in the inventory's index order when known.
+    /// One per GPU, in the inventory's index order when known.
     pub gpus: Vec<GpuStatus>,
     /// What could not be read, in words (the health is then incomplete).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub notes: Vec<String>,
+    /// Why `nvidia-smi` gave no sample, when it did not (`bcd status` then exits 1).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub nvidia_smi_error: Option<String>,
 }
 
 /// Why there is no status to print.
@@ -77,91 +87,155 @@ pub enum StatusError {
     /// No NVIDIA driver on this host.
     #[error("{}", RunError::NoDriver)]
     NoDriver,
-    /// The sample failed.
+    /// The sample failed and the driver lists no GPU either.
     #[error("cannot sample the GPUs: {0}")]
     Samples(SnapshotError),
-    /// The sample took longer than [`STATUS_WAIT`].
-    #[error("nvidia-smi did not give a sample within {}s: a GPU may be wedged (Xid 79 or 119)", STATUS_WAIT.as_secs())]
-    Timeout,
+    /// The sample took too long and the driver lists no GPU either.
+    #[error("nvidia-smi did not give a sample within {0}s: a GPU may be wedged (Xid 79 or 119)")]
+    Timeout(u64),
 }
 
-/// Joins samples with the inventory (by UUID) and the conditions into status lines.
+/// The driver's readings per GPU UUID from a `-q -x` document.
+pub fn driver_readings(xml: &crate::smi::xml::QueryXml) -> BTreeMap<String, DriverHealth> {
+    xml.gpus
+        .iter()
+        .filter_map(|g| Some((g.uuid.clone()?, g.driver_health.clone())))
+        .collect()
+}
+
+/// Joins the inventory's GPUs (passed-through ones aside) with their samples (by UUID) and
+/// judges each; a sampled GPU the inventory does not list is `unknown`.
 pub fn gpu_statuses(
     samples: &[GpuSample],
     inventory: Option<&Inventory>,
-    conditions: &[Condition],
+    evidence: &Evidence<'_>,
 ) -> Vec<GpuStatus> {
-    let mut out: Vec<GpuStatus> = samples
-        .iter()
-        .map(|s| {
-            let gpu = inventory.and_then(|inv| inv.gpu.gpus.iter().find(|g| g.uuid == s.uuid));
-            let reasons = gpu.map(|g| unhealthy_reasons(g, conditions));
-            GpuStatus {
-                index: gpu.map(|g| g.index),
-                uuid: s.uuid.clone(),
-                name: gpu.and_then(|g| g.name.clone()),
-                utilization_gpu_pct: s.utilization_gpu_pct,
-                memory_used_mib: s.memory_used_mib,
-                memory_total_mib: s.memory_total_mib,
-                temperature_c: s.temperature_c,
-                power_draw_w: s.power_draw_w,
-                power_limit_w: s.power_limit_w,
-                compute_processes: s.compute_processes,
-                healthy: reasons.as_ref().map(Vec::is_empty),
-                reasons: reasons.unwrap_or_default(),
-            }
-        })
-        .collect();
+    let sample_of = |uuid: &str| samples.iter().find(|s| s.uuid == uuid);
+    let mut out = Vec::new();
+    let gpus = inventory.map_or(&[][..], |inv| inv.gpu.gpus.as_slice());
+    for gpu in gpus.iter().filter(|g| !g.passed_through) {
+        let v = judge(gpu, evidence);
+        let mut line = line(gpu.uuid.clone(), sample_of(&gpu.uuid), v.health, v.reasons);
+        line.index = Some(gpu.index);
+        line.name.clone_from(&gpu.name);
+        out.push(line);
+    }
+    for s in samples {
+        if !gpus.iter().any(|g| g.uuid == s.uuid) {
+            let reason = Reason {
+                kind: "NotInInventory".into(),
+                message: "the inventory does not list this GPU (it was not collected in time)"
+                    .into(),
+                action: "run bcd status again; if it stays unknown, run bcd doctor".into(),
+                state: HealthState::Unknown,
+            };
+            out.push(line(
+                s.uuid.clone(),
+                Some(s),
+                HealthState::Unknown,
+                vec![reason],
+            ));
+        }
+    }
     out.sort_by_key(|g| g.index.unwrap_or(u32::MAX));
     out
 }
 
-/// Samples `host`'s GPUs and collects its inventory concurrently, both within
-/// [`STATUS_WAIT`], and reads this boot's conditions from `<data_dir>/faults.json`.
+fn line(
+    uuid: String,
+    s: Option<&GpuSample>,
+    health: HealthState,
+    reasons: Vec<Reason>,
+) -> GpuStatus {
+    GpuStatus {
+        index: None,
+        uuid,
+        name: None,
+        utilization_gpu_pct: s.and_then(|s| s.utilization_gpu_pct),
+        memory_used_mib: s.and_then(|s| s.memory_used_mib),
+        memory_total_mib: s.and_then(|s| s.memory_total_mib),
+        temperature_c: s.and_then(|s| s.temperature_c),
+        power_draw_w: s.and_then(|s| s.power_draw_w),
+        power_limit_w: s.and_then(|s| s.power_limit_w),
+        compute_processes: s.map(|s| s.compute_processes),
+        healthy: health.schedulable(),
+        health,
+        reasons,
+    }
+}
+
+/// [`status_within`] with [`STATUS_WAIT`] and the catalog as it is.
 ///
 /// # Errors
-/// [`StatusError`] when there is no sample: no driver, a failed sample, or none in time.
+/// As [`status_within`].
 pub async fn status(host: &Host, data_dir: &Path) -> Result<StatusReport, StatusError> {
+    status_within(host, data_dir, &XidPolicy::default(), STATUS_WAIT).await
+}
+
+/// Samples `host`'s GPUs and collects its inventory concurrently, both within `wait`, reads
+/// this boot's conditions from `<data_dir>/faults.json`, and judges every GPU.
+///
+/// # Errors
+/// [`StatusError`] when there is nothing to print: no driver, or no sample and no GPU in
+/// procfs either.
+pub async fn status_within(
+    host: &Host,
+    data_dir: &Path,
+    policy: &XidPolicy,
+    wait: Duration,
+) -> Result<StatusReport, StatusError> {
     let runner = Runner::new(host.nvidia_smi());
-    let deadline = tokio::time::Instant::now() + STATUS_WAIT;
+    let deadline = tokio::time::Instant::now() + wait;
     let (sampled, collected) = tokio::join!(
         tokio::time::timeout_at(deadline, samples(&runner)),
         tokio::time::timeout_at(deadline, collect(host, None)),
     );
-    let (samples, _source) = match sampled {
-        Err(_) => return Err(StatusError::Timeout),
-        Ok(Err(e)) if e.is_no_driver() => return Err(StatusError::NoDriver),
-        Ok(Err(e)) => return Err(StatusError::Samples(e)),
-        Ok(Ok(s)) => s,
-    };
     let mut notes = Vec::new();
-    let inventory = match collected {
+    let (samples, sample_error) = match sampled {
+        Err(_) => (Vec::new(), Some(StatusError::Timeout(wait.as_secs()))),
+        Ok(Err(e)) if e.is_no_driver() => return Err(StatusError::NoDriver),
+        Ok(Err(e)) => (Vec::new(), Some(StatusError::Samples(e))),
+        Ok(Ok((s, _source))) => (s, None),
+    };
+    let (inventory, driver, silent) = match collected {
         Err(_) => {
-            notes.push(format!(
-                "the inventory was not collected within {}s: health unknown",
-                STATUS_WAIT.as_secs()
-            ));
-            None
+            // The driver's own list (procfs) answers at once; nvidia-smi did not.
+            let section = merge(&procfs::collect(host), None);
+            let why = format!("no answer within {}s", wait.as_secs());
+            (Some(Inventory::new(section)), None, Some(why))
         }
         Ok(c) => {
-            if let Some(e) = &c.snapshot_error {
-                notes.push(format!(
-                    "the inventory has no ECC or row-remap counters: {e}"
-                ));
-            }
-            Some(c.inventory)
+            let silent = c.snapshot_error.as_ref().map(ToString::to_string);
+            let driver = c.snapshot.as_ref().map(|s| driver_readings(&s.xml));
+            (Some(c.inventory), driver, silent)
         }
     };
-    let conditions = match read_boot_id(host).and_then(|b| read_this_boot(data_dir, &b)) {
-        Ok(c) => c,
-        Err(e) => {
-            notes.push(format!("XIDs unknown: {e}"));
-            Vec::new()
+    if let Some(e) = &sample_error {
+        if inventory.as_ref().is_none_or(|i| i.gpu.gpus.is_empty()) {
+            return Err(e.clone());
         }
+    }
+    let (conditions, history) =
+        match read_boot_id(host).and_then(|b| read_with_history(data_dir, &b)) {
+            Ok(c) => c,
+            Err(e) => {
+                notes.push(format!("XIDs unknown: {e}"));
+                (Vec::new(), Vec::new())
+            }
+        };
+    let fabric_manager_down = super::verdict::fabric_manager_down(host).await;
+    let evidence = Evidence {
+        conditions: &conditions,
+        history: &history,
+        policy: Some(policy),
+        driver: driver.as_ref(),
+        silent: silent.as_deref(),
+        fabric_manager_down,
     };
     Ok(StatusReport {
-        gpus: gpu_statuses(&samples, inventory.as_ref(), &conditions),
+        gpus: gpu_statuses(&samples, inventory.as_ref(), &evidence),
         notes,
+        nvidia_smi_error: sample_error.map(|e| e.to_string()),
     })
 }
 
@@ -169,14 +243,15 @@ fn or_dash<T: std::fmt::Display>(v: Option<T>) -> String {
     v.map_or_else(|| "-".to_owned(), |v| v.to_string())
 }
 
-/// The lines `bcd status` prints; what `nvidia-smi` said (names, notes) has its control
+/// The lines `bcd status` prints: each GPU's line with its state, then one indented line
+/// per reason with its action; what `nvidia-smi` said (names, messages, notes) has its control
 /// characters escaped.
 pub fn render(report: &StatusReport) -> String {
     let shown = |s: &str| crate::smi::escape_control(s).into_owned();
     let mut out = String::new();
     for g in &report.gpus {
-        let mut line = format!(
-            "GPU {}  {}  {} busy  {}/{} MiB  {}°C  {}/{} W  {} process(es)",
+        let line = format!(
+            "GPU {}  {}  {} busy  {}/{} MiB  {}°C  {}/{} W  {} process(es)  {}",
             or_dash(g.index),
             shown(g.name.as_deref().unwrap_or(&g.uuid)),
             or_dash(g.utilization_gpu_pct.map(|p| format!("{p}%"))),
@@ -185,13 +260,22 @@ pub fn render(report: &StatusReport) -> String {
             or_dash(g.temperature_c),
             or_dash(g.power_draw_w.map(|w| format!("{w:.0}"))),
             or_dash(g.power_limit_w.map(|w| format!("{w:.0}"))),
-            g.compute_processes,
+            or_dash(g.compute_processes),
+            g.health.name().to_ascii_uppercase(),
         );
-        if g.healthy == Some(false) {
-            line.push_str(&format!("  UNHEALTHY ({})", shown(&g.reasons.join("; "))));
-        }
         out.push_str(&line);
         out.push('\n');
+        for r in &g.reasons {
+            out.push_str(&format!(
+                "    {}: {} -> {}\n",
+                r.kind,
+                shown(&r.message),
+                r.action
+            ));
+        }
+    }
+    if let Some(e) = &report.nvidia_smi_error {
+        out.push_str(&format!("note: {e}\n"));
     }
     for note in &report.notes {
         out.push_str(&format!("note: {}\n", shown(note)));
@@ -228,12 +312,163 @@ mod tests {
             lines[0].starts_with("GPU 0  NVIDIA H100 80GB HBM3"),
             "{text}"
         );
-        assert!(lines[0].ends_with("UNHEALTHY (Xid79 this boot)"), "{text}");
+        assert!(lines[0].ends_with("UNHEALTHY"), "{text}");
+        assert_eq!(
+            lines[1],
+            "    Xid79: Xid 79 (GPU has fallen off the bus, class bus) 1 time(s) this boot: NVRM: Xid (PCI:0000:18:00): 79, GPU has fallen off the bus. -> reboot the node"
+        );
         assert_eq!(text.matches("UNHEALTHY").count(), 1, "{text}");
-        assert!(report.gpus.iter().all(|g| g.healthy.is_some()));
+        assert_eq!(text.matches("  HEALTHY").count(), 7, "{text}");
         let json = serde_json::to_value(&report).unwrap();
         assert_eq!(json["gpus"][0]["healthy"], false);
+        assert_eq!(json["gpus"][0]["health"], "unhealthy");
+        assert_eq!(json["gpus"][0]["reasons"][0]["kind"], "Xid79");
+        assert_eq!(json["gpus"][0]["reasons"][0]["action"], "reboot the node");
         assert_eq!(json["gpus"][1]["healthy"], true);
+        assert_eq!(json["gpus"][1]["health"], "healthy");
+    }
+
+    // What broke: every XID made its GPU unhealthy until a reset, so an application's
+    // graphics engine exception drained a healthy GPU.
+    #[tokio::test]
+    async fn an_application_xid_leaves_the_gpu_schedulable_with_a_restart_action() {
+        let host = Host::fake(hosts().join("hgx-h100"));
+        let data = tempfile::tempdir().unwrap();
+        let boot = read_boot_id(&host).unwrap();
+        let mut store = super::super::faults::FaultStore::open(data.path(), &boot).unwrap();
+        let gpu1 = "GPU-a4303385-f265-4ffc-ad1b-b0bef156d59a";
+        store
+            .raise(
+                "Xid13",
+                gpu1,
+                "NVRM: Xid (PCI:0000:2a:00): 13, Graphics Exception",
+            )
+            .unwrap();
+        store
+            .raise("Xid31", gpu1, "NVRM: Xid (PCI:0000:2a:00): 31, MMU Fault")
+            .unwrap();
+        let report = status(&host, data.path()).await.unwrap();
+        let g = &report.gpus[1];
+        assert_eq!((g.health, g.healthy), (HealthState::Degraded, true));
+        assert_eq!(g.reasons.len(), 2);
+        for r in &g.reasons {
+            assert_eq!(r.action, "restart the application; the GPU is fine");
+        }
+        // The node's override makes Xid 13 ignored and Xid 31 unhealthy.
+        let policy = XidPolicy {
+            ignore: [13].into(),
+            unhealthy: [31].into(),
+        };
+        let report = status_within(&host, data.path(), &policy, STATUS_WAIT)
+            .await
+            .unwrap();
+        let g = &report.gpus[1];
+        assert_eq!(g.health, HealthState::Unhealthy);
+        assert_eq!(g.reasons.len(), 1);
+        assert_eq!(
+            g.reasons[0].action,
+            format!("reset the GPU: bcd gpu reset {gpu1}")
+        );
+    }
+
+    // What broke: the driver's own verdict (gpu_recovery_action, gpu_reset_status), the
+    // fabric's state and health and the clock event reasons were read by no one.
+    #[tokio::test]
+    async fn the_drivers_recovery_action_fabric_and_throttling_decide_the_state() {
+        let host = Host::fake(hosts().join("hgx-faults"));
+        let data = tempfile::tempdir().unwrap();
+        let report = status(&host, data.path()).await.unwrap();
+        let got: Vec<(u32, HealthState, Vec<&str>)> = report
+            .gpus
+            .iter()
+            .map(|g| {
+                (
+                    g.index.unwrap(),
+                    g.health,
+                    g.reasons.iter().map(|r| r.action.as_str()).collect(),
+                )
+            })
+            .collect();
+        let u = |i: usize| report.gpus[i].uuid.clone();
+        let reset = |i| format!("reset the GPU: bcd gpu reset {}", u(i));
+        let drain = format!(
+            "drain the GPU, then reset it: stop its jobs, then bcd gpu reset {}",
+            u(7)
+        );
+        let route = format!("reset the GPU: bcd gpu reset {}; if the route stays unhealthy, check its NVLinks (nvidia-smi nvlink -s)", u(2));
+        use HealthState::{Degraded, Healthy, Unhealthy};
+        assert_eq!(
+            got,
+            vec![
+                (0, Unhealthy, vec![reset(0).as_str()]),
+                (1, Unhealthy, vec!["reboot the node"]),
+                (2, Unhealthy, vec![route.as_str(), "watch the GPU: it may take work at less NVLink bandwidth; check its NVLinks (nvidia-smi nvlink -s)"]),
+                (3, Healthy, vec![]),
+                (4, Degraded, vec!["check the GPU's cooling and power supply: it may take work but runs slower while this lasts"]),
+                (5, Unhealthy, vec![reset(5).as_str()]),
+                (6, Unhealthy, vec!["start the fabric manager (systemctl enable --now nvidia-fabricmanager) and wait for the fabric to complete; if it stays, read nvidia-fabricmanager's log"]),
+                (7, Unhealthy, vec![drain.as_str()]),
+            ]
+        );
+        assert_eq!(
+            report.gpus[4].reasons[0].message,
+            "clocks slowed down: hw_thermal_slowdown"
+        );
+        assert_eq!(
+            report.gpus[1].reasons[0].message,
+            "the driver's recovery action is \"Reboot\""
+        );
+        assert!(report.gpus[4].healthy && !report.gpus[0].healthy);
+    }
+
+    // What broke: NVSwitches on the bus without a fabric manager left every GPU healthy,
+    // although CUDA fails on all of them.
+    #[tokio::test]
+    async fn nvswitches_without_a_fabric_manager_make_every_gpu_unhealthy() {
+        let host = Host::fake(hosts().join("hgx-no-fabric-manager"));
+        let data = tempfile::tempdir().unwrap();
+        let report = status(&host, data.path()).await.unwrap();
+        assert_eq!(report.gpus.len(), 8);
+        for g in &report.gpus {
+            assert_eq!(g.health, HealthState::Unhealthy, "{g:?}");
+            assert_eq!(
+                g.reasons[0].action,
+                "start the fabric manager: systemctl enable --now nvidia-fabricmanager"
+            );
+        }
+        // The same board with the fabric manager running is healthy.
+        let report = status(&Host::fake(hosts().join("hgx-h100")), data.path())
+            .await
+            .unwrap();
+        assert!(report.gpus.iter().all(|g| g.health == HealthState::Healthy));
+    }
+
+    // What broke: with nvidia-smi wedged, bcd status printed nothing but a timeout; the GPUs
+    // the driver lists must stay listed, unknown, with the action.
+    #[tokio::test]
+    async fn a_wedged_nvidia_smi_lists_the_drivers_gpus_as_unknown() {
+        let host = Host::fake(hosts().join("wedged"));
+        let data = tempfile::tempdir().unwrap();
+        let report = status_within(
+            &host,
+            data.path(),
+            &XidPolicy::default(),
+            Duration::from_secs(1),
+        )
+        .await
+        .unwrap();
+        assert_eq!(report.gpus.len(), 1, "{report:?}");
+        let g = &report.gpus[0];
+        assert_eq!(g.uuid, "GPU-940af793-c02c-d660-3221-9bbb6e5e0bfa");
+        assert_eq!((g.health, g.healthy), (HealthState::Unknown, false));
+        assert_eq!(g.reasons[0].kind, "NvidiaSmiSilent");
+        assert_eq!(
+            g.reasons[0].action,
+            super::super::verdict::silent_action(&g.uuid)
+        );
+        assert!(report.nvidia_smi_error.is_some());
+        let text = render(&report);
+        assert!(text.lines().next().unwrap().ends_with("UNKNOWN"), "{text}");
     }
 
     // A GPU name or a note with nvidia-smi's raw ESC bytes reached the terminal.

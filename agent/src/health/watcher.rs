@@ -26,8 +26,9 @@ use tokio::io::Interest;
 use tokio::sync::{mpsc, watch};
 
 use super::faults::Health;
-use super::kmsg::{parse_xid_record, Xid};
-use super::xid_kind;
+use super::kmsg::{parse_event_record, Event, SXid, Xid, FELL_OFF_THE_BUS};
+use super::xid::RECOVERY_ACTION_CHANGED;
+use super::{xid_kind, SXID_KIND_PREFIX};
 use crate::host::Host;
 use crate::inventory::document::{Gpu, Inventory};
 
@@ -243,7 +244,7 @@ pub struct XidWatcher {
     open: Opener,
     inventory: watch::Receiver<Inventory>,
     health: Health,
-    collect: mpsc::Sender<()>,
+    collect: mpsc::Sender<bool>,
     stats: Arc<WatcherStats>,
     last_sequence: Option<u64>,
     lost: bool,
@@ -266,7 +267,7 @@ impl XidWatcher {
         host: &Host,
         inventory: watch::Receiver<Inventory>,
         health: Health,
-        collect: mpsc::Sender<()>,
+        collect: mpsc::Sender<bool>,
     ) -> Self {
         let path = host.path("/dev/kmsg");
         let open_path = path.clone();
@@ -363,7 +364,7 @@ impl XidWatcher {
 
     fn handle(&mut self, bytes: &[u8]) {
         self.stats.records.fetch_add(1, Ordering::Relaxed);
-        let (record, xid) = match parse_xid_record(bytes) {
+        let (record, event) = match parse_event_record(bytes) {
             Ok(parsed) => parsed,
             Err(e) => {
                 tracing::debug!("kernel log: {e}");
@@ -381,9 +382,48 @@ impl XidWatcher {
             );
         }
         self.last_sequence = Some(record.sequence);
-        if let Some(xid) = xid {
-            self.raise(&xid);
+        match event {
+            Some(Event::Xid(xid)) => self.raise(&xid),
+            Some(Event::SXid(sxid)) => self.raise_sxid(&sxid),
+            Some(Event::FellOffTheBus { address, text }) => self.raise_fell_off(&address, &text),
+            None => {}
         }
+    }
+
+    /// An SXid is the switch's condition: its device is the switch's PCI address.
+    fn raise_sxid(&mut self, sxid: &SXid) {
+        self.stats.xids.fetch_add(1, Ordering::Relaxed);
+        tracing::warn!(
+            "SXid {} ({}) on NVSwitch {}: {}",
+            sxid.number,
+            if sxid.fatal { "fatal" } else { "non-fatal" },
+            sxid.address,
+            sxid.text
+        );
+        let kind = format!("{SXID_KIND_PREFIX}{}", sxid.number);
+        if let Err(e) = self
+            .health
+            .raise(&kind, &sxid.address.nvml_bus_id(), &sxid.text)
+        {
+            tracing::error!("{e}");
+        }
+    }
+
+    fn raise_fell_off(&mut self, address: &PciAddress, text: &str) {
+        let uuid = {
+            let inventory = self.inventory.borrow();
+            gpu_at(&inventory, address).map(|g| g.uuid.clone())
+        };
+        let Some(uuid) = uuid else {
+            self.stats.unknown_bus.fetch_add(1, Ordering::Relaxed);
+            tracing::warn!("a GPU the inventory does not list fell off the bus: {text}");
+            return;
+        };
+        tracing::warn!("GPU {uuid} fell off the bus: {text}");
+        if let Err(e) = self.health.raise(FELL_OFF_THE_BUS, &uuid, text) {
+            tracing::error!("{e}");
+        }
+        let _ = self.collect.try_send(false);
     }
 
     fn raise(&mut self, xid: &Xid) {
@@ -410,8 +450,9 @@ impl XidWatcher {
         if let Err(e) = self.health.raise(&xid_kind(xid.number), &uuid, &xid.text) {
             tracing::error!("{e}");
         }
-        // Full: a request is already waiting, and one collection serves both.
-        let _ = self.collect.try_send(());
+        // Full: a request is already waiting, and one collection serves both. XID 154 says the
+        // driver's recovery action changed: read it at once.
+        let _ = self.collect.try_send(xid.number == RECOVERY_ACTION_CHANGED);
     }
 }
 
@@ -426,7 +467,7 @@ pub fn gpu_at<'a>(inventory: &'a Inventory, address: &PciAddress) -> Option<&'a 
 }
 
 /// The channel of collection requests: the watcher sends, the scheduler receives debounced.
-pub fn collect_requests() -> (mpsc::Sender<()>, CollectRequests) {
+pub fn collect_requests() -> (mpsc::Sender<bool>, CollectRequests) {
     let (tx, rx) = mpsc::channel(1);
     (
         tx,
@@ -441,7 +482,7 @@ pub fn collect_requests() -> (mpsc::Sender<()>, CollectRequests) {
 /// of a burst.
 #[derive(Debug)]
 pub struct CollectRequests {
-    rx: mpsc::Receiver<()>,
+    rx: mpsc::Receiver<bool>,
     delay: Duration,
 }
 
@@ -455,8 +496,10 @@ impl CollectRequests {
     /// Cancel safe: a request taken before the future was dropped is lost, which is harmless,
     /// since the caller collects on its own schedule too.
     pub async fn next(&mut self) -> Option<()> {
-        self.rx.recv().await?;
-        tokio::time::sleep(self.delay).await;
+        // An urgent request (XID 154) is not delayed.
+        if !self.rx.recv().await? {
+            tokio::time::sleep(self.delay).await;
+        }
         while self.rx.try_recv().is_ok() {}
         Some(())
     }
@@ -575,7 +618,8 @@ mod tests {
         tokio::time::sleep(Duration::from_millis(150)).await;
         let started = Instant::now();
         append(&s.kmsg, &fixture());
-        let conds = wait_for(&s.health, 5, Duration::from_secs(3)).await;
+        // Five XIDs and the companion "fallen off the bus" line of the Xid 79.
+        let conds = wait_for(&s.health, 6, Duration::from_secs(3)).await;
         assert!(
             started.elapsed() < Duration::from_secs(1),
             "{:?}",
@@ -589,6 +633,7 @@ mod tests {
         assert_eq!(
             seen,
             [
+                ("FellOffTheBus", "GPU-ff1dacfa"),
                 ("Xid13", "GPU-30e15e2f"),
                 ("Xid13", "GPU-70823a7e"),
                 ("Xid48", "GPU-a4303385"),
@@ -614,7 +659,7 @@ mod tests {
         );
         tokio::time::sleep(Duration::from_millis(400)).await;
         let conds = s.health.conditions();
-        assert_eq!(conds.len(), 5);
+        assert_eq!(conds.len(), 6);
         assert!(conds.iter().any(|c| c.message.ends_with("again")));
         // Requests were sent; the debouncer turns them into one collection.
         assert_eq!(
@@ -713,17 +758,64 @@ mod tests {
         assert_eq!(reader.poll().unwrap(), Polled::Idle);
     }
 
+    // What broke: XID 154 (the driver's recovery action changed) waited for the debounced
+    // collection like any XID, so the new action was read seconds late.
+    #[tokio::test(start_paused = true)]
+    async fn xid_154_asks_for_a_collection_at_once() {
+        let (tx, mut requests) = collect_requests();
+        let started = tokio::time::Instant::now();
+        tx.try_send(true).unwrap();
+        assert_eq!(requests.next().await, Some(()));
+        assert_eq!(started.elapsed(), Duration::ZERO);
+    }
+
+    // What broke: SXid lines and "fallen off the bus" lines without an XID raised nothing.
+    #[tokio::test]
+    async fn sxids_and_fallen_off_the_bus_lines_raise_conditions() {
+        let s = setup();
+        let task = tokio::spawn(s.watcher.run());
+        tokio::time::sleep(Duration::from_millis(150)).await;
+        append(
+            &s.kmsg,
+            b"4,50,1,-;nvidia-nvswitch0: SXid (PCI:0000:05:00.0): 20034, Fatal, Link 63 LTSSM Fault Up\n\
+              4,51,1,-;nvidia-nvswitch0: SXid (PCI:0000:05:00.0): 20034, Data {0x1}\n\
+              3,52,1,-;NVRM: GPU 0000:18:00.0: GPU has fallen off the bus.\n\
+              4,53,1,-;NVRM: Xid (PCI:0000:2a:00): 154, GPU recovery action changed from 0x0 (None) to 0x1 (Reset)\n",
+        );
+        let conds = wait_for(&s.health, 3, Duration::from_secs(3)).await;
+        task.abort();
+        let mut kinds: Vec<(&str, &str)> = conds
+            .iter()
+            .map(|c| (c.kind.as_str(), c.device_id.as_str()))
+            .collect();
+        kinds.sort();
+        assert_eq!(
+            kinds,
+            [
+                ("FellOffTheBus", GPUS[0].0),
+                ("SXid20034", "00000000:05:00.0"),
+                ("Xid154", GPUS[1].0),
+            ]
+        );
+        let policy = crate::health::xid::XidPolicy::default();
+        let sx = conds.iter().find(|c| c.kind == "SXid20034").unwrap();
+        let (class, action) = crate::health::describe(sx, &policy);
+        assert_eq!(class, "interconnect");
+        assert!(action.contains("reboot the node"), "{action}");
+        assert_eq!(sx.count, 1, "the Data line is not another SXid");
+    }
+
     #[tokio::test(start_paused = true)]
     async fn a_burst_of_requests_is_collected_once_two_seconds_after_its_first() {
         let (tx, mut requests) = collect_requests();
         let started = tokio::time::Instant::now();
-        tx.try_send(()).unwrap();
+        tx.try_send(false).unwrap();
         let burst = tokio::spawn({
             let tx = tx.clone();
             async move {
                 for _ in 0..10 {
                     tokio::time::sleep(Duration::from_millis(150)).await;
-                    let _ = tx.try_send(());
+                    let _ = tx.try_send(false);
                 }
             }
         });

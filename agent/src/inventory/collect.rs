@@ -8,7 +8,7 @@ use crate::inventory::memory::{passed_through, GpuMemory};
 use crate::inventory::merge::merge;
 use crate::inventory::procfs;
 use crate::smi::runner::Runner;
-use crate::smi::snapshot::{snapshot, Snapshot, SnapshotError};
+use crate::smi::snapshot::{query, snapshot, QueryRecord, Snapshot, SnapshotError};
 use crate::state::StateError;
 
 /// What a collection found, and what went wrong on the way without stopping it.
@@ -20,6 +20,9 @@ pub struct Collection {
     pub snapshot: Option<Snapshot>,
     /// Why there is no snapshot.
     pub snapshot_error: Option<SnapshotError>,
+    /// Every `nvidia-smi` query the collection ran and how it went, a `-q -x` that failed
+    /// included (so a wedged `nvidia-smi` shows in the metrics).
+    pub queries: Vec<QueryRecord>,
     /// Why the passthrough memory could not be read or written (the collection went on).
     pub memory_error: Option<StateError>,
 }
@@ -33,9 +36,20 @@ pub async fn collect(host: &Host, memory: Option<&GpuMemory>) -> Collection {
 /// queries with its own timeout; `runner` should run `host.nvidia_smi()`).
 pub async fn collect_with(host: &Host, memory: Option<&GpuMemory>, runner: &Runner) -> Collection {
     let base = procfs::collect(host);
+    let started = std::time::Instant::now();
     let (snap, snapshot_error) = match snapshot(runner).await {
         Ok(s) => (Some(s), None),
         Err(e) => (None, Some(e)),
+    };
+    let queries = match (&snap, &snapshot_error) {
+        (Some(s), _) => s.queries.clone(),
+        // No driver at all is no failed query: nothing ran.
+        (None, Some(e)) if e.is_no_driver() => Vec::new(),
+        (None, e) => vec![QueryRecord {
+            query: query::QUERY_XML.join(" "),
+            elapsed: started.elapsed(),
+            error: e.as_ref().map(ToString::to_string),
+        }],
     };
     let mut section = merge(&base, snap.as_ref());
     let mut memory_error = None;
@@ -61,6 +75,7 @@ pub async fn collect_with(host: &Host, memory: Option<&GpuMemory>, runner: &Runn
         inventory: Inventory::new(section),
         snapshot: snap,
         snapshot_error,
+        queries,
         memory_error,
     }
 }

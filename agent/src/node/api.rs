@@ -26,7 +26,6 @@ use bcd_protocol::{GpuRef, GpuUuid, Operation, Outcome, PciAddress};
 use crate::cdi::{DeviceId, HoldError, HoldId};
 use crate::health::diag::{diag_nvml, link_widths, DiagRequest, NvmlState};
 use crate::health::reset::{reset_gpus, BoxFuture, Resetter};
-use crate::health::status::gpu_statuses;
 use crate::helper_client::{suggested_timeout, HelperClient, CONNECT_TIMEOUT};
 use crate::inventory::scheduler::Trigger;
 use crate::node::http::Request;
@@ -73,7 +72,9 @@ pub async fn handle(node: &Node, request: &Request) -> Answer {
         ("GET", "/v1/inventory") => Ok(ok(
             &serde_json::to_value(node.inventory().await).unwrap_or(Value::Null)
         )),
-        ("GET", "/v1/conditions") => Ok(ok(&json!({ "conditions": node.health.conditions() }))),
+        ("GET", "/v1/conditions") => Ok(ok(&json!({
+            "conditions": described(&node.health.conditions(), &node.config.xid_policy)
+        }))),
         ("POST", "/v1/inventory/refresh") => {
             node.scheduler.request(Trigger::Refresh);
             Ok((202, json!({ "requested": true }).to_string().into_bytes()))
@@ -125,10 +126,29 @@ fn is_known_path(path: &str) -> bool {
         .is_some_and(|id| !id.is_empty() && !id.contains('/'))
 }
 
+/// The conditions with each one's `class` and `action` (from the XID catalog).
+fn described(
+    conditions: &[crate::health::Condition],
+    policy: &crate::health::xid::XidPolicy,
+) -> Vec<Value> {
+    conditions
+        .iter()
+        .map(|c| {
+            let mut v = serde_json::to_value(c).unwrap_or(Value::Null);
+            let (class, action) = crate::health::describe(c, policy);
+            if let Value::Object(m) = &mut v {
+                m.insert("class".into(), class.into());
+                m.insert("action".into(), action.into());
+            }
+            v
+        })
+        .collect()
+}
+
 async fn status(node: &Node) -> Answer {
     let inventory = node.inventory().await;
-    let samples = node.samples.read().await.clone();
     let conditions = node.health.conditions();
+    let gpus = node.gpu_statuses().await;
     let latest = node.latest.read().await;
     // The seed's Hello rule: nvml only when nvidia-smi answered (a CUDA driver version).
     let capabilities: Vec<&str> = if inventory.gpu.cuda_driver_version.is_some() {
@@ -143,8 +163,8 @@ async fn status(node: &Node) -> Answer {
         "inventory_age_s": latest.as_ref().map(|l| l.at.elapsed().as_secs()),
         "collections": node.collections.load(std::sync::atomic::Ordering::Relaxed),
         "nvidia_smi_error": latest.as_ref().and_then(|l| l.snapshot_error.clone()),
-        "gpus": gpu_statuses(&samples, Some(&inventory), &conditions),
-        "conditions": conditions,
+        "gpus": gpus,
+        "conditions": described(&conditions, &node.config.xid_policy),
         "sampling": node.sampling.lock().map(|s| s.clone()).unwrap_or_default(),
         "problems": problems,
     }))
@@ -172,10 +192,15 @@ async fn diag(node: &Node, request: &Request) -> Result<Answer, Answer> {
         NvmlState::Collected(&inventory)
     };
     let links = link_widths(&node.config.host, &inventory);
+    let driver = latest
+        .as_ref()
+        .and_then(|l| l.driver.clone())
+        .unwrap_or_default();
     let report = diag_nvml(
         nvml,
         error.as_deref().filter(|_| !no_driver),
         &links,
+        &driver,
         &node.health.conditions(),
         &DiagRequest {
             gpu_uuids: asked.gpus,

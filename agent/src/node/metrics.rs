@@ -35,8 +35,12 @@ pub struct MetricsView<'a> {
     pub inventory_age: Option<Duration>,
     /// The latest samples.
     pub samples: &'a [GpuSample],
-    /// Per GPU UUID: whether the healthy rule holds.
+    /// Per GPU UUID: the scheduling answer (healthy or degraded).
     pub healthy: BTreeMap<String, bool>,
+    /// Per GPU UUID: the health state.
+    pub states: BTreeMap<String, crate::health::verdict::HealthState>,
+    /// `(uuid, xid, class, times seen this boot)`.
+    pub xid_totals: Vec<(String, u32, &'static str, u64)>,
     /// Per GPU UUID: the XID numbers raised this boot.
     pub xids: BTreeMap<String, Vec<u32>>,
     /// The last run of each `nvidia-smi` query.
@@ -148,8 +152,37 @@ pub fn render(view: &MetricsView<'_>) -> String {
             f.sample(name, &[("uuid", uuid)], v);
         }
     }
+    if !view.states.is_empty() {
+        f.header(
+            "bcd_gpu_health_state",
+            "gauge",
+            "1 for the GPU's health state (healthy, degraded, unhealthy, unknown), 0 for the others.",
+        );
+        for (uuid, now) in &view.states {
+            for state in crate::health::verdict::HealthState::ALL {
+                f.sample(
+                    "bcd_gpu_health_state",
+                    &[("uuid", uuid), ("state", state.name())],
+                    if state == *now { 1.0 } else { 0.0 },
+                );
+            }
+        }
+    }
+    // Always there, so that an alert on its rate works from the first scrape on.
+    f.header(
+        "bcd_xid_total",
+        "counter",
+        "XIDs the GPU logged this boot, by number and the catalog's class.",
+    );
+    for (uuid, xid, class, n) in &view.xid_totals {
+        f.sample(
+            "bcd_xid_total",
+            &[("uuid", uuid), ("xid", &xid.to_string()), ("class", class)],
+            *n as f64,
+        );
+    }
     if !view.healthy.is_empty() {
-        f.header("bcd_gpu_healthy", "gauge", "1 when the GPU may take work: no failed or pending row remap, no uncorrectable volatile ECC error, no XID this boot.");
+        f.header("bcd_gpu_healthy", "gauge", "1 when the GPU may take work (healthy or degraded); 0 when unhealthy or unknown (nvidia-smi silent).");
         for (uuid, ok) in &view.healthy {
             f.sample(
                 "bcd_gpu_healthy",

@@ -194,7 +194,8 @@ pub async fn run(config: NodeConfig) -> Result<(), NodeError> {
     let (scheduler_handle, scheduler) = Scheduler::new();
     let (inventory_tx, inventory_rx) = watch::channel(Inventory::new(GpuSection::default()));
     // XIDs: the watcher asks for collections; the scheduler debounces them.
-    let (xid_tx, mut xid_rx) = mpsc::channel::<()>(64);
+    // XID 154 (the driver's recovery action changed) is collected at once.
+    let (xid_tx, mut xid_rx) = mpsc::channel::<bool>(64);
     let watcher = XidWatcher::new(&config.host, inventory_rx, health.clone(), xid_tx);
     let node = Arc::new(Node::new(
         config.clone(),
@@ -253,8 +254,12 @@ pub async fn run(config: NodeConfig) -> Result<(), NodeError> {
     tasks.spawn("the XID watcher", watcher.run());
     let handle = scheduler_handle.clone();
     tasks.spawn("the XID collection requests", async move {
-        while xid_rx.recv().await.is_some() {
-            handle.request(Trigger::Xid);
+        while let Some(urgent) = xid_rx.recv().await {
+            handle.request(if urgent {
+                Trigger::Refresh
+            } else {
+                Trigger::Xid
+            });
         }
     });
 

@@ -16,8 +16,9 @@ use tokio::sync::{watch, RwLock};
 
 use crate::cdi::{self, converge, DeviceCatalog, Holds};
 use crate::health::faults::Health;
+use crate::health::verdict::{judge, Evidence, Verdict};
 use crate::health::watcher::WatcherStats;
-use crate::health::{gpu_healthy, Condition};
+use crate::health::Condition;
 use crate::host::Host;
 use crate::inventory::collect::collect;
 use crate::inventory::document::{GpuSection, Inventory};
@@ -57,6 +58,8 @@ pub struct NodeConfig {
     pub otlp_endpoint: Option<OtlpEndpoint>,
     /// How many slots (`GPU-<uuid>::<n>`) each GPU offers; 0: none.
     pub gpu_slots: u32,
+    /// The node's overrides of the XID catalog.
+    pub xid_policy: crate::health::xid::XidPolicy,
 }
 
 /// The latest collection.
@@ -72,6 +75,10 @@ pub struct Latest {
     pub listed: Vec<ListedGpu>,
     /// Why `nvidia-smi` did not answer, when it did not.
     pub snapshot_error: Option<String>,
+    /// The driver's own health readings per GPU UUID; `None` when `-q -x` gave none.
+    pub driver: Option<BTreeMap<String, crate::smi::xml::DriverHealth>>,
+    /// NVSwitches on the bus while `nvidia-fabricmanager` is not active (their count).
+    pub fabric_manager_down: Option<usize>,
 }
 
 /// Everything the API and the tasks share.
@@ -267,11 +274,11 @@ impl Node {
             .as_ref()
             .map(|s| s.listed.clone())
             .unwrap_or_default();
-        let queries = collection
+        let queries = collection.queries.clone();
+        let driver = collection
             .snapshot
             .as_ref()
-            .map(|s| s.queries.clone())
-            .unwrap_or_default();
+            .map(|s| crate::health::status::driver_readings(&s.xml));
         if let Some(e) = &collection.snapshot_error {
             if !e.is_no_driver() {
                 tracing::warn!("nvidia-smi: {e}");
@@ -286,6 +293,9 @@ impl Node {
             queries,
             listed,
             snapshot_error: collection.snapshot_error.as_ref().map(ToString::to_string),
+            driver,
+            fabric_manager_down: crate::health::verdict::fabric_manager_down(&self.config.host)
+                .await,
         };
         *self.latest.write().await = Some(latest);
         self.inventory_tx.send_replace(collection.inventory.clone());
@@ -338,28 +348,85 @@ impl Node {
         }
     }
 
-    /// Per GPU UUID, the healthy rule's verdict on the latest inventory.
-    pub async fn healthy_map(&self) -> BTreeMap<String, bool> {
+    /// Per GPU UUID, the verdict on the latest inventory, the driver's readings and this
+    /// boot's conditions; a GPU `nvidia-smi` is silent about is `unknown`.
+    pub async fn verdicts(&self) -> BTreeMap<String, Verdict> {
         let conditions = self.health.conditions();
+        let history = self.health.history();
         let latest = self.latest.read().await;
-        latest
-            .as_ref()
-            .map(|l| {
-                l.inventory
-                    .gpu
-                    .gpus
-                    .iter()
-                    .map(|g| (g.uuid.clone(), gpu_healthy(g, &conditions)))
-                    .collect()
-            })
-            .unwrap_or_default()
+        let Some(l) = latest.as_ref() else {
+            return BTreeMap::new();
+        };
+        let evidence = self.evidence(l, &conditions, &history);
+        l.inventory
+            .gpu
+            .gpus
+            .iter()
+            .map(|g| (g.uuid.clone(), judge(g, &evidence)))
+            .collect()
+    }
+
+    fn evidence<'a>(
+        &'a self,
+        l: &'a Latest,
+        conditions: &'a [Condition],
+        history: &'a [crate::health::faults::PastBoot],
+    ) -> Evidence<'a> {
+        Evidence {
+            conditions,
+            history,
+            policy: Some(&self.config.xid_policy),
+            driver: l.driver.as_ref(),
+            silent: l.snapshot_error.as_deref(),
+            fabric_manager_down: l.fabric_manager_down,
+        }
+    }
+
+    /// `/v1/status`'s lines: every GPU of the latest inventory with its sample and verdict.
+    pub async fn gpu_statuses(&self) -> Vec<crate::health::status::GpuStatus> {
+        let samples = self.samples.read().await.clone();
+        let conditions = self.health.conditions();
+        let history = self.health.history();
+        let latest = self.latest.read().await;
+        match latest.as_ref() {
+            Some(l) => {
+                let evidence = self.evidence(l, &conditions, &history);
+                crate::health::status::gpu_statuses(&samples, Some(&l.inventory), &evidence)
+            }
+            None => crate::health::status::gpu_statuses(&samples, None, &Evidence::default()),
+        }
+    }
+
+    /// Per GPU UUID, the scheduling answer (healthy or degraded).
+    pub async fn healthy_map(&self) -> BTreeMap<String, bool> {
+        self.verdicts()
+            .await
+            .into_iter()
+            .map(|(uuid, v)| (uuid, v.healthy()))
+            .collect()
     }
 
     /// The Prometheus text for a scrape.
     pub async fn metrics_text(&self) -> String {
         let samples = self.samples.read().await.clone();
-        let healthy = self.healthy_map().await;
+        let verdicts = self.verdicts().await;
+        let healthy = verdicts
+            .iter()
+            .map(|(u, v)| (u.clone(), v.healthy()))
+            .collect();
+        let states = verdicts
+            .iter()
+            .map(|(u, v)| (u.clone(), v.health))
+            .collect();
         let conditions: Vec<Condition> = self.health.conditions();
+        let xid_totals = conditions
+            .iter()
+            .filter_map(|c| {
+                let n = crate::health::xid_number(&c.kind)?;
+                let class = self.config.xid_policy.judge(n).class.name();
+                Some((c.device_id.clone(), n, class, c.count.max(1)))
+            })
+            .collect();
         let mut xids: BTreeMap<String, Vec<u32>> = BTreeMap::new();
         for c in conditions
             .iter()
@@ -381,6 +448,8 @@ impl Node {
             inventory_age: latest.as_ref().map(|l| l.at.elapsed()),
             samples: &samples,
             healthy,
+            states,
+            xid_totals,
             xids,
             queries: latest.as_ref().map_or(&[], |l| l.queries.as_slice()),
         };
@@ -408,6 +477,7 @@ pub(crate) fn test_node(dir: &std::path::Path) -> Node {
         sample_interval: MIN_SAMPLE_INTERVAL,
         otlp_endpoint: None,
         gpu_slots: 0,
+        xid_policy: crate::health::xid::XidPolicy::default(),
     };
     let health = Health::new(crate::health::faults::FaultStore::open(&data, "boot").unwrap());
     let (inventory, _) = watch::channel(Inventory::new(GpuSection::default()));

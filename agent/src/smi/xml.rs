@@ -95,6 +95,62 @@ pub struct XmlGpu {
     /// Processes using the GPU, graphics ones included; see
     /// [`XmlGpu::compute_process_count`].
     pub processes: Vec<XmlProcess>,
+    /// What the driver itself says about the GPU's health.
+    pub driver_health: DriverHealth,
+}
+
+/// The driver's own health readings of one GPU: its recovery action, its reset status, the
+/// NVLink fabric's state and health, and the clock event (throttle) reasons. Each is `None`
+/// where the driver does not report it (older branches, `N/A`, the recovery action `None`).
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize)]
+pub struct DriverHealth {
+    /// `gpu_recovery_action` (R570 and later) as written: `Reset`, `Reboot`, `Drain P2P`,
+    /// `Drain and Reset`, ...; `None` when it says `None` (no action needed).
+    pub recovery_action: Option<String>,
+    /// `gpu_reset_status/reset_required` (before R570's recovery action).
+    pub reset_required: Option<bool>,
+    /// `gpu_reset_status/drain_and_reset_recommended`.
+    pub drain_and_reset_recommended: Option<bool>,
+    /// `fabric/state`: `Not Started`, `In Progress`, `Completed`.
+    pub fabric_state: Option<String>,
+    /// `fabric/status`: `Success` or the fabric manager's error.
+    pub fabric_status: Option<String>,
+    /// `fabric/health/summary` (R580 and later).
+    pub fabric_summary: Option<String>,
+    /// `fabric/health/bandwidth`: `Full`, `Degraded`, ...
+    pub fabric_bandwidth: Option<String>,
+    /// `fabric/health/route_unhealthy`.
+    pub fabric_route_unhealthy: Option<bool>,
+    /// `fabric/health/route_recovery_in_progress`.
+    pub fabric_route_recovery_in_progress: Option<bool>,
+    /// `clocks_event_reasons` (R535 and later) or `clocks_throttle_reasons` (before).
+    pub clock_events: ClockEvents,
+}
+
+/// The clock event reasons that mean the GPU is slowed down by hardware, heat or a power
+/// brake (`Active` is `true`). Software power capping and idling are normal and not kept.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
+pub struct ClockEvents {
+    pub hw_slowdown: Option<bool>,
+    pub hw_thermal_slowdown: Option<bool>,
+    pub sw_thermal_slowdown: Option<bool>,
+    pub hw_power_brake_slowdown: Option<bool>,
+}
+
+impl ClockEvents {
+    /// The names of the active reasons, in a fixed order.
+    pub fn active(&self) -> Vec<&'static str> {
+        [
+            ("hw_slowdown", self.hw_slowdown),
+            ("hw_thermal_slowdown", self.hw_thermal_slowdown),
+            ("sw_thermal_slowdown", self.sw_thermal_slowdown),
+            ("hw_power_brake_slowdown", self.hw_power_brake_slowdown),
+        ]
+        .into_iter()
+        .filter(|(_, on)| *on == Some(true))
+        .map(|(name, _)| name)
+        .collect()
+    }
 }
 
 impl XmlGpu {
@@ -387,6 +443,22 @@ enum Tag {
     Fabric,
     ClusterUuid,
     CliqueId,
+    State,
+    Status,
+    Health,
+    Summary,
+    Bandwidth,
+    RouteUnhealthy,
+    RouteRecoveryInProgress,
+    GpuResetStatus,
+    ResetRequired,
+    DrainAndResetRecommended,
+    GpuRecoveryAction,
+    ClocksEventReasons,
+    ReasonHwSlowdown,
+    ReasonHwThermalSlowdown,
+    ReasonSwThermalSlowdown,
+    ReasonHwPowerBrakeSlowdown,
     Processes,
     ProcessInfo,
     Pid,
@@ -471,6 +543,28 @@ impl Tag {
             // R570 writes these in camelCase; accept the snake_case spelling too.
             b"clusterUuid" | b"cluster_uuid" => Tag::ClusterUuid,
             b"cliqueId" | b"clique_id" => Tag::CliqueId,
+            b"state" => Tag::State,
+            b"status" => Tag::Status,
+            b"health" => Tag::Health,
+            b"summary" => Tag::Summary,
+            b"bandwidth" => Tag::Bandwidth,
+            b"route_unhealthy" => Tag::RouteUnhealthy,
+            b"route_recovery_in_progress" => Tag::RouteRecoveryInProgress,
+            b"gpu_reset_status" => Tag::GpuResetStatus,
+            b"reset_required" => Tag::ResetRequired,
+            b"drain_and_reset_recommended" => Tag::DrainAndResetRecommended,
+            b"gpu_recovery_action" => Tag::GpuRecoveryAction,
+            // R535 renamed throttle reasons to clock event reasons; the readings are the same.
+            b"clocks_event_reasons" | b"clocks_throttle_reasons" => Tag::ClocksEventReasons,
+            b"clocks_event_reason_hw_slowdown" | b"clocks_throttle_reason_hw_slowdown" => {
+                Tag::ReasonHwSlowdown
+            }
+            b"clocks_event_reason_hw_thermal_slowdown"
+            | b"clocks_throttle_reason_hw_thermal_slowdown" => Tag::ReasonHwThermalSlowdown,
+            b"clocks_event_reason_sw_thermal_slowdown"
+            | b"clocks_throttle_reason_sw_thermal_slowdown" => Tag::ReasonSwThermalSlowdown,
+            b"clocks_event_reason_hw_power_brake_slowdown"
+            | b"clocks_throttle_reason_hw_power_brake_slowdown" => Tag::ReasonHwPowerBrakeSlowdown,
             b"processes" => Tag::Processes,
             b"process_info" => Tag::ProcessInfo,
             b"pid" => Tag::Pid,
@@ -546,6 +640,19 @@ enum Field {
     MemClock,
     ClusterUuid,
     CliqueId,
+    RecoveryAction,
+    ResetRequired,
+    DrainAndReset,
+    FabricState,
+    FabricStatus,
+    FabricSummary,
+    FabricBandwidth,
+    FabricRouteUnhealthy,
+    FabricRouteRecovery,
+    ClockHwSlowdown,
+    ClockHwThermal,
+    ClockSwThermal,
+    ClockPowerBrake,
     MigIndex,
     MigGpuInstance,
     MigComputeInstance,
@@ -627,6 +734,22 @@ fn field_at(path: &[Tag]) -> Option<Field> {
             [T::Clocks, T::MemClock] => Field::MemClock,
             [T::Fabric, T::ClusterUuid] => Field::ClusterUuid,
             [T::Fabric, T::CliqueId] => Field::CliqueId,
+            [T::Fabric, T::State] => Field::FabricState,
+            [T::Fabric, T::Status] => Field::FabricStatus,
+            [T::Fabric, T::Health, T::Summary] => Field::FabricSummary,
+            [T::Fabric, T::Health, T::Bandwidth] => Field::FabricBandwidth,
+            [T::Fabric, T::Health, T::RouteUnhealthy] => Field::FabricRouteUnhealthy,
+            [T::Fabric, T::Health, T::RouteRecoveryInProgress] => Field::FabricRouteRecovery,
+            [T::GpuRecoveryAction] => Field::RecoveryAction,
+            [T::GpuResetStatus, T::ResetRequired] => Field::ResetRequired,
+            [T::GpuResetStatus, T::DrainAndResetRecommended] => Field::DrainAndReset,
+            [T::ClocksEventReasons, reason] => match reason {
+                T::ReasonHwSlowdown => Field::ClockHwSlowdown,
+                T::ReasonHwThermalSlowdown => Field::ClockHwThermal,
+                T::ReasonSwThermalSlowdown => Field::ClockSwThermal,
+                T::ReasonHwPowerBrakeSlowdown => Field::ClockPowerBrake,
+                _ => return None,
+            },
             [T::MigDevices, T::MigDevice, mig @ ..] => match mig {
                 [T::Index] => Field::MigIndex,
                 [T::GpuInstanceId] => Field::MigGpuInstance,
@@ -910,6 +1033,29 @@ impl GpuDraft {
             Field::MemClock => gpu.clocks_mem_mhz = unsigned_u32(text),
             Field::ClusterUuid => self.cluster_uuid = owned(text),
             Field::CliqueId => self.clique_id = unsigned_u32(text),
+            Field::RecoveryAction => gpu.driver_health.recovery_action = owned(text),
+            Field::ResetRequired => gpu.driver_health.reset_required = truth(text),
+            Field::DrainAndReset => gpu.driver_health.drain_and_reset_recommended = truth(text),
+            Field::FabricState => gpu.driver_health.fabric_state = owned(text),
+            Field::FabricStatus => gpu.driver_health.fabric_status = owned(text),
+            Field::FabricSummary => gpu.driver_health.fabric_summary = owned(text),
+            Field::FabricBandwidth => gpu.driver_health.fabric_bandwidth = owned(text),
+            Field::FabricRouteUnhealthy => {
+                gpu.driver_health.fabric_route_unhealthy = truth(text);
+            }
+            Field::FabricRouteRecovery => {
+                gpu.driver_health.fabric_route_recovery_in_progress = truth(text);
+            }
+            Field::ClockHwSlowdown => gpu.driver_health.clock_events.hw_slowdown = truth(text),
+            Field::ClockHwThermal => {
+                gpu.driver_health.clock_events.hw_thermal_slowdown = truth(text);
+            }
+            Field::ClockSwThermal => {
+                gpu.driver_health.clock_events.sw_thermal_slowdown = truth(text);
+            }
+            Field::ClockPowerBrake => {
+                gpu.driver_health.clock_events.hw_power_brake_slowdown = truth(text);
+            }
             Field::MigIndex
             | Field::MigGpuInstance
             | Field::MigComputeInstance
@@ -992,6 +1138,19 @@ fn flag(text: &str) -> Option<bool> {
     if text.eq_ignore_ascii_case("enabled") || text.eq_ignore_ascii_case("yes") {
         Some(true)
     } else if text.eq_ignore_ascii_case("disabled") || text.eq_ignore_ascii_case("no") {
+        Some(false)
+    } else {
+        None
+    }
+}
+
+/// `Yes`/`No`, `True`/`False` and `Active`/`Not Active` (health and clock event readings).
+fn truth(text: &str) -> Option<bool> {
+    let text = value::present(text)?;
+    let is = |s: &str| text.eq_ignore_ascii_case(s);
+    if is("yes") || is("true") || is("active") {
+        Some(true)
+    } else if is("no") || is("false") || is("not active") {
         Some(false)
     } else {
         None

@@ -1,0 +1,413 @@
+//! The health verdict: one of four states per GPU, with the reasons and, for each reason, the
+//! action an operator takes. Every reader (`bcd status`, `/v1/status`, the metrics, the
+//! scheduling answer `healthy`) asks [`judge`].
+//!
+//! | state | means | schedulable |
+//! | --- | --- | --- |
+//! | `healthy` | nothing to report | yes |
+//! | `degraded` | may take work, watch it: throttling, application XIDs, a degraded fabric | yes |
+//! | `unhealthy` | no new work until the action is taken | no |
+//! | `unknown` | nothing answered (`nvidia-smi` silent or not reporting the GPU) | no |
+//!
+//! `unhealthy` wins over `unknown` (an XID 79 says more than a silent `nvidia-smi`), which wins
+//! over `degraded`.
+
+use std::collections::BTreeMap;
+
+use serde::Serialize;
+
+use super::faults::PastBoot;
+use super::xid::{Effect, XidPolicy};
+use super::{uncorrectable_volatile, xid_number, Condition};
+use crate::inventory::document::Gpu;
+use crate::smi::xml::DriverHealth;
+
+/// A GPU's health state.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum HealthState {
+    /// Nothing to report.
+    Healthy,
+    /// May take work; watch it.
+    Degraded,
+    /// Nothing answered: never reported as healthy.
+    Unknown,
+    /// No new work.
+    Unhealthy,
+}
+
+impl HealthState {
+    /// Every state, for the metrics' one-series-per-state family.
+    pub const ALL: [HealthState; 4] = [
+        HealthState::Healthy,
+        HealthState::Degraded,
+        HealthState::Unhealthy,
+        HealthState::Unknown,
+    ];
+
+    /// The state's name.
+    pub fn name(self) -> &'static str {
+        match self {
+            HealthState::Healthy => "healthy",
+            HealthState::Degraded => "degraded",
+            HealthState::Unhealthy => "unhealthy",
+            HealthState::Unknown => "unknown",
+        }
+    }
+
+    /// The scheduling answer: healthy and degraded GPUs may take work.
+    pub fn schedulable(self) -> bool {
+        matches!(self, HealthState::Healthy | HealthState::Degraded)
+    }
+}
+
+/// One reason a GPU is not healthy.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Reason {
+    /// What kind of problem: `Xid79`, `RecoveryAction`, `Fabric`, `Throttled`, ...
+    pub kind: String,
+    /// What was found, in words.
+    pub message: String,
+    /// What the operator does, as a sentence.
+    pub action: String,
+    /// The state this reason alone puts the GPU in.
+    #[serde(skip)]
+    pub state: HealthState,
+}
+
+/// A GPU's state and why.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Verdict {
+    /// The worst state of the reasons; `healthy` without any.
+    pub health: HealthState,
+    /// Why, worst first.
+    pub reasons: Vec<Reason>,
+}
+
+impl Verdict {
+    /// The scheduling answer.
+    pub fn healthy(&self) -> bool {
+        self.health.schedulable()
+    }
+
+    fn of(mut reasons: Vec<Reason>) -> Self {
+        reasons.sort_by_key(|r| std::cmp::Reverse(r.state));
+        Self {
+            health: reasons
+                .iter()
+                .map(|r| r.state)
+                .max()
+                .unwrap_or(HealthState::Healthy),
+            reasons,
+        }
+    }
+}
+
+/// What the judge knows besides the inventory's counters.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Evidence<'a> {
+    /// This boot's conditions.
+    pub conditions: &'a [Condition],
+    /// Earlier boots' hardware XIDs, oldest first.
+    pub history: &'a [PastBoot],
+    /// The node's XID overrides.
+    pub policy: Option<&'a XidPolicy>,
+    /// The driver's readings per GPU UUID from the latest `-q -x`; `None` when it gave none.
+    pub driver: Option<&'a BTreeMap<String, DriverHealth>>,
+    /// Why `nvidia-smi -q -x` gave nothing, when it did not answer.
+    pub silent: Option<&'a str>,
+    /// NVSwitches on the bus while the fabric manager is not active (their count).
+    pub fabric_manager_down: Option<usize>,
+}
+
+fn reason(state: HealthState, kind: &str, message: String, action: String) -> Reason {
+    Reason {
+        kind: kind.to_owned(),
+        message,
+        action,
+        state,
+    }
+}
+
+/// The reason kinds that are not XIDs, in one place.
+pub mod kind {
+    /// `nvidia-smi -q -x` did not answer.
+    pub const NVIDIA_SMI_SILENT: &str = "NvidiaSmiSilent";
+    /// `nvidia-smi` answered without this GPU.
+    pub const NOT_REPORTED: &str = "NotReported";
+    /// The driver's `gpu_recovery_action` or `gpu_reset_status`.
+    pub const RECOVERY_ACTION: &str = "RecoveryAction";
+    /// The NVLink fabric.
+    pub const FABRIC: &str = "Fabric";
+    /// NVSwitches without a fabric manager.
+    pub const FABRIC_MANAGER: &str = "FabricManager";
+    /// Clocks slowed by hardware, heat or a power brake.
+    pub const THROTTLED: &str = "Throttled";
+    /// Row remapping.
+    pub const ROW_REMAP: &str = "RowRemap";
+    /// Uncorrectable ECC errors.
+    pub const ECC: &str = "EccUncorrectable";
+}
+
+/// The action for a GPU that nvidia-smi does not answer for.
+pub fn silent_action(uuid: &str) -> String {
+    format!("check the GPU: nvidia-smi hangs when a GPU is wedged (dmesg: Xid 79 or 119); reset it (bcd gpu reset {uuid}) or reboot the node")
+}
+
+/// The driver's recovery action in bcd's words: (message, action), `None` for no action.
+/// NVML's values are matched in nvidia-smi's spellings without regard to case; any other
+/// non-empty value needs attention.
+pub fn recovery_action(value: &str, uuid: &str) -> Option<(String, String)> {
+    let v = value.trim().to_ascii_lowercase();
+    let action = match v.as_str() {
+        "" | "none" => return None,
+        "reset" | "gpu reset" | "gpu_reset" => format!("reset the GPU: bcd gpu reset {uuid}"),
+        "reboot" | "node reboot" | "node_reboot" => "reboot the node".to_owned(),
+        "drain p2p" | "drain_p2p" => "drain the GPU's peer-to-peer (NVLink) work: stop the jobs that use it across GPUs; the driver clears the action once they are gone".to_owned(),
+        "drain and reset" | "drain_and_reset" | "drain p2p and reset" => {
+            format!("drain the GPU, then reset it: stop its jobs, then bcd gpu reset {uuid}")
+        }
+        _ => format!("the GPU needs attention: look up the driver's recovery action {value:?} in NVIDIA's documentation of gpu_recovery_action before it takes work"),
+    };
+    Some((format!("the driver's recovery action is {value:?}"), action))
+}
+
+/// The NVSwitches left without a fabric manager: `Some(switches)` when there are NVSwitch
+/// functions on the bus and `systemctl` says `nvidia-fabricmanager` is not active; `None`
+/// when there are none or systemd could not be asked (nothing is known then).
+pub async fn fabric_manager_down(host: &crate::host::Host) -> Option<usize> {
+    use crate::doctor::systemd::{is_active, UnitState, FABRIC_MANAGER_UNIT};
+    let switches =
+        crate::doctor::checks::nvswitch_count(&crate::inventory::memory::pci_functions(host));
+    if switches == 0 {
+        return None;
+    }
+    match is_active(host.systemctl(), FABRIC_MANAGER_UNIT).await {
+        UnitState::Is(s) if s != "active" && s != "activating" && s != "reloading" => {
+            Some(switches)
+        }
+        _ => None,
+    }
+}
+
+/// Judges `gpu`.
+pub fn judge(gpu: &Gpu, ev: &Evidence<'_>) -> Verdict {
+    let uuid = gpu.uuid.as_str();
+    let mut out = Vec::new();
+    counters(gpu, &mut out);
+    xids(gpu, ev, &mut out);
+    if !gpu.passed_through {
+        match (ev.silent, ev.driver) {
+            (Some(why), _) => out.push(reason(
+                HealthState::Unknown,
+                kind::NVIDIA_SMI_SILENT,
+                format!("nvidia-smi -q -x did not answer: {why}"),
+                silent_action(uuid),
+            )),
+            (None, Some(map)) => match map.get(uuid) {
+                Some(d) => driver(d, uuid, &mut out),
+                None => out.push(reason(
+                    HealthState::Unknown,
+                    kind::NOT_REPORTED,
+                    "the driver lists this GPU but nvidia-smi -q -x does not report it".into(),
+                    "check the GPU: it may have fallen off the bus (dmesg: Xid 79); reboot the node if it did".into(),
+                )),
+            },
+            (None, None) => {}
+        }
+        if let Some(n) = ev.fabric_manager_down {
+            out.push(reason(
+                HealthState::Unhealthy,
+                kind::FABRIC_MANAGER,
+                format!("{n} NVSwitch(es) on the bus but nvidia-fabricmanager is not active: CUDA fails on every GPU of the board"),
+                "start the fabric manager: systemctl enable --now nvidia-fabricmanager".into(),
+            ));
+        }
+    }
+    Verdict::of(out)
+}
+
+fn counters(gpu: &Gpu, out: &mut Vec<Reason>) {
+    let uuid = &gpu.uuid;
+    if let Some(rr) = &gpu.row_remap {
+        if rr.failure == Some(true) {
+            out.push(reason(
+                HealthState::Unhealthy,
+                kind::ROW_REMAP,
+                "row remapping failed".into(),
+                "replace the GPU: row remapping failed, which NVIDIA's RMA policy counts as a failed GPU".into(),
+            ));
+        }
+        if rr.pending == Some(true) {
+            out.push(reason(
+                HealthState::Unhealthy,
+                kind::ROW_REMAP,
+                "a row remap waits for a GPU reset".into(),
+                format!("reset the GPU: bcd gpu reset {uuid}"),
+            ));
+        }
+    }
+    if let Some(n) = uncorrectable_volatile(gpu) {
+        out.push(reason(
+            HealthState::Unhealthy,
+            kind::ECC,
+            format!("{n} uncorrectable volatile ECC error(s) since the driver loaded"),
+            format!("reset the GPU: bcd gpu reset {uuid}"),
+        ));
+    }
+}
+
+/// The action for a hardware XID that came back on the next boot.
+pub const INSPECT_ACTION: &str =
+    "the GPU needs inspection: the same hardware XID on the last two boots";
+
+fn xids(gpu: &Gpu, ev: &Evidence<'_>, out: &mut Vec<Reason>) {
+    let default = XidPolicy::default();
+    let policy = ev.policy.unwrap_or(&default);
+    let last_boot = ev.history.last();
+    for c in ev
+        .conditions
+        .iter()
+        .filter(|c| c.status && c.device_id == gpu.uuid && c.kind == super::kmsg::FELL_OFF_THE_BUS)
+    {
+        out.push(reason(
+            HealthState::Unhealthy,
+            &c.kind,
+            format!("the GPU fell off the bus: {}", c.message),
+            super::xid::Remedy::RebootNode.action(&gpu.uuid),
+        ));
+    }
+    for c in ev.conditions.iter().filter(|c| c.is_xid_of(&gpu.uuid)) {
+        let Some(number) = xid_number(&c.kind) else {
+            continue;
+        };
+        let j = policy.judge(number);
+        let state = match j.remedy.effect() {
+            Effect::None => continue,
+            Effect::Degraded => HealthState::Degraded,
+            Effect::Unhealthy => HealthState::Unhealthy,
+        };
+        let repeated = j.is_hardware() && last_boot.is_some_and(|b| b.has(&gpu.uuid, number));
+        let action = if repeated {
+            INSPECT_ACTION.to_owned()
+        } else {
+            j.remedy.action(&gpu.uuid)
+        };
+        let times = c.count.max(1);
+        out.push(reason(
+            state,
+            &c.kind,
+            format!(
+                "Xid {number} ({}, class {}) {times} time(s) this boot{}: {}",
+                j.meaning,
+                j.class.name(),
+                if repeated {
+                    " and on the boot before"
+                } else {
+                    ""
+                },
+                c.message
+            ),
+            action,
+        ));
+    }
+}
+
+fn driver(d: &DriverHealth, uuid: &str, out: &mut Vec<Reason>) {
+    if let Some((message, action)) = d
+        .recovery_action
+        .as_deref()
+        .and_then(|v| recovery_action(v, uuid))
+    {
+        out.push(reason(
+            HealthState::Unhealthy,
+            kind::RECOVERY_ACTION,
+            message,
+            action,
+        ));
+    } else if d.drain_and_reset_recommended == Some(true) {
+        out.push(reason(
+            HealthState::Unhealthy,
+            kind::RECOVERY_ACTION,
+            "the driver recommends a drain and reset (gpu_reset_status)".into(),
+            format!("drain the GPU, then reset it: stop its jobs, then bcd gpu reset {uuid}"),
+        ));
+    } else if d.reset_required == Some(true) {
+        out.push(reason(
+            HealthState::Unhealthy,
+            kind::RECOVERY_ACTION,
+            "the driver says a reset is required (gpu_reset_status)".into(),
+            format!("reset the GPU: bcd gpu reset {uuid}"),
+        ));
+    }
+    let fabric =
+        |state, message: String, action: String| reason(state, kind::FABRIC, message, action);
+    if let Some(s) = d
+        .fabric_state
+        .as_deref()
+        .filter(|s| !s.eq_ignore_ascii_case("completed"))
+    {
+        out.push(fabric(
+            HealthState::Unhealthy,
+            format!("the NVLink fabric's state is {s:?}, not \"Completed\""),
+            "start the fabric manager (systemctl enable --now nvidia-fabricmanager) and wait for the fabric to complete; if it stays, read nvidia-fabricmanager's log".into(),
+        ));
+    }
+    if let Some(s) = d
+        .fabric_status
+        .as_deref()
+        .filter(|s| !s.eq_ignore_ascii_case("success"))
+    {
+        out.push(fabric(
+            HealthState::Unhealthy,
+            format!("the NVLink fabric's status is {s:?}"),
+            "read nvidia-fabricmanager's log, then reset the GPU or reboot the node as it says"
+                .into(),
+        ));
+    }
+    if d.fabric_route_unhealthy == Some(true) {
+        out.push(fabric(
+            HealthState::Unhealthy,
+            "an NVLink fabric route is unhealthy".into(),
+            format!("reset the GPU: bcd gpu reset {uuid}; if the route stays unhealthy, check its NVLinks (nvidia-smi nvlink -s)"),
+        ));
+    }
+    if d.fabric_route_recovery_in_progress == Some(true) {
+        out.push(fabric(
+            HealthState::Degraded,
+            "the fabric manager is recovering an NVLink route".into(),
+            "wait: the GPU may take work while the route recovers".into(),
+        ));
+    }
+    if let Some(b) = d
+        .fabric_bandwidth
+        .as_deref()
+        .filter(|b| !b.eq_ignore_ascii_case("full"))
+    {
+        out.push(fabric(
+            HealthState::Degraded,
+            format!("the NVLink fabric's bandwidth is {b:?}, not \"Full\""),
+            "watch the GPU: it may take work at less NVLink bandwidth; check its NVLinks (nvidia-smi nvlink -s)".into(),
+        ));
+    }
+    if let Some(s) = d
+        .fabric_summary
+        .as_deref()
+        .filter(|s| !s.eq_ignore_ascii_case("healthy"))
+    {
+        out.push(fabric(
+            HealthState::Degraded,
+            format!("the NVLink fabric's health summary is {s:?}"),
+            "watch the GPU: check its NVLinks (nvidia-smi nvlink -s) and nvidia-fabricmanager's log".into(),
+        ));
+    }
+    let active = d.clock_events.active();
+    if !active.is_empty() {
+        out.push(reason(
+            HealthState::Degraded,
+            kind::THROTTLED,
+            format!("clocks slowed down: {}", active.join(", ")),
+            "check the GPU's cooling and power supply: it may take work but runs slower while this lasts".into(),
+        ));
+    }
+}
