@@ -256,6 +256,29 @@ fn forged_arguments_never_reach_a_program() {
         std::fs::read_to_string(h.path("calls")).unwrap(),
         "--gpu-reset -i 00000000:18:00.0\n"
     );
+    // A GPU named by UUID and the same GPU named by address were two locks; a domain named by
+    // its id or UUID was a second (and third) lock for it. Neither name decodes now.
+    for op in [
+        ForgedOp::ResetGpu {
+            gpu: "GPU-12345678-1234-1234-1234-1234567890ab".into(),
+        },
+        ForgedOp::SetPersistence {
+            gpu: "GPU-12345678-1234-1234-1234-1234567890ab".into(),
+            enabled: false,
+        },
+        ForgedOp::LibvirtStart { domain: "1".into() },
+        ForgedOp::LibvirtDestroy {
+            domain: "6695eb01-f6a4-8304-79aa-97f2502e193f".into(),
+        },
+    ] {
+        let mut c = h.client();
+        c.send_raw(&encode(&ForgedFrame::Request { id: 4, op }).unwrap());
+        let what = expect_refused(&mut c, "an alias");
+        assert!(
+            what.contains("gpu: invalid PCI address") || what.contains("domain: invalid"),
+            "{what}"
+        );
+    }
     // n refusals, one of them written in full (the rest are counted), and the reset.
     let audit = h.audit_lines();
     assert!(n > 2);

@@ -22,6 +22,9 @@ use tokio::sync::Semaphore;
 pub const BACKOFF_FIRST: Duration = Duration::from_millis(10);
 /// The longest wait between two accepts while descriptors stay short.
 pub const BACKOFF_LAST: Duration = Duration::from_secs(1);
+/// How long accepting must work again, without a refusal, before an episode counts as over
+/// (and is logged as over): a descriptor freed for a moment under a flood is not the end of it.
+pub const EPISODE_QUIET: Duration = Duration::from_secs(5);
 
 /// What one listener has been through, shared with `status`.
 #[derive(Debug, Default)]
@@ -64,6 +67,7 @@ pub async fn serve<S, A, AF, H, HF>(
     let places = Arc::new(Semaphore::new(cap));
     let mut backoff = BACKOFF_FIRST;
     let mut starved_since: Option<Instant> = None;
+    let mut last_refused = Instant::now();
     loop {
         // Never closed: the semaphore lives in this loop.
         let Ok(place) = places.clone().acquire_owned().await else {
@@ -71,7 +75,12 @@ pub async fn serve<S, A, AF, H, HF>(
         };
         match accept().await {
             Ok(stream) => {
-                if let Some(since) = starved_since.take() {
+                // An episode ends only once accepting has worked for a while: a descriptor
+                // freed for a moment under a flood is not the end of it.
+                if let Some(since) =
+                    starved_since.filter(|_| last_refused.elapsed() >= EPISODE_QUIET)
+                {
+                    starved_since = None;
                     stats.starved.store(false, Ordering::Relaxed);
                     tracing::warn!(
                         "{what}: accepting connections again after {:.1}s without file descriptors",
@@ -89,6 +98,7 @@ pub async fn serve<S, A, AF, H, HF>(
             Err(e) if is_exhaustion(&e) => {
                 drop(place);
                 stats.refused.fetch_add(1, Ordering::Relaxed);
+                last_refused = Instant::now();
                 if starved_since.is_none() {
                     starved_since = Some(Instant::now());
                     stats.starved.store(true, Ordering::Relaxed);
