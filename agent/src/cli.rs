@@ -145,6 +145,11 @@ pub enum Command {
         #[arg(long, value_name = "N", default_value_t = 0,
               value_parser = clap::value_parser!(u32).range(0..=i64::from(crate::cdi::ids::MAX_SLOTS)))]
         gpu_slots: u32,
+        /// Also serve the metrics under another exporter's names: `dcgm` (NVIDIA
+        /// dcgm-exporter's DCGM_FI_* names, units and labels, host as `hostname`) or
+        /// `dcgm-legacy` (the same with `Hostname`, as dcgm-exporter named it before 2026).
+        #[arg(long, value_name = "SCHEME")]
+        metrics_compat: Option<crate::node::metrics::MetricsCompat>,
     },
     /// One line per GPU from a live sample (waits at most 10 s), with UNHEALTHY where the
     /// healthy rule fails.

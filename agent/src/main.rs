@@ -51,6 +51,7 @@ fn main() -> ExitCode {
                 sample_interval,
                 api_group,
                 gpu_slots,
+                metrics_compat,
             } => {
                 svc::node(
                     &cli.global,
@@ -59,6 +60,7 @@ fn main() -> ExitCode {
                     *sample_interval,
                     api_group,
                     *gpu_slots,
+                    *metrics_compat,
                 )
                 .await
             }

@@ -402,6 +402,8 @@ where
 async fn passthrough(node: &Node, path: &str, request: &Request) -> Result<Answer, Answer> {
     use crate::runtime::RuntimeError;
     let asked: PassthroughBody = body(request)?;
+    // For the metrics' `vm` label, once the step has run.
+    let domain = asked.domain.clone();
     let topology = node.topology().await;
     let holds: Vec<crate::cdi::Hold> = node
         .holds
@@ -450,6 +452,9 @@ async fn passthrough(node: &Node, path: &str, request: &Request) -> Result<Answe
                 .await
         }
     };
+    if let Ok(report) = &result {
+        node.record_passthrough(report, domain.as_deref());
+    }
     match result {
         Ok(report) => Ok(ok(&serde_json::to_value(Summary {
             summary: report.to_string(),

@@ -1,13 +1,21 @@
 //! The node's metrics in the Prometheus text format (version 0.0.4): per-GPU samples and
 //! health from the latest sample and inventory, and the inventory's age and the last
 //! `nvidia-smi` calls. Units are in the names; counters end in `_total`; every GPU series
-//! carries a `uuid` label.
+//! carries a `uuid` label, and the attribution labels of whoever has the GPU
+//! ([`crate::node::attribution`]); `bcd_device_owner` has one series per device (GPU, MIG
+//! device, slot) somebody has.
+//!
+//! With [`MetricsCompat`] (`bcd node --metrics-compat dcgm`) the same readings are also
+//! rendered under NVIDIA dcgm-exporter's names, units and labels ([`DCGM_FIELDS`]), so its
+//! dashboards and alert rules work unchanged; MIG devices get dcgm-exporter's `GPU_I_ID` and
+//! `GPU_I_PROFILE`. Fields that need DCGM's profiling (`DCGM_FI_PROF_*`) are not provided.
 
 use std::collections::BTreeMap;
 use std::fmt::Write;
 use std::time::Duration;
 
-use crate::inventory::document::Inventory;
+use crate::inventory::document::{Gpu, Inventory};
+use crate::node::attribution::{Attribution, Labels};
 use crate::smi::samples::GpuSample;
 use crate::smi::snapshot::QueryRecord;
 
@@ -24,6 +32,27 @@ pub struct SamplingState {
     pub one_shot_because: Option<String>,
     /// Loop-mode sessions started again after a child died or stalled.
     pub restarts: u64,
+}
+
+/// Which other exporter's names the metrics also carry (`bcd node --metrics-compat`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum MetricsCompat {
+    /// dcgm-exporter's names and labels, the host's name as `hostname` (dcgm-exporter since
+    /// it renamed the label in 2026).
+    Dcgm,
+    /// The same, the host's name as `Hostname` (dcgm-exporter before the rename, which
+    /// dashboard 12239 and most alert rules written until then expect).
+    DcgmLegacy,
+}
+
+impl MetricsCompat {
+    /// The host name's label.
+    pub fn hostname_label(self) -> &'static str {
+        match self {
+            MetricsCompat::Dcgm => "hostname",
+            MetricsCompat::DcgmLegacy => "Hostname",
+        }
+    }
 }
 
 /// What one scrape shows.
@@ -43,10 +72,18 @@ pub struct MetricsView<'a> {
     pub xid_totals: Vec<(String, u32, &'static str, u64)>,
     /// Per GPU UUID: the XID numbers raised this boot.
     pub xids: BTreeMap<String, Vec<u32>>,
+    /// Per GPU UUID: the XID seen last this boot (dcgm-exporter's `DCGM_FI_DEV_XID_ERRORS`).
+    pub last_xid: BTreeMap<String, u32>,
     /// The last run of each `nvidia-smi` query.
     pub queries: &'a [QueryRecord],
     /// How sampling runs.
     pub sampling: Option<&'a SamplingState>,
+    /// Who has each device.
+    pub attribution: Attribution,
+    /// Which other exporter's names to render too.
+    pub compat: Option<MetricsCompat>,
+    /// The host's name (dcgm-exporter's `hostname` label).
+    pub host_name: Option<&'a str>,
 }
 
 struct Family<'w> {
@@ -72,13 +109,28 @@ impl Family<'_> {
         }
         let _ = writeln!(self.out, " {}", number(value));
     }
+
+    /// A sample of a device's series: its own labels, then who has the device.
+    fn owned(&mut self, name: &str, labels: &[(&str, &str)], who: &Labels, value: f64) {
+        let mut all = labels.to_vec();
+        all.extend(who.pairs().iter().map(|(k, v)| (*k, v.as_str())));
+        self.sample(name, &all, value);
+    }
 }
 
-fn escape(value: &str) -> String {
-    value
-        .replace('\\', "\\\\")
-        .replace('"', "\\\"")
-        .replace('\n', "\\n")
+/// A label value in the text format: backslash, double quote and line feed escaped, the
+/// only three characters the format gives a meaning inside a quoted value.
+pub fn escape(value: &str) -> String {
+    let mut out = String::with_capacity(value.len());
+    for c in value.chars() {
+        match c {
+            '\\' => out.push_str("\\\\"),
+            '"' => out.push_str("\\\""),
+            '\n' => out.push_str("\\n"),
+            c => out.push(c),
+        }
+    }
+    out
 }
 
 fn number(v: f64) -> String {
@@ -89,11 +141,167 @@ fn number(v: f64) -> String {
     }
 }
 
+/// Reads one value of a GPU from its sample.
+type Reading = fn(&GpuSample) -> Option<f64>;
+
+/// One dcgm-exporter series bcd can fill from `nvidia-smi`: its name, Prometheus type, help
+/// (dcgm-exporter's), and the reading in dcgm-exporter's unit.
+#[derive(Debug)]
+pub struct DcgmField {
+    /// `DCGM_FI_DEV_...`.
+    pub name: &'static str,
+    /// `gauge` or `counter`, as dcgm-exporter types it.
+    pub kind: &'static str,
+    /// dcgm-exporter's help text, unit included.
+    pub help: &'static str,
+    read: Reading,
+}
+
+/// The dcgm-exporter series filled from each sample, in dcgm-exporter's units (MiB, %, C,
+/// W, MHz). `DCGM_FI_DEV_XID_ERRORS`, the remapped rows and the ECC counts come from the
+/// kernel log and the inventory instead (see [`render`]).
+pub const DCGM_FIELDS: &[DcgmField] = &[
+    DcgmField {
+        name: "DCGM_FI_DEV_SM_CLOCK",
+        kind: "gauge",
+        help: "SM clock frequency (in MHz).",
+        read: |s| s.clocks_sm_mhz.map(f64::from),
+    },
+    DcgmField {
+        name: "DCGM_FI_DEV_MEM_CLOCK",
+        kind: "gauge",
+        help: "Memory clock frequency (in MHz).",
+        read: |s| s.clocks_mem_mhz.map(f64::from),
+    },
+    DcgmField {
+        name: "DCGM_FI_DEV_GPU_TEMP",
+        kind: "gauge",
+        help: "GPU temperature (in C).",
+        read: |s| s.temperature_c.map(f64::from),
+    },
+    DcgmField {
+        name: "DCGM_FI_DEV_POWER_USAGE",
+        kind: "gauge",
+        help: "Power draw (in W).",
+        read: |s| s.power_draw_w,
+    },
+    DcgmField {
+        name: "DCGM_FI_DEV_POWER_MGMT_LIMIT",
+        kind: "gauge",
+        help: "Power management limit (in W).",
+        read: |s| s.power_limit_w,
+    },
+    DcgmField {
+        name: "DCGM_FI_DEV_GPU_UTIL",
+        kind: "gauge",
+        help: "GPU utilization (in %).",
+        read: |s| s.utilization_gpu_pct.map(f64::from),
+    },
+    DcgmField {
+        name: "DCGM_FI_DEV_MEM_COPY_UTIL",
+        kind: "gauge",
+        help: "Memory utilization (in %).",
+        read: |s| s.utilization_memory_pct.map(f64::from),
+    },
+    DcgmField {
+        name: "DCGM_FI_DEV_FB_FREE",
+        kind: "gauge",
+        help: "Framebuffer memory free (in MiB).",
+        read: |s| s.memory_free_mib.map(|m| m as f64),
+    },
+    DcgmField {
+        name: "DCGM_FI_DEV_FB_USED",
+        kind: "gauge",
+        help: "Framebuffer memory used (in MiB).",
+        read: |s| s.memory_used_mib.map(|m| m as f64),
+    },
+    DcgmField {
+        name: "DCGM_FI_DEV_FB_RESERVED",
+        kind: "gauge",
+        help: "Framebuffer memory reserved (in MiB).",
+        read: |s| s.memory_reserved_mib.map(|m| m as f64),
+    },
+    DcgmField {
+        name: "DCGM_FI_DEV_FB_TOTAL",
+        kind: "gauge",
+        help: "Framebuffer memory total (in MiB).",
+        read: |s| s.memory_total_mib.map(|m| m as f64),
+    },
+];
+
+/// dcgm-exporter's default counters bcd does not provide, and why; listed in the README.
+pub const DCGM_NOT_PROVIDED: &[(&str, &str)] = &[
+    ("DCGM_FI_DEV_MEMORY_TEMP", "bcd does not read temperature.memory"),
+    (
+        "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION",
+        "bcd does not read total_energy_consumption",
+    ),
+    (
+        "DCGM_FI_DEV_PCIE_TX_THROUGHPUT, DCGM_FI_DEV_PCIE_RX_THROUGHPUT, DCGM_FI_DEV_PCIE_REPLAY_COUNTER",
+        "bcd does not read the PCIe counters",
+    ),
+    (
+        "DCGM_FI_DEV_ENC_UTIL, DCGM_FI_DEV_DEC_UTIL",
+        "bcd does not read the encoder and decoder",
+    ),
+    (
+        "DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL",
+        "bcd reads NVLink states, not traffic",
+    ),
+    ("DCGM_FI_DEV_VGPU_LICENSE_STATUS", "no vGPU support"),
+    (
+        "DCGM_FI_PROF_* (GR_ENGINE_ACTIVE, PIPE_TENSOR_ACTIVE, DRAM_ACTIVE, PCIE_TX_BYTES, PCIE_RX_BYTES, ...)",
+        "they need DCGM's profiling module; nvidia-smi has no such reading",
+    ),
+];
+
+/// A GPU's identity in dcgm-exporter's labels, from the inventory.
+struct DcgmIdentity {
+    gpu: String,
+    uuid: String,
+    pci_bus_id: Option<String>,
+    device: String,
+    model: Option<String>,
+}
+
+impl DcgmIdentity {
+    fn of(g: &Gpu) -> Self {
+        Self {
+            gpu: g.index.to_string(),
+            uuid: g.uuid.clone(),
+            pci_bus_id: g.bus_id.clone(),
+            // dcgm-exporter names the device node after the GPU's index.
+            device: format!("nvidia{}", g.index),
+            model: g.name.clone(),
+        }
+    }
+
+    /// `gpu`, `UUID`, `pci_bus_id`, `device`, `modelName`, then `extra` (a MIG device's
+    /// `GPU_I_PROFILE` and `GPU_I_ID`), then the host and the driver's version.
+    fn labels<'l>(
+        &'l self,
+        extra: &[(&'l str, &'l str)],
+        host: &'l [(&'l str, &'l str)],
+    ) -> Vec<(&'l str, &'l str)> {
+        let mut l = vec![("gpu", self.gpu.as_str()), ("UUID", self.uuid.as_str())];
+        if let Some(b) = &self.pci_bus_id {
+            l.push(("pci_bus_id", b));
+        }
+        l.push(("device", &self.device));
+        if let Some(m) = &self.model {
+            l.push(("modelName", m));
+        }
+        l.extend_from_slice(extra);
+        l.extend_from_slice(host);
+        l
+    }
+}
+
 /// Renders every metric family; a family without values is left out.
 pub fn render(view: &MetricsView<'_>) -> String {
     let mut out = String::new();
     let mut f = Family { out: &mut out };
-    type Reading = fn(&GpuSample) -> Option<f64>;
+    let who = |uuid: &str| view.attribution.gpu(uuid);
     let gauges: [(&str, &str, Reading); 10] = [
         (
             "bcd_gpu_memory_total_bytes",
@@ -149,9 +357,30 @@ pub fn render(view: &MetricsView<'_>) -> String {
         }
         f.header(name, "gauge", help);
         for (uuid, v) in values {
-            f.sample(name, &[("uuid", uuid)], v);
+            f.owned(name, &[("uuid", uuid)], &who(uuid), v);
         }
     }
+    // With dcgm-exporter's names on, the health series also carries its identity labels, so
+    // an alert joins it to DCGM_FI_* series on `gpu` or `UUID`.
+    let identities: BTreeMap<&str, DcgmIdentity> = view
+        .inventory
+        .iter()
+        .flat_map(|inv| &inv.gpu.gpus)
+        .map(|g| (g.uuid.as_str(), DcgmIdentity::of(g)))
+        .collect();
+    let host: Vec<(&str, &str)> = view
+        .compat
+        .map(|c| {
+            let mut h = Vec::new();
+            if let Some(name) = view.host_name {
+                h.push((c.hostname_label(), name));
+            }
+            if let Some(v) = view.inventory.and_then(|i| i.gpu.driver_version.as_deref()) {
+                h.push(("DCGM_FI_DRIVER_VERSION", v));
+            }
+            h
+        })
+        .unwrap_or_default();
     if !view.states.is_empty() {
         f.header(
             "bcd_gpu_health_state",
@@ -159,10 +388,21 @@ pub fn render(view: &MetricsView<'_>) -> String {
             "1 for the GPU's health state (healthy, degraded, unhealthy, unknown), 0 for the others.",
         );
         for (uuid, now) in &view.states {
+            let mut labels = vec![("uuid", uuid.as_str())];
+            if view.compat.is_some() {
+                if let Some(id) = identities.get(uuid.as_str()) {
+                    labels = id.labels(&[], &host);
+                    labels.insert(0, ("uuid", uuid.as_str()));
+                }
+            }
+            let owner = who(uuid);
             for state in crate::health::verdict::HealthState::ALL {
-                f.sample(
+                let mut l = labels.clone();
+                l.push(("state", state.name()));
+                f.owned(
                     "bcd_gpu_health_state",
-                    &[("uuid", uuid), ("state", state.name())],
+                    &l,
+                    &owner,
                     if state == *now { 1.0 } else { 0.0 },
                 );
             }
@@ -175,18 +415,20 @@ pub fn render(view: &MetricsView<'_>) -> String {
         "XIDs the GPU logged this boot, by number and the catalog's class.",
     );
     for (uuid, xid, class, n) in &view.xid_totals {
-        f.sample(
+        f.owned(
             "bcd_xid_total",
             &[("uuid", uuid), ("xid", &xid.to_string()), ("class", class)],
+            &who(uuid),
             *n as f64,
         );
     }
     if !view.healthy.is_empty() {
         f.header("bcd_gpu_healthy", "gauge", "1 when the GPU may take work (healthy or degraded); 0 when unhealthy or unknown (nvidia-smi silent).");
         for (uuid, ok) in &view.healthy {
-            f.sample(
+            f.owned(
                 "bcd_gpu_healthy",
                 &[("uuid", uuid)],
+                &who(uuid),
                 if *ok { 1.0 } else { 0.0 },
             );
         }
@@ -199,12 +441,29 @@ pub fn render(view: &MetricsView<'_>) -> String {
         );
         for (uuid, xids) in &view.xids {
             for xid in xids {
-                f.sample(
+                f.owned(
                     "bcd_gpu_xid_condition",
                     &[("uuid", uuid), ("xid", &xid.to_string())],
+                    &who(uuid),
                     1.0,
                 );
             }
+        }
+    }
+    let claimed: Vec<_> = view.attribution.claimed().collect();
+    if !claimed.is_empty() {
+        f.header(
+            "bcd_device_owner",
+            "gauge",
+            "1 for each device (GPU, MIG device, slot) somebody has, labelled with who.",
+        );
+        for (device, gpu, labels) in &claimed {
+            let mut l = Vec::new();
+            if let Some(gpu) = gpu {
+                l.push(("uuid", gpu.as_str()));
+            }
+            l.push(("device_id", device.as_str()));
+            f.owned("bcd_device_owner", &l, labels, 1.0);
         }
     }
     if let Some(inv) = view.inventory {
@@ -267,7 +526,7 @@ pub fn render(view: &MetricsView<'_>) -> String {
                 }
                 f.header(name, kind, help);
                 for (uuid, t, v) in rows {
-                    f.sample(name, &[("uuid", uuid), ("type", t)], *v as f64);
+                    f.owned(name, &[("uuid", uuid), ("type", t)], &who(uuid), *v as f64);
                 }
             };
         counted(
@@ -298,9 +557,10 @@ pub fn render(view: &MetricsView<'_>) -> String {
                 "1 when a row remap waits for a GPU reset.",
             );
             for (uuid, pending, _) in &remap_flags {
-                f.sample(
+                f.owned(
                     "bcd_gpu_row_remap_pending",
                     &[("uuid", uuid)],
+                    &who(uuid),
                     if *pending { 1.0 } else { 0.0 },
                 );
             }
@@ -310,9 +570,10 @@ pub fn render(view: &MetricsView<'_>) -> String {
                 "1 when row remapping failed: the GPU needs replacing.",
             );
             for (uuid, _, failed) in &remap_flags {
-                f.sample(
+                f.owned(
                     "bcd_gpu_row_remap_failure",
                     &[("uuid", uuid)],
+                    &who(uuid),
                     if *failed { 1.0 } else { 0.0 },
                 );
             }
@@ -368,7 +629,160 @@ pub fn render(view: &MetricsView<'_>) -> String {
             );
         }
     }
+    if view.compat.is_some() {
+        render_dcgm(&mut f, view, &identities, &host);
+    }
     out
+}
+
+/// dcgm-exporter's series: those of [`DCGM_FIELDS`] per GPU with a sample, then the last
+/// XID per GPU and per MIG device (as dcgm-exporter repeats it for each GPU instance), the
+/// remapped rows and the ECC counts. A GPU the inventory does not list yet (no index, no
+/// model) has none.
+fn render_dcgm(
+    f: &mut Family<'_>,
+    view: &MetricsView<'_>,
+    identities: &BTreeMap<&str, DcgmIdentity>,
+    host: &[(&str, &str)],
+) {
+    let who = |uuid: &str| view.attribution.gpu(uuid);
+    for field in DCGM_FIELDS {
+        let values: Vec<(&DcgmIdentity, f64)> = view
+            .samples
+            .iter()
+            .filter_map(|s| Some((identities.get(s.uuid.as_str())?, (field.read)(s)?)))
+            .collect();
+        if values.is_empty() {
+            continue;
+        }
+        f.header(field.name, field.kind, field.help);
+        for (id, v) in values {
+            f.owned(field.name, &id.labels(&[], host), &who(&id.uuid), v);
+        }
+    }
+    let Some(inv) = view.inventory else { return };
+    if !inv.gpu.gpus.is_empty() {
+        let name = "DCGM_FI_DEV_XID_ERRORS";
+        f.header(name, "gauge", "Value of the last XID error encountered.");
+        for g in &inv.gpu.gpus {
+            let Some(id) = identities.get(g.uuid.as_str()) else {
+                continue;
+            };
+            let last = view.last_xid.get(&g.uuid).copied().unwrap_or(0);
+            f.owned(name, &id.labels(&[], host), &who(&g.uuid), f64::from(last));
+            for m in g.mig.iter().flat_map(|m| &m.devices) {
+                let (Some(profile), Some(gi)) = (&m.profile, m.gi) else {
+                    continue;
+                };
+                let gi = gi.to_string();
+                let owner = m
+                    .uuid
+                    .as_deref()
+                    .and_then(|u| u.parse().ok())
+                    .map(|d| view.attribution.device(&d))
+                    .unwrap_or_default();
+                f.owned(
+                    name,
+                    &id.labels(&[("GPU_I_PROFILE", profile), ("GPU_I_ID", &gi)], host),
+                    &owner,
+                    f64::from(last),
+                );
+            }
+        }
+    }
+    type Count = fn(&Gpu) -> Option<f64>;
+    let counts: [(&str, &str, &str, Count); 7] = [
+        (
+            "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS",
+            "counter",
+            "Number of remapped rows for uncorrectable errors",
+            |g| g.row_remap.as_ref()?.uncorrectable.map(|v| v as f64),
+        ),
+        (
+            "DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS",
+            "counter",
+            "Number of remapped rows for correctable errors",
+            |g| g.row_remap.as_ref()?.correctable.map(|v| v as f64),
+        ),
+        (
+            "DCGM_FI_DEV_ROW_REMAP_FAILURE",
+            "gauge",
+            "Whether remapping of rows has failed",
+            |g| {
+                g.row_remap
+                    .as_ref()?
+                    .failure
+                    .map(|b| f64::from(u8::from(b)))
+            },
+        ),
+        (
+            "DCGM_FI_DEV_ECC_SBE_VOL_TOTAL",
+            "counter",
+            "Total number of single-bit volatile ECC errors.",
+            |g| {
+                g.ecc
+                    .as_ref()?
+                    .volatile
+                    .as_ref()?
+                    .correctable
+                    .map(|v| v as f64)
+            },
+        ),
+        (
+            "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL",
+            "counter",
+            "Total number of double-bit volatile ECC errors.",
+            |g| {
+                g.ecc
+                    .as_ref()?
+                    .volatile
+                    .as_ref()?
+                    .uncorrectable
+                    .map(|v| v as f64)
+            },
+        ),
+        (
+            "DCGM_FI_DEV_ECC_SBE_AGG_TOTAL",
+            "counter",
+            "Total number of single-bit persistent ECC errors.",
+            |g| {
+                g.ecc
+                    .as_ref()?
+                    .aggregate
+                    .as_ref()?
+                    .correctable
+                    .map(|v| v as f64)
+            },
+        ),
+        (
+            "DCGM_FI_DEV_ECC_DBE_AGG_TOTAL",
+            "counter",
+            "Total number of double-bit persistent ECC errors.",
+            |g| {
+                g.ecc
+                    .as_ref()?
+                    .aggregate
+                    .as_ref()?
+                    .uncorrectable
+                    .map(|v| v as f64)
+            },
+        ),
+    ];
+    for (name, kind, help, read) in counts {
+        let values: Vec<(&DcgmIdentity, f64)> = inv
+            .gpu
+            .gpus
+            .iter()
+            .filter_map(|g| Some((identities.get(g.uuid.as_str())?, read(g)?)))
+            .collect();
+        if values.is_empty() {
+            continue;
+        }
+        f.header(name, kind, help);
+        for (id, v) in values {
+            f.owned(name, &id.labels(&[], host), &who(&id.uuid), v);
+        }
+    }
 }
 
 #[cfg(test)]

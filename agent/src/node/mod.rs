@@ -3,6 +3,7 @@
 //! answers the API on a Unix socket.
 
 pub mod api;
+pub mod attribution;
 pub mod client;
 pub mod http;
 pub mod instance;

@@ -14,8 +14,10 @@
 //!   `metrics/v1/metrics.proto`, `common/v1/common.proto`, `resource/v1/resource.proto`),
 //!   which the test decodes against.
 //!
-//! Every metric is a gauge with one data point per GPU, attribute `gpu.uuid`; units follow
-//! OTLP's UCUM convention: bytes (`By`), ratios 0..1 (`1`), `Cel`, `W`, `Hz`.
+//! Every metric is a gauge with one data point per GPU, attribute `gpu.uuid`, and the
+//! attribution of whoever has the GPU ([`crate::node::attribution`]: `bcd.hold`, `bcd.vm`,
+//! `k8s.namespace.name`, `k8s.pod.name`, `k8s.container.name`; none when nobody has it);
+//! units follow OTLP's UCUM convention: bytes (`By`), ratios 0..1 (`1`), `Cel`, `W`, `Hz`.
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -25,6 +27,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use tokio::net::TcpStream;
 
 use crate::host::Host;
+use crate::node::attribution::Attribution;
 use crate::node::http;
 use crate::smi::samples::GpuSample;
 
@@ -404,6 +407,7 @@ fn gauge(
     metrics: &mut Pb,
     (name, description, unit): (&str, &str, &str),
     points: &[(&str, Value)],
+    attribution: &Attribution,
     time_unix_nano: u64,
 ) {
     if points.is_empty() {
@@ -423,6 +427,9 @@ fn gauge(
                         Value::Int(i) => p.fixed64(field::POINT_AS_INT, i as u64),
                     }
                     p.string_attribute(field::POINT_ATTRIBUTES, GPU_ATTRIBUTE, uuid);
+                    for (key, value) in attribution.gpu(uuid).otlp() {
+                        p.string_attribute(field::POINT_ATTRIBUTES, key, value);
+                    }
                 });
             }
         });
@@ -432,11 +439,13 @@ fn gauge(
 /// Encodes one `ExportMetricsServiceRequest` for `samples`, stamped `at`.
 ///
 /// Guarantees: pure; each metric of the table is a gauge with one point per GPU whose sample
-/// has the reading (none when no GPU has it), then `bcd.gpu.healthy` for the GPUs in `healthy`.
+/// has the reading (none when no GPU has it), then `bcd.gpu.healthy` for the GPUs in `healthy`;
+/// each point carries the attribution of its GPU.
 pub fn encode_request(
     resource: &Resource,
     samples: &[GpuSample],
     healthy: &BTreeMap<String, bool>,
+    attribution: &Attribution,
     at: SystemTime,
 ) -> Vec<u8> {
     let nanos = at
@@ -460,7 +469,13 @@ pub fn encode_request(
                     .iter()
                     .filter_map(|s| (def.read)(s).map(|v| (s.uuid.as_str(), v)))
                     .collect();
-                gauge(sm, (def.name, def.description, def.unit), &points, nanos);
+                gauge(
+                    sm,
+                    (def.name, def.description, def.unit),
+                    &points,
+                    attribution,
+                    nanos,
+                );
             }
             let points: Vec<(&str, Value)> = healthy
                 .iter()
@@ -474,6 +489,7 @@ pub fn encode_request(
                     "1",
                 ),
                 &points,
+                attribution,
                 nanos,
             );
         });
@@ -547,8 +563,9 @@ impl Outage {
     }
 }
 
-/// Exports the samples `read` gives (with each GPU's verdict of the healthy rule) every
-/// `interval`, for as long as it runs; an interval without samples sends nothing.
+/// Exports the samples `read` gives (with each GPU's verdict of the healthy rule and who has
+/// each device) every `interval`, for as long as it runs; an interval without samples sends
+/// nothing.
 pub async fn export_loop<R, RF>(
     resource: Resource,
     read: R,
@@ -556,7 +573,7 @@ pub async fn export_loop<R, RF>(
     interval: Duration,
 ) where
     R: Fn() -> RF,
-    RF: std::future::Future<Output = (Vec<GpuSample>, BTreeMap<String, bool>)>,
+    RF: std::future::Future<Output = (Vec<GpuSample>, BTreeMap<String, bool>, Attribution)>,
 {
     let mut tick = tokio::time::interval(interval);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -567,11 +584,17 @@ pub async fn export_loop<R, RF>(
     );
     loop {
         tick.tick().await;
-        let (samples, healthy) = read().await;
+        let (samples, healthy, attribution) = read().await;
         if samples.is_empty() {
             continue;
         }
-        let body = encode_request(&resource, &samples, &healthy, SystemTime::now());
+        let body = encode_request(
+            &resource,
+            &samples,
+            &healthy,
+            &attribution,
+            SystemTime::now(),
+        );
         let result = send(&endpoint, &body).await;
         match (outage.record(result.is_ok()), result) {
             (Some(Transition::Down), Err(e)) => tracing::warn!(
@@ -719,6 +742,7 @@ mod tests {
             &Resource { host_name: None },
             &[sample],
             &BTreeMap::new(),
+            &Attribution::new(),
             UNIX_EPOCH,
         );
         let text = String::from_utf8_lossy(&body);

@@ -296,7 +296,13 @@ pub async fn run(config: NodeConfig) -> Result<(), NodeError> {
         let exported = node.clone();
         let read = move || {
             let node = exported.clone();
-            async move { (node.samples.read().await.clone(), node.healthy_map().await) }
+            async move {
+                (
+                    node.samples.read().await.clone(),
+                    node.healthy_map().await,
+                    node.attribution().await,
+                )
+            }
         };
         tasks.spawn(
             "the OTLP exporter",

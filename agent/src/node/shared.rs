@@ -24,6 +24,7 @@ use crate::inventory::collect::collect;
 use crate::inventory::document::{GpuSection, Inventory};
 use crate::inventory::memory::GpuMemory;
 use crate::inventory::scheduler::SchedulerHandle;
+use crate::node::attribution::{Attribution, PodAllocation};
 use crate::node::listen;
 use crate::node::metrics::{self, SamplingState};
 use crate::node::otlp::OtlpEndpoint;
@@ -31,6 +32,7 @@ use crate::runtime::{Passthrough, SocketHelper};
 use crate::smi::list::ListedGpu;
 use crate::smi::samples::GpuSample;
 use crate::smi::snapshot::QueryRecord;
+use bcd_protocol::PciAddress;
 
 /// The shortest sample interval: `nvidia-smi` costs driver time on every GPU.
 pub const MIN_SAMPLE_INTERVAL: Duration = Duration::from_secs(5);
@@ -60,6 +62,8 @@ pub struct NodeConfig {
     pub gpu_slots: u32,
     /// The node's overrides of the XID catalog.
     pub xid_policy: crate::health::xid::XidPolicy,
+    /// Which other exporter's metric names to serve beside bcd's (`--metrics-compat`).
+    pub metrics_compat: Option<metrics::MetricsCompat>,
 }
 
 /// The latest collection.
@@ -119,6 +123,12 @@ pub struct Node {
     watcher: Arc<WatcherStats>,
     /// The vendor CDI specs that could not be read at the last convergence.
     vendor_problems: Mutex<Vec<String>>,
+    /// GPUs given to libvirt domains through this node, by PCI address: domain name.
+    vms: Mutex<BTreeMap<PciAddress, String>>,
+    /// The Kubernetes allocations, as the PodResources reader last handed them.
+    pods: Mutex<Vec<PodAllocation>>,
+    /// The host's name, for dcgm-exporter's `hostname` label.
+    host_name: Option<String>,
 }
 
 impl Node {
@@ -133,6 +143,7 @@ impl Node {
         watcher: Arc<WatcherStats>,
         scheduler: SchedulerHandle,
     ) -> Self {
+        let host_name = crate::node::otlp::Resource::of_host(&config.host).host_name;
         Self {
             memory: GpuMemory::new(&config.data_dir),
             passthrough: Passthrough::new(
@@ -156,6 +167,9 @@ impl Node {
             metrics_listener: Arc::default(),
             watcher,
             vendor_problems: Mutex::new(Vec::new()),
+            vms: Mutex::new(BTreeMap::new()),
+            pods: Mutex::new(Vec::new()),
+            host_name,
         }
     }
 
@@ -406,6 +420,57 @@ impl Node {
             .collect()
     }
 
+    /// Who has each device now: the holds, the GPUs given to domains through this node, and
+    /// the Kubernetes allocations last handed to [`Node::set_pod_allocations`].
+    pub async fn attribution(&self) -> Attribution {
+        let topology = self.topology().await;
+        let mut attribution = Attribution::new();
+        if let Some(holds) = self.holds.lock().await.as_ref() {
+            attribution.add_holds(holds.list(), &topology);
+        }
+        for (address, domain) in self.vms.lock().map(|v| v.clone()).unwrap_or_default() {
+            if let Some(gpu) = topology.gpu_at(&address) {
+                attribution.add_vm(&gpu.uuid, &domain);
+            }
+        }
+        for allocation in self.pods.lock().map(|p| p.clone()).unwrap_or_default() {
+            attribution.add_pod(&allocation, &topology);
+        }
+        attribution
+    }
+
+    /// The Kubernetes hook: the device plugins' PodResources reader hands every allocation
+    /// it read (the whole list each time, so a pod that is gone loses its labels at the
+    /// next read). The metrics and the OTLP export label each device with its pod.
+    pub fn set_pod_allocations(&self, allocations: Vec<PodAllocation>) {
+        if let Ok(mut pods) = self.pods.lock() {
+            *pods = allocations;
+        }
+    }
+
+    /// Records what a passthrough step did to the VMs' GPUs: a domain started has its GPUs
+    /// (the helper's reading of its XML); a domain destroyed, and a GPU released from
+    /// vfio-pci, have none. `domain` is the domain the step named (`None` for a restore,
+    /// whose save image names no domain to bcd, and for vfio steps).
+    pub fn record_passthrough(&self, report: &crate::runtime::Report, domain: Option<&str>) {
+        use crate::runtime::Action;
+        let Ok(mut vms) = self.vms.lock() else { return };
+        match (report.action, domain) {
+            (Action::VmStart, Some(domain)) => {
+                for f in report.functions.iter().filter(|f| f.gpu) {
+                    vms.insert(f.address, domain.to_owned());
+                }
+            }
+            (Action::VmDestroy, Some(domain)) => vms.retain(|_, d| d != domain),
+            (Action::VfioRelease, _) => {
+                for f in &report.functions {
+                    vms.remove(&f.address);
+                }
+            }
+            _ => {}
+        }
+    }
+
     /// The Prometheus text for a scrape.
     pub async fn metrics_text(&self) -> String {
         let samples = self.samples.read().await.clone();
@@ -440,6 +505,18 @@ impl Node {
                 xids.entry(c.device_id.clone()).or_default().push(n);
             }
         }
+        let mut last_xid: BTreeMap<String, (u64, u32)> = BTreeMap::new();
+        for c in &conditions {
+            if let Some(n) = crate::health::xid_number(&c.kind) {
+                let seen = last_xid
+                    .entry(c.device_id.clone())
+                    .or_insert((c.last_seen, n));
+                if c.last_seen >= seen.0 {
+                    *seen = (c.last_seen, n);
+                }
+            }
+        }
+        let attribution = self.attribution().await;
         let latest = self.latest.read().await;
         let sampling = self.sampling.lock().map(|s| s.clone()).unwrap_or_default();
         let view = metrics::MetricsView {
@@ -452,6 +529,10 @@ impl Node {
             xid_totals,
             xids,
             queries: latest.as_ref().map_or(&[], |l| l.queries.as_slice()),
+            last_xid: last_xid.into_iter().map(|(u, (_, n))| (u, n)).collect(),
+            attribution,
+            compat: self.config.metrics_compat,
+            host_name: self.host_name.as_deref(),
         };
         metrics::render(&view)
     }
@@ -478,6 +559,7 @@ pub(crate) fn test_node(dir: &std::path::Path) -> Node {
         otlp_endpoint: None,
         gpu_slots: 0,
         xid_policy: crate::health::xid::XidPolicy::default(),
+        metrics_compat: None,
     };
     let health = Health::new(crate::health::faults::FaultStore::open(&data, "boot").unwrap());
     let (inventory, _) = watch::channel(Inventory::new(GpuSection::default()));
