@@ -835,4 +835,161 @@ mod tests {
     fn label_values_are_escaped() {
         assert_eq!(escape("a\"b\\c\nd"), "a\\\"b\\\\c\\nd");
     }
+
+    // A VM or pod name is not bcd's to restrict: a hostile one must stay inside its quoted
+    // label value (no early close, no new line, no injected label or sample).
+    #[test]
+    fn a_hostile_vm_or_pod_name_stays_inside_its_label_value() {
+        use crate::node::attribution::{PodAllocation, PodRef};
+        let hostile = "x\"} 1\nbcd_gpus 99\n# \\";
+        assert_eq!(escape(hostile), "x\\\"} 1\\nbcd_gpus 99\\n# \\\\");
+        assert_eq!(escape("plain-é"), "plain-é", "only the three are escaped");
+        let samples = [sample("GPU-ff1dacfa-2e1a-0504-a88b-76a3118ee48b")];
+        let mut view = MetricsView {
+            samples: &samples,
+            ..MetricsView::default()
+        };
+        view.attribution.add_pod(
+            &PodAllocation {
+                device: samples[0].uuid.parse().unwrap(),
+                pod: PodRef {
+                    namespace: "ns".into(),
+                    pod: hostile.into(),
+                    container: "c\\".into(),
+                },
+            },
+            &crate::policy::Topology::default(),
+        );
+        let text = render(&view);
+        let line = text
+            .lines()
+            .find(|l| l.starts_with("bcd_gpu_temperature_celsius{"))
+            .unwrap();
+        assert_eq!(
+            line,
+            format!(
+                "bcd_gpu_temperature_celsius{{uuid=\"{}\",namespace=\"ns\",pod=\"{}\",container=\"c\\\\\"}} 58",
+                samples[0].uuid,
+                escape(hostile)
+            )
+        );
+        assert!(!text.contains("\nbcd_gpus 99"), "{text}");
+    }
+
+    fn inventory() -> Inventory {
+        use crate::inventory::document::{GpuSection, Mig, MigDevice};
+        Inventory::new(GpuSection {
+            driver_version: Some("550.54.15".into()),
+            gpus: vec![Gpu {
+                index: 3,
+                uuid: "GPU-b9036d74-bff6-b565-c003-dc53279ae2bd".into(),
+                name: Some("NVIDIA H100 80GB HBM3".into()),
+                bus_id: Some("00000000:9A:00.0".into()),
+                mig: Some(Mig {
+                    mode: Some(true),
+                    devices: vec![MigDevice {
+                        uuid: Some("MIG-65db3e42-f991-a575-c20e-8350d31e437c".into()),
+                        profile: Some("4g.40gb".into()),
+                        gi: Some(1),
+                        ci: Some(0),
+                        memory_total_mib: Some(40192),
+                    }],
+                    ..Mig::default()
+                }),
+                ..Gpu::default()
+            }],
+            ..GpuSection::default()
+        })
+    }
+
+    #[test]
+    fn dcgm_names_carry_dcgm_exporters_units_and_labels_and_mig_devices_their_instance() {
+        let inv = inventory();
+        let samples = [sample("GPU-b9036d74-bff6-b565-c003-dc53279ae2bd")];
+        let mut view = MetricsView {
+            samples: &samples,
+            inventory: Some(&inv),
+            compat: Some(MetricsCompat::Dcgm),
+            host_name: Some("node-7"),
+            ..MetricsView::default()
+        };
+        view.last_xid.insert(samples[0].uuid.clone(), 79);
+        view.states.insert(
+            samples[0].uuid.clone(),
+            crate::health::verdict::HealthState::Healthy,
+        );
+        let id = "gpu=\"3\",UUID=\"GPU-b9036d74-bff6-b565-c003-dc53279ae2bd\",pci_bus_id=\"00000000:9A:00.0\",device=\"nvidia3\",modelName=\"NVIDIA H100 80GB HBM3\"";
+        let host = "hostname=\"node-7\",DCGM_FI_DRIVER_VERSION=\"550.54.15\"";
+        let text = render(&view);
+        for (name, value) in [
+            ("DCGM_FI_DEV_GPU_TEMP", "58"),
+            ("DCGM_FI_DEV_POWER_USAGE", "412.5"),
+            ("DCGM_FI_DEV_SM_CLOCK", "1980"),
+            ("DCGM_FI_DEV_GPU_UTIL", "97"),
+            ("DCGM_FI_DEV_FB_USED", "1024"),
+            ("DCGM_FI_DEV_FB_TOTAL", "81559"),
+            ("DCGM_FI_DEV_XID_ERRORS", "79"),
+        ] {
+            let want = format!("{name}{{{id},{host}}} {value}\n");
+            assert!(text.contains(&want), "{want} not in\n{text}");
+        }
+        assert!(text.contains("# TYPE DCGM_FI_DEV_FB_USED gauge\n"));
+        assert!(text.contains(&format!(
+            "DCGM_FI_DEV_XID_ERRORS{{{id},GPU_I_PROFILE=\"4g.40gb\",GPU_I_ID=\"1\",{host}}} 79\n"
+        )));
+        assert!(text.contains(&format!(
+            "bcd_gpu_health_state{{uuid=\"GPU-b9036d74-bff6-b565-c003-dc53279ae2bd\",{id},{host},state=\"healthy\"}} 1\n"
+        )));
+        assert!(
+            !text.contains("DCGM_FI_PROF_"),
+            "profiling fields are not provided"
+        );
+        // Absent without the option; the legacy scheme spells the host label as before.
+        view.compat = None;
+        assert!(!render(&view).contains("DCGM_FI_"));
+        view.compat = Some(MetricsCompat::DcgmLegacy);
+        assert!(render(&view).contains("Hostname=\"node-7\""));
+    }
+
+    #[test]
+    fn a_held_mig_device_labels_its_instance_and_its_gpu_and_no_one_else() {
+        use crate::cdi::holds::Hold;
+        let inv = inventory();
+        let samples = [
+            sample("GPU-b9036d74-bff6-b565-c003-dc53279ae2bd"),
+            sample("GPU-ff1dacfa-2e1a-0504-a88b-76a3118ee48b"),
+        ];
+        let mut view = MetricsView {
+            samples: &samples,
+            inventory: Some(&inv),
+            compat: Some(MetricsCompat::Dcgm),
+            ..MetricsView::default()
+        };
+        let topology = crate::policy::Topology::from_inventory(&inv, 0);
+        view.attribution.add_holds(
+            &[Hold {
+                id: "infer-2".parse().unwrap(),
+                devices: vec!["MIG-65db3e42-f991-a575-c20e-8350d31e437c".parse().unwrap()],
+                kubernetes: false,
+                gpus: BTreeMap::new(),
+            }],
+            &topology,
+        );
+        let text = render(&view);
+        assert!(
+            text.contains(
+                "GPU_I_ID=\"1\",DCGM_FI_DRIVER_VERSION=\"550.54.15\",hold=\"infer-2\"} 0\n"
+            ),
+            "{text}"
+        );
+        assert!(text.contains(
+            "bcd_gpu_temperature_celsius{uuid=\"GPU-b9036d74-bff6-b565-c003-dc53279ae2bd\",hold=\"infer-2\"} 58\n"
+        ));
+        assert!(text.contains(
+            "bcd_gpu_temperature_celsius{uuid=\"GPU-ff1dacfa-2e1a-0504-a88b-76a3118ee48b\"} 58\n"
+        ));
+        assert!(text.contains(
+            "bcd_device_owner{uuid=\"GPU-b9036d74-bff6-b565-c003-dc53279ae2bd\",device_id=\"MIG-65db3e42-f991-a575-c20e-8350d31e437c\",hold=\"infer-2\"} 1\n"
+        ));
+    }
 }

@@ -593,4 +593,116 @@ mod tests {
         drop(writer);
         assert!(node.responsive(Duration::from_millis(200)).await);
     }
+
+    const GPU0: &str = "GPU-ff1dacfa-2e1a-0504-a88b-76a3118ee48b";
+
+    /// The `bcd_gpu_healthy` line of GPU 0 in a scrape.
+    async fn healthy_line(node: &Node) -> String {
+        let text = node.metrics_text().await;
+        text.lines()
+            .find(|l| l.starts_with(&format!("bcd_gpu_healthy{{uuid=\"{GPU0}\"")))
+            .unwrap_or_else(|| panic!("no bcd_gpu_healthy for GPU 0 in\n{text}"))
+            .to_owned()
+    }
+
+    // Nothing said who had a GPU: a hold's id shows on its GPU's series while it is held, and
+    // is gone once it is released.
+    #[tokio::test]
+    async fn a_hold_labels_its_gpus_series_until_it_is_released() {
+        let dir = tempfile::tempdir().unwrap();
+        let node = test_node(dir.path());
+        node.collect_now().await;
+        assert_eq!(
+            healthy_line(&node).await,
+            format!("bcd_gpu_healthy{{uuid=\"{GPU0}\"}} 1")
+        );
+        let apply = crate::node::http::Request {
+            method: "POST".into(),
+            path: "/v1/holds".into(),
+            query: String::new(),
+            body: format!("{{\"id\": \"train-7\", \"devices\": [\"{GPU0}\"]}}").into_bytes(),
+        };
+        let (status, body) = crate::node::api::handle(&node, &apply).await;
+        assert_eq!(status, 201, "{}", String::from_utf8_lossy(&body));
+        assert_eq!(
+            healthy_line(&node).await,
+            format!("bcd_gpu_healthy{{uuid=\"{GPU0}\",hold=\"train-7\"}} 1")
+        );
+        let release = crate::node::http::Request {
+            method: "DELETE".into(),
+            path: "/v1/holds/train-7".into(),
+            query: String::new(),
+            body: Vec::new(),
+        };
+        let (status, _) = crate::node::api::handle(&node, &release).await;
+        assert_eq!(status, 200);
+        assert_eq!(
+            healthy_line(&node).await,
+            format!("bcd_gpu_healthy{{uuid=\"{GPU0}\"}} 1")
+        );
+        assert!(!node.metrics_text().await.contains("train-7"));
+    }
+
+    // The Kubernetes hook, with a hand-made allocation: the pod's labels come with the list
+    // that has it and go with the next list that does not.
+    #[tokio::test]
+    async fn a_pod_allocation_handed_to_the_hook_labels_its_gpu_until_the_next_list() {
+        use crate::node::attribution::{PodAllocation, PodRef};
+        let dir = tempfile::tempdir().unwrap();
+        let node = test_node(dir.path());
+        node.collect_now().await;
+        node.set_pod_allocations(vec![PodAllocation {
+            device: GPU0.parse().unwrap(),
+            pod: PodRef {
+                namespace: "ml".into(),
+                pod: "trainer-0".into(),
+                container: "cuda".into(),
+            },
+        }]);
+        assert_eq!(
+            healthy_line(&node).await,
+            format!("bcd_gpu_healthy{{uuid=\"{GPU0}\",namespace=\"ml\",pod=\"trainer-0\",container=\"cuda\"}} 1")
+        );
+        node.set_pod_allocations(Vec::new());
+        assert_eq!(
+            healthy_line(&node).await,
+            format!("bcd_gpu_healthy{{uuid=\"{GPU0}\"}} 1")
+        );
+    }
+
+    // A GPU given to a domain says so (`vm`) until the domain is destroyed.
+    #[tokio::test]
+    async fn a_domain_started_labels_its_gpu_until_it_is_destroyed() {
+        use crate::runtime::{Action, FunctionChange, Report};
+        let dir = tempfile::tempdir().unwrap();
+        let node = test_node(dir.path());
+        let inventory = node.collect_now().await;
+        let address: PciAddress = inventory.gpu.gpus[0]
+            .bus_id
+            .as_deref()
+            .unwrap()
+            .parse()
+            .unwrap();
+        let report = |action| Report {
+            action,
+            subject: "domain win11".into(),
+            functions: vec![FunctionChange {
+                address,
+                gpu: true,
+                driver_before: Some("nvidia".into()),
+                driver_after: Some("vfio-pci".into()),
+                persistence: bcd_protocol::PersistenceNote::NotTouched,
+            }],
+        };
+        node.record_passthrough(&report(Action::VmStart), Some("win11"));
+        assert_eq!(
+            healthy_line(&node).await,
+            format!("bcd_gpu_healthy{{uuid=\"{GPU0}\",vm=\"win11\"}} 1")
+        );
+        node.record_passthrough(&report(Action::VmDestroy), Some("win11"));
+        assert_eq!(
+            healthy_line(&node).await,
+            format!("bcd_gpu_healthy{{uuid=\"{GPU0}\"}} 1")
+        );
+    }
 }
