@@ -201,3 +201,288 @@ fn a_wedged_nvidia_smi_is_never_healthy_in_the_metrics() {
     );
     assert!(text.contains("# TYPE bcd_xid_total counter"), "{text}");
 }
+
+/// `bcd node` on the 8-GPU demo host with its state in `dir`, metrics on `metrics`, and
+/// `extra` node flags.
+fn demo_node(dir: &std::path::Path, metrics: &str, extra: &[&str]) -> Reaped {
+    Reaped(
+        Command::new(env!("CARGO_BIN_EXE_bcd"))
+            .arg("--host")
+            .arg(repo().join("testdata/hosts/hgx-h100"))
+            .arg("--data-dir")
+            .arg(dir.join("data"))
+            .arg("--cdi-dir")
+            .arg(dir.join("cdi"))
+            .arg("--helper-socket")
+            .arg(dir.join("helper.sock"))
+            .arg("--api-socket")
+            .arg(dir.join("bcd.sock"))
+            .args(["node", "--metrics-listen", metrics, "--api-group", "root"])
+            .args(extra)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    )
+}
+
+/// Prometheus scraping `target` every second, its web API on the returned address.
+fn prometheus(dir: &std::path::Path, target: &str) -> (Reaped, String) {
+    let config = dir.join("prometheus.yml");
+    std::fs::write(
+        &config,
+        format!(
+            "global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\n  evaluation_interval: 1s\n\
+             scrape_configs:\n  - job_name: bcd\n    static_configs:\n      - targets: ['{target}']\n"
+        ),
+    )
+    .unwrap();
+    let web = free_port();
+    let child = Command::new("prometheus")
+        .arg(format!("--config.file={}", config.display()))
+        .arg(format!(
+            "--storage.tsdb.path={}",
+            dir.join("tsdb").display()
+        ))
+        .arg(format!("--web.listen-address={web}"))
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(dir.join("prometheus.log")).unwrap())
+        .spawn()
+        .unwrap();
+    (Reaped(child), web)
+}
+
+/// The series an instant PromQL query returns now (empty while nothing answers).
+fn query(web: &str, promql: &str) -> Vec<Value> {
+    let mut encoded = String::new();
+    for b in promql.bytes() {
+        if b.is_ascii_alphanumeric() || b"-_.~".contains(&b) {
+            encoded.push(char::from(b));
+        } else {
+            encoded.push_str(&format!("%{b:02X}"));
+        }
+    }
+    get(web, &format!("/api/v1/query?query={encoded}"))
+        .filter(|(status, _)| *status == 200)
+        .and_then(|(_, body)| serde_json::from_str::<Value>(&body).ok())
+        .and_then(|v| v["data"]["result"].as_array().cloned())
+        .unwrap_or_default()
+}
+
+/// Waits until `promql` returns something `done` accepts, and returns that.
+fn until(web: &str, promql: &str, done: impl Fn(&[Value]) -> bool) -> Vec<Value> {
+    let started = Instant::now();
+    loop {
+        let result = query(web, promql);
+        if done(&result) {
+            return result;
+        }
+        assert!(
+            started.elapsed() < BOUND,
+            "{promql} did not settle within {BOUND:?}; last answer: {result:?}"
+        );
+        std::thread::sleep(Duration::from_millis(250));
+    }
+}
+
+fn prometheus_missing() -> bool {
+    let missing = !Command::new("prometheus")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if missing {
+        eprintln!("skipped: prometheus is not installed (Debian package prometheus)");
+    }
+    missing
+}
+
+/// The demo host's readings per GPU index, as its fake `nvidia-smi` gives them
+/// (`answers/samples.out`): temperature, power draw, SM clock, utilisation (none for GPU 3,
+/// in MIG mode), memory used.
+const DEMO: [(u32, &str, &str, &str, Option<&str>, &str); 8] = [
+    (0, "58", "611.27", "1980", Some("97"), "45123"),
+    (1, "32", "72.6", "345", Some("0"), "0"),
+    (2, "33", "75.7", "345", Some("0"), "0"),
+    (3, "34", "78.8", "345", None, "26"),
+    (4, "35", "81.9", "345", Some("0"), "0"),
+    (5, "36", "85", "345", Some("0"), "0"),
+    (6, "37", "88.1", "345", Some("0"), "0"),
+    (7, "38", "91.2", "345", Some("0"), "0"),
+];
+
+// Fleets' dashboards query dcgm-exporter's names: bcd served none of them, so NVIDIA's
+// dashboard 12239 showed nothing. Its five GPU panels' queries now answer one series per GPU,
+// labelled as dcgm-exporter labels them, with the fake nvidia-smi's values.
+#[test]
+fn the_queries_of_dashboard_12239_answer_one_series_per_gpu_with_dcgm_exporters_labels() {
+    if prometheus_missing() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let metrics = free_port();
+    let _node = demo_node(dir.path(), &metrics, &["--metrics-compat", "dcgm-legacy"]);
+    let (_prometheus, web) = prometheus(dir.path(), &metrics);
+    let panels: [(&str, fn(usize) -> Option<&'static str>); 5] = [
+        ("DCGM_FI_DEV_GPU_TEMP", |i| Some(DEMO[i].1)),
+        ("DCGM_FI_DEV_POWER_USAGE", |i| Some(DEMO[i].2)),
+        ("DCGM_FI_DEV_SM_CLOCK", |i| Some(DEMO[i].3)),
+        ("DCGM_FI_DEV_GPU_UTIL", |i| DEMO[i].4),
+        ("DCGM_FI_DEV_FB_USED", |i| Some(DEMO[i].5)),
+    ];
+    for (name, want) in panels {
+        let expected = (0..8).filter(|&i| want(i).is_some()).count();
+        let promql = format!("{name}{{instance=~\"{metrics}\", gpu=~\"0|1|2|3|4|5|6|7\"}}");
+        let series = until(&web, &promql, |r| r.len() == expected);
+        let mut gpus: Vec<u32> = Vec::new();
+        for s in &series {
+            let m = &s["metric"];
+            let gpu: u32 = m["gpu"].as_str().unwrap().parse().unwrap();
+            gpus.push(gpu);
+            let i = gpu as usize;
+            assert_eq!(s["value"][1].as_str(), want(i), "{name} of GPU {gpu}: {s}");
+            assert!(m["UUID"].as_str().unwrap().starts_with("GPU-"), "{s}");
+            assert_eq!(m["device"], format!("nvidia{gpu}"), "{s}");
+            assert_eq!(m["modelName"], "NVIDIA H100 80GB HBM3", "{s}");
+            assert_eq!(m["Hostname"], "hgx-h100-demo", "{s}");
+            assert!(
+                m["pci_bus_id"].as_str().unwrap().starts_with("00000000:"),
+                "{s}"
+            );
+            assert!(m.get("hold").is_none(), "nobody has GPU {gpu}: {s}");
+        }
+        gpus.sort_unstable();
+        gpus.dedup();
+        assert_eq!(gpus.len(), expected, "one series per GPU: {series:?}");
+    }
+}
+
+/// Runs `bcd hold ARGS...` against the node's API socket in `dir`.
+fn hold(dir: &std::path::Path, args: &[&str]) {
+    let out = Command::new(env!("CARGO_BIN_EXE_bcd"))
+        .arg("--api-socket")
+        .arg(dir.join("bcd.sock"))
+        .arg("hold")
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "bcd hold {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+// Nothing in the metrics said who had a GPU. A hold's id now shows on its GPU's series, in
+// both naming schemes, and goes when the hold is released; other GPUs never carry it.
+#[test]
+fn a_hold_shows_on_its_gpus_series_in_prometheus_and_goes_with_its_release() {
+    if prometheus_missing() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let metrics = free_port();
+    let _node = demo_node(dir.path(), &metrics, &["--metrics-compat", "dcgm"]);
+    let (_prometheus, web) = prometheus(dir.path(), &metrics);
+    let gpu0 = "GPU-ff1dacfa-2e1a-0504-a88b-76a3118ee48b";
+    until(&web, "DCGM_FI_DEV_GPU_TEMP", |r| r.len() == 8);
+    hold(dir.path(), &["apply", "train-7", gpu0]);
+    for promql in [
+        "DCGM_FI_DEV_GPU_TEMP{hold=\"train-7\"}",
+        "bcd_gpu_temperature_celsius{hold=\"train-7\"}",
+        "bcd_gpu_health_state{hold=\"train-7\",state=\"healthy\"}",
+    ] {
+        let held = until(&web, promql, |r| r.len() == 1);
+        let m = &held[0]["metric"];
+        let uuid = m.get("UUID").or_else(|| m.get("uuid")).unwrap();
+        assert_eq!(uuid, gpu0, "{promql}: {held:?}");
+    }
+    // The other seven carry no hold.
+    until(
+        &web,
+        "count(DCGM_FI_DEV_GPU_TEMP unless DCGM_FI_DEV_GPU_TEMP{hold!=\"\"})",
+        |r| r.first().is_some_and(|s| s["value"][1] == "7"),
+    );
+    hold(dir.path(), &["release", "train-7"]);
+    until(
+        &web,
+        "DCGM_FI_DEV_GPU_TEMP{hold!=\"\"}",
+        <[Value]>::is_empty,
+    );
+    until(
+        &web,
+        "bcd_gpu_temperature_celsius{hold!=\"\"}",
+        <[Value]>::is_empty,
+    );
+    let all = until(&web, "DCGM_FI_DEV_GPU_TEMP", |r| r.len() == 8);
+    assert!(
+        all.iter()
+            .all(|s| s["metric"]["hostname"] == "hgx-h100-demo"),
+        "{all:?}"
+    );
+}
+
+/// One scrape of `bcd node` on the demo host with `extra` flags, once it has samples.
+fn scrape(extra: &[&str]) -> String {
+    let dir = tempfile::tempdir().unwrap();
+    let metrics = free_port();
+    let _node = demo_node(dir.path(), &metrics, extra);
+    let started = Instant::now();
+    loop {
+        if let Some((200, body)) = get(&metrics, "/metrics") {
+            if body.contains("bcd_gpu_temperature_celsius") {
+                return body;
+            }
+        }
+        assert!(
+            started.elapsed() < BOUND,
+            "no samples in the metrics within {BOUND:?}"
+        );
+        std::thread::sleep(Duration::from_millis(250));
+    }
+}
+
+/// What `promtool check metrics` says of `text`: its exit status and its findings.
+fn promtool(text: &str) -> Option<(i32, String)> {
+    let mut child = Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .ok()?;
+    child.stdin.take()?.write_all(text.as_bytes()).ok()?;
+    let out = child.wait_with_output().ok()?;
+    let said = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    Some((out.status.code().unwrap_or(-1), said))
+}
+
+// The text format is checked by Prometheus's own linter: bcd's names pass clean; with
+// dcgm-exporter's names on, the only findings are dcgm-exporter's own spellings (camelCase
+// labels such as modelName, counters without _total), which dashboards depend on.
+#[test]
+fn promtool_passes_the_metrics_and_finds_only_dcgm_exporters_own_spellings() {
+    if promtool("").is_none() {
+        eprintln!("skipped: promtool is not installed (Debian package prometheus)");
+        return;
+    }
+    let (code, said) = promtool(&scrape(&[])).unwrap();
+    assert_eq!(code, 0, "{said}");
+    let (code, said) = promtool(&scrape(&["--metrics-compat", "dcgm"])).unwrap();
+    assert!(
+        code == 0 || code == 3,
+        "not a lint finding but an error ({code}): {said}"
+    );
+    for line in said.lines().filter(|l| !l.trim().is_empty()) {
+        let dcgm_spelling = line
+            .ends_with("label names should be written in 'snake_case' not 'camelCase'")
+            || (line.starts_with("DCGM_FI_")
+                && line.ends_with("counter metrics should have \"_total\" suffix"));
+        assert!(dcgm_spelling, "{line}\nall findings:\n{said}");
+    }
+}
