@@ -1,6 +1,7 @@
 //! `bcd node --otlp-endpoint` against a receiver that decodes the requests with the
 //! OpenTelemetry protobuf definitions (`testdata/otlp/receiver.py`, Python's
-//! `opentelemetry-proto`): `bcd.gpu.memory.total` equals the fake host's `nvidia-smi` total.
+//! `opentelemetry-proto`): `bcd.gpu.memory.total` equals the fake host's `nvidia-smi` total,
+//! and a hold's id arrives as the GPU's points' `bcd.hold` attribute.
 //!
 //! The receiver's virtual environment is made once under the target folder; without
 //! `python3 -m venv` or a reachable package index the test is skipped, saying why.
@@ -155,4 +156,36 @@ fn otlp_memory_total_equals_the_fake_hosts_nvidia_smi() {
     assert_eq!(value("bcd.gpu.utilization"), 0.04);
     assert_eq!(value("bcd.gpu.clock.sm"), 247_000_000u64);
     assert_eq!(value("bcd.gpu.processes"), 0);
+    assert!(
+        total["attributes"].get("bcd.hold").is_none(),
+        "nobody has the GPU yet: {total}"
+    );
+
+    // A hold's id travels on the GPU's points (it did not: OTLP said nothing of who had it).
+    let out = Command::new(env!("CARGO_BIN_EXE_bcd"))
+        .arg("--api-socket")
+        .arg(dir.path().join("bcd.sock"))
+        .args(["hold", "apply", "train-7", WSL2_GPU])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let started = Instant::now();
+    let held = loop {
+        if let Some(p) = points(&received)
+            .into_iter()
+            .find(|p| p["attributes"]["bcd.hold"] == "train-7")
+        {
+            break p;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(40),
+            "no point with bcd.hold=train-7 within 40s"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    assert_eq!(held["attributes"]["gpu.uuid"], WSL2_GPU, "{held}");
 }
