@@ -298,19 +298,47 @@ fn prometheus_missing() -> bool {
     missing
 }
 
-/// The demo host's readings per GPU index, as its fake `nvidia-smi` gives them
-/// (`answers/samples.out`): temperature, power draw, SM clock, utilisation (none for GPU 3,
-/// in MIG mode), memory used.
-const DEMO: [(u32, &str, &str, &str, Option<&str>, &str); 8] = [
-    (0, "58", "611.27", "1980", Some("97"), "45123"),
-    (1, "32", "72.6", "345", Some("0"), "0"),
-    (2, "33", "75.7", "345", Some("0"), "0"),
-    (3, "34", "78.8", "345", None, "26"),
-    (4, "35", "81.9", "345", Some("0"), "0"),
-    (5, "36", "85", "345", Some("0"), "0"),
-    (6, "37", "88.1", "345", Some("0"), "0"),
-    (7, "38", "91.2", "345", Some("0"), "0"),
+/// One GPU's readings on the demo host, as its fake `nvidia-smi` gives them
+/// (`answers/samples.out`), in dcgm-exporter's units.
+struct Demo {
+    temperature: &'static str,
+    power: &'static str,
+    sm_clock: &'static str,
+    /// None for GPU 3, in MIG mode (`[N/A]`).
+    utilization: Option<&'static str>,
+    fb_used: &'static str,
+}
+
+const fn demo(
+    temperature: &'static str,
+    power: &'static str,
+    sm_clock: &'static str,
+    utilization: Option<&'static str>,
+    fb_used: &'static str,
+) -> Demo {
+    Demo {
+        temperature,
+        power,
+        sm_clock,
+        utilization,
+        fb_used,
+    }
+}
+
+/// The demo host's GPUs, by index.
+const DEMO: [Demo; 8] = [
+    demo("58", "611.27", "1980", Some("97"), "45123"),
+    demo("32", "72.6", "345", Some("0"), "0"),
+    demo("33", "75.7", "345", Some("0"), "0"),
+    demo("34", "78.8", "345", None, "26"),
+    demo("35", "81.9", "345", Some("0"), "0"),
+    demo("36", "85", "345", Some("0"), "0"),
+    demo("37", "88.1", "345", Some("0"), "0"),
+    demo("38", "91.2", "345", Some("0"), "0"),
 ];
+
+/// Which reading of a GPU a panel shows.
+type Pick = fn(&Demo) -> Option<&'static str>;
 
 // Fleets' dashboards query dcgm-exporter's names: bcd served none of them, so NVIDIA's
 // dashboard 12239 showed nothing. Its five GPU panels' queries now answer one series per GPU,
@@ -324,15 +352,15 @@ fn the_queries_of_dashboard_12239_answer_one_series_per_gpu_with_dcgm_exporters_
     let metrics = free_port();
     let _node = demo_node(dir.path(), &metrics, &["--metrics-compat", "dcgm-legacy"]);
     let (_prometheus, web) = prometheus(dir.path(), &metrics);
-    let panels: [(&str, fn(usize) -> Option<&'static str>); 5] = [
-        ("DCGM_FI_DEV_GPU_TEMP", |i| Some(DEMO[i].1)),
-        ("DCGM_FI_DEV_POWER_USAGE", |i| Some(DEMO[i].2)),
-        ("DCGM_FI_DEV_SM_CLOCK", |i| Some(DEMO[i].3)),
-        ("DCGM_FI_DEV_GPU_UTIL", |i| DEMO[i].4),
-        ("DCGM_FI_DEV_FB_USED", |i| Some(DEMO[i].5)),
+    let panels: [(&str, Pick); 5] = [
+        ("DCGM_FI_DEV_GPU_TEMP", |d| Some(d.temperature)),
+        ("DCGM_FI_DEV_POWER_USAGE", |d| Some(d.power)),
+        ("DCGM_FI_DEV_SM_CLOCK", |d| Some(d.sm_clock)),
+        ("DCGM_FI_DEV_GPU_UTIL", |d| d.utilization),
+        ("DCGM_FI_DEV_FB_USED", |d| Some(d.fb_used)),
     ];
     for (name, want) in panels {
-        let expected = (0..8).filter(|&i| want(i).is_some()).count();
+        let expected = DEMO.iter().filter(|d| want(d).is_some()).count();
         let promql = format!("{name}{{instance=~\"{metrics}\", gpu=~\"0|1|2|3|4|5|6|7\"}}");
         let series = until(&web, &promql, |r| r.len() == expected);
         let mut gpus: Vec<u32> = Vec::new();
@@ -340,8 +368,8 @@ fn the_queries_of_dashboard_12239_answer_one_series_per_gpu_with_dcgm_exporters_
             let m = &s["metric"];
             let gpu: u32 = m["gpu"].as_str().unwrap().parse().unwrap();
             gpus.push(gpu);
-            let i = gpu as usize;
-            assert_eq!(s["value"][1].as_str(), want(i), "{name} of GPU {gpu}: {s}");
+            let reading = want(&DEMO[gpu as usize]);
+            assert_eq!(s["value"][1].as_str(), reading, "{name} of GPU {gpu}: {s}");
             assert!(m["UUID"].as_str().unwrap().starts_with("GPU-"), "{s}");
             assert_eq!(m["device"], format!("nvidia{gpu}"), "{s}");
             assert_eq!(m["modelName"], "NVIDIA H100 80GB HBM3", "{s}");
