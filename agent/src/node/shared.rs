@@ -1,10 +1,11 @@
 //! The node's shared state: what `bcd node` was told, the latest collection and samples, the
-//! conditions, the holds, and what is degraded now. The API's handlers and the service's
+//! conditions, the holds, who has each device (for the metrics' attribution labels), and what
+//! is degraded now. The API's handlers and the service's
 //! tasks share one [`Node`]; it imports neither of them.
 //!
 //! Lock order, where two are held at once: `collecting`, then `holds`, then `latest`; the
-//! `std` mutexes (`sampling`, `problems`, `vendor_problems`) are held for a copy only, never
-//! across an `.await`.
+//! `std` mutexes (`sampling`, `problems`, `vendor_problems`, `vms`, `pods`) are held for a
+//! copy only, never across an `.await`.
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
