@@ -197,10 +197,14 @@ fn half_open_connections_under_a_low_fd_limit_neither_spin_nor_lose_an_xid() {
     });
     // The episode is over once accepting has worked for a while (a moment's free descriptor
     // under a flood does not end it).
-    wait_for("the end of the episode in the log", Duration::from_secs(15), || {
-        let _ = status(&rig.api);
-        rig.log_text().contains("accepting connections again")
-    });
+    wait_for(
+        "the end of the episode in the log",
+        Duration::from_secs(15),
+        || {
+            let _ = status(&rig.api);
+            rig.log_text().contains("accepting connections again")
+        },
+    );
 }
 
 // 200 connections sending 1 MiB bodies took the node's RSS from 8.5 MB to 215 MB: each body
