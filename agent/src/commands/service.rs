@@ -208,6 +208,7 @@ pub async fn node(
     sample_interval: u64,
     api_group: &str,
     gpu_slots: u32,
+    kubelet: Option<crate::kubelet::KubeletConfig>,
 ) -> ExitCode {
     let config = NodeConfig {
         host: global.host(),
@@ -220,6 +221,7 @@ pub async fn node(
         sample_interval: Duration::from_secs(sample_interval),
         otlp_endpoint,
         gpu_slots,
+        kubelet,
     };
     match run(config).await {
         Ok(()) => ExitCode::SUCCESS,

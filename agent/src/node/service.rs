@@ -304,6 +304,13 @@ pub async fn run(config: NodeConfig) -> Result<(), NodeError> {
         );
     }
 
+    if let Some(kubelet) = config.kubelet.clone() {
+        tasks.spawn(
+            "the kubelet device plugins",
+            crate::kubelet::plugin::run(node.clone(), kubelet),
+        );
+    }
+
     let in_flight = Arc::new(RwLock::new(()));
     let api_listener = Arc::new(api_listener);
     let api_node = node.clone();
