@@ -288,5 +288,64 @@ def main():
     print("all passed", flush=True)
 
 
+def percentile(values, p):
+    values = sorted(values)
+    return values[min(len(values) - 1, int(round(p / 100 * (len(values) - 1))))]
+
+
+def bench():
+    """The README's figures (packaging/measure-device-plugins runs it; NODE_PID is bcd node)."""
+    pods = PodResources()
+    pod_server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
+    pr_grpc.add_PodResourcesListerServicer_to_server(pods, pod_server)
+    pod_server.add_insecure_port("unix://" + POD_SOCK)
+    pod_server.start()
+    kubelet, server = serve_kubelet()
+    kubelet.wait("registered", lambda: len(kubelet.devices.get("bcd.dev/gpu", {})) == 7, timeout=30)
+    stub = kubelet.plugins["bcd.dev/gpu"][0]
+    base, alloc = [], []
+    for _ in range(1000):
+        t0 = time.perf_counter()
+        stub.GetDevicePluginOptions(dp.Empty(), timeout=5)
+        base.append((time.perf_counter() - t0) * 1000)
+    pods.pods["bench"] = [("bcd.dev/gpu", [GPU[4]])]
+    for _ in range(1000):
+        t0 = time.perf_counter()
+        allocate(kubelet, "bcd.dev/gpu", [GPU[4]])
+        alloc.append((time.perf_counter() - t0) * 1000)
+    xid, healthy = [], []
+    buses = {5: "ab", 6: "ba", 7: "db"}
+    rounds = int(os.environ.get("ROUNDS", "30"))
+    for n in range(rounds):
+        i = 5 + n % 3
+        with open(os.environ["KMSG"], "a") as kmsg:
+            kmsg.write(f"4,{20000 + n},{n}000000,-;NVRM: Xid (PCI:0000:{buses[i]}:00): 79, pid=1, name=x, GPU has fallen off the bus.\n")
+            kmsg.flush()
+            t0 = time.monotonic()
+        t1 = kubelet.wait("Unhealthy", lambda: kubelet.health("bcd.dev/gpu", GPU[i]) == "Unhealthy")
+        xid.append((t1 - t0) * 1000)
+        t0 = time.monotonic()
+        out = bcd("gpu", "reset", GPU[i])
+        check(out.returncode == 0, f"reset {out.stderr}")
+        t1 = kubelet.wait("Healthy", lambda: kubelet.health("bcd.dev/gpu", GPU[i]) == "Healthy")
+        healthy.append((t1 - t0) * 1000)
+    rss = hwm = 0
+    with open(f"/proc/{os.environ['NODE_PID']}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                rss = int(line.split()[1])
+            if line.startswith("VmHWM:"):
+                hwm = int(line.split()[1])
+    def show(name, v):
+        print(f"{name}: median {percentile(v, 50):.2f} ms, p99 {percentile(v, 99):.2f} ms ({len(v)} runs)")
+    show("baseline GetDevicePluginOptions round trip", base)
+    show("Allocate (hold, holds.json, spec, CDI names)", alloc)
+    show("XID record written -> Unhealthy on the stream", xid)
+    show("bcd gpu reset started -> Healthy on the stream", healthy)
+    print(f"bcd node resident memory with the plugins: {rss / 1024:.1f} MiB (peak {hwm / 1024:.1f} MiB)")
+    server.stop(0)
+    pod_server.stop(0)
+
+
 if __name__ == "__main__":
-    main()
+    bench() if os.environ.get("MODE") == "bench" else main()
