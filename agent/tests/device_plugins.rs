@@ -119,6 +119,9 @@ fn device_plugins_against_a_stand_in_kubelet() {
         .unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
     eprintln!("{stdout}{}", String::from_utf8_lossy(&out.stderr));
-    assert!(out.status.success(), "the stand-in kubelet's scenario failed");
+    assert!(
+        out.status.success(),
+        "the stand-in kubelet's scenario failed"
+    );
     assert!(stdout.contains("all passed"));
 }

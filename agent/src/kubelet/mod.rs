@@ -216,3 +216,53 @@ pub fn status_lines(data_dir: &std::path::Path) -> String {
     }
     out
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_counters_are_rendered_per_resource() {
+        let state = KubeState::default();
+        assert_eq!(
+            state.metrics_text(),
+            "",
+            "nothing before the first allocation"
+        );
+        state.count("bcd.dev/gpu", |c| c.allocations += 2);
+        state.count("bcd.dev/gpu", |c| c.to_unhealthy += 1);
+        let text = state.metrics_text();
+        assert!(
+            text.contains("bcd_kubernetes_allocations_total{resource=\"bcd.dev/gpu\"} 2\n"),
+            "{text}"
+        );
+        assert!(text.contains("bcd_kubernetes_health_transitions_total{resource=\"bcd.dev/gpu\",health=\"Unhealthy\"} 1\n"), "{text}");
+        assert!(text.contains("# TYPE bcd_kubernetes_releases_total counter\n"));
+    }
+
+    #[test]
+    fn status_lines_name_kubernetes_holds_and_pending_releases() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut holds = crate::cdi::Holds::load(dir.path()).unwrap();
+        let t = crate::policy::Topology::default();
+        let dev: crate::cdi::DeviceId = "GPU-11111111-1111-1111-1111-111111111111".parse().unwrap();
+        let placed = vec![crate::policy::Placed {
+            device: dev.clone(),
+            gpu: Some(dev),
+        }];
+        let id: crate::cdi::HoldId = "k8s-a".parse().unwrap();
+        holds.apply(id.clone(), placed, true, &t).unwrap();
+        assert_eq!(
+            status_lines(dir.path()),
+            "kubernetes k8s-a GPU-11111111-1111-1111-1111-111111111111\n"
+        );
+        assert!(holds.mark_unassigned(&id, Some(42)).unwrap());
+        assert!(
+            !holds.mark_unassigned(&id, Some(42)).unwrap(),
+            "no change, no write"
+        );
+        assert!(
+            status_lines(dir.path()).contains("(release pending: no pod has its devices since 42")
+        );
+    }
+}

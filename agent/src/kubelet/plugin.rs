@@ -218,6 +218,21 @@ fn bind(path: &Path) -> std::io::Result<tokio::net::UnixListener> {
     tokio::net::UnixListener::bind(path)
 }
 
+/// Removes the plugin's socket file when its server stops (the node stops or serves anew),
+/// unless the file is another one by then.
+struct SocketFile {
+    path: PathBuf,
+    identity: Option<(u64, u64)>,
+}
+
+impl Drop for SocketFile {
+    fn drop(&mut self) {
+        if self.identity.is_some() && identity(&self.path) == self.identity {
+            let _ = std::fs::remove_file(&self.path);
+        }
+    }
+}
+
 /// Registers `resource` whose socket is `endpoint` with the kubelet at `kubelet`.
 ///
 /// # Errors
@@ -273,6 +288,10 @@ async fn run_plugin(plugin: Plugin, dir: PathBuf) {
             }
         };
         let served = identity(&socket);
+        let _remove = SocketFile {
+            path: socket.clone(),
+            identity: served,
+        };
         let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
         let server = tokio::spawn(
             tonic::transport::Server::builder()

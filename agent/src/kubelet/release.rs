@@ -52,13 +52,12 @@ fn now_s() -> u64 {
 }
 
 /// The resource a hold's first device belongs to, for the counters.
-fn resource_of(hold: &Hold, inventory: &crate::inventory::document::Inventory) -> String {
-    let offer = super::devices::offer(
-        inventory,
-        crate::cdi::ids::MAX_SLOTS,
-        &[],
-        &Default::default(),
-    );
+fn resource_of(
+    hold: &Hold,
+    inventory: &crate::inventory::document::Inventory,
+    slots: u32,
+) -> String {
+    let offer = super::devices::offer(inventory, slots, &[], &Default::default());
     hold.devices
         .first()
         .and_then(|d| {
@@ -144,8 +143,10 @@ pub async fn pass(node: &Node, config: &KubeletConfig) {
                         hold.id,
                         now - since
                     );
-                    node.kubernetes
-                        .count(&resource_of(&hold, &inventory), |c| c.releases += 1);
+                    node.kubernetes.count(
+                        &resource_of(&hold, &inventory, node.config.gpu_slots),
+                        |c| c.releases += 1,
+                    );
                     changed = true;
                 }
                 Err(e) => tracing::error!("{e}"),
