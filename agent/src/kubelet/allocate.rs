@@ -141,7 +141,7 @@ mod tests {
             hold_id(&[a.clone(), b.clone()]),
             hold_id(&[b.clone(), a.clone()])
         );
-        assert_ne!(hold_id(&[a.clone()]), hold_id(&[b]));
+        assert_ne!(hold_id(std::slice::from_ref(&a)), hold_id(&[b]));
         assert!(hold_id(&[a]).as_str().starts_with("k8s-"));
     }
 }

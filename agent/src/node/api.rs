@@ -4,7 +4,7 @@
 //!
 //! | method and path | does |
 //! | --- | --- |
-//! | `GET /v1/status` | capabilities, inventory hash and age, one line per GPU with health, problems |
+//! | `GET /v1/status` | capabilities, inventory hash and age, one line per GPU with health, problems, the Kubernetes holds (`kubernetes.holds`) |
 //! | `GET /v1/inventory` | the inventory document |
 //! | `GET /v1/conditions` | this boot's conditions |
 //! | `POST /v1/inventory/refresh` | asks for a collection |
