@@ -256,7 +256,8 @@ fn the_node_service_end_to_end() {
     );
     let record = std::fs::read_to_string(host.join("answers/record")).unwrap();
     assert!(
-        record.contains(&format!("--gpu-reset -i {gpu0}")),
+        // The helper resets by PCI address (protocol 2), GPU 0's is 00000000:18:00.0.
+        record.contains("--gpu-reset -i 00000000:18:00.0"),
         "the helper ran the reset: {record}"
     );
     let conditions = api(&api_sock, "GET", "/v1/conditions", None).unwrap();
