@@ -37,7 +37,7 @@ pub enum AllocateError {
     /// holds.json could not be read when the node started.
     #[error("holds.json could not be read when bcd node started; see bcd status")]
     HoldsUnavailable,
-    /// The spec was not written.
+    /// The spec was not written (the hold is undone).
     #[error("the hold spec {0} could not be written; see bcd status")]
     Spec(String),
 }
@@ -109,6 +109,14 @@ pub async fn allocate(
     node.converge_holds().await;
     let spec = node.config.cdi_dir.join(id.spec_file_name());
     if !spec.exists() {
+        // The kubelet fails the pod on this answer: a hold left behind would keep the
+        // devices from the next pod until the release pass noticed.
+        if let Some(holds) = node.holds.lock().await.as_mut() {
+            if let Err(e) = holds.release(&id) {
+                tracing::error!("{e}");
+            }
+        }
+        node.converge_holds().await;
         return Err(AllocateError::Spec(spec.display().to_string()));
     }
     let vendor = cdi::read_vendor_specs(&cdi::vendor_dirs(&node.config.cdi_dir, &node.config.host));

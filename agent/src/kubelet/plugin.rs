@@ -43,6 +43,15 @@ pub struct Plugin {
 }
 
 impl Plugin {
+    /// The plugin of `resource`, offering what `offer` says.
+    pub fn new(resource: Resource, node: Arc<Node>, offer: watch::Receiver<Offer>) -> Self {
+        Self {
+            resource,
+            node,
+            offer,
+        }
+    }
+
     fn devices(&self) -> Vec<Offered> {
         self.offer
             .borrow()
