@@ -22,9 +22,12 @@ use crate::node::shared::{test_node, Node};
 const GPU0: &str = "GPU-ff1dacfa-2e1a-0504-a88b-76a3118ee48b";
 const GPU1: &str = "GPU-a4303385-f265-4ffc-ad1b-b0bef156d59a";
 
+/// One pod's devices: the resource and its device ids.
+type PodDevices = (String, Vec<String>);
+
 /// A PodResources server whose pods the test sets.
 #[derive(Clone, Default)]
-struct Pods(Arc<Mutex<Vec<(String, Vec<String>)>>>);
+struct Pods(Arc<Mutex<Vec<PodDevices>>>);
 
 #[tonic::async_trait]
 impl PodResourcesLister for Pods {
