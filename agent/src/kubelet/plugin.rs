@@ -30,6 +30,8 @@ use crate::node::shared::Node;
 pub const WATCH_EVERY: Duration = Duration::from_millis(250);
 /// How long a registration may take (the kubelet dials back before it answers).
 pub const REGISTER_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long a plugin waits after a failed registration before it tries again.
+pub const REGISTER_RETRY: Duration = Duration::from_secs(1);
 /// How often the offer is computed again even when nothing signalled a change (the
 /// inventory's passthrough memory, samples).
 pub const RECOMPUTE_EVERY: Duration = Duration::from_secs(5);
@@ -330,7 +332,11 @@ async fn run_plugin(plugin: Plugin, dir: PathBuf) {
                         registered = now;
                         said.clear();
                     }
-                    Err(e) => say(&mut said, format!("{}: {e}", plugin.resource)),
+                    Err(e) => {
+                        say(&mut said, format!("{}: {e}", plugin.resource));
+                        // A kubelet that refuses is not asked four times a second.
+                        tokio::time::sleep(REGISTER_RETRY).await;
+                    }
                 }
             }
             tokio::time::sleep(WATCH_EVERY).await;
