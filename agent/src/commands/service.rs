@@ -208,6 +208,7 @@ pub async fn node(
     sample_interval: u64,
     api_group: &str,
     gpu_slots: u32,
+    kubelet: Option<crate::kubelet::KubeletConfig>,
 ) -> ExitCode {
     let config = NodeConfig {
         host: global.host(),
@@ -221,6 +222,7 @@ pub async fn node(
         otlp_endpoint,
         gpu_slots,
         xid_policy: global.xid_policy(),
+        kubelet,
     };
     match run(config).await {
         Ok(()) => ExitCode::SUCCESS,

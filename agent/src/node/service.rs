@@ -1,6 +1,7 @@
 //! The node service's start-up and its long-running tasks (its state is in
 //! [`crate::node::shared`]): the collection scheduler, the XID
-//! watcher, the sampler, the OTLP exporter, the API socket and the metrics listener, all in
+//! watcher, the sampler, the OTLP exporter, the API socket, the metrics listener and the
+//! kubelet device plugins (with `--device-plugin-dir`), all in
 //! one `JoinSet` under one stop signal. The serving loop waits for SIGTERM/SIGINT, for a task
 //! that ends on its own (the node then stops with an error, to be started again whole), and
 //! pings systemd's watchdog, each ping only after the state locks were taken in time.
@@ -306,6 +307,13 @@ pub async fn run(config: NodeConfig) -> Result<(), NodeError> {
                 endpoint,
                 interval,
             ),
+        );
+    }
+
+    if let Some(kubelet) = config.kubelet.clone() {
+        tasks.spawn(
+            "the kubelet device plugins",
+            crate::kubelet::plugin::run(node.clone(), kubelet),
         );
     }
 

@@ -60,6 +60,8 @@ pub struct NodeConfig {
     pub gpu_slots: u32,
     /// The node's overrides of the XID catalog.
     pub xid_policy: crate::health::xid::XidPolicy,
+    /// The kubelet device plugins; off when `None`.
+    pub kubelet: Option<crate::kubelet::KubeletConfig>,
 }
 
 /// The latest collection.
@@ -108,6 +110,8 @@ pub struct Node {
     pub collections: std::sync::atomic::AtomicU64,
     /// GPUs to VMs and back, through the helper.
     pub passthrough: Passthrough,
+    /// The Kubernetes side: its change signal, counters and problem.
+    pub kubernetes: crate::kubelet::KubeState,
     /// Held while a collection runs: the scheduler, diag and reset all collect, and two
     /// collections must never run at once.
     collecting: tokio::sync::Mutex<()>,
@@ -142,6 +146,7 @@ impl Node {
             )
             .with_scheduler(scheduler.clone()),
             config,
+            kubernetes: crate::kubelet::KubeState::default(),
             latest: RwLock::new(None),
             inventory_tx: inventory,
             health,
@@ -252,6 +257,7 @@ impl Node {
                 ));
             }
         }
+        all.extend(self.kubernetes.problem());
         let mut seen = std::collections::BTreeSet::new();
         all.retain(|p| seen.insert(p.clone()));
         all
@@ -346,6 +352,8 @@ impl Node {
         for e in &result.errors {
             self.problem(format!("CDI specs: {e}"));
         }
+        // Holds or the inventory changed: the device plugins' lists are computed again.
+        self.kubernetes.touch();
     }
 
     /// Per GPU UUID, the verdict on the latest inventory, the driver's readings and this
@@ -453,7 +461,9 @@ impl Node {
             xids,
             queries: latest.as_ref().map_or(&[], |l| l.queries.as_slice()),
         };
-        metrics::render(&view)
+        let mut text = metrics::render(&view);
+        text.push_str(&self.kubernetes.metrics_text());
+        text
     }
 }
 
@@ -478,6 +488,7 @@ pub(crate) fn test_node(dir: &std::path::Path) -> Node {
         otlp_endpoint: None,
         gpu_slots: 0,
         xid_policy: crate::health::xid::XidPolicy::default(),
+        kubelet: None,
     };
     let health = Health::new(crate::health::faults::FaultStore::open(&data, "boot").unwrap());
     let (inventory, _) = watch::channel(Inventory::new(GpuSection::default()));
