@@ -97,7 +97,7 @@ async fn lines_per_interval_become_batches_with_no_spawn_per_sample() {
         &sampler,
         Duration::from_secs(5),
         "compute processes",
-        |_, s| s.is_some_and(|s| s.samples[0].compute_processes == 1),
+        |_, s| s.is_some_and(|s| s.samples[0].compute_processes == Some(1)),
     )
     .await;
 }

@@ -157,7 +157,7 @@ fn line(
         temperature_c: s.and_then(|s| s.temperature_c),
         power_draw_w: s.and_then(|s| s.power_draw_w),
         power_limit_w: s.and_then(|s| s.power_limit_w),
-        compute_processes: s.map(|s| s.compute_processes),
+        compute_processes: s.and_then(|s| s.compute_processes),
         healthy: health.schedulable(),
         health,
         reasons,

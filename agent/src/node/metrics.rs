@@ -135,7 +135,7 @@ pub fn render(view: &MetricsView<'_>) -> String {
         (
             "bcd_gpu_compute_processes",
             "Compute processes on the GPU.",
-            |s| Some(f64::from(s.compute_processes)),
+            |s| s.compute_processes.map(f64::from),
         ),
     ];
     for (name, help, read) in gauges {
@@ -391,7 +391,7 @@ mod tests {
             clocks_mem_mhz: None,
             pstate: None,
             mig_mode: None,
-            compute_processes: 2,
+            compute_processes: Some(2),
         }
     }
 

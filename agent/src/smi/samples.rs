@@ -53,8 +53,9 @@ pub struct GpuSample {
     /// Whether MIG mode is on; `None` for GPUs without MIG. Never `Some(true)` in a result:
     /// a GPU in MIG mode makes the sample fall back.
     pub mig_mode: Option<bool>,
-    /// Compute processes on the GPU, filled by [`attach_compute_counts`]; 0 until then.
-    pub compute_processes: u32,
+    /// Compute processes on the GPU, filled by [`attach_compute_counts`]; `None` until then,
+    /// and where `--query-compute-apps` failed.
+    pub compute_processes: Option<u32>,
 }
 
 /// Why the light sample cannot stand in for the full snapshot.
@@ -208,7 +209,7 @@ fn sample(line: usize, cols: &[&str]) -> Result<GpuSample, SamplesError> {
         clocks_mem_mhz: small(11)?,
         pstate: value::present(cols[12]).map(str::to_owned),
         mig_mode: value::flag(cols[13]),
-        compute_processes: 0,
+        compute_processes: None,
     })
 }
 
@@ -276,7 +277,7 @@ pub fn count_compute_apps(bytes: &[u8]) -> BTreeMap<String, u32> {
 /// Sets each sample's `compute_processes` from `counts` (0 for a GPU with no entry).
 pub fn attach_compute_counts(samples: &mut [GpuSample], counts: &BTreeMap<String, u32>) {
     for sample in samples {
-        sample.compute_processes = counts.get(&sample.uuid).copied().unwrap_or(0);
+        sample.compute_processes = Some(counts.get(&sample.uuid).copied().unwrap_or(0));
     }
 }
 
@@ -462,10 +463,10 @@ mod tests {
         assert!(count_compute_apps(b"").is_empty());
         let mut got = samples(&fixture("samples-2x-h100.csv"));
         attach_compute_counts(&mut got, &counts);
-        assert_eq!(got[0].compute_processes, 3);
-        assert_eq!(got[1].compute_processes, 1);
+        assert_eq!(got[0].compute_processes, Some(3));
+        assert_eq!(got[1].compute_processes, Some(1));
         attach_compute_counts(&mut got, &BTreeMap::new());
-        assert_eq!(got[0].compute_processes, 0, "no entry means no process");
+        assert_eq!(got[0].compute_processes, Some(0), "no entry means no process");
     }
 
     #[test]
