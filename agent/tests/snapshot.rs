@@ -92,12 +92,10 @@ async fn no_driver_is_no_driver_for_snapshot_samples_and_probe() {
 #[tokio::test]
 async fn samples_use_the_csv_where_they_can() {
     let (s, source) = samples(&smi("hgx-h100")).await.unwrap();
-    // One GPU is in MIG mode: the whole sample falls back to -q -x.
-    assert!(
-        matches!(source, SampleSource::Snapshot(ref why) if why.contains("MIG")),
-        "{source:?}"
-    );
+    // One GPU is in MIG mode: it is sampled from its CSV row like the others.
+    assert_eq!(source, SampleSource::Csv);
     assert_eq!(s.len(), 8);
+    assert!(s.iter().any(|s| s.mig_mode == Some(true)));
     let (s, source) = samples(&smi("wsl2")).await.unwrap();
     assert_eq!(source, SampleSource::Csv);
     assert_eq!(s.len(), 1);
@@ -129,11 +127,7 @@ async fn both_sample_paths_agree_on_the_hgx_host() {
             .join("../testdata/hosts/hgx-h100/answers/compute-apps.out"),
     )
     .unwrap();
-    // The CSV falls back because of the MIG GPU; its lines for the other GPUs still parse.
-    let lines: Vec<&[u8]> = csv
-        .split(|b| *b == b'\n')
-        .filter(|l| !l.is_empty() && !l.ends_with(b"Enabled"))
-        .collect();
+    let lines: Vec<&[u8]> = csv.split(|b| *b == b'\n').filter(|l| !l.is_empty()).collect();
     let parsed = bcd::smi::samples::parse_samples(&lines.join(&b'\n')).unwrap();
     let bcd::smi::samples::SampleParse::Samples(mut from_csv) = parsed else {
         panic!("{parsed:?}")

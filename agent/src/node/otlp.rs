@@ -714,6 +714,7 @@ mod tests {
             pstate: None,
             mig_mode: None,
             compute_processes: Some(0),
+            mig_devices: Vec::new(),
         };
         let body = encode_request(
             &Resource { host_name: None },

@@ -285,6 +285,11 @@ pub async fn run(config: NodeConfig) -> Result<(), NodeError> {
                         .stats()
                         .restarts
                         .load(std::sync::atomic::Ordering::Relaxed),
+                    mig_memory: latest.mig_memory.clone(),
+                    mig_memory_reads: sampler
+                        .stats()
+                        .mig_reads
+                        .load(std::sync::atomic::Ordering::Relaxed),
                 };
                 if let Ok(mut s) = sampled.sampling.lock() {
                     *s = state;

@@ -214,16 +214,35 @@ pub enum SampleSource {
 }
 
 /// Samples every GPU: the light CSV query plus the compute processes, falling back to the full
-/// snapshot where the seed says to. Never falls back when there is no driver.
+/// snapshot where the CSV cannot stand in for it (a refused field, wrong columns). GPUs in
+/// MIG mode come from their CSV rows without their MIG devices' memory: a caller that wants it
+/// attaches it from a `-q -x` it reads anyway ([`super::samples::attach_mig_memory`]). Never
+/// falls back when there is no driver.
 ///
 /// # Errors
 /// [`SnapshotError::Run`] with [`RunError::NoDriver`] without `nvidia-smi`; otherwise the
 /// snapshot's errors when it had to fall back and the snapshot failed.
 pub async fn samples(runner: &Runner) -> Result<(Vec<GpuSample>, SampleSource), SnapshotError> {
+    match csv_samples(runner).await? {
+        Ok(samples) => Ok((samples, SampleSource::Csv)),
+        Err(reason) => {
+            let answer = runner.run(query::QUERY_XML).await?;
+            let xml = parse_query_xml(&answer.stdout)?;
+            Ok((samples_from_xml(&xml), SampleSource::Snapshot(reason)))
+        }
+    }
+}
+
+/// The CSV half of [`samples`]: the samples, or why they must come from `-q -x` instead (for
+/// a caller that reads `-q -x` anyway and derives them from that one document).
+///
+/// # Errors
+/// The CSV query's run errors ([`RunError::NoDriver`] included), but a refused field.
+pub async fn csv_samples(runner: &Runner) -> Result<Result<Vec<GpuSample>, String>, SnapshotError> {
     let format = "--format=csv,noheader,nounits";
     let fields = format!("--query-gpu={SAMPLE_FIELDS}");
     let csv = runner.run(&[fields.as_str(), format]).await;
-    let reason = match csv {
+    Ok(Err(match csv {
         Err(RunError::NoDriver) => return Err(RunError::NoDriver.into()),
         Err(RunError::Failed { message, .. }) if refused_field(&message).is_some() => {
             FallBackReason::FieldRefused {
@@ -235,15 +254,12 @@ pub async fn samples(runner: &Runner) -> Result<(Vec<GpuSample>, SampleSource), 
         Ok(answer) => match parse_samples(&answer.stdout) {
             Ok(SampleParse::Samples(mut samples)) => {
                 attach_apps(runner, &mut samples).await;
-                return Ok((samples, SampleSource::Csv));
+                return Ok(Ok(samples));
             }
             Ok(SampleParse::FallBack(reason)) => reason.to_string(),
             Err(e) => e.to_string(),
         },
-    };
-    let answer = runner.run(query::QUERY_XML).await?;
-    let xml = parse_query_xml(&answer.stdout)?;
-    Ok((samples_from_xml(&xml), SampleSource::Snapshot(reason)))
+    }))
 }
 
 /// Attaches the compute-process counts; a failing `--query-compute-apps` leaves every count
@@ -283,6 +299,7 @@ pub fn samples_from_xml(xml: &QueryXml) -> Vec<GpuSample> {
                 clocks_mem_mhz: g.clocks_mem_mhz,
                 pstate: g.pstate.clone(),
                 mig_mode: g.mig_mode_current,
+                mig_devices: g.mig_devices.clone(),
                 compute_processes: Some(
                     u32::try_from(g.compute_process_count()).unwrap_or(u32::MAX),
                 ),
