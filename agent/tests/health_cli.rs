@@ -206,13 +206,20 @@ fn status_reading_itself_starts_q_x_once() {
         .arg("status")
         .output()
         .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let text = String::from_utf8_lossy(&out.stdout);
     assert_eq!(text.matches("HEALTHY").count(), 8, "{text}");
     let all = runs(&file);
     let qx = all.iter().filter(|r| *r == "-q -x").count();
     assert_eq!(qx, 1, "-q -x ran {qx} times: {all:?}");
-    eprintln!("bcd status, reading itself: {} nvidia-smi starts: {all:?}", all.len());
+    eprintln!(
+        "bcd status, reading itself: {} nvidia-smi starts: {all:?}",
+        all.len()
+    );
 }
 
 // What broke: bcd status never asked a running bcd node, which holds the latest inventory,
@@ -270,7 +277,11 @@ fn status_asks_a_running_node_and_starts_no_nvidia_smi() {
     let request = server.join().unwrap();
     assert!(request.starts_with("GET /v1/status"), "{request}");
     let text = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "{text}{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     assert!(
         text.starts_with("GPU 0  NVIDIA H100 80GB HBM3  97% busy  45123/81559 MiB"),
         "{text}"

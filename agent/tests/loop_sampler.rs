@@ -228,7 +228,10 @@ async fn a_mig_host_keeps_loop_mode_and_reads_mig_memory_at_its_own_cadence() {
     let latest = sampler.subscribe().borrow().clone().unwrap();
     assert_eq!(latest.mode, Mode::Loop);
     assert!(
-        latest.mig_memory.as_deref().is_some_and(|m| m.contains("every")),
+        latest
+            .mig_memory
+            .as_deref()
+            .is_some_and(|m| m.contains("every")),
         "{:?}",
         latest.mig_memory
     );

@@ -7,9 +7,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use bcd::smi::runner::{RunError, Runner};
-use bcd::smi::snapshot::{
-    probe, samples, snapshot, snapshot_within, SampleSource, SnapshotError,
-};
+use bcd::smi::snapshot::{probe, samples, snapshot, snapshot_within, SampleSource, SnapshotError};
 
 fn smi(host: &str) -> Runner {
     Runner::new(
@@ -127,7 +125,10 @@ async fn both_sample_paths_agree_on_the_hgx_host() {
             .join("../testdata/hosts/hgx-h100/answers/compute-apps.out"),
     )
     .unwrap();
-    let lines: Vec<&[u8]> = csv.split(|b| *b == b'\n').filter(|l| !l.is_empty()).collect();
+    let lines: Vec<&[u8]> = csv
+        .split(|b| *b == b'\n')
+        .filter(|l| !l.is_empty())
+        .collect();
     let parsed = bcd::smi::samples::parse_samples(&lines.join(&b'\n')).unwrap();
     let bcd::smi::samples::SampleParse::Samples(mut from_csv) = parsed else {
         panic!("{parsed:?}")
@@ -192,8 +193,7 @@ fn script(dir: &Path, body: &str) -> PathBuf {
 #[tokio::test]
 async fn nvlink_s_then_r_stay_within_the_snapshots_budget() {
     let dir = tempfile::tempdir().unwrap();
-    let answers =
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("../testdata/hosts/hgx-h100/answers");
+    let answers = Path::new(env!("CARGO_MANIFEST_DIR")).join("../testdata/hosts/hgx-h100/answers");
     // -q -x answers at once; nvlink -s answers late (with links, so -R runs); -R hangs.
     let smi = script(
         dir.path(),
@@ -204,7 +204,9 @@ async fn nvlink_s_then_r_stay_within_the_snapshots_budget() {
     );
     let runner = Runner::new(&smi).with_timeout(Duration::from_millis(1500));
     let started = Instant::now();
-    let snap = snapshot_within(&runner, Duration::from_secs(2)).await.unwrap();
+    let snap = snapshot_within(&runner, Duration::from_secs(2))
+        .await
+        .unwrap();
     let took = started.elapsed();
     assert!(
         took < Duration::from_millis(2400),
@@ -217,7 +219,10 @@ async fn nvlink_s_then_r_stay_within_the_snapshots_budget() {
         .find(|q| q.query == "nvlink -R")
         .expect("nvlink -R ran");
     assert!(
-        remote.error.as_deref().is_some_and(|e| e.contains("did not answer")),
+        remote
+            .error
+            .as_deref()
+            .is_some_and(|e| e.contains("did not answer")),
         "{remote:?}"
     );
 }

@@ -541,7 +541,11 @@ mod tests {
         let (_, one_write) = health.written();
         for i in 1..1000 {
             health
-                .raise("Xid13", GPU_A, &format!("NVRM: Xid (PCI:0000:18:00): 13, n={i}"))
+                .raise(
+                    "Xid13",
+                    GPU_A,
+                    &format!("NVRM: Xid (PCI:0000:18:00): 13, n={i}"),
+                )
                 .unwrap();
         }
         // Every record is counted and published at once...

@@ -282,8 +282,8 @@ impl XidLogLimit {
     pub fn ended(&mut self, now: std::time::Instant, only: Option<&str>) -> Vec<String> {
         let mut out = Vec::new();
         self.gpus.retain(|uuid, w| {
-            let done = now.duration_since(w.started) >= LOG_WINDOW
-                && only.is_none_or(|o| o == uuid);
+            let done =
+                now.duration_since(w.started) >= LOG_WINDOW && only.is_none_or(|o| o == uuid);
             if done && w.more > 0 {
                 out.push(format!(
                     "{} more XIDs on {uuid} in the last {}s; the latest: {}",
@@ -619,7 +619,10 @@ mod tests {
             )]
         );
         // The next XID after the window opens a new one and is logged in full.
-        assert_eq!(log.record(gpu, "again".into(), t0 + LOG_WINDOW * 2).len(), 1);
+        assert_eq!(
+            log.record(gpu, "again".into(), t0 + LOG_WINDOW * 2).len(),
+            1
+        );
     }
     use crate::health::faults::FaultStore;
     use crate::health::Condition;

@@ -361,10 +361,17 @@ pub fn render(view: &MetricsView<'_>) -> String {
         f.header(name, "gauge", help);
         for (uuid, m, v) in values {
             let gi = m.gpu_instance_id.map(|n| n.to_string()).unwrap_or_default();
-            let ci = m.compute_instance_id.map(|n| n.to_string()).unwrap_or_default();
+            let ci = m
+                .compute_instance_id
+                .map(|n| n.to_string())
+                .unwrap_or_default();
             f.sample(
                 name,
-                &[("uuid", uuid), ("gpu_instance", &gi), ("compute_instance", &ci)],
+                &[
+                    ("uuid", uuid),
+                    ("gpu_instance", &gi),
+                    ("compute_instance", &ci),
+                ],
                 v as f64 * MIB,
             );
         }

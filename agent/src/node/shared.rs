@@ -314,17 +314,11 @@ impl Node {
     /// callers share it: concurrent `diag` requests on a wedged host wait for one
     /// collection, not one each in turn), else a new one.
     pub async fn collect_shared(&self) -> Inventory {
-        let seen = self
-            .collections
-            .load(std::sync::atomic::Ordering::Acquire);
+        let seen = self.collections.load(std::sync::atomic::Ordering::Acquire);
         let one = self.collecting.lock().await;
         // A collection ended while this one waited for the lock: it was in flight when this
         // call was made, or started after it.
-        if self
-            .collections
-            .load(std::sync::atomic::Ordering::Acquire)
-            != seen
-        {
+        if self.collections.load(std::sync::atomic::Ordering::Acquire) != seen {
             drop(one);
             return self.inventory().await;
         }

@@ -404,7 +404,10 @@ mod tests {
         let smi = script(dir.path(), "kill -SEGV $$");
         let err = Runner::new(smi).run(&["-L"]).await.unwrap_err();
         assert!(err.to_string().contains("SIGSEGV (11)"), "{err}");
-        assert!(err.hint().unwrap().starts_with("nvidia-smi crashed"), "{err}");
+        assert!(
+            err.hint().unwrap().starts_with("nvidia-smi crashed"),
+            "{err}"
+        );
         let timeout = RunError::Timeout {
             query: "-q -x".into(),
             after: QUERY_TIMEOUT,
@@ -414,7 +417,11 @@ mod tests {
         let long = RunError::TooLong {
             query: "-q -x".into(),
         };
-        assert!(long.hint().unwrap().contains("not the nvidia-smi"), "{:?}", long.hint());
+        assert!(
+            long.hint().unwrap().contains("not the nvidia-smi"),
+            "{:?}",
+            long.hint()
+        );
     }
 
     #[tokio::test]

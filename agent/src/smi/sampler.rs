@@ -43,8 +43,8 @@ use tokio::task::JoinHandle;
 
 use super::runner::{RunError, Runner};
 use super::samples::{
-    attach_compute_counts, attach_mig_memory, count_compute_apps, needs_mig_memory,
-    parse_samples, refused_field, GpuSample, SampleParse, SAMPLE_FIELDS,
+    attach_compute_counts, attach_mig_memory, count_compute_apps, needs_mig_memory, parse_samples,
+    refused_field, GpuSample, SampleParse, SAMPLE_FIELDS,
 };
 use super::snapshot::{query, samples, SampleSource};
 use super::xml::{parse_query_xml, QueryXml};
@@ -189,7 +189,8 @@ struct MigMemory {
 type SharedMig = Arc<std::sync::Mutex<MigMemory>>;
 
 fn lock(mig: &SharedMig) -> std::sync::MutexGuard<'_, MigMemory> {
-    mig.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    mig.lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 /// Gives a batch with GPUs in MIG mode their MIG devices from the latest read, starts a read

@@ -475,7 +475,11 @@ mod tests {
         assert_eq!(got[0].compute_processes, Some(3));
         assert_eq!(got[1].compute_processes, Some(1));
         attach_compute_counts(&mut got, &BTreeMap::new());
-        assert_eq!(got[0].compute_processes, Some(0), "no entry means no process");
+        assert_eq!(
+            got[0].compute_processes,
+            Some(0),
+            "no entry means no process"
+        );
     }
 
     #[test]

@@ -100,5 +100,8 @@ async fn concurrent_diags_share_one_collection() {
     );
     // A diag after them collects again: it was not in flight with anything.
     handle(&node, &diag).await;
-    assert_eq!(node.collections.load(std::sync::atomic::Ordering::Relaxed), 2);
+    assert_eq!(
+        node.collections.load(std::sync::atomic::Ordering::Relaxed),
+        2
+    );
 }
