@@ -8,7 +8,7 @@
 //! | `GET /v1/inventory` | the inventory document |
 //! | `GET /v1/conditions` | this boot's conditions |
 //! | `POST /v1/inventory/refresh` | asks for a collection |
-//! | `POST /v1/diag` | `diag.nvml` on a fresh collection: `{"gpus": [...], "expected_gpus": N}` |
+//! | `POST /v1/diag` | `diag.nvml` on a fresh collection (concurrent requests share the one in flight): `{"gpus": [...], "expected_gpus": N}` |
 //! | `POST /v1/gpus/reset` | `gpu.reset`: `{"gpus": [UUID...]}` |
 //! | `GET /v1/holds` | the holds |
 //! | `POST /v1/holds` | applies a hold: `{"id", "devices": [...], "kubernetes": bool}` |
@@ -202,7 +202,7 @@ struct DiagBody {
 
 async fn diag(node: &Node, request: &Request) -> Result<Answer, Answer> {
     let asked: DiagBody = body(request)?;
-    let inventory = node.collect_now().await;
+    let inventory = node.collect_shared().await;
     let latest = node.latest.read().await;
     let error = latest.as_ref().and_then(|l| l.snapshot_error.clone());
     let no_driver = error

@@ -253,6 +253,8 @@ pub async fn run(config: NodeConfig) -> Result<(), NodeError> {
     );
 
     tasks.spawn("the XID watcher", watcher.run());
+    // An XID burst's later records reach faults.json within a second, not one write each.
+    tasks.spawn("the faults writer", health.clone().write_pending());
     let handle = scheduler_handle.clone();
     tasks.spawn("the XID collection requests", async move {
         while let Some(urgent) = xid_rx.recv().await {
@@ -283,6 +285,11 @@ pub async fn run(config: NodeConfig) -> Result<(), NodeError> {
                     restarts: sampler
                         .stats()
                         .restarts
+                        .load(std::sync::atomic::Ordering::Relaxed),
+                    mig_memory: latest.mig_memory.clone(),
+                    mig_memory_reads: sampler
+                        .stats()
+                        .mig_reads
                         .load(std::sync::atomic::Ordering::Relaxed),
                 };
                 if let Ok(mut s) = sampled.sampling.lock() {
@@ -429,6 +436,9 @@ pub async fn run(config: NodeConfig) -> Result<(), NodeError> {
     // ones that change state finish and answer.
     let _ = tokio::time::timeout(SHUTDOWN_GRACE, in_flight.write()).await;
     tasks.set.shutdown().await;
+    if let Err(e) = node.health.flush() {
+        tracing::error!("{e}");
+    }
     if let Some(mine) = api_identity {
         instance::remove_if_mine(&config.api_socket, mine);
     }

@@ -273,7 +273,12 @@ impl Node {
 
     /// Collects now, publishes the result and converges the hold specs; returns it.
     pub async fn collect_now(&self) -> Inventory {
-        let _one = self.collecting.lock().await;
+        let one = self.collecting.lock().await;
+        self.collect_holding(one).await
+    }
+
+    /// Collects while `_one` (the `collecting` lock) is held.
+    async fn collect_holding(&self, _one: tokio::sync::MutexGuard<'_, ()>) -> Inventory {
         let collection = collect(&self.config.host, Some(&self.memory)).await;
         let listed = collection
             .snapshot
@@ -306,9 +311,24 @@ impl Node {
         *self.latest.write().await = Some(latest);
         self.inventory_tx.send_replace(collection.inventory.clone());
         self.collections
-            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            .fetch_add(1, std::sync::atomic::Ordering::Release);
         self.converge_holds().await;
         collection.inventory
+    }
+
+    /// A collection at least as new as this call: the one in flight when it is made (its
+    /// callers share it: concurrent `diag` requests on a wedged host wait for one
+    /// collection, not one each in turn), else a new one.
+    pub async fn collect_shared(&self) -> Inventory {
+        let seen = self.collections.load(std::sync::atomic::Ordering::Acquire);
+        let one = self.collecting.lock().await;
+        // A collection ended while this one waited for the lock: it was in flight when this
+        // call was made, or started after it.
+        if self.collections.load(std::sync::atomic::Ordering::Acquire) != seen {
+            drop(one);
+            return self.inventory().await;
+        }
+        self.collect_holding(one).await
     }
 
     /// The policy's view of the GPUs, from the latest inventory.
