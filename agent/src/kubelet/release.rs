@@ -99,7 +99,9 @@ pub async fn pass(node: &Node, config: &KubeletConfig) {
         .read()
         .await
         .iter()
-        .filter(|s| s.compute_processes > 0)
+        // A GPU whose process count could not be read counts as busy: a release waits for
+        // proof that nothing runs there.
+        .filter(|s| s.compute_processes != Some(0))
         .map(|s| s.uuid.clone())
         .collect();
     let inventory = node.inventory().await;
