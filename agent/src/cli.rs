@@ -150,6 +150,18 @@ pub enum Command {
         /// `dcgm-legacy` (the same with `Hostname`, as dcgm-exporter named it before 2026).
         #[arg(long, value_name = "SCHEME")]
         metrics_compat: Option<crate::node::metrics::MetricsCompat>,
+        /// Serve kubelet device plugins (bcd.dev/gpu, bcd.dev/mig-<profile>,
+        /// bcd.dev/gpu-slot) in this folder, the kubelet's /var/lib/kubelet/device-plugins;
+        /// off when not given.
+        #[arg(long, value_name = "DIR")]
+        device_plugin_dir: Option<std::path::PathBuf>,
+        /// The kubelet's PodResources socket, read to learn which Kubernetes holds no pod has
+        /// any more.
+        #[arg(long, value_name = "PATH", default_value = crate::kubelet::DEFAULT_POD_RESOURCES_SOCKET)]
+        pod_resources_socket: std::path::PathBuf,
+        /// Seconds a Kubernetes hold whose devices no pod has is kept before its release.
+        #[arg(long, value_name = "SECONDS", default_value_t = crate::kubelet::DEFAULT_RELEASE_GRACE.as_secs())]
+        kubernetes_release_grace: u64,
     },
     /// One line per GPU from a live sample (waits at most 10 s), with UNHEALTHY where the
     /// healthy rule fails.

@@ -13,6 +13,7 @@ pub mod health;
 pub mod helper_client;
 pub mod host;
 pub mod inventory;
+pub mod kubelet;
 pub mod node;
 pub mod policy;
 pub mod runtime;

@@ -52,6 +52,9 @@ fn main() -> ExitCode {
                 api_group,
                 gpu_slots,
                 metrics_compat,
+                device_plugin_dir,
+                pod_resources_socket,
+                kubernetes_release_grace,
             } => {
                 svc::node(
                     &cli.global,
@@ -61,10 +64,26 @@ fn main() -> ExitCode {
                     api_group,
                     *gpu_slots,
                     *metrics_compat,
+                    device_plugin_dir
+                        .as_ref()
+                        .map(|dir| bcd::kubelet::KubeletConfig {
+                            plugin_dir: dir.clone(),
+                            pod_resources_socket: pod_resources_socket.clone(),
+                            release_grace: std::time::Duration::from_secs(
+                                *kubernetes_release_grace,
+                            ),
+                        }),
                 )
                 .await
             }
-            Command::Status => health::commands::status_command(&cli.global).await,
+            Command::Status => {
+                let code = health::commands::status_command(&cli.global).await;
+                if !cli.global.json {
+                    // Which devices Kubernetes has, from the hold store.
+                    print!("{}", bcd::kubelet::status_lines(&cli.global.data_dir));
+                }
+                code
+            }
             Command::Diag { gpu, expected_gpus } => {
                 health::commands::diag_command(&cli.global, gpu, *expected_gpus).await
             }

@@ -19,8 +19,10 @@
 //! device node is in two holds' specs only when both hold slots of it or distinct MIG
 //! devices of it. A store that breaks it is refused when it is loaded, naming both holds.
 //!
-//! Busy: a GPU is busy when any of its devices is held or it is passed through to a VM.
-//! (Kubernetes releases are not recorded yet, so none is ever pending.)
+//! Busy: a GPU is busy when any of its devices is held, it is passed through to a VM, or a
+//! Kubernetes release of it is pending: a Kubernetes hold whose devices no pod has any more
+//! (the kubelet's PodResources API says so) is kept until its grace period is over and its
+//! GPUs show no compute process, and until then the reason is that pending release.
 //!
 //! This module is pure: it reads the inventory and the holds it is handed, never a file.
 
@@ -100,6 +102,13 @@ pub enum Busy {
     PassedThrough,
     /// A hold has it, one of its MIG devices or one of its slots.
     Held { hold: HoldId, device: DeviceId },
+    /// A Kubernetes hold of it (or of part of it) that no pod has any more, not released yet.
+    PendingRelease {
+        hold: HoldId,
+        device: DeviceId,
+        /// Unix seconds since which no pod has its devices.
+        since: u64,
+    },
 }
 
 impl std::fmt::Display for Busy {
@@ -111,6 +120,14 @@ impl std::fmt::Display for Busy {
                 DeviceKind::Mig => write!(f, "MIG device {device} held by {hold}"),
                 DeviceKind::Slot => write!(f, "slot {device} held by {hold}"),
             },
+            Busy::PendingRelease {
+                hold,
+                device,
+                since,
+            } => write!(
+                f,
+                "a pending Kubernetes release: hold {hold} has {device}, which no pod has had since {since} (Unix time); it is released once its grace period is over and the GPU shows no compute process"
+            ),
         }
     }
 }
@@ -211,7 +228,8 @@ impl Topology {
             .collect()
     }
 
-    /// Whether `gpu` is busy, and why: passed through, or a hold has it or part of it.
+    /// Whether `gpu` is busy, and why: passed through, a hold has it or part of it, or that
+    /// hold is a Kubernetes binding whose release is pending.
     pub fn busy<'h>(
         &self,
         gpu: &DeviceId,
@@ -228,10 +246,19 @@ impl Topology {
             self.placed(hold)
                 .into_iter()
                 .find(|p| conflict(&whole, p))
-                .map(|p| Busy::Held {
-                    hold: hold.id.clone(),
-                    device: p.device,
-                })
+                .map(
+                    |p| match hold.unassigned_since.filter(|_| hold.kubernetes) {
+                        Some(since) => Busy::PendingRelease {
+                            hold: hold.id.clone(),
+                            device: p.device,
+                            since,
+                        },
+                        None => Busy::Held {
+                            hold: hold.id.clone(),
+                            device: p.device,
+                        },
+                    },
+                )
         })
     }
 }
@@ -366,7 +393,35 @@ mod tests {
             devices: devices.iter().map(|d| dev(d)).collect(),
             kubernetes: false,
             gpus: Default::default(),
+            unassigned_since: None,
         }
+    }
+
+    // What broke: a Kubernetes hold whose pod was gone made its GPU busy only as "held",
+    // so gpu.reset could not say that a Kubernetes release was pending.
+    #[test]
+    fn a_pending_kubernetes_release_makes_its_gpu_busy_and_says_so() {
+        let t = topology(2);
+        let mut k = hold("k8s-1", &[&format!("{GPU0}::0")]);
+        k.kubernetes = true;
+        assert!(matches!(t.busy(&dev(GPU0), [&k]), Some(Busy::Held { .. })));
+        k.unassigned_since = Some(1_700_000_000);
+        let busy = t.busy(&dev(GPU0), [&k]).unwrap();
+        assert!(matches!(
+            busy,
+            Busy::PendingRelease {
+                since: 1_700_000_000,
+                ..
+            }
+        ));
+        assert!(
+            busy.to_string()
+                .starts_with("a pending Kubernetes release: hold k8s-1 has"),
+            "{busy}"
+        );
+        // Only a Kubernetes binding's release can be pending.
+        k.kubernetes = false;
+        assert!(matches!(t.busy(&dev(GPU0), [&k]), Some(Busy::Held { .. })));
     }
 
     #[test]

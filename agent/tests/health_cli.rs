@@ -156,3 +156,136 @@ fn status_prints_one_line_per_gpu_and_fails_without_a_driver() {
     assert!(String::from_utf8_lossy(&out.stderr)
         .contains("nvml: nvidia-smi not found (no NVIDIA driver on this host)"));
 }
+
+/// A copy of the demo host whose `nvidia-smi` appends each start's arguments to `runs`.
+fn counting_host(dir: &Path) -> (PathBuf, PathBuf) {
+    let host = dir.join("host");
+    let runs = dir.join("runs");
+    let status = Command::new("cp")
+        .arg("-a")
+        .arg(hosts().join("hgx-h100"))
+        .arg(&host)
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let replay = hosts().join("replay-nvidia-smi");
+    std::fs::write(
+        host.join("bin/nvidia-smi"),
+        format!(
+            "#!/bin/sh\nprintf '%s\\n' \"$*\" >> '{}'\nexec '{}' '{}' \"$@\"\n",
+            runs.display(),
+            replay.display(),
+            host.join("answers").display()
+        ),
+    )
+    .unwrap();
+    (host, runs)
+}
+
+fn runs(file: &Path) -> Vec<String> {
+    std::fs::read_to_string(file)
+        .unwrap_or_default()
+        .lines()
+        .map(str::to_owned)
+        .collect()
+}
+
+// What broke: on the MIG demo host bcd status started -q -x twice (the health fields, then
+// the sample's fall back); it reads it once now.
+#[test]
+fn status_reading_itself_starts_q_x_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let (host, file) = counting_host(dir.path());
+    let out = Command::new(env!("CARGO_BIN_EXE_bcd"))
+        .arg("--host")
+        .arg(&host)
+        .arg("--data-dir")
+        .arg(dir.path().join("data"))
+        .arg("--api-socket")
+        .arg(dir.path().join("no-node.sock"))
+        .arg("status")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(text.matches("HEALTHY").count(), 8, "{text}");
+    let all = runs(&file);
+    let qx = all.iter().filter(|r| *r == "-q -x").count();
+    assert_eq!(qx, 1, "-q -x ran {qx} times: {all:?}");
+    eprintln!(
+        "bcd status, reading itself: {} nvidia-smi starts: {all:?}",
+        all.len()
+    );
+}
+
+// What broke: bcd status never asked a running bcd node, which holds the latest inventory,
+// conditions and samples, and read nvidia-smi 9 times instead.
+#[test]
+fn status_asks_a_running_node_and_starts_no_nvidia_smi() {
+    use std::io::{Read, Write};
+    let dir = tempfile::tempdir().unwrap();
+    let (host, file) = counting_host(dir.path());
+    let socket = dir.path().join("bcd.sock");
+    let listener = std::os::unix::net::UnixListener::bind(&socket).unwrap();
+    let server = std::thread::spawn(move || {
+        let (mut stream, _) = listener.accept().unwrap();
+        let mut seen = Vec::new();
+        let mut buf = [0u8; 1024];
+        while !seen.windows(4).any(|w| w == b"\r\n\r\n") {
+            let n = stream.read(&mut buf).unwrap();
+            if n == 0 {
+                break;
+            }
+            seen.extend_from_slice(&buf[..n]);
+        }
+        let body = serde_json::json!({
+            "collections": 3,
+            "inventory_age_s": 12,
+            "nvidia_smi_error": null,
+            "problems": ["the root helper cannot be reached"],
+            "sampling": {"loop_mode": true, "restarts": 0, "mig_memory_reads": 1},
+            "gpus": [{
+                "index": 0, "uuid": "GPU-ff1dacfa-2e1a-0504-a88b-76a3118ee48b",
+                "name": "NVIDIA H100 80GB HBM3", "utilization_gpu_pct": 97,
+                "memory_used_mib": 45123, "memory_total_mib": 81559, "compute_processes": 3,
+                "healthy": true, "health": "healthy"
+            }]
+        })
+        .to_string();
+        write!(
+            stream,
+            "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+            body.len()
+        )
+        .unwrap();
+        String::from_utf8_lossy(&seen).into_owned()
+    });
+    let out = Command::new(env!("CARGO_BIN_EXE_bcd"))
+        .arg("--host")
+        .arg(&host)
+        .arg("--data-dir")
+        .arg(dir.path().join("data"))
+        .arg("--api-socket")
+        .arg(&socket)
+        .arg("status")
+        .output()
+        .unwrap();
+    let request = server.join().unwrap();
+    assert!(request.starts_with("GET /v1/status"), "{request}");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        text.starts_with("GPU 0  NVIDIA H100 80GB HBM3  97% busy  45123/81559 MiB"),
+        "{text}"
+    );
+    assert!(text.contains("note: from bcd node at"), "{text}");
+    assert!(runs(&file).is_empty(), "nvidia-smi ran: {:?}", runs(&file));
+}

@@ -45,6 +45,7 @@ fn timing() -> Timing {
         interval: INTERVAL,
         backoff_start: Duration::from_millis(50),
         backoff_max: Duration::from_millis(200),
+        mig_memory_every: Duration::from_millis(500),
     }
 }
 
@@ -97,7 +98,7 @@ async fn lines_per_interval_become_batches_with_no_spawn_per_sample() {
         &sampler,
         Duration::from_secs(5),
         "compute processes",
-        |_, s| s.is_some_and(|s| s.samples[0].compute_processes == 1),
+        |_, s| s.is_some_and(|s| s.samples[0].compute_processes == Some(1)),
     )
     .await;
 }
@@ -172,24 +173,6 @@ cat \"$LINES\"";
 }
 
 #[tokio::test]
-async fn a_mig_gpu_falls_back_to_one_shot_samples() {
-    let dir = tempfile::tempdir().unwrap();
-    let body = "if [ -n \"$APPS\" ]; then exec sleep 1000; fi
-if [ -n \"$LMS\" ]; then
-  while :; do sed 's/Disabled$/Enabled/' \"$LINES\"; sleep 0.1; done
-fi
-exit 9";
-    let sampler = Sampler::spawn(fake(dir.path(), body), timing());
-    wait_until(
-        &sampler,
-        Duration::from_secs(10),
-        "the fall back",
-        |s, _| s.stats().one_shots.load(Ordering::Relaxed) >= 1,
-    )
-    .await;
-}
-
-#[tokio::test]
 async fn dropping_the_sampler_leaves_no_process_behind() {
     let dir = tempfile::tempdir().unwrap();
     let pids = dir.path().join("pids");
@@ -206,4 +189,56 @@ async fn dropping_the_sampler_leaves_no_process_behind() {
     for pid in pids.lines() {
         assert!(gone(pid), "nvidia-smi {pid} outlived its sampler");
     }
+}
+
+// What broke: one GPU in MIG mode made the demo host lose loop mode: 2.00 nvidia-smi starts
+// per sample, one of them a full -q -x every sample. Loop mode stays now, and the MIG
+// devices' memory comes from a -q -x every `mig_memory_every` (12 intervals here, as 60 s is
+// at 5 s).
+#[tokio::test]
+async fn a_mig_host_keeps_loop_mode_and_reads_mig_memory_at_its_own_cadence() {
+    let dir = tempfile::tempdir().unwrap();
+    let hosts = Path::new(env!("CARGO_MANIFEST_DIR")).join("../testdata/hosts");
+    let smi = dir.path().join("nvidia-smi");
+    std::fs::write(
+        &smi,
+        format!(
+            "#!/bin/sh\necho \"$*\" >> '{}'\nexec '{}' '{}' \"$@\"\n",
+            dir.path().join("starts").display(),
+            hosts.join("replay-nvidia-smi").display(),
+            hosts.join("hgx-h100/answers").display()
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(&smi, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let timing = Timing {
+        mig_memory_every: INTERVAL * 12,
+        ..timing()
+    };
+    let sampler = Sampler::spawn(&smi, timing);
+    wait_until(&sampler, Duration::from_secs(10), "MIG memory", |_, s| {
+        s.is_some_and(|s| s.samples.iter().any(|g| !g.mig_devices.is_empty()))
+    })
+    .await;
+    let batches0 = sampler.stats().batches.load(Ordering::Relaxed);
+    let starts0 = starts(dir.path());
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    let batches = sampler.stats().batches.load(Ordering::Relaxed) - batches0;
+    let started = starts(dir.path()) - starts0;
+    let latest = sampler.subscribe().borrow().clone().unwrap();
+    assert_eq!(latest.mode, Mode::Loop);
+    assert!(
+        latest
+            .mig_memory
+            .as_deref()
+            .is_some_and(|m| m.contains("every")),
+        "{:?}",
+        latest.mig_memory
+    );
+    let per_sample = started as f64 / batches as f64;
+    eprintln!("MIG host, loop mode: {started} nvidia-smi starts in {batches} samples ({per_sample:.3} per sample)");
+    assert!(batches >= 20, "{batches} batches");
+    assert!(per_sample <= 0.1, "{started} starts in {batches} samples");
+    let all = std::fs::read_to_string(dir.path().join("starts")).unwrap();
+    assert_eq!(sampler.stats().restarts.load(Ordering::Relaxed), 0, "{all}");
 }

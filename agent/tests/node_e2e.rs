@@ -279,14 +279,15 @@ fn the_node_service_end_to_end() {
     let text = scrape(&metrics_addr);
     assert!(text.contains("bcd_gpu_healthy{uuid="), "{text}");
     assert!(text.contains("bcd_inventory_age_seconds"));
-    // The fake host cannot stream -lms, so sampling says it is one-shot, and why.
-    assert!(text.contains("bcd_sampler_loop_mode 0"), "{text}");
+    // The fake host streams -lms: loop mode, kept although one GPU is in MIG mode, whose MIG
+    // devices' memory comes from its own -q -x.
+    assert!(text.contains("bcd_sampler_loop_mode 1"), "{text}");
     let status = api(&api_sock, "GET", "/v1/status", None).unwrap();
-    assert_eq!(status["sampling"]["loop_mode"], false);
+    assert_eq!(status["sampling"]["loop_mode"], true, "{status}");
     assert!(
-        status["sampling"]["one_shot_because"]
+        status["sampling"]["mig_memory"]
             .as_str()
-            .is_some_and(|w| !w.is_empty()),
+            .is_some_and(|w| w.contains("MIG devices' memory")),
         "{status}"
     );
 

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use bcd::smi::runner::{RunError, Runner};
-use bcd::smi::snapshot::{probe, samples, snapshot, SampleSource, SnapshotError};
+use bcd::smi::snapshot::{probe, samples, snapshot, snapshot_within, SampleSource, SnapshotError};
 
 fn smi(host: &str) -> Runner {
     Runner::new(
@@ -90,17 +90,16 @@ async fn no_driver_is_no_driver_for_snapshot_samples_and_probe() {
 #[tokio::test]
 async fn samples_use_the_csv_where_they_can() {
     let (s, source) = samples(&smi("hgx-h100")).await.unwrap();
-    // One GPU is in MIG mode: the whole sample falls back to -q -x.
-    assert!(
-        matches!(source, SampleSource::Snapshot(ref why) if why.contains("MIG")),
-        "{source:?}"
-    );
+    // One GPU is in MIG mode: it is sampled from its CSV row like the others.
+    assert_eq!(source, SampleSource::Csv);
     assert_eq!(s.len(), 8);
+    assert!(s.iter().any(|s| s.mig_mode == Some(true)));
     let (s, source) = samples(&smi("wsl2")).await.unwrap();
     assert_eq!(source, SampleSource::Csv);
     assert_eq!(s.len(), 1);
     assert_eq!(
-        s[0].compute_processes, 0,
+        s[0].compute_processes,
+        Some(0),
         "Xwayland is a graphics process, no workload"
     );
     let (s, source) = samples(&smi("r470-old")).await.unwrap();
@@ -126,10 +125,9 @@ async fn both_sample_paths_agree_on_the_hgx_host() {
             .join("../testdata/hosts/hgx-h100/answers/compute-apps.out"),
     )
     .unwrap();
-    // The CSV falls back because of the MIG GPU; its lines for the other GPUs still parse.
     let lines: Vec<&[u8]> = csv
         .split(|b| *b == b'\n')
-        .filter(|l| !l.is_empty() && !l.ends_with(b"Enabled"))
+        .filter(|l| !l.is_empty())
         .collect();
     let parsed = bcd::smi::samples::parse_samples(&lines.join(&b'\n')).unwrap();
     let bcd::smi::samples::SampleParse::Samples(mut from_csv) = parsed else {
@@ -180,6 +178,76 @@ async fn optional_queries_run_concurrently() {
         snap.queries.iter().filter(|q| q.error.is_some()).count() >= 4,
         "every failing optional query is recorded"
     );
+}
+
+/// Writes an executable `nvidia-smi` script with `body` into `dir`.
+fn script(dir: &Path, body: &str) -> PathBuf {
+    let path = dir.join("nvidia-smi");
+    std::fs::write(&path, format!("#!/bin/sh\n{body}\n")).unwrap();
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+    path
+}
+
+// What broke: nvlink -s and nvlink -R ran one after the other with a bound each, so with
+// both slow `bcd hardware` took 1 min 24 s against the documented minute.
+#[tokio::test]
+async fn nvlink_s_then_r_stay_within_the_snapshots_budget() {
+    let dir = tempfile::tempdir().unwrap();
+    let answers = Path::new(env!("CARGO_MANIFEST_DIR")).join("../testdata/hosts/hgx-h100/answers");
+    // -q -x answers at once; nvlink -s answers late (with links, so -R runs); -R hangs.
+    let smi = script(
+        dir.path(),
+        &format!(
+            "a='{}'\ncase \"$*\" in\n'-q -x') cat \"$a/q-x.out\" ;;\n'nvlink -s') sleep 1.2; cat \"$a/nvlink-s.out\" ;;\n'nvlink -R') exec sleep 1000 ;;\n*) exit 1 ;;\nesac",
+            answers.display()
+        ),
+    );
+    let runner = Runner::new(&smi).with_timeout(Duration::from_millis(1500));
+    let started = Instant::now();
+    let snap = snapshot_within(&runner, Duration::from_secs(2))
+        .await
+        .unwrap();
+    let took = started.elapsed();
+    assert!(
+        took < Duration::from_millis(2400),
+        "the snapshot took {took:?} against a 2 s budget"
+    );
+    assert!(!snap.nvlink_status.is_empty(), "nvlink -s answered in time");
+    let remote = snap
+        .queries
+        .iter()
+        .find(|q| q.query == "nvlink -R")
+        .expect("nvlink -R ran");
+    assert!(
+        remote
+            .error
+            .as_deref()
+            .is_some_and(|e| e.contains("did not answer")),
+        "{remote:?}"
+    );
+}
+
+// What broke: a failing --query-compute-apps failed the whole sample (and bcd status),
+// although the process count is optional to the rest of the line.
+#[tokio::test]
+async fn a_failing_compute_apps_query_leaves_only_the_count_empty() {
+    let dir = tempfile::tempdir().unwrap();
+    let answers = Path::new(env!("CARGO_MANIFEST_DIR")).join("../testdata/hosts/wsl2/answers");
+    let smi = script(
+        dir.path(),
+        &format!(
+            "case \"$*\" in\n--query-compute-apps*) echo 'Unknown Error' >&2; exit 15 ;;\n*) exec '{}' '{}' \"$@\" ;;\nesac",
+            Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("../testdata/hosts/replay-nvidia-smi")
+                .display(),
+            answers.display()
+        ),
+    );
+    let (s, source) = samples(&Runner::new(&smi)).await.unwrap();
+    assert_eq!(source, SampleSource::Csv);
+    assert_eq!(s.len(), 1);
+    assert!(s[0].memory_total_mib.is_some());
+    assert_eq!(s[0].compute_processes, None);
 }
 
 /// Runs only on a host with a real GPU and driver: `BCD_REAL_GPU=1`.

@@ -123,7 +123,7 @@ struct State {
     /// Refusal lines dropped past the size bound since the last line written.
     dropped: u64,
     /// Refusals counted in the current window, by (uid, operation, outcome).
-    counted: BTreeMap<(u32, String, &'static str), Counted>,
+    counted: BTreeMap<(u32, &'static str, &'static str), Counted>,
 }
 
 #[derive(Debug)]
@@ -183,12 +183,9 @@ impl Audit {
     /// Records a refusal that belongs to no operation (a denied or busy connection, a frame
     /// refused): in full the first time in a window for its uid, operation and outcome, counted
     /// after that; [`Audit::flush`] writes the counts.
-    pub fn refusal(&self, record: &Record<'_>) {
-        let key = (
-            record.peer.uid,
-            record.operation.to_owned(),
-            record.verdict.word(),
-        );
+    pub fn refusal(&self, operation: &'static str, record: &Record<'_>) {
+        // No allocation on this path: it runs once per refused connection.
+        let key = (record.peer.uid, operation, record.verdict.word());
         {
             let mut state = lock(&self.state);
             if let Some(c) = state.counted.get_mut(&key) {
@@ -215,13 +212,13 @@ impl Audit {
     }
 
     fn flush_older_than(&self, window: Duration) {
-        let ended: Vec<((u32, String, &'static str), Counted)> = {
+        let ended: Vec<((u32, &'static str, &'static str), Counted)> = {
             let mut state = lock(&self.state);
             let keys: Vec<_> = state
                 .counted
                 .iter()
                 .filter(|(_, c)| c.since.elapsed() >= window)
-                .map(|(k, _)| k.clone())
+                .map(|(k, _)| *k)
                 .collect();
             keys.into_iter()
                 .filter_map(|k| state.counted.remove(&k).map(|c| (k, c)))
@@ -231,7 +228,7 @@ impl Audit {
             if c.more == 0 {
                 continue;
             }
-            let line = render_summary(uid, &operation, outcome, c.more, c.since.elapsed());
+            let line = render_summary(uid, operation, outcome, c.more, c.since.elapsed());
             tracing::warn!(target: "bcd_helper::audit", "{line}");
             self.append(line, true);
         }

@@ -265,29 +265,9 @@ pub fn parse<I: IntoIterator<Item = String>>(args: I) -> Result<Parsed, UsageErr
             "--sysfs-root" => c.sysfs_root = absolute(flag_name, &value)?,
             "--save-dir" => c.save_dir = absolute(flag_name, &value)?,
             "--unbind-timeout" => c.unbind_timeout = seconds(flag_name, &value, false)?,
-            "--max-connections" => {
-                c.max_connections = value
-                    .parse::<usize>()
-                    .ok()
-                    .filter(|n| (1..=4096).contains(n))
-                    .ok_or(UsageError::BadValue {
-                        flag: flag_name,
-                        takes: "a number from 1 to 4096",
-                        value,
-                    })?;
-            }
+            "--max-connections" => c.max_connections = connections(flag_name, value)?,
             "--frame-timeout" => c.frame_timeout = seconds(flag_name, &value, false)?,
-            "--max-connections-per-uid" => {
-                c.max_per_uid = value
-                    .parse::<usize>()
-                    .ok()
-                    .filter(|n| (1..=4096).contains(n))
-                    .ok_or(UsageError::BadValue {
-                        flag: flag_name,
-                        takes: "a number from 1 to 4096",
-                        value,
-                    })?;
-            }
+            "--max-connections-per-uid" => c.max_per_uid = connections(flag_name, value)?,
             "--audit-max-bytes" => {
                 c.audit_max_bytes = value.parse::<u64>().ok().filter(|n| *n >= 4096).ok_or(
                     UsageError::BadValue {
@@ -314,6 +294,19 @@ fn absolute(flag: &'static str, value: &str) -> Result<PathBuf, UsageError> {
         });
     }
     Ok(PathBuf::from(value))
+}
+
+/// A number of connections, 1 to 4096.
+fn connections(flag: &'static str, value: String) -> Result<usize, UsageError> {
+    value
+        .parse::<usize>()
+        .ok()
+        .filter(|n| (1..=4096).contains(n))
+        .ok_or(UsageError::BadValue {
+            flag,
+            takes: "a number from 1 to 4096",
+            value,
+        })
 }
 
 /// Largest number of seconds any flag takes: a day. Bigger values are typos.

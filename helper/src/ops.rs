@@ -340,6 +340,17 @@ impl Ops {
         }
     }
 
+    /// Asks the kernel to bind the function to a driver (its override, else its own).
+    async fn probe(&self, addr: &PciAddress) -> Result<(), String> {
+        self.write_attr(
+            addr,
+            "a probe",
+            &self.sysfs.probe_file(),
+            &addr.sysfs_name(),
+        )
+        .await
+    }
+
     /// Unbinds the function from its driver and waits, up to the unbind timeout in all, for the
     /// `driver` link to go. `Err` carries the reason when it did not.
     async fn unbind(&self, addr: &PciAddress) -> Result<(), UnbindFailure> {
@@ -448,14 +459,7 @@ impl Ops {
                 return Err(failed(format!("{reason}; {override_note}{restored}")));
             }
         }
-        self.write_attr(
-            addr,
-            "a probe",
-            &self.sysfs.probe_file(),
-            &addr.sysfs_name(),
-        )
-        .await
-        .map_err(failed)?;
+        self.probe(addr).await.map_err(failed)?;
         let deadline = Instant::now() + PROBE_SETTLE;
         let (after, bound) = self
             .sysfs
@@ -528,14 +532,7 @@ impl Ops {
         )
         .await
         .map_err(failed)?;
-        self.write_attr(
-            addr,
-            "a probe",
-            &self.sysfs.probe_file(),
-            &addr.sysfs_name(),
-        )
-        .await
-        .map_err(failed)?;
+        self.probe(addr).await.map_err(failed)?;
         let (after, _) = self
             .sysfs
             .wait_driver(addr, Instant::now() + PROBE_SETTLE, |d| d.is_some())

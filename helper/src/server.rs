@@ -212,13 +212,19 @@ struct Credentials {
     groups: Vec<u32>,
 }
 
-fn credentials(stream: &UnixStream) -> Option<Credentials> {
+/// The peer's credentials; its supplementary groups only when `want_groups` (they matter only
+/// when a group is allowed, and a refused flood should cost as few system calls as it can).
+fn credentials(stream: &UnixStream, want_groups: bool) -> Option<Credentials> {
     let cred = getsockopt(&stream.as_fd(), sockopt::PeerCredentials).ok()?;
     Some(Credentials {
         pid: cred.pid(),
         uid: cred.uid(),
         gid: cred.gid(),
-        groups: peer_groups(stream).unwrap_or_default(),
+        groups: if want_groups {
+            peer_groups(stream).unwrap_or_default()
+        } else {
+            Vec::new()
+        },
     })
 }
 
@@ -269,23 +275,36 @@ fn exe_of(pid: i32) -> Option<String> {
 /// Sends one small frame without waiting: a refused peer gets its answer if its socket can
 /// take it now (a fresh socket always can), and nothing is kept for it either way.
 fn answer_and_close(stream: UnixStream, frame: &ServerFrame) {
-    if let Ok(bytes) = encode(frame) {
-        // SAFETY: the buffer is valid for its length; the descriptor is the stream's own and
-        // stays open until the stream is dropped below.
-        let _ = unsafe {
-            libc::send(
-                stream.as_raw_fd(),
-                bytes.as_ptr().cast(),
-                bytes.len(),
-                libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL,
-            )
-        };
-    }
+    // The refusal every flood gets is encoded once.
+    static DENIED: std::sync::OnceLock<Vec<u8>> = std::sync::OnceLock::new();
+    let encoded;
+    let bytes: &[u8] = match frame {
+        ServerFrame::Closing(HelperError::Denied) => {
+            DENIED.get_or_init(|| encode(frame).unwrap_or_default())
+        }
+        other => match encode(other) {
+            Ok(b) => {
+                encoded = b;
+                &encoded
+            }
+            Err(_) => return,
+        },
+    };
+    // SAFETY: the buffer is valid for its length; the descriptor is the stream's own and
+    // stays open until the stream is dropped below.
+    let _ = unsafe {
+        libc::send(
+            stream.as_raw_fd(),
+            bytes.as_ptr().cast(),
+            bytes.len(),
+            libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL,
+        )
+    };
 }
 
 /// Checks a new connection's peer and gives it a slot, or answers and closes it at once.
 fn admit(stream: UnixStream, shared: &Arc<Shared>) {
-    let Some(cred) = credentials(&stream) else {
+    let Some(cred) = credentials(&stream, !shared.allow.gids.is_empty()) else {
         tracing::debug!("a connection without readable peer credentials was closed");
         return;
     };
@@ -296,14 +315,17 @@ fn admit(stream: UnixStream, shared: &Arc<Shared>) {
             gid: cred.gid,
             exe: None,
         };
-        shared.audit.refusal(&Record {
-            peer: &peer,
-            operation: "connect",
-            arguments: &[],
-            verdict,
-            message: Some(err.to_string()),
-            duration: Duration::ZERO,
-        });
+        shared.audit.refusal(
+            "connect",
+            &Record {
+                peer: &peer,
+                operation: "connect",
+                arguments: &[],
+                verdict,
+                message: Some(err.to_string()),
+                duration: Duration::ZERO,
+            },
+        );
         answer_and_close(stream, &ServerFrame::Closing(err));
     };
     if !shared.allow.permits(cred.uid, cred.gid, &cred.groups) {
@@ -363,15 +385,18 @@ async fn send(stream: &mut UnixStream, frame: &ServerFrame) -> bool {
 /// One connection, from the handshake to its close.
 async fn handle(stream: &mut UnixStream, shared: &Shared, peer: &Peer, slot: &Slot) {
     let started = Instant::now();
-    let refusal = |operation: &str, verdict: Verdict, message: String| {
-        shared.audit.refusal(&Record {
-            peer,
+    let refusal = |operation: &'static str, verdict: Verdict, message: String| {
+        shared.audit.refusal(
             operation,
-            arguments: &[],
-            verdict,
-            message: Some(message),
-            duration: started.elapsed(),
-        });
+            &Record {
+                peer,
+                operation,
+                arguments: &[],
+                verdict,
+                message: Some(message),
+                duration: started.elapsed(),
+            },
+        );
     };
 
     // The handshake.
@@ -492,14 +517,17 @@ async fn refuse_frame(
     let err = HelperError::Invalid {
         what: e.to_string(),
     };
-    shared.audit.refusal(&Record {
-        peer,
-        operation: "frame",
-        arguments: &[],
-        verdict: Verdict::Invalid,
-        message: Some(err.to_string()),
-        duration: started.elapsed(),
-    });
+    shared.audit.refusal(
+        "frame",
+        &Record {
+            peer,
+            operation: "frame",
+            arguments: &[],
+            verdict: Verdict::Invalid,
+            message: Some(err.to_string()),
+            duration: started.elapsed(),
+        },
+    );
     if !matches!(e, FrameError::Io(_) | FrameError::Truncated) {
         send(stream, &ServerFrame::Closing(err)).await;
     }

@@ -113,6 +113,15 @@ fn exchange(sock: &Path, op: Operation, bound: Duration) -> Result<Outcome, Stri
     }
 }
 
+/// Forgets the connections the helper closed (or answered: made room, timed out).
+fn drop_closed(held: &mut Vec<UnixStream>) {
+    held.retain(|s| {
+        let mut b = [0u8; 1];
+        let _ = s.set_nonblocking(true);
+        (&*s).read(&mut b).is_err()
+    });
+}
+
 /// The flooders' side: a no-op in a normal run; with [`ENV_MODE`] set, floods the socket for
 /// [`ENV_MS`] and prints what it did.
 #[test]
@@ -150,12 +159,7 @@ fn hostile_child() {
                     }
                 } else {
                     std::thread::sleep(Duration::from_millis(20));
-                    // Drop the ones the helper closed to make room.
-                    held.retain(|s| {
-                        let mut b = [0u8; 1];
-                        let _ = s.set_nonblocking(true);
-                        (&*s).read(&mut b).is_err()
-                    });
+                    drop_closed(&mut held);
                 }
             }
         }
@@ -170,11 +174,7 @@ fn hostile_child() {
                     }
                 } else {
                     std::thread::sleep(Duration::from_millis(20));
-                    held.retain(|s| {
-                        let mut b = [0u8; 1];
-                        let _ = s.set_nonblocking(true);
-                        (&*s).read(&mut b).is_err()
-                    });
+                    drop_closed(&mut held);
                 }
             }
         }

@@ -40,6 +40,11 @@ pub struct Hold {
     /// so that the policy's invariant can be checked before any collection.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub gpus: BTreeMap<DeviceId, DeviceId>,
+    /// A Kubernetes binding whose devices no pod has any more (the kubelet's PodResources
+    /// said so), since this time (Unix seconds): its release is pending, and
+    /// [`crate::policy`] counts its GPUs busy for that reason until it is released.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unassigned_since: Option<u64>,
 }
 
 impl Hold {
@@ -251,6 +256,7 @@ impl Holds {
                 .collect(),
             devices: distinct.into_iter().map(|p| p.device).collect(),
             kubernetes,
+            unassigned_since: None,
         };
         let previous = self.holds.insert(id.clone(), hold);
         let was_released = self.released.remove(&id);
@@ -318,6 +324,33 @@ impl Holds {
     /// The hold `id`.
     pub fn get(&self, id: &HoldId) -> Option<&Hold> {
         self.holds.get(id)
+    }
+
+    /// Records whether the Kubernetes hold `id`'s devices are unassigned (since when) and
+    /// saves the store when that changes; `Ok(false)` when there is no such Kubernetes hold
+    /// or nothing changed.
+    ///
+    /// # Errors
+    /// [`HoldError::Frozen`]; [`HoldError::State`] when the store cannot be saved (the
+    /// change is then undone).
+    pub fn mark_unassigned(&mut self, id: &HoldId, since: Option<u64>) -> Result<bool, HoldError> {
+        if let Some(why) = &self.frozen {
+            return Err(HoldError::Frozen(why.clone()));
+        }
+        let Some(hold) = self.holds.get_mut(id).filter(|h| h.kubernetes) else {
+            return Ok(false);
+        };
+        if hold.unassigned_since == since {
+            return Ok(false);
+        }
+        let before = std::mem::replace(&mut hold.unassigned_since, since);
+        if let Err(e) = self.save() {
+            if let Some(hold) = self.holds.get_mut(id) {
+                hold.unassigned_since = before;
+            }
+            return Err(e);
+        }
+        Ok(true)
     }
 
     /// The hold that has `device` itself.
@@ -402,6 +435,7 @@ pub fn rebuild_from_specs(cdi_dir: &Path) -> (Vec<Hold>, Vec<String>) {
             devices,
             kubernetes: spec.container_edits.is_empty(),
             gpus: BTreeMap::new(),
+            unassigned_since: None,
         });
     }
     (holds, problems)

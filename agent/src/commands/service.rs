@@ -209,6 +209,7 @@ pub async fn node(
     api_group: &str,
     gpu_slots: u32,
     metrics_compat: Option<crate::node::metrics::MetricsCompat>,
+    kubelet: Option<crate::kubelet::KubeletConfig>,
 ) -> ExitCode {
     let config = NodeConfig {
         host: global.host(),
@@ -223,6 +224,7 @@ pub async fn node(
         gpu_slots,
         xid_policy: global.xid_policy(),
         metrics_compat,
+        kubelet,
     };
     match run(config).await {
         Ok(()) => ExitCode::SUCCESS,

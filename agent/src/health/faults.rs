@@ -9,9 +9,16 @@
 //! hardware XID on the same GPU in two consecutive boots means the GPU needs inspection.
 //! The file is private (0600) and written atomically; a torn file is set aside, never replaced
 //! silently (see [`crate::state`]).
+//!
+//! Writes are coalesced: the first change after a quiet second is written at once, later ones
+//! at most once per [`WRITE_INTERVAL`] (every XID is counted in memory and published at
+//! once; the file catches up within the interval, and at once on shutdown through
+//! [`Health::flush`]). An XID storm of hundreds a second then costs one write a second, not
+//! one rewrite and fsync of the whole file per record.
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 use tokio::sync::watch;
@@ -40,6 +47,9 @@ pub enum FaultsError {
     #[error("XID conditions: {0}")]
     State(#[from] StateError),
 }
+
+/// The shortest time between two writes of the file during a burst of changes.
+pub const WRITE_INTERVAL: Duration = Duration::from_secs(1);
 
 /// How many earlier boots' hardware XIDs are kept.
 pub const HISTORY_BOOTS: usize = 8;
@@ -159,6 +169,13 @@ pub struct FaultStore {
     /// descriptor left; `None` where it could not be held (each write then opens its own).
     writer: Option<state::ReservedWriter>,
     history: Vec<PastBoot>,
+    /// Changes not written yet.
+    dirty: bool,
+    /// When the file was last written.
+    last_write: Option<Instant>,
+    /// Writes and bytes written, for the metrics and the storm's figures.
+    writes: u64,
+    bytes_written: u64,
 }
 
 impl FaultStore {
@@ -177,6 +194,10 @@ impl FaultStore {
             boot_id: boot_id.to_owned(),
             conditions: Vec::new(),
             history: Vec::new(),
+            dirty: false,
+            last_write: None,
+            writes: 0,
+            bytes_written: 0,
         };
         match loaded {
             Some(doc) if doc.boot_id == boot_id => {
@@ -211,6 +232,10 @@ impl FaultStore {
             boot_id: boot_id.to_owned(),
             conditions: Vec::new(),
             history: Vec::new(),
+            dirty: false,
+            last_write: None,
+            writes: 0,
+            bytes_written: 0,
         }
     }
 
@@ -229,11 +254,28 @@ impl FaultStore {
         &self.path
     }
 
-    /// Raises `kind` for `device_id` and writes the file when that changed anything.
+    /// Raises `kind` for `device_id` and writes the file at once.
     ///
     /// # Errors
     /// [`FaultsError::State`] when the write failed; the condition is kept in memory anyway.
     pub fn raise(
+        &mut self,
+        kind: &str,
+        device_id: &str,
+        message: &str,
+    ) -> Result<bool, FaultsError> {
+        let changed = self.raise_coalesced(kind, device_id, message)?;
+        self.flush()?;
+        Ok(changed)
+    }
+
+    /// Raises `kind` for `device_id`; writes the file at once when it was not written in the
+    /// last [`WRITE_INTERVAL`], else leaves the change for [`FaultStore::flush`] (the node
+    /// flushes within the interval, see [`Health::write_pending`]).
+    ///
+    /// # Errors
+    /// [`FaultsError::State`] when the write failed; the condition is kept in memory anyway.
+    pub fn raise_coalesced(
         &mut self,
         kind: &str,
         device_id: &str,
@@ -247,7 +289,10 @@ impl FaultStore {
             super::unix_now(),
         );
         if changed {
-            self.save()?;
+            self.dirty = true;
+            if self.write_due(Instant::now()).is_none() {
+                self.save()?;
+            }
         }
         Ok(changed)
     }
@@ -267,6 +312,34 @@ impl FaultStore {
         Ok(dropped)
     }
 
+    /// `None` when a write may happen now; else when the next one may.
+    fn write_due(&self, now: Instant) -> Option<Instant> {
+        let next = self.last_write? + WRITE_INTERVAL;
+        (next > now).then_some(next)
+    }
+
+    /// Whether changes wait to be written, and when they may be.
+    pub fn pending_write(&self) -> Option<Instant> {
+        self.dirty
+            .then(|| self.write_due(Instant::now()).unwrap_or_else(Instant::now))
+    }
+
+    /// Writes the changes not written yet, if any.
+    ///
+    /// # Errors
+    /// [`FaultsError::State`] when the write failed (the changes stay pending).
+    pub fn flush(&mut self) -> Result<(), FaultsError> {
+        if self.dirty {
+            self.save()?;
+        }
+        Ok(())
+    }
+
+    /// How many times the file was written, and how many bytes in all.
+    pub fn written(&self) -> (u64, u64) {
+        (self.writes, self.bytes_written)
+    }
+
     fn save(&mut self) -> Result<(), FaultsError> {
         let doc = Document {
             boot_id: self.boot_id.clone(),
@@ -275,11 +348,25 @@ impl FaultStore {
         };
         // Plain data always encodes.
         let bytes = serde_json::to_vec_pretty(&doc).unwrap_or_default();
+        // Counted as tried: a failing write is retried at the next change or flush, not at once.
+        self.last_write = Some(Instant::now());
         match &mut self.writer {
             Some(writer) => writer.write(&bytes)?,
             None => state::write_atomic(&self.path, &bytes, PRIVATE_MODE)?,
         }
+        self.dirty = false;
+        self.writes += 1;
+        self.bytes_written += bytes.len() as u64;
         Ok(())
+    }
+}
+
+impl Drop for FaultStore {
+    /// What a burst left pending is written when the store goes (the node's shutdown).
+    fn drop(&mut self) {
+        if let Err(e) = self.flush() {
+            tracing::error!("{e}");
+        }
     }
 }
 
@@ -301,6 +388,8 @@ fn reserve(path: &Path) -> Option<state::ReservedWriter> {
 pub struct Health {
     store: Arc<Mutex<FaultStore>>,
     published: Arc<watch::Sender<Vec<Condition>>>,
+    /// Woken when a change is left for a later write.
+    pending: Arc<tokio::sync::Notify>,
 }
 
 impl Health {
@@ -310,6 +399,7 @@ impl Health {
         Self {
             store: Arc::new(Mutex::new(store)),
             published: Arc::new(tx),
+            pending: Arc::new(tokio::sync::Notify::new()),
         }
     }
 
@@ -332,12 +422,57 @@ impl Health {
             .to_vec()
     }
 
-    /// Raises a condition, writes the file and publishes; see [`FaultStore::raise`].
+    /// Writes what waits to be written now (at shutdown).
+    ///
+    /// # Errors
+    /// The write's error.
+    pub fn flush(&self) -> Result<(), FaultsError> {
+        self.store
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .flush()
+    }
+
+    /// How many times the file was written, and how many bytes in all.
+    pub fn written(&self) -> (u64, u64) {
+        self.store
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .written()
+    }
+
+    /// Writes the changes a burst left pending, each within [`WRITE_INTERVAL`] of the
+    /// change; sleeps while there are none. Runs for ever (spawn it with the node's tasks).
+    ///
+    /// # Cancel safety
+    /// Cancel safe: what is pending stays pending for [`Health::flush`].
+    pub async fn write_pending(self) {
+        loop {
+            let due = self
+                .store
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .pending_write();
+            match due {
+                Some(at) => {
+                    tokio::time::sleep_until(at.into()).await;
+                    if let Err(e) = self.flush() {
+                        tracing::error!("{e}");
+                        tokio::time::sleep(WRITE_INTERVAL).await;
+                    }
+                }
+                None => self.pending.notified().await,
+            }
+        }
+    }
+
+    /// Raises a condition, publishes it and writes the file (at once, or within
+    /// [`WRITE_INTERVAL`] during a burst); see [`FaultStore::raise`].
     ///
     /// # Errors
     /// The write's error; the condition is published anyway (readers must see it now).
     pub fn raise(&self, kind: &str, device_id: &str, message: &str) -> Result<(), FaultsError> {
-        self.change(|s| s.raise(kind, device_id, message).map(|_| ()))
+        self.change(|s| s.raise_coalesced(kind, device_id, message).map(|_| ()))
     }
 
     /// Drops `uuid`'s XID conditions, writes the file and publishes; see
@@ -358,7 +493,11 @@ impl Health {
         let mut store = self.store.lock().unwrap_or_else(PoisonError::into_inner);
         let result = f(&mut store);
         let now = store.conditions().to_vec();
+        let pending = store.dirty;
         drop(store);
+        if pending {
+            self.pending.notify_one();
+        }
         self.published.send_if_modified(|current| {
             if *current == now {
                 false
@@ -385,6 +524,46 @@ mod tests {
         std::fs::create_dir_all(file.parent().unwrap()).unwrap();
         std::fs::write(&file, format!("{boot_id}\n")).unwrap();
         Host::new(dir.join("root"), "nvidia-smi")
+    }
+
+    // What broke: each XID rewrote and fsynced all of faults.json; 200 XIDs/s on one GPU
+    // wrote 189 MB in 23 s. A burst is written at once, then at most once per second.
+    #[tokio::test]
+    async fn an_xid_storm_writes_faults_json_once_per_interval_and_keeps_every_record() {
+        let dir = tempfile::tempdir().unwrap();
+        let health = Health::new(FaultStore::open(dir.path(), "boot-1").unwrap());
+        let file = dir.path().join(FAULTS_FILE);
+        health
+            .raise("Xid13", GPU_A, "NVRM: Xid (PCI:0000:18:00): 13, first")
+            .unwrap();
+        // The first XID of a burst reaches the file at once.
+        assert_eq!(read_this_boot(dir.path(), "boot-1").unwrap()[0].count, 1);
+        let (_, one_write) = health.written();
+        for i in 1..1000 {
+            health
+                .raise(
+                    "Xid13",
+                    GPU_A,
+                    &format!("NVRM: Xid (PCI:0000:18:00): 13, n={i}"),
+                )
+                .unwrap();
+        }
+        // Every record is counted and published at once...
+        assert_eq!(health.conditions()[0].count, 1000);
+        let (writes, bytes) = health.written();
+        assert_eq!(writes, 1, "the burst rewrote the file {writes} times");
+        eprintln!("1,000 XIDs in one burst: {writes} write(s), {bytes} bytes (one write: {one_write} bytes)");
+        // ...and the file catches up within the interval.
+        let writer = tokio::spawn(health.clone().write_pending());
+        tokio::time::sleep(WRITE_INTERVAL + Duration::from_millis(300)).await;
+        writer.abort();
+        assert_eq!(read_this_boot(dir.path(), "boot-1").unwrap()[0].count, 1000);
+        assert_eq!(health.written().0, 2);
+        // A change at shutdown is written by the flush.
+        health.raise("Xid31", GPU_B, "NVRM: Xid 31").unwrap();
+        health.flush().unwrap();
+        assert_eq!(read_this_boot(dir.path(), "boot-1").unwrap().len(), 2);
+        assert!(file.exists());
     }
 
     #[test]

@@ -4,8 +4,8 @@
 //! healthy.
 //!
 //! The whole command is refused before anything is reset when any listed GPU is unknown or
-//! busy, as [`crate::policy`] decides: a hold on it, on one of its MIG devices or slots, or
-//! passthrough to a VM. UUIDs are compared in their normal form, whatever case they were
+//! busy, as [`crate::policy`] decides: a hold on it, on one of its MIG devices or slots, a
+//! pending Kubernetes release of it, or passthrough to a VM. UUIDs are compared in their normal form, whatever case they were
 //! given in. A reset that fails does not stop the others; its GPU keeps its conditions.
 
 use std::future::Future;
@@ -272,7 +272,24 @@ mod tests {
             devices: vec![device.parse().unwrap()],
             kubernetes: false,
             gpus: Default::default(),
+            unassigned_since: None,
         }
+    }
+
+    // What broke: gpu.reset could not refuse a GPU for a pending Kubernetes release: a
+    // release was never recorded, so nothing said why the GPU was still in use.
+    #[tokio::test]
+    async fn a_pending_kubernetes_release_refuses_the_reset() {
+        let mut k = hold("k8s-a", A);
+        k.kubernetes = true;
+        k.unassigned_since = Some(1_700_000_000);
+        let err = refused(&[A], &inventory(), &[k]).await;
+        assert_eq!(err.code(), "gpu-busy");
+        assert!(
+            err.to_string()
+                .contains("a pending Kubernetes release: hold k8s-a"),
+            "{err}"
+        );
     }
 
     async fn refused(uuids: &[&str], inv: &Inventory, holds: &[Hold]) -> ResetError {

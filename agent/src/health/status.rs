@@ -1,8 +1,13 @@
 //! `bcd status`: one line per GPU with its health state and, where it is not healthy, the
 //! reasons and the action for each.
 //!
-//! The sample and the inventory (which holds the ECC and row-remap counters and, through its
-//! `-q -x`, the driver's own readings) are read concurrently, both within [`STATUS_WAIT`].
+//! A running `bcd node` is asked first (`GET /v1/status` on its API socket: it holds the latest
+//! inventory, conditions and samples, and costs the driver nothing more); only where none
+//! answers does `bcd status` read the GPUs itself. Then the sample and the inventory (which
+//! holds the ECC and row-remap counters and, through its `-q -x`, the driver's own readings)
+//! are read concurrently, both within [`STATUS_WAIT`], and `-q -x` runs once: where the CSV
+//! sample would fall back to it, and for the MIG devices' memory, the inventory's document
+//! serves.
 //! When `nvidia-smi` gives nothing in time, the GPUs the driver lists in procfs are printed
 //! with the state `unknown` and the reason: a silent `nvidia-smi` is never healthy.
 
@@ -10,7 +15,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::Duration;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use super::faults::{read_boot_id, read_with_history};
 use super::verdict::{judge, Evidence, HealthState, Reason};
@@ -20,15 +25,15 @@ use crate::inventory::collect::collect;
 use crate::inventory::document::Inventory;
 use crate::inventory::{merge::merge, procfs};
 use crate::smi::runner::{RunError, Runner};
-use crate::smi::samples::GpuSample;
-use crate::smi::snapshot::{samples, SnapshotError};
+use crate::smi::samples::{attach_mig_memory, GpuSample};
+use crate::smi::snapshot::{csv_samples, samples_from_xml, SnapshotError};
 use crate::smi::xml::DriverHealth;
 
 /// The longest `bcd status` waits for the sample and the inventory.
 pub const STATUS_WAIT: Duration = Duration::from_secs(10);
 
 /// One GPU's line.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct GpuStatus {
     /// The inventory's index; absent when the inventory was not read.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -64,7 +69,7 @@ pub struct GpuStatus {
     /// The state: `healthy`, `degraded`, `unhealthy` or `unknown`.
     pub health: HealthState,
     /// Why it is not healthy, each with the operator's action.
-    #[serde(skip_serializing_if = "Vec::is_empty")]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub reasons: Vec<Reason>,
 }
 
@@ -157,7 +162,7 @@ fn line(
         temperature_c: s.and_then(|s| s.temperature_c),
         power_draw_w: s.and_then(|s| s.power_draw_w),
         power_limit_w: s.and_then(|s| s.power_limit_w),
-        compute_processes: s.map(|s| s.compute_processes),
+        compute_processes: s.and_then(|s| s.compute_processes),
         healthy: health.schedulable(),
         health,
         reasons,
@@ -187,15 +192,39 @@ pub async fn status_within(
     let runner = Runner::new(host.nvidia_smi());
     let deadline = tokio::time::Instant::now() + wait;
     let (sampled, collected) = tokio::join!(
-        tokio::time::timeout_at(deadline, samples(&runner)),
+        tokio::time::timeout_at(deadline, csv_samples(&runner)),
         tokio::time::timeout_at(deadline, collect(host, None)),
     );
     let mut notes = Vec::new();
+    // The inventory's -q -x, read anyway: the one document for the health fields, the MIG
+    // devices' memory and, where the CSV cannot stand in, the samples themselves.
+    let xml = collected
+        .as_ref()
+        .ok()
+        .and_then(|c| c.snapshot.as_ref())
+        .map(|s| &s.xml);
     let (samples, sample_error) = match sampled {
         Err(_) => (Vec::new(), Some(StatusError::Timeout(wait.as_secs()))),
         Ok(Err(e)) if e.is_no_driver() => return Err(StatusError::NoDriver),
         Ok(Err(e)) => (Vec::new(), Some(StatusError::Samples(e))),
-        Ok(Ok((s, _source))) => (s, None),
+        Ok(Ok(Ok(mut s))) => {
+            if let Some(xml) = xml {
+                attach_mig_memory(&mut s, xml);
+            }
+            (s, None)
+        }
+        Ok(Ok(Err(why))) => match (xml, collected.as_ref().ok()) {
+            (Some(xml), _) => (samples_from_xml(xml), None),
+            (None, Some(c)) => {
+                let e = c.snapshot_error.clone().map_or_else(
+                    || StatusError::Timeout(wait.as_secs()),
+                    StatusError::Samples,
+                );
+                notes.push(format!("the sample needs nvidia-smi -q -x ({why})"));
+                (Vec::new(), Some(e))
+            }
+            (None, None) => (Vec::new(), Some(StatusError::Timeout(wait.as_secs()))),
+        },
     };
     let (inventory, driver, silent) = match collected {
         Err(_) => {

@@ -23,7 +23,9 @@ use crate::inventory::document::Gpu;
 use crate::smi::xml::DriverHealth;
 
 /// A GPU's health state.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Serialize, serde::Deserialize,
+)]
 #[serde(rename_all = "lowercase")]
 pub enum HealthState {
     /// Nothing to report.
@@ -31,6 +33,7 @@ pub enum HealthState {
     /// May take work; watch it.
     Degraded,
     /// Nothing answered: never reported as healthy.
+    #[default]
     Unknown,
     /// No new work.
     Unhealthy,
@@ -62,7 +65,7 @@ impl HealthState {
 }
 
 /// One reason a GPU is not healthy.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
 pub struct Reason {
     /// What kind of problem: `Xid79`, `RecoveryAction`, `Fabric`, `Throttled`, ...
     pub kind: String,

@@ -40,6 +40,9 @@ pub const RESTART_DELAY: Duration = Duration::from_secs(1);
 /// How long after the first XID of a burst the inventory is collected again; the XIDs of the
 /// burst that arrive meanwhile join that one collection.
 pub const COLLECT_DELAY: Duration = Duration::from_secs(2);
+/// Per GPU, the first XID of this window is logged in full, the rest are counted and logged
+/// as one line ("N more XIDs on GPU-...") when the window ends.
+pub const LOG_WINDOW: Duration = Duration::from_secs(10);
 /// The longest kernel log record (the kernel's `CONSOLE_EXT_LOG_MAX`).
 const MAX_RECORD: usize = 8192;
 /// How much one read of a regular file takes.
@@ -236,6 +239,70 @@ impl WatcherStats {
     }
 }
 
+/// The XID log's rate limit: per GPU, one line for the first XID of a [`LOG_WINDOW`], one
+/// summary line for the others when the window ends.
+#[derive(Debug, Default)]
+pub struct XidLogLimit {
+    gpus: std::collections::BTreeMap<String, LogWindow>,
+}
+
+#[derive(Debug)]
+struct LogWindow {
+    started: std::time::Instant,
+    more: u64,
+    latest: String,
+}
+
+impl XidLogLimit {
+    /// An XID on `uuid` described by `line`: returns the lines to log now (the summary of the
+    /// window that ended, then `line` when it opens a window).
+    pub fn record(&mut self, uuid: &str, line: String, now: std::time::Instant) -> Vec<String> {
+        let mut out = self.ended(now, Some(uuid));
+        match self.gpus.get_mut(uuid) {
+            Some(w) => {
+                w.more += 1;
+                w.latest = line;
+            }
+            None => {
+                self.gpus.insert(
+                    uuid.to_owned(),
+                    LogWindow {
+                        started: now,
+                        more: 0,
+                        latest: String::new(),
+                    },
+                );
+                out.push(line);
+            }
+        }
+        out
+    }
+
+    /// The summaries of the windows that ended by `now` (all GPUs, or only `only`).
+    pub fn ended(&mut self, now: std::time::Instant, only: Option<&str>) -> Vec<String> {
+        let mut out = Vec::new();
+        self.gpus.retain(|uuid, w| {
+            let done =
+                now.duration_since(w.started) >= LOG_WINDOW && only.is_none_or(|o| o == uuid);
+            if done && w.more > 0 {
+                out.push(format!(
+                    "{} more XIDs on {uuid} in the last {}s; the latest: {}",
+                    w.more,
+                    LOG_WINDOW.as_secs(),
+                    w.latest
+                ));
+            }
+            !done
+        });
+        out
+    }
+
+    /// When the next window ends, if one is open.
+    pub fn next_end(&self) -> Option<std::time::Instant> {
+        self.gpus.values().map(|w| w.started + LOG_WINDOW).min()
+    }
+}
+
 type Opener = Box<dyn Fn() -> io::Result<KmsgReader> + Send + Sync>;
 
 /// The XID watcher. Build it, then spawn [`XidWatcher::run`].
@@ -248,6 +315,7 @@ pub struct XidWatcher {
     stats: Arc<WatcherStats>,
     last_sequence: Option<u64>,
     lost: bool,
+    log: XidLogLimit,
 }
 
 impl std::fmt::Debug for XidWatcher {
@@ -280,6 +348,7 @@ impl XidWatcher {
             stats: Arc::default(),
             last_sequence: None,
             lost: false,
+            log: XidLogLimit::default(),
         }
     }
 
@@ -355,7 +424,21 @@ impl XidWatcher {
                     // A burst must not starve the runtime's other tasks.
                     tokio::task::yield_now().await;
                 }
-                Ok(Polled::Idle) => reader.wait().await,
+                Ok(Polled::Idle) => {
+                    for line in self.log.ended(std::time::Instant::now(), None) {
+                        tracing::warn!("{line}");
+                    }
+                    match self.log.next_end() {
+                        // A window's summary is due even if no record comes.
+                        Some(at) => {
+                            tokio::select! {
+                                () = reader.wait() => {}
+                                () = tokio::time::sleep_until(at.into()) => {}
+                            }
+                        }
+                        None => reader.wait().await,
+                    }
+                }
                 Ok(Polled::Lost) => self.lost = true,
                 Err(e) => return e,
             }
@@ -442,11 +525,14 @@ impl XidWatcher {
             return;
         };
         self.stats.xids.fetch_add(1, Ordering::Relaxed);
-        tracing::warn!(
+        let line = format!(
             "Xid {} on GPU {uuid}: {}",
             xid.number,
             crate::smi::escape_control(&xid.text)
         );
+        for line in self.log.record(&uuid, line, std::time::Instant::now()) {
+            tracing::warn!("{line}");
+        }
         if let Err(e) = self.health.raise(&xid_kind(xid.number), &uuid, &xid.text) {
             tracing::error!("{e}");
         }
@@ -508,6 +594,36 @@ impl CollectRequests {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    // What broke: every XID of a storm logged its own WARN line.
+    #[test]
+    fn an_xid_storm_logs_one_line_then_a_count() {
+        let mut log = XidLogLimit::default();
+        let t0 = Instant::now();
+        let gpu = "GPU-ff1dacfa-2e1a-0504-a88b-76a3118ee48b";
+        let mut lines = Vec::new();
+        for i in 0..1000u64 {
+            lines.extend(log.record(
+                gpu,
+                format!("Xid 13 on GPU {gpu}: n={i}"),
+                t0 + Duration::from_millis(i),
+            ));
+        }
+        assert_eq!(lines, vec![format!("Xid 13 on GPU {gpu}: n=0")]);
+        assert!(log.ended(t0 + Duration::from_secs(5), None).is_empty());
+        assert_eq!(log.next_end(), Some(t0 + LOG_WINDOW));
+        assert_eq!(
+            log.ended(t0 + LOG_WINDOW, None),
+            vec![format!(
+                "999 more XIDs on {gpu} in the last 10s; the latest: Xid 13 on GPU {gpu}: n=999"
+            )]
+        );
+        // The next XID after the window opens a new one and is logged in full.
+        assert_eq!(
+            log.record(gpu, "again".into(), t0 + LOG_WINDOW * 2).len(),
+            1
+        );
+    }
     use crate::health::faults::FaultStore;
     use crate::health::Condition;
     use crate::inventory::document::GpuSection;

@@ -4,11 +4,11 @@
 //!
 //! | method and path | does |
 //! | --- | --- |
-//! | `GET /v1/status` | capabilities, inventory hash and age, one line per GPU with health, problems |
+//! | `GET /v1/status` | capabilities, inventory hash and age, one line per GPU with health, problems, the Kubernetes holds (`kubernetes.holds`) |
 //! | `GET /v1/inventory` | the inventory document |
 //! | `GET /v1/conditions` | this boot's conditions |
 //! | `POST /v1/inventory/refresh` | asks for a collection |
-//! | `POST /v1/diag` | `diag.nvml` on a fresh collection: `{"gpus": [...], "expected_gpus": N}` |
+//! | `POST /v1/diag` | `diag.nvml` on a fresh collection (concurrent requests share the one in flight): `{"gpus": [...], "expected_gpus": N}` |
 //! | `POST /v1/gpus/reset` | `gpu.reset`: `{"gpus": [UUID...]}` |
 //! | `GET /v1/holds` | the holds |
 //! | `POST /v1/holds` | applies a hold: `{"id", "devices": [...], "kubernetes": bool}` |
@@ -167,7 +167,29 @@ async fn status(node: &Node) -> Answer {
         "conditions": described(&conditions, &node.config.xid_policy),
         "sampling": node.sampling.lock().map(|s| s.clone()).unwrap_or_default(),
         "problems": problems,
+        "kubernetes": kubernetes_holds(node).await,
     }))
+}
+
+/// Which devices Kubernetes has: its holds, and whether each one's release is pending.
+async fn kubernetes_holds(node: &Node) -> Value {
+    let holds = node.holds.lock().await;
+    let list: Vec<Value> = holds
+        .as_ref()
+        .map(|h| {
+            h.list()
+                .filter(|h| h.kubernetes)
+                .map(|h| {
+                    json!({
+                        "hold": h.id.as_str(),
+                        "devices": h.devices.iter().map(|d| d.as_str()).collect::<Vec<_>>(),
+                        "release_pending_since": h.unassigned_since,
+                    })
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    json!({ "holds": list })
 }
 
 #[derive(Deserialize)]
@@ -180,7 +202,7 @@ struct DiagBody {
 
 async fn diag(node: &Node, request: &Request) -> Result<Answer, Answer> {
     let asked: DiagBody = body(request)?;
-    let inventory = node.collect_now().await;
+    let inventory = node.collect_shared().await;
     let latest = node.latest.read().await;
     let error = latest.as_ref().and_then(|l| l.snapshot_error.clone());
     let no_driver = error
@@ -421,6 +443,9 @@ async fn passthrough(node: &Node, path: &str, request: &Request) -> Result<Answe
         match topology.busy(&gpu, &holds)? {
             crate::policy::Busy::Held { hold, device } if device == gpu => Some(hold.to_string()),
             crate::policy::Busy::Held { hold, device } => Some(format!("{hold} ({device})")),
+            crate::policy::Busy::PendingRelease { hold, device, .. } => Some(format!(
+                "{hold} ({device}; its Kubernetes release is pending)"
+            )),
             // Already on vfio-pci: the runtime itself says what is wrong with that.
             crate::policy::Busy::PassedThrough => None,
         }

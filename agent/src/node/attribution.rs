@@ -276,6 +276,7 @@ mod tests {
             devices: devices.iter().map(|d| dev(d)).collect(),
             kubernetes: false,
             gpus: BTreeMap::new(),
+            unassigned_since: None,
         }
     }
 

@@ -32,6 +32,12 @@ pub struct SamplingState {
     pub one_shot_because: Option<String>,
     /// Loop-mode sessions started again after a child died or stalled.
     pub restarts: u64,
+    /// With a GPU in MIG mode: where its MIG devices' memory comes from (`-q -x` every
+    /// minute), how old the last read is, or why it is unknown.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub mig_memory: Option<String>,
+    /// `-q -x` reads of the MIG devices' memory.
+    pub mig_memory_reads: u64,
 }
 
 /// Which other exporter's names the metrics also carry (`bcd node --metrics-compat`).
@@ -343,7 +349,7 @@ pub fn render(view: &MetricsView<'_>) -> String {
         (
             "bcd_gpu_compute_processes",
             "Compute processes on the GPU.",
-            |s| Some(f64::from(s.compute_processes)),
+            |s| s.compute_processes.map(f64::from),
         ),
     ];
     for (name, help, read) in gauges {
@@ -589,6 +595,48 @@ pub fn render(view: &MetricsView<'_>) -> String {
         );
         f.sample("bcd_inventory_age_seconds", &[], age.as_secs_f64());
     }
+    let mig: Vec<(&str, &crate::smi::xml::XmlMigDevice)> = view
+        .samples
+        .iter()
+        .flat_map(|s| s.mig_devices.iter().map(move |m| (s.uuid.as_str(), m)))
+        .collect();
+    for (name, help, read) in [
+        (
+            "bcd_mig_memory_used_bytes",
+            "A MIG device's framebuffer memory in use (read with nvidia-smi -q -x every minute).",
+            (|m: &crate::smi::xml::XmlMigDevice| m.memory_used_mib) as fn(&_) -> Option<u64>,
+        ),
+        (
+            "bcd_mig_memory_total_bytes",
+            "A MIG device's framebuffer memory size.",
+            |m: &crate::smi::xml::XmlMigDevice| m.memory_total_mib,
+        ),
+    ] {
+        let values: Vec<_> = mig
+            .iter()
+            .filter_map(|(uuid, m)| Some((uuid, m, read(m)?)))
+            .collect();
+        if values.is_empty() {
+            continue;
+        }
+        f.header(name, "gauge", help);
+        for (uuid, m, v) in values {
+            let gi = m.gpu_instance_id.map(|n| n.to_string()).unwrap_or_default();
+            let ci = m
+                .compute_instance_id
+                .map(|n| n.to_string())
+                .unwrap_or_default();
+            f.sample(
+                name,
+                &[
+                    ("uuid", uuid),
+                    ("gpu_instance", &gi),
+                    ("compute_instance", &ci),
+                ],
+                v as f64 * MIB,
+            );
+        }
+    }
     if let Some(sampling) = view.sampling {
         f.header("bcd_sampler_loop_mode", "gauge", "1 while one long-lived nvidia-smi -lms child feeds the samples, 0 on one-shot queries.");
         f.sample(
@@ -602,6 +650,16 @@ pub fn render(view: &MetricsView<'_>) -> String {
             "Loop-mode sampling sessions started again after a child died or stalled.",
         );
         f.sample("bcd_sampler_restarts_total", &[], sampling.restarts as f64);
+        f.header(
+            "bcd_sampler_mig_memory_reads_total",
+            "counter",
+            "nvidia-smi -q -x runs that read the MIG devices' memory (one a minute while a GPU is in MIG mode).",
+        );
+        f.sample(
+            "bcd_sampler_mig_memory_reads_total",
+            &[],
+            sampling.mig_memory_reads as f64,
+        );
     }
     if !view.queries.is_empty() {
         f.header(
@@ -805,7 +863,8 @@ mod tests {
             clocks_mem_mhz: None,
             pstate: None,
             mig_mode: None,
-            compute_processes: 2,
+            compute_processes: Some(2),
+            mig_devices: Vec::new(),
         }
     }
 
@@ -972,6 +1031,7 @@ mod tests {
                 devices: vec!["MIG-65db3e42-f991-a575-c20e-8350d31e437c".parse().unwrap()],
                 kubernetes: false,
                 gpus: BTreeMap::new(),
+                unassigned_since: None,
             }],
             &topology,
         );

@@ -308,7 +308,7 @@ const METRICS: &[MetricDef] = &[
         name: "bcd.gpu.processes",
         description: "Compute processes on the GPU",
         unit: "{process}",
-        read: |s| Some(Value::Int(i64::from(s.compute_processes))),
+        read: |s| s.compute_processes.map(|n| Value::Int(i64::from(n))),
     },
 ];
 
@@ -736,7 +736,8 @@ mod tests {
             clocks_mem_mhz: None,
             pstate: None,
             mig_mode: None,
-            compute_processes: 0,
+            compute_processes: Some(0),
+            mig_devices: Vec::new(),
         };
         let body = encode_request(
             &Resource { host_name: None },

@@ -1,6 +1,7 @@
 //! The node service's start-up and its long-running tasks (its state is in
 //! [`crate::node::shared`]): the collection scheduler, the XID
-//! watcher, the sampler, the OTLP exporter, the API socket and the metrics listener, all in
+//! watcher, the sampler, the OTLP exporter, the API socket, the metrics listener and the
+//! kubelet device plugins (with `--device-plugin-dir`), all in
 //! one `JoinSet` under one stop signal. The serving loop waits for SIGTERM/SIGINT, for a task
 //! that ends on its own (the node then stops with an error, to be started again whole), and
 //! pings systemd's watchdog, each ping only after the state locks were taken in time.
@@ -252,6 +253,8 @@ pub async fn run(config: NodeConfig) -> Result<(), NodeError> {
     );
 
     tasks.spawn("the XID watcher", watcher.run());
+    // An XID burst's later records reach faults.json within a second, not one write each.
+    tasks.spawn("the faults writer", health.clone().write_pending());
     let handle = scheduler_handle.clone();
     tasks.spawn("the XID collection requests", async move {
         while let Some(urgent) = xid_rx.recv().await {
@@ -283,6 +286,11 @@ pub async fn run(config: NodeConfig) -> Result<(), NodeError> {
                         .stats()
                         .restarts
                         .load(std::sync::atomic::Ordering::Relaxed),
+                    mig_memory: latest.mig_memory.clone(),
+                    mig_memory_reads: sampler
+                        .stats()
+                        .mig_reads
+                        .load(std::sync::atomic::Ordering::Relaxed),
                 };
                 if let Ok(mut s) = sampled.sampling.lock() {
                     *s = state;
@@ -312,6 +320,13 @@ pub async fn run(config: NodeConfig) -> Result<(), NodeError> {
                 endpoint,
                 interval,
             ),
+        );
+    }
+
+    if let Some(kubelet) = config.kubelet.clone() {
+        tasks.spawn(
+            "the kubelet device plugins",
+            crate::kubelet::plugin::run(node.clone(), kubelet),
         );
     }
 
@@ -427,6 +442,9 @@ pub async fn run(config: NodeConfig) -> Result<(), NodeError> {
     // ones that change state finish and answer.
     let _ = tokio::time::timeout(SHUTDOWN_GRACE, in_flight.write()).await;
     tasks.set.shutdown().await;
+    if let Err(e) = node.health.flush() {
+        tracing::error!("{e}");
+    }
     if let Some(mine) = api_identity {
         instance::remove_if_mine(&config.api_socket, mine);
     }

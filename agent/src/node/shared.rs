@@ -65,6 +65,8 @@ pub struct NodeConfig {
     pub xid_policy: crate::health::xid::XidPolicy,
     /// Which other exporter's metric names to serve beside bcd's (`--metrics-compat`).
     pub metrics_compat: Option<metrics::MetricsCompat>,
+    /// The kubelet device plugins; off when `None`.
+    pub kubelet: Option<crate::kubelet::KubeletConfig>,
 }
 
 /// The latest collection.
@@ -113,6 +115,8 @@ pub struct Node {
     pub collections: std::sync::atomic::AtomicU64,
     /// GPUs to VMs and back, through the helper.
     pub passthrough: Passthrough,
+    /// The Kubernetes side: its change signal, counters and problem.
+    pub kubernetes: crate::kubelet::KubeState,
     /// Held while a collection runs: the scheduler, diag and reset all collect, and two
     /// collections must never run at once.
     collecting: tokio::sync::Mutex<()>,
@@ -154,6 +158,7 @@ impl Node {
             )
             .with_scheduler(scheduler.clone()),
             config,
+            kubernetes: crate::kubelet::KubeState::default(),
             latest: RwLock::new(None),
             inventory_tx: inventory,
             health,
@@ -267,6 +272,7 @@ impl Node {
                 ));
             }
         }
+        all.extend(self.kubernetes.problem());
         let mut seen = std::collections::BTreeSet::new();
         all.retain(|p| seen.insert(p.clone()));
         all
@@ -282,7 +288,12 @@ impl Node {
 
     /// Collects now, publishes the result and converges the hold specs; returns it.
     pub async fn collect_now(&self) -> Inventory {
-        let _one = self.collecting.lock().await;
+        let one = self.collecting.lock().await;
+        self.collect_holding(one).await
+    }
+
+    /// Collects while `_one` (the `collecting` lock) is held.
+    async fn collect_holding(&self, _one: tokio::sync::MutexGuard<'_, ()>) -> Inventory {
         let collection = collect(&self.config.host, Some(&self.memory)).await;
         let listed = collection
             .snapshot
@@ -315,9 +326,24 @@ impl Node {
         *self.latest.write().await = Some(latest);
         self.inventory_tx.send_replace(collection.inventory.clone());
         self.collections
-            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            .fetch_add(1, std::sync::atomic::Ordering::Release);
         self.converge_holds().await;
         collection.inventory
+    }
+
+    /// A collection at least as new as this call: the one in flight when it is made (its
+    /// callers share it: concurrent `diag` requests on a wedged host wait for one
+    /// collection, not one each in turn), else a new one.
+    pub async fn collect_shared(&self) -> Inventory {
+        let seen = self.collections.load(std::sync::atomic::Ordering::Acquire);
+        let one = self.collecting.lock().await;
+        // A collection ended while this one waited for the lock: it was in flight when this
+        // call was made, or started after it.
+        if self.collections.load(std::sync::atomic::Ordering::Acquire) != seen {
+            drop(one);
+            return self.inventory().await;
+        }
+        self.collect_holding(one).await
     }
 
     /// The policy's view of the GPUs, from the latest inventory.
@@ -361,6 +387,8 @@ impl Node {
         for e in &result.errors {
             self.problem(format!("CDI specs: {e}"));
         }
+        // Holds or the inventory changed: the device plugins' lists are computed again.
+        self.kubernetes.touch();
     }
 
     /// Per GPU UUID, the verdict on the latest inventory, the driver's readings and this
@@ -535,7 +563,9 @@ impl Node {
             compat: self.config.metrics_compat,
             host_name: self.host_name.as_deref(),
         };
-        metrics::render(&view)
+        let mut text = metrics::render(&view);
+        text.push_str(&self.kubernetes.metrics_text());
+        text
     }
 }
 
@@ -561,6 +591,7 @@ pub(crate) fn test_node(dir: &std::path::Path) -> Node {
         gpu_slots: 0,
         xid_policy: crate::health::xid::XidPolicy::default(),
         metrics_compat: None,
+        kubelet: None,
     };
     let health = Health::new(crate::health::faults::FaultStore::open(&data, "boot").unwrap());
     let (inventory, _) = watch::channel(Inventory::new(GpuSection::default()));

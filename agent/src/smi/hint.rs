@@ -1,7 +1,8 @@
 //! What to do when `nvidia-smi` fails: the hint `bcd doctor` adds to a failed snapshot.
 //!
 //! Each entry is a failure seen on real hosts, matched case-insensitively in whatever text the
-//! failure carries (stderr, stdout, or the runner's own "timed out" / "signal: killed").
+//! failure carries (stderr, stdout, or the runner's own words: "did not answer within 30s and
+//! was killed", "was killed by signal SIGKILL (9)", "not found", "printed more than").
 
 /// Substrings that identify a failure, and what the operator should do about it. The first
 /// match wins, so the more specific failures come first.
@@ -19,7 +20,19 @@ const HINTS: &[(&[&str], &str)] = &[
         "the driver sees no GPU: compare lspci -d 10de: with dmesg (RmInitAdapter failed, Xid 79)",
     ),
     (
-        &["timed out", "timeout", "killed"],
+        &["signal sigsegv", "signal sigabrt", "signal sigbus", "signal sigill", "signal sigfpe"],
+        "nvidia-smi crashed: check dmesg for NVRM errors, and that nvidia-smi comes from the loaded driver's version (a mismatch after an upgrade crashes it); a reboot loads a matching pair",
+    ),
+    (
+        &["nvidia-smi not found"],
+        "install the NVIDIA driver (it brings nvidia-smi), or name the program with --nvidia-smi PATH",
+    ),
+    (
+        &["printed more than"],
+        "this is not the nvidia-smi of an NVIDIA driver, or it is broken: check which program runs (bcd doctor names it)",
+    ),
+    (
+        &["timed out", "timeout", "did not answer", "killed"],
         "nvidia-smi did not answer: a GPU may be wedged (Xid 79 or 119); gpu.reset or a reboot recovers it",
     ),
 ];

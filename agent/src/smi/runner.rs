@@ -43,6 +43,16 @@ pub enum RunError {
         /// What it printed (stderr, else stdout), trimmed.
         message: String,
     },
+    /// A signal ended it (something outside killed it, or it crashed).
+    #[error("nvidia-smi {query} was killed by signal {} ({signal}){}", signal_name(*.signal), if message.is_empty() { String::new() } else { format!(": {message}") })]
+    Signaled {
+        /// The query's arguments.
+        query: String,
+        /// The signal's number.
+        signal: i32,
+        /// What it printed before (stderr, else stdout), trimmed; often empty.
+        message: String,
+    },
     /// It printed more than [`MAX_OUTPUT`] bytes.
     #[error("nvidia-smi {query} printed more than {MAX_OUTPUT} bytes; its output was not read")]
     TooLong {
@@ -147,6 +157,13 @@ impl Runner {
                 .chars()
                 .take(MAX_STDERR)
                 .collect();
+            if let Some(signal) = std::os::unix::process::ExitStatusExt::signal(&status) {
+                return Err(RunError::Signaled {
+                    query,
+                    signal,
+                    message,
+                });
+            }
             return Err(RunError::Failed {
                 query,
                 exit_code: status.code(),
@@ -158,6 +175,19 @@ impl Runner {
             elapsed: started.elapsed(),
         })
     }
+}
+
+impl RunError {
+    /// What the operator should do about it, from the hint table; `None` where no entry
+    /// applies.
+    pub fn hint(&self) -> Option<&'static str> {
+        super::hint::error_hint(&self.to_string())
+    }
+}
+
+/// A signal's name (`SIGKILL`), or `signal N` for a number Linux does not name.
+fn signal_name(signal: i32) -> String {
+    Signal::try_from(signal).map_or_else(|_| format!("signal {signal}"), |s| s.as_str().to_owned())
 }
 
 /// Starts `program ARGS...` with piped output in a process group of its own (so a bound can
@@ -339,6 +369,58 @@ mod tests {
         assert!(
             stat.is_empty() || stat.contains(") Z "),
             "the query's child survived: {stat}"
+        );
+    }
+
+    // What broke: a signal-killed child read "failed (exit status signal):" and the hint
+    // table, written for "signal: killed", never matched it.
+    #[tokio::test]
+    async fn a_sigkilled_child_names_its_signal_and_gets_the_wedged_hint() {
+        let dir = tempfile::tempdir().unwrap();
+        let smi = script(dir.path(), "kill -KILL $$");
+        let err = Runner::new(smi).run(&["-q", "-x"]).await.unwrap_err();
+        assert_eq!(
+            err,
+            RunError::Signaled {
+                query: "-q -x".into(),
+                signal: 9,
+                message: String::new()
+            }
+        );
+        assert_eq!(
+            err.to_string(),
+            "nvidia-smi -q -x was killed by signal SIGKILL (9)"
+        );
+        assert_eq!(
+            err.hint(),
+            Some("nvidia-smi did not answer: a GPU may be wedged (Xid 79 or 119); gpu.reset or a reboot recovers it")
+        );
+    }
+
+    // Every way a child ends has its hint: a crash, a timeout, no binary, an output cap.
+    #[tokio::test]
+    async fn every_way_a_child_ends_has_a_hint() {
+        let dir = tempfile::tempdir().unwrap();
+        let smi = script(dir.path(), "kill -SEGV $$");
+        let err = Runner::new(smi).run(&["-L"]).await.unwrap_err();
+        assert!(err.to_string().contains("SIGSEGV (11)"), "{err}");
+        assert!(
+            err.hint().unwrap().starts_with("nvidia-smi crashed"),
+            "{err}"
+        );
+        let timeout = RunError::Timeout {
+            query: "-q -x".into(),
+            after: QUERY_TIMEOUT,
+        };
+        assert!(timeout.hint().unwrap().contains("Xid 79 or 119"));
+        assert!(RunError::NoDriver.hint().unwrap().contains("--nvidia-smi"));
+        let long = RunError::TooLong {
+            query: "-q -x".into(),
+        };
+        assert!(
+            long.hint().unwrap().contains("not the nvidia-smi"),
+            "{:?}",
+            long.hint()
         );
     }
 

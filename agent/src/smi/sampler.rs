@@ -14,10 +14,16 @@
 //! - **Restarts.** A child that exits, or a GPU child silent for [`STALL_INTERVALS`] intervals,
 //!   is killed with its process group and both children are started again after a back-off
 //!   that doubles from [`BACKOFF_START`] to [`BACKOFF_MAX`] and starts over once a batch came.
+//! - **MIG devices.** A GPU in MIG mode is sampled from its CSV row like the others; its MIG
+//!   devices' memory is in `-q -x` alone (`-d`, which restricts `-q` to sections, is documented
+//!   as not working with `-x`), so a one-shot `-q -x` reads it every
+//!   [`MIG_MEMORY_INTERVAL`] (in a task of its own: sampling never waits for it), and each
+//!   batch carries the latest read. That is one `nvidia-smi` start per 12 samples at 5 s
+//!   instead of a full `-q -x` every sample; [`Sampled::mig_memory`] says how it goes.
 //! - **Fall back.** Where loop mode is refused (the very first children exit non-zero before a
-//!   single GPU line) or cannot stand in for the snapshot (a GPU in MIG mode, a refused field,
-//!   a line with the wrong columns: the seed's rules), the sampler says so through `tracing`
-//!   and runs the one-shot [`samples`] every interval for the rest of its life.
+//!   single GPU line) or cannot stand in for the snapshot (a refused field, a line with the
+//!   wrong columns: the seed's rules), the sampler says so through `tracing` and runs the
+//!   one-shot [`samples`] every interval for the rest of its life.
 //! - **No orphans.** Each child runs in its own process group, killed with `SIGKILL` when its
 //!   session ends and when the [`Sampler`] is dropped. Should the agent itself be killed with
 //!   `SIGKILL`, the child's next write hits a closed pipe and `nvidia-smi` ends with `SIGPIPE`.
@@ -37,10 +43,11 @@ use tokio::task::JoinHandle;
 
 use super::runner::{RunError, Runner};
 use super::samples::{
-    attach_compute_counts, count_compute_apps, parse_samples, refused_field, GpuSample,
-    SampleParse, SAMPLE_FIELDS,
+    attach_compute_counts, attach_mig_memory, count_compute_apps, needs_mig_memory, parse_samples,
+    refused_field, GpuSample, SampleParse, SAMPLE_FIELDS,
 };
-use super::snapshot::{samples, SampleSource};
+use super::snapshot::{query, samples, SampleSource};
+use super::xml::{parse_query_xml, QueryXml};
 
 /// A GPU child silent for this many intervals is stalled: killed and started again.
 pub const STALL_INTERVALS: u32 = 3;
@@ -52,6 +59,8 @@ pub const BACKOFF_MAX: Duration = Duration::from_secs(60);
 pub const BURST_GAP: Duration = Duration::from_millis(50);
 /// Compute-process counts older than this many intervals mean "no processes".
 pub const APPS_STALE_INTERVALS: f64 = 1.5;
+/// How often the MIG devices' memory is read (`-q -x`) while a GPU is in MIG mode.
+pub const MIG_MEMORY_INTERVAL: Duration = Duration::from_secs(60);
 /// Longest line kept from a child; a sample line is about 150 bytes.
 const MAX_LINE: u64 = 4096;
 /// Most bytes of a refusing child's standard error kept for the log.
@@ -77,6 +86,9 @@ pub struct Sampled {
     pub mode: Mode,
     /// When the batch was complete.
     pub at: SystemTime,
+    /// With a GPU in MIG mode: where its MIG devices' memory comes from, and how old it is
+    /// or why it is unknown.
+    pub mig_memory: Option<String>,
 }
 
 /// Counters for tests, metrics and the README's figures.
@@ -90,6 +102,8 @@ pub struct SamplerStats {
     pub batches: AtomicU64,
     /// One-shot samples taken.
     pub one_shots: AtomicU64,
+    /// `-q -x` reads of the MIG devices' memory.
+    pub mig_reads: AtomicU64,
 }
 
 /// Timing of a sampler; production uses [`Timing::new`], tests shorten the back-off.
@@ -101,6 +115,8 @@ pub struct Timing {
     pub backoff_start: Duration,
     /// The longest back-off.
     pub backoff_max: Duration,
+    /// How often the MIG devices' memory is read.
+    pub mig_memory_every: Duration,
 }
 
 impl Timing {
@@ -110,6 +126,7 @@ impl Timing {
             interval,
             backoff_start: BACKOFF_START,
             backoff_max: BACKOFF_MAX,
+            mig_memory_every: MIG_MEMORY_INTERVAL,
         }
     }
 }
@@ -120,6 +137,7 @@ pub struct Sampler {
     rx: watch::Receiver<Option<Sampled>>,
     stats: Arc<SamplerStats>,
     task: JoinHandle<()>,
+    mig: SharedMig,
 }
 
 impl Sampler {
@@ -128,8 +146,14 @@ impl Sampler {
     pub fn spawn(program: impl Into<PathBuf>, timing: Timing) -> Self {
         let (tx, rx) = watch::channel(None);
         let stats = Arc::new(SamplerStats::default());
-        let task = tokio::spawn(run(program.into(), timing, tx, stats.clone()));
-        Self { rx, stats, task }
+        let mig = SharedMig::default();
+        let task = tokio::spawn(run(program.into(), timing, tx, stats.clone(), mig.clone()));
+        Self {
+            rx,
+            stats,
+            task,
+            mig,
+        }
     }
 
     /// A receiver that sees each new set of samples (`None` before the first).
@@ -147,7 +171,78 @@ impl Drop for Sampler {
     fn drop(&mut self) {
         // Dropping the task's future drops its children's guards, which kill their groups.
         self.task.abort();
+        if let Some(read) = lock(&self.mig).task.take() {
+            read.abort();
+        }
     }
+}
+
+/// The latest read of the MIG devices' memory, shared by the sampling loop and its reads.
+#[derive(Debug, Default)]
+struct MigMemory {
+    xml: Option<QueryXml>,
+    read_at: Option<Instant>,
+    error: Option<String>,
+    task: Option<JoinHandle<()>>,
+}
+
+type SharedMig = Arc<std::sync::Mutex<MigMemory>>;
+
+fn lock(mig: &SharedMig) -> std::sync::MutexGuard<'_, MigMemory> {
+    mig.lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// Gives a batch with GPUs in MIG mode their MIG devices from the latest read, starts a read
+/// when one is due (none in flight, the last older than `every`), and says how it goes;
+/// `None` for a batch without a GPU in MIG mode.
+fn attach_mig(
+    batch: &mut [GpuSample],
+    program: &Path,
+    every: Duration,
+    mig: &SharedMig,
+    stats: &Arc<SamplerStats>,
+) -> Option<String> {
+    if !needs_mig_memory(batch) {
+        return None;
+    }
+    let mut m = lock(mig);
+    let due = m.read_at.is_none_or(|t| t.elapsed() >= every);
+    let idle = m.task.as_ref().is_none_or(JoinHandle::is_finished);
+    if due && idle {
+        let (runner, shared, stats) = (Runner::new(program), mig.clone(), stats.clone());
+        m.task = Some(tokio::spawn(async move {
+            stats.mig_reads.fetch_add(1, Ordering::Relaxed);
+            let read = match runner.run(query::QUERY_XML).await {
+                Ok(answer) => parse_query_xml(&answer.stdout).map_err(|e| e.to_string()),
+                Err(e) => Err(e.to_string()),
+            };
+            let mut m = lock(&shared);
+            m.read_at = Some(Instant::now());
+            match read {
+                Ok(xml) => {
+                    m.xml = Some(xml);
+                    m.error = None;
+                }
+                Err(e) => {
+                    tracing::warn!("sampling: MIG devices' memory: {e}");
+                    m.error = Some(e);
+                }
+            }
+        }));
+    }
+    if let Some(xml) = &m.xml {
+        attach_mig_memory(batch, xml);
+    }
+    Some(match (&m.error, m.read_at) {
+        (Some(e), _) => format!("MIG devices' memory unknown: {e}"),
+        (None, Some(at)) => format!(
+            "MIG devices' memory from nvidia-smi -q -x every {}s, read {}s ago",
+            every.as_secs(),
+            at.elapsed().as_secs()
+        ),
+        (None, None) => "MIG devices' memory: the first nvidia-smi -q -x is running".to_owned(),
+    })
 }
 
 /// A child in its own process group; the whole group is killed when this is dropped.
@@ -326,7 +421,8 @@ async fn session(
     timing: Timing,
     first: bool,
     tx: &watch::Sender<Option<Sampled>>,
-    stats: &SamplerStats,
+    stats: &Arc<SamplerStats>,
+    mig: &SharedMig,
 ) -> (SessionEnd, bool) {
     let (gpu_args, apps_args) = loop_args(timing.interval);
     let gpu_args: Vec<&str> = gpu_args.iter().map(String::as_str).collect();
@@ -372,7 +468,8 @@ async fn session(
                             for sample in parsed {
                                 if let Some(mut batch) = batcher.push(sample) {
                                     attach_compute_counts(&mut batch, &counts.current(Instant::now(), timing.interval));
-                                    tx.send_replace(Some(Sampled { samples: batch, mode: Mode::Loop, at: SystemTime::now() }));
+                                    let mig_memory = attach_mig(&mut batch, program, timing.mig_memory_every, mig, stats);
+                                    tx.send_replace(Some(Sampled { samples: batch, mode: Mode::Loop, at: SystemTime::now(), mig_memory }));
                                     stats.batches.fetch_add(1, Ordering::Relaxed);
                                     published = true;
                                 }
@@ -400,19 +497,27 @@ async fn session(
 /// One-shot samples every interval, for good.
 async fn one_shot(
     program: PathBuf,
-    interval: Duration,
+    timing: Timing,
     why: String,
     tx: watch::Sender<Option<Sampled>>,
     stats: Arc<SamplerStats>,
+    mig: SharedMig,
 ) {
-    let runner = Runner::new(program);
+    let interval = timing.interval;
+    let runner = Runner::new(&program);
     let mut tick = tokio::time::interval(interval);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tick.tick().await;
         stats.one_shots.fetch_add(1, Ordering::Relaxed);
         match samples(&runner).await {
-            Ok((s, source)) => {
+            Ok((mut s, source)) => {
+                let mig_memory = match source {
+                    SampleSource::Csv => {
+                        attach_mig(&mut s, &program, timing.mig_memory_every, &mig, &stats)
+                    }
+                    SampleSource::Snapshot(_) => None,
+                };
                 let mode = match source {
                     SampleSource::Csv => Mode::OneShot(why.clone()),
                     SampleSource::Snapshot(reason) => Mode::OneShot(format!("{why}; {reason}")),
@@ -421,6 +526,7 @@ async fn one_shot(
                     samples: s,
                     mode,
                     at: SystemTime::now(),
+                    mig_memory,
                 }));
             }
             Err(e) if e.is_no_driver() => {}
@@ -434,11 +540,12 @@ async fn run(
     timing: Timing,
     tx: watch::Sender<Option<Sampled>>,
     stats: Arc<SamplerStats>,
+    mig: SharedMig,
 ) {
     let mut backoff = timing.backoff_start;
     let mut first = true;
     loop {
-        let (end, published) = session(&program, timing, first, &tx, &stats).await;
+        let (end, published) = session(&program, timing, first, &tx, &stats, &mig).await;
         first = false;
         match end {
             SessionEnd::FallBack(why) => {
@@ -446,7 +553,7 @@ async fn run(
                     "sampling: loop mode is not used ({why}); one-shot samples every {}s instead",
                     timing.interval.as_secs_f64()
                 );
-                return one_shot(program, timing.interval, why, tx, stats).await;
+                return one_shot(program, timing, why, tx, stats, mig).await;
             }
             SessionEnd::Restart(why) => {
                 if published {

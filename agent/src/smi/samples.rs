@@ -3,9 +3,11 @@
 //!
 //! The sample query asks for exactly [`SAMPLE_FIELDS`] with `--format=csv,noheader,nounits`;
 //! the compute processes come from `--query-compute-apps=gpu_uuid --format=csv,noheader`.
-//! The sample falls back to the full snapshot ([`SampleParse::FallBack`]) when a GPU is in MIG
-//! mode (a MIG device's memory is in `-q -x` only), when the driver refuses a field it predates
-//! (`memory.reserved` before R510), or when a line has the wrong number of columns.
+//! The sample falls back to the full snapshot ([`SampleParse::FallBack`]) when the driver
+//! refuses a field it predates (`memory.reserved` before R510), or when a line has the wrong
+//! number of columns. A GPU in MIG mode is sampled from its CSV row like any other (the real
+//! R590 MIG captures print the whole GPU's row); only its MIG devices' memory is in `-q -x`
+//! alone, and [`attach_mig_memory`] adds it from a `-q -x` document the caller already has.
 //! `nvidia-smi` does not quote CSV values; cells are split on `,` and trimmed.
 
 use std::collections::BTreeMap;
@@ -13,6 +15,7 @@ use std::fmt;
 
 use thiserror::Error;
 
+use super::xml::{QueryXml, XmlMigDevice};
 use super::{list::quote, text, value};
 
 /// The fields of a sample, in the order [`parse_samples`] reads them.
@@ -50,21 +53,19 @@ pub struct GpuSample {
     pub clocks_mem_mhz: Option<u32>,
     /// Performance state (`P0`).
     pub pstate: Option<String>,
-    /// Whether MIG mode is on; `None` for GPUs without MIG. Never `Some(true)` in a result:
-    /// a GPU in MIG mode makes the sample fall back.
+    /// Whether MIG mode is on; `None` for GPUs without MIG.
     pub mig_mode: Option<bool>,
-    /// Compute processes on the GPU, filled by [`attach_compute_counts`]; 0 until then.
-    pub compute_processes: u32,
+    /// A GPU in MIG mode: its MIG devices with their memory, from the latest `-q -x` read
+    /// ([`attach_mig_memory`]); empty until one was read.
+    pub mig_devices: Vec<XmlMigDevice>,
+    /// Compute processes on the GPU, filled by [`attach_compute_counts`]; `None` until then,
+    /// and where `--query-compute-apps` failed.
+    pub compute_processes: Option<u32>,
 }
 
 /// Why the light sample cannot stand in for the full snapshot.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum FallBackReason {
-    /// The GPU is in MIG mode: its MIG devices' memory is in `-q -x` only.
-    MigMode {
-        /// The GPU's UUID.
-        uuid: String,
-    },
     /// A line has the wrong number of columns.
     WrongColumns {
         /// 1-based line number.
@@ -84,10 +85,6 @@ pub enum FallBackReason {
 impl fmt::Display for FallBackReason {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            FallBackReason::MigMode { uuid } => write!(
-                f,
-                "GPU {uuid} is in MIG mode, whose devices' memory only the full snapshot reads"
-            ),
             FallBackReason::WrongColumns {
                 line,
                 found,
@@ -208,14 +205,16 @@ fn sample(line: usize, cols: &[&str]) -> Result<GpuSample, SamplesError> {
         clocks_mem_mhz: small(11)?,
         pstate: value::present(cols[12]).map(str::to_owned),
         mig_mode: value::flag(cols[13]),
-        compute_processes: 0,
+        compute_processes: None,
+        mig_devices: Vec::new(),
     })
 }
 
 /// Parses the answer to the [`SAMPLE_FIELDS`] query (`csv,noheader,nounits`).
 ///
-/// Guarantees: `Samples` holds one sample per non-blank line, in output order, and no GPU in
-/// MIG mode; otherwise the first reason to fall back is returned. Empty output is an empty
+/// Guarantees: `Samples` holds one sample per non-blank line, in output order (GPUs in MIG
+/// mode included, without their MIG devices); otherwise the first reason to fall back is
+/// returned. Empty output is an empty
 /// `Samples`.
 ///
 /// # Errors
@@ -242,13 +241,7 @@ pub fn parse_samples(bytes: &[u8]) -> Result<SampleParse, SamplesError> {
                 expected: SAMPLE_COLUMNS,
             }));
         }
-        let sample = sample(line, &cols)?;
-        if sample.mig_mode == Some(true) {
-            return Ok(SampleParse::FallBack(FallBackReason::MigMode {
-                uuid: sample.uuid,
-            }));
-        }
-        samples.push(sample);
+        samples.push(sample(line, &cols)?);
     }
     Ok(SampleParse::Samples(samples))
 }
@@ -276,7 +269,22 @@ pub fn count_compute_apps(bytes: &[u8]) -> BTreeMap<String, u32> {
 /// Sets each sample's `compute_processes` from `counts` (0 for a GPU with no entry).
 pub fn attach_compute_counts(samples: &mut [GpuSample], counts: &BTreeMap<String, u32>) {
     for sample in samples {
-        sample.compute_processes = counts.get(&sample.uuid).copied().unwrap_or(0);
+        sample.compute_processes = Some(counts.get(&sample.uuid).copied().unwrap_or(0));
+    }
+}
+
+/// Whether a GPU among `samples` is in MIG mode, whose MIG devices' memory needs `-q -x`.
+pub fn needs_mig_memory(samples: &[GpuSample]) -> bool {
+    samples.iter().any(|s| s.mig_mode == Some(true))
+}
+
+/// Gives each sampled GPU in MIG mode the MIG devices `xml` lists for its UUID (a GPU `xml`
+/// does not list keeps what it had).
+pub fn attach_mig_memory(samples: &mut [GpuSample], xml: &QueryXml) {
+    for s in samples.iter_mut().filter(|s| s.mig_mode == Some(true)) {
+        if let Some(g) = xml.gpus.iter().find(|g| g.uuid.as_deref() == Some(&s.uuid)) {
+            s.mig_devices.clone_from(&g.mig_devices);
+        }
     }
 }
 
@@ -390,15 +398,17 @@ mod tests {
         assert_eq!(got[1].utilization_gpu_pct, Some(0));
     }
 
+    // What broke: one GPU in MIG mode made every sample of the host a full -q -x.
     #[test]
-    fn a_mig_gpu_falls_back() {
-        let got = parse_samples(&fixture("samples-h100-and-mig-a100.csv")).unwrap();
-        assert_eq!(
-            got,
-            SampleParse::FallBack(FallBackReason::MigMode {
-                uuid: "GPU-3e2d5a1c-7b44-8f0e-2c19-a6b5d4e3f201".into()
-            })
-        );
+    fn a_mig_gpu_is_sampled_from_its_csv_row() {
+        let got = samples(&fixture("samples-h100-and-mig-a100.csv"));
+        let mig = got
+            .iter()
+            .find(|s| s.uuid == "GPU-3e2d5a1c-7b44-8f0e-2c19-a6b5d4e3f201")
+            .unwrap();
+        assert_eq!(mig.mig_mode, Some(true));
+        assert!(mig.memory_total_mib.is_some());
+        assert!(needs_mig_memory(&got));
     }
 
     #[test]
@@ -462,10 +472,14 @@ mod tests {
         assert!(count_compute_apps(b"").is_empty());
         let mut got = samples(&fixture("samples-2x-h100.csv"));
         attach_compute_counts(&mut got, &counts);
-        assert_eq!(got[0].compute_processes, 3);
-        assert_eq!(got[1].compute_processes, 1);
+        assert_eq!(got[0].compute_processes, Some(3));
+        assert_eq!(got[1].compute_processes, Some(1));
         attach_compute_counts(&mut got, &BTreeMap::new());
-        assert_eq!(got[0].compute_processes, 0, "no entry means no process");
+        assert_eq!(
+            got[0].compute_processes,
+            Some(0),
+            "no entry means no process"
+        );
     }
 
     #[test]

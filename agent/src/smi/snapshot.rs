@@ -123,8 +123,25 @@ fn keep<T: Default>(
 /// Only when `-q -x` fails or does not parse; optional queries that fail leave their parts empty
 /// (their errors are in [`Snapshot::queries`]).
 pub async fn snapshot(runner: &Runner) -> Result<Snapshot, SnapshotError> {
+    snapshot_within(runner, SNAPSHOT_TIMEOUT).await
+}
+
+/// A runner whose bound ends at `deadline` at the latest (and never later than its own).
+fn bounded_by(runner: &Runner, deadline: Instant) -> Runner {
+    let left = deadline.saturating_duration_since(Instant::now());
+    runner.clone().with_timeout(runner.timeout().min(left))
+}
+
+/// [`snapshot`] within `budget`: every query, `nvlink -R` after `nvlink -s` included, is
+/// bounded by what is left of it when it starts, so the whole snapshot ends within `budget`
+/// (each query killed with its process group at the end).
+///
+/// # Errors
+/// As [`snapshot`].
+pub async fn snapshot_within(runner: &Runner, budget: Duration) -> Result<Snapshot, SnapshotError> {
     let started = Instant::now();
-    let answer = runner.run(query::QUERY_XML).await?;
+    let deadline = started + budget;
+    let answer = bounded_by(runner, deadline).run(query::QUERY_XML).await?;
     let xml = parse_query_xml(&answer.stdout)?;
     let mut snap = Snapshot {
         queries: vec![QueryRecord {
@@ -136,9 +153,9 @@ pub async fn snapshot(runner: &Runner) -> Result<Snapshot, SnapshotError> {
     };
     let multi_gpu = xml.gpus.len() > 1;
     let any_mig = xml.gpus.iter().any(|g| g.mig_mode_current == Some(true));
-    // The optional queries share what is left of the snapshot's minute; each also has its own bound.
-    let left = SNAPSHOT_TIMEOUT.saturating_sub(started.elapsed());
-    let runner = runner.clone().with_timeout(runner.timeout().min(left));
+    // The optional queries share what is left of the snapshot's budget; each also has its
+    // own bound. `nvlink -R` runs after `nvlink -s`, so it gets what is left then.
+    let runner = bounded_by(runner, deadline);
     let nvlink = async {
         let status = optional(&runner, query::NVLINK_STATUS, parse_status).await;
         // Without any link there is no far end to ask about.
@@ -147,6 +164,7 @@ pub async fn snapshot(runner: &Runner) -> Result<Snapshot, SnapshotError> {
             .as_ref()
             .is_some_and(|gpus| gpus.iter().any(|g| !g.links.is_empty()));
         let remote = if has_links {
+            let runner = bounded_by(&runner, deadline);
             Some(optional(&runner, query::NVLINK_REMOTE, parse_remote).await)
         } else {
             None
@@ -196,16 +214,35 @@ pub enum SampleSource {
 }
 
 /// Samples every GPU: the light CSV query plus the compute processes, falling back to the full
-/// snapshot where the seed says to. Never falls back when there is no driver.
+/// snapshot where the CSV cannot stand in for it (a refused field, wrong columns). GPUs in
+/// MIG mode come from their CSV rows without their MIG devices' memory: a caller that wants it
+/// attaches it from a `-q -x` it reads anyway ([`super::samples::attach_mig_memory`]). Never
+/// falls back when there is no driver.
 ///
 /// # Errors
 /// [`SnapshotError::Run`] with [`RunError::NoDriver`] without `nvidia-smi`; otherwise the
 /// snapshot's errors when it had to fall back and the snapshot failed.
 pub async fn samples(runner: &Runner) -> Result<(Vec<GpuSample>, SampleSource), SnapshotError> {
+    match csv_samples(runner).await? {
+        Ok(samples) => Ok((samples, SampleSource::Csv)),
+        Err(reason) => {
+            let answer = runner.run(query::QUERY_XML).await?;
+            let xml = parse_query_xml(&answer.stdout)?;
+            Ok((samples_from_xml(&xml), SampleSource::Snapshot(reason)))
+        }
+    }
+}
+
+/// The CSV half of [`samples`]: the samples, or why they must come from `-q -x` instead (for
+/// a caller that reads `-q -x` anyway and derives them from that one document).
+///
+/// # Errors
+/// The CSV query's run errors ([`RunError::NoDriver`] included), but a refused field.
+pub async fn csv_samples(runner: &Runner) -> Result<Result<Vec<GpuSample>, String>, SnapshotError> {
     let format = "--format=csv,noheader,nounits";
     let fields = format!("--query-gpu={SAMPLE_FIELDS}");
     let csv = runner.run(&[fields.as_str(), format]).await;
-    let reason = match csv {
+    Ok(Err(match csv {
         Err(RunError::NoDriver) => return Err(RunError::NoDriver.into()),
         Err(RunError::Failed { message, .. }) if refused_field(&message).is_some() => {
             FallBackReason::FieldRefused {
@@ -216,17 +253,27 @@ pub async fn samples(runner: &Runner) -> Result<(Vec<GpuSample>, SampleSource), 
         Err(e) => return Err(e.into()),
         Ok(answer) => match parse_samples(&answer.stdout) {
             Ok(SampleParse::Samples(mut samples)) => {
-                let apps = runner.run(query::COMPUTE_APPS).await?;
-                attach_compute_counts(&mut samples, &count_compute_apps(&apps.stdout));
-                return Ok((samples, SampleSource::Csv));
+                attach_apps(runner, &mut samples).await;
+                return Ok(Ok(samples));
             }
             Ok(SampleParse::FallBack(reason)) => reason.to_string(),
             Err(e) => e.to_string(),
         },
-    };
-    let answer = runner.run(query::QUERY_XML).await?;
-    let xml = parse_query_xml(&answer.stdout)?;
-    Ok((samples_from_xml(&xml), SampleSource::Snapshot(reason)))
+    }))
+}
+
+/// Attaches the compute-process counts; a failing `--query-compute-apps` leaves every count
+/// unknown (`None`) rather than failing the samples: the count is optional to the rest.
+pub async fn attach_apps(runner: &Runner, samples: &mut [GpuSample]) {
+    match runner.run(query::COMPUTE_APPS).await {
+        Ok(apps) => attach_compute_counts(samples, &count_compute_apps(&apps.stdout)),
+        Err(e) => {
+            tracing::debug!("sample: compute processes unknown: {e}");
+            for s in samples {
+                s.compute_processes = None;
+            }
+        }
+    }
 }
 
 /// Samples as the full `-q -x` answer gives them; a process counts when its type contains `C`.
@@ -252,7 +299,10 @@ pub fn samples_from_xml(xml: &QueryXml) -> Vec<GpuSample> {
                 clocks_mem_mhz: g.clocks_mem_mhz,
                 pstate: g.pstate.clone(),
                 mig_mode: g.mig_mode_current,
-                compute_processes: u32::try_from(g.compute_process_count()).unwrap_or(u32::MAX),
+                mig_devices: g.mig_devices.clone(),
+                compute_processes: Some(
+                    u32::try_from(g.compute_process_count()).unwrap_or(u32::MAX),
+                ),
             })
         })
         .collect()

@@ -108,10 +108,13 @@ impl Podman {
 
     /// Runs the container with `devices` (`bcd.dev/gpu=<name>`) and reports what it saw.
     fn run(&self, devices: &[&str]) -> Inside {
-        let flags: String = devices
-            .iter()
-            .map(|d| format!(" --device bcd.dev/gpu={d}"))
-            .collect();
+        let names: Vec<String> = devices.iter().map(|d| format!("bcd.dev/gpu={d}")).collect();
+        self.run_names(&names)
+    }
+
+    /// Runs the container with fully qualified CDI device names and reports what it saw.
+    fn run_names(&self, names: &[String]) -> Inside {
+        let flags: String = names.iter().map(|d| format!(" --device {d}")).collect();
         let script = format!(
             "mount --bind {cdi} /etc/cdi && exec podman run --rm --network none{flags} \
              localhost/bcd-busybox /bin/sh -c 'find /dev -name \"nvidia*\" | sort; echo --; env'",
@@ -307,4 +310,58 @@ async fn podman_gives_a_container_exactly_the_devices_it_asked_for() {
         let _ = fs::remove_dir("/etc/cdi");
     }
     eprintln!("podman run with two hold devices took {took:?}");
+}
+
+// The CDI names a Kubernetes allocation answers (NVIDIA's own where NVIDIA's spec names the
+// device) give the container exactly the allocated device nodes: two whole GPUs, a MIG
+// device, a slot (its GPU's).
+#[tokio::test]
+async fn the_cdi_names_of_an_allocation_give_exactly_the_allocated_devices() {
+    if let Some(why) = unavailable() {
+        eprintln!("skipped: {why}");
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let podman = Podman::new(tmp.path());
+    let cdi = podman.cdi();
+    runnable_vendor_spec(&tmp.path().join("dev"), &cdi.join("nvidia.json"));
+    let vendor = read_vendor_specs(std::slice::from_ref(&cdi)).specs;
+    let catalog = catalog("hgx-h100").await;
+    let names = |devices: &[&str]| -> Vec<String> {
+        devices
+            .iter()
+            .map(|d| bcd::kubelet::devices::cdi_name(&d.parse().unwrap(), &vendor, &catalog))
+            .collect()
+    };
+    let created_etc_cdi = !Path::new("/etc/cdi").exists();
+    if created_etc_cdi {
+        fs::create_dir_all("/etc/cdi").unwrap();
+    }
+    let two = names(&[H100[1], H100[6]]);
+    assert_eq!(two[0], format!("nvidia.com/gpu={}", H100[1]));
+    let inside = podman.run_names(&two);
+    let gpus: Vec<&String> = inside
+        .nodes
+        .iter()
+        .filter(|n| n.trim_start_matches("/dev/nvidia").parse::<u32>().is_ok())
+        .collect();
+    assert_eq!(gpus, ["/dev/nvidia1", "/dev/nvidia6"], "{:?}", inside.nodes);
+    let mig = podman.run_names(&names(&[H100_MIG[1]]));
+    assert!(
+        mig.nodes.contains(&"/dev/nvidia3".to_owned()),
+        "{:?}",
+        mig.nodes
+    );
+    assert!(mig.nodes.iter().any(|n| n.starts_with("/dev/nvidia-caps/")));
+    assert!(!mig.nodes.contains(&"/dev/nvidia0".to_owned()));
+    let slot = podman.run_names(&names(&[&format!("{}::1", H100[4])]));
+    let gpus: Vec<&String> = slot
+        .nodes
+        .iter()
+        .filter(|n| n.trim_start_matches("/dev/nvidia").parse::<u32>().is_ok())
+        .collect();
+    assert_eq!(gpus, ["/dev/nvidia4"], "{:?}", slot.nodes);
+    if created_etc_cdi {
+        let _ = fs::remove_dir("/etc/cdi");
+    }
 }

@@ -74,3 +74,34 @@ async fn status_names_the_unreachable_helper_and_no_collection_yet() {
     );
     assert!(!problems.contains("data folder"), "{problems}");
 }
+
+// What broke: concurrent diag requests each collected in turn; on the wedged host three
+// answered after 59, 89 and 119 s. They share the collection in flight now.
+#[tokio::test]
+async fn concurrent_diags_share_one_collection() {
+    let dir = tempfile::tempdir().unwrap();
+    let node = node(dir.path());
+    let mut diag = request("POST", "/v1/diag");
+    diag.body = b"{}".to_vec();
+    let (a, b, c) = tokio::join!(
+        handle(&node, &diag),
+        handle(&node, &diag),
+        handle(&node, &diag)
+    );
+    for (status, body) in [a, b, c] {
+        let v: Value = serde_json::from_slice(&body).unwrap();
+        assert_eq!(status, 200, "{v}");
+        assert!(v["checks"].as_array().is_some_and(|c| !c.is_empty()), "{v}");
+    }
+    assert_eq!(
+        node.collections.load(std::sync::atomic::Ordering::Relaxed),
+        1,
+        "three concurrent diags ran more than one collection"
+    );
+    // A diag after them collects again: it was not in flight with anything.
+    handle(&node, &diag).await;
+    assert_eq!(
+        node.collections.load(std::sync::atomic::Ordering::Relaxed),
+        2
+    );
+}

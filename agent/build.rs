@@ -1,0 +1,19 @@
+//! Compiles the kubelet's gRPC APIs (`proto/`) with protox, in pure Rust: no `protoc` is
+//! needed to build bcd. The device plugin API gets a server (bcd serves it) and a client
+//! (the tests and the benchmark speak it); Registration and PodResources a client and a
+//! server (bcd calls them; the stand-in kubelet of the Rust tests serves them).
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let protos = [
+        "proto/deviceplugin/v1beta1/api.proto",
+        "proto/podresources/v1/api.proto",
+    ];
+    for p in protos {
+        println!("cargo:rerun-if-changed={p}");
+    }
+    let files = protox::compile(protos, ["proto"])?;
+    tonic_prost_build::configure()
+        .build_transport(false)
+        .compile_fds(files)?;
+    Ok(())
+}

@@ -1,0 +1,271 @@
+//! Kubernetes: bcd's GPUs, MIG devices and slots as kubelet device plugins (API `v1beta1`,
+//! gRPC over Unix sockets), enabled by `bcd node --device-plugin-dir DIR`.
+//!
+//! - One plugin per resource ([`devices::Resource`]): `bcd.dev/gpu`, `bcd.dev/mig-<profile>`,
+//!   `bcd.dev/gpu-slot`. Each serves `DIR/bcd-<resource>.sock` before it registers with
+//!   `DIR/kubelet.sock`, and serves and registers again when the kubelet restarts (the
+//!   kubelet removes the plugin sockets and makes `kubelet.sock` anew) ([`plugin`]).
+//! - `ListAndWatch` streams [`devices::offer`]'s verdicts at every change of the conditions
+//!   (an XID, a healthy reset), the holds or the inventory.
+//! - `Allocate` makes a Kubernetes hold per container through [`crate::policy`], writes its
+//!   spec before it answers, and answers CDI device names ([`allocate`]).
+//! - Releases come from the kubelet's PodResources API ([`release`]).
+//!
+//! This module never runs a privileged step; it changes nothing but holds.
+
+pub mod allocate;
+pub mod devices;
+pub mod grpc;
+pub mod plugin;
+pub mod release;
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use tokio::sync::watch;
+
+use crate::node::shared::Node;
+
+/// The generated gRPC code of the kubelet's APIs (`agent/proto/`).
+pub mod proto {
+    /// The device plugin API, `v1beta1`.
+    #[allow(missing_docs, clippy::all, missing_debug_implementations)]
+    pub mod deviceplugin {
+        tonic::include_proto!("v1beta1");
+    }
+    /// The PodResources API, `v1`.
+    #[allow(missing_docs, clippy::all, missing_debug_implementations)]
+    pub mod podresources {
+        tonic::include_proto!("v1");
+    }
+}
+
+/// The device plugin API version bcd speaks.
+pub const API_VERSION: &str = "v1beta1";
+/// The kubelet's registration socket, in the plugin directory.
+pub const KUBELET_SOCKET: &str = "kubelet.sock";
+/// Where the kubelet serves the PodResources API.
+pub const DEFAULT_POD_RESOURCES_SOCKET: &str = "/var/lib/kubelet/pod-resources/kubelet.sock";
+/// How long a Kubernetes hold whose devices no pod has is kept before it is released: long
+/// enough for a container just allocated to appear in PodResources.
+pub const DEFAULT_RELEASE_GRACE: Duration = Duration::from_secs(30);
+
+/// What `bcd node` was told about Kubernetes.
+#[derive(Debug, Clone)]
+pub struct KubeletConfig {
+    /// The kubelet's device plugin directory (`/var/lib/kubelet/device-plugins`).
+    pub plugin_dir: PathBuf,
+    /// The kubelet's PodResources socket.
+    pub pod_resources_socket: PathBuf,
+    /// See [`DEFAULT_RELEASE_GRACE`].
+    pub release_grace: Duration,
+}
+
+/// Counters per resource, for the metrics.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ResourceCounters {
+    /// Containers allocated.
+    pub allocations: u64,
+    /// Kubernetes holds released.
+    pub releases: u64,
+    /// Devices turned `Healthy`.
+    pub to_healthy: u64,
+    /// Devices turned `Unhealthy`.
+    pub to_unhealthy: u64,
+}
+
+/// The Kubernetes side's state in the node: what changed, the counters, what is degraded.
+#[derive(Debug)]
+pub struct KubeState {
+    changed: watch::Sender<u64>,
+    counters: Mutex<BTreeMap<String, ResourceCounters>>,
+    problem: Mutex<Option<String>>,
+}
+
+impl Default for KubeState {
+    fn default() -> Self {
+        Self {
+            changed: watch::channel(0).0,
+            counters: Mutex::new(BTreeMap::new()),
+            problem: Mutex::new(None),
+        }
+    }
+}
+
+impl KubeState {
+    /// Says that the holds or the inventory changed: the plugins' device lists are computed
+    /// again.
+    pub fn touch(&self) {
+        self.changed.send_modify(|n| *n = n.wrapping_add(1));
+    }
+
+    /// A receiver of [`KubeState::touch`].
+    pub fn subscribe(&self) -> watch::Receiver<u64> {
+        self.changed.subscribe()
+    }
+
+    /// Changes the counters of `resource`.
+    pub fn count(&self, resource: &str, f: impl FnOnce(&mut ResourceCounters)) {
+        if let Ok(mut c) = self.counters.lock() {
+            f(c.entry(resource.to_owned()).or_default());
+        }
+    }
+
+    /// Every resource's counters.
+    pub fn counters(&self) -> BTreeMap<String, ResourceCounters> {
+        self.counters.lock().map(|c| c.clone()).unwrap_or_default()
+    }
+
+    /// Sets or clears what is degraded on the Kubernetes side (shown in `status`).
+    pub fn set_problem(&self, sentence: Option<String>) {
+        if let Ok(mut p) = self.problem.lock() {
+            if let Some(s) = &sentence {
+                if p.as_ref() != Some(s) {
+                    tracing::warn!("{s}");
+                }
+            }
+            *p = sentence;
+        }
+    }
+
+    /// What is degraded on the Kubernetes side now.
+    pub fn problem(&self) -> Option<String> {
+        self.problem.lock().ok().and_then(|p| p.clone())
+    }
+
+    /// The counters in Prometheus' text format.
+    pub fn metrics_text(&self) -> String {
+        let counters = self.counters();
+        if counters.is_empty() {
+            return String::new();
+        }
+        let mut out = String::new();
+        let mut family =
+            |name: &str,
+             help: &str,
+             value: &dyn Fn(&ResourceCounters) -> Vec<(&'static str, u64)>| {
+                out.push_str(&format!("# HELP {name} {help}\n# TYPE {name} counter\n"));
+                for (resource, c) in &counters {
+                    for (extra, v) in value(c) {
+                        out.push_str(&format!("{name}{{resource=\"{resource}\"{extra}}} {v}\n"));
+                    }
+                }
+            };
+        family(
+            "bcd_kubernetes_allocations_total",
+            "Containers the kubelet allocated devices to, per resource.",
+            &|c| vec![("", c.allocations)],
+        );
+        family(
+            "bcd_kubernetes_releases_total",
+            "Kubernetes holds released after no pod had their devices, per resource.",
+            &|c| vec![("", c.releases)],
+        );
+        family(
+            "bcd_kubernetes_health_transitions_total",
+            "Devices whose health changed on the ListAndWatch stream, per resource and new health.",
+            &|c| {
+                vec![
+                    (",health=\"Healthy\"", c.to_healthy),
+                    (",health=\"Unhealthy\"", c.to_unhealthy),
+                ]
+            },
+        );
+        out
+    }
+}
+
+/// Per GPU UUID, whether the GPU takes work: the one verdict the plugins stream. Today it is
+/// bcd's healthy rule ([`Node::healthy_map`]); a richer verdict plugs in here alone.
+pub async fn gpus_taking_work(node: &Node) -> BTreeMap<String, bool> {
+    node.healthy_map().await
+}
+
+/// The devices of the node as the plugins offer them now.
+pub async fn offer_now(node: &Node) -> devices::Offer {
+    let inventory = node.inventory().await;
+    let holds: Vec<crate::cdi::Hold> = node
+        .holds
+        .lock()
+        .await
+        .as_ref()
+        .map(|h| h.list().cloned().collect())
+        .unwrap_or_default();
+    let verdict = gpus_taking_work(node).await;
+    devices::offer(&inventory, node.config.gpu_slots, &holds, &verdict)
+}
+
+/// `bcd status`'s lines about Kubernetes, from the hold store in `data_dir`: one per
+/// Kubernetes hold with its devices, and whether its release is pending.
+pub fn status_lines(data_dir: &std::path::Path) -> String {
+    let Ok(holds) = crate::cdi::Holds::load(data_dir) else {
+        return String::new();
+    };
+    let mut out = String::new();
+    for hold in holds.list().filter(|h| h.kubernetes) {
+        let devices: Vec<&str> = hold.devices.iter().map(|d| d.as_str()).collect();
+        out.push_str(&format!("kubernetes {} {}", hold.id, devices.join(",")));
+        if let Some(since) = hold.unassigned_since {
+            out.push_str(&format!(
+                " (release pending: no pod has its devices since {since}, Unix time)"
+            ));
+        }
+        out.push('\n');
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_counters_are_rendered_per_resource() {
+        let state = KubeState::default();
+        assert_eq!(
+            state.metrics_text(),
+            "",
+            "nothing before the first allocation"
+        );
+        state.count("bcd.dev/gpu", |c| c.allocations += 2);
+        state.count("bcd.dev/gpu", |c| c.to_unhealthy += 1);
+        let text = state.metrics_text();
+        assert!(
+            text.contains("bcd_kubernetes_allocations_total{resource=\"bcd.dev/gpu\"} 2\n"),
+            "{text}"
+        );
+        assert!(text.contains("bcd_kubernetes_health_transitions_total{resource=\"bcd.dev/gpu\",health=\"Unhealthy\"} 1\n"), "{text}");
+        assert!(text.contains("# TYPE bcd_kubernetes_releases_total counter\n"));
+    }
+
+    #[test]
+    fn status_lines_name_kubernetes_holds_and_pending_releases() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut holds = crate::cdi::Holds::load(dir.path()).unwrap();
+        let t = crate::policy::Topology::default();
+        let dev: crate::cdi::DeviceId = "GPU-11111111-1111-1111-1111-111111111111".parse().unwrap();
+        let placed = vec![crate::policy::Placed {
+            device: dev.clone(),
+            gpu: Some(dev),
+        }];
+        let id: crate::cdi::HoldId = "k8s-a".parse().unwrap();
+        holds.apply(id.clone(), placed, true, &t).unwrap();
+        assert_eq!(
+            status_lines(dir.path()),
+            "kubernetes k8s-a GPU-11111111-1111-1111-1111-111111111111\n"
+        );
+        assert!(holds.mark_unassigned(&id, Some(42)).unwrap());
+        assert!(
+            !holds.mark_unassigned(&id, Some(42)).unwrap(),
+            "no change, no write"
+        );
+        assert!(
+            status_lines(dir.path()).contains("(release pending: no pod has its devices since 42")
+        );
+    }
+}
+
+#[cfg(test)]
+mod served;

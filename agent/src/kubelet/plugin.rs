@@ -1,0 +1,418 @@
+//! The plugins' servers and their registration, and the task that computes what they offer.
+//!
+//! Each resource's plugin: binds `DIR/bcd-<resource>.sock` (a stale socket file is
+//! replaced), serves the device plugin API on it, then registers with `DIR/kubelet.sock`.
+//! It then watches both files every [`WATCH_EVERY`]: when `kubelet.sock` is made anew (the
+//! kubelet restarted) or its own socket is gone (the kubelet removes them on restart), it
+//! serves again and registers again, so a restarted kubelet has every plugin back well
+//! within 2 s.
+
+use std::collections::BTreeSet;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::{mpsc, watch};
+use tokio_stream::wrappers::{ReceiverStream, UnixListenerStream};
+use tonic::{Request, Response, Status};
+
+use super::devices::{self, Offer, Offered, Resource};
+use super::proto::deviceplugin as pb;
+use super::proto::deviceplugin::device_plugin_server::{DevicePlugin, DevicePluginServer};
+use super::proto::deviceplugin::registration_client::RegistrationClient;
+use super::{grpc, KubeletConfig, API_VERSION, KUBELET_SOCKET};
+use crate::cdi::DeviceId;
+use crate::node::shared::Node;
+
+/// How often a plugin looks at `kubelet.sock` and its own socket.
+pub const WATCH_EVERY: Duration = Duration::from_millis(250);
+/// How long a registration may take (the kubelet dials back before it answers).
+pub const REGISTER_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long a plugin waits after a failed registration before it tries again.
+pub const REGISTER_RETRY: Duration = Duration::from_secs(1);
+/// How often the offer is computed again even when nothing signalled a change (the
+/// inventory's passthrough memory, samples).
+pub const RECOMPUTE_EVERY: Duration = Duration::from_secs(5);
+
+/// One resource's device plugin service.
+#[derive(Debug, Clone)]
+pub struct Plugin {
+    resource: Resource,
+    node: Arc<Node>,
+    offer: watch::Receiver<Offer>,
+}
+
+impl Plugin {
+    /// The plugin of `resource`, offering what `offer` says.
+    pub fn new(resource: Resource, node: Arc<Node>, offer: watch::Receiver<Offer>) -> Self {
+        Self {
+            resource,
+            node,
+            offer,
+        }
+    }
+
+    fn devices(&self) -> Vec<Offered> {
+        self.offer
+            .borrow()
+            .get(&self.resource)
+            .cloned()
+            .unwrap_or_default()
+    }
+}
+
+fn to_wire(devices: &[Offered]) -> pb::ListAndWatchResponse {
+    pb::ListAndWatchResponse {
+        devices: devices
+            .iter()
+            .map(|d| pb::Device {
+                id: d.id.as_str().to_owned(),
+                health: if d.healthy {
+                    devices::HEALTHY
+                } else {
+                    devices::UNHEALTHY
+                }
+                .to_owned(),
+                topology: d.numa.map(|n| pb::TopologyInfo {
+                    nodes: vec![pb::NumaNode { id: i64::from(n) }],
+                }),
+            })
+            .collect(),
+    }
+}
+
+type Stream =
+    Pin<Box<dyn tokio_stream::Stream<Item = Result<pb::ListAndWatchResponse, Status>> + Send>>;
+
+#[tonic::async_trait]
+impl DevicePlugin for Plugin {
+    async fn get_device_plugin_options(
+        &self,
+        _: Request<pb::Empty>,
+    ) -> Result<Response<pb::DevicePluginOptions>, Status> {
+        Ok(Response::new(options()))
+    }
+
+    type ListAndWatchStream = Stream;
+
+    async fn list_and_watch(
+        &self,
+        _: Request<pb::Empty>,
+    ) -> Result<Response<Self::ListAndWatchStream>, Status> {
+        let (tx, rx) = mpsc::channel(4);
+        let mut offer = self.offer.clone();
+        let resource = self.resource.clone();
+        tokio::spawn(async move {
+            let mut last: Option<Vec<Offered>> = None;
+            loop {
+                let now = offer
+                    .borrow_and_update()
+                    .get(&resource)
+                    .cloned()
+                    .unwrap_or_default();
+                if last.as_ref() != Some(&now) {
+                    if tx.send(Ok(to_wire(&now))).await.is_err() {
+                        return;
+                    }
+                    last = Some(now);
+                }
+                tokio::select! {
+                    changed = offer.changed() => if changed.is_err() { return },
+                    () = tx.closed() => return,
+                }
+            }
+        });
+        Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
+    }
+
+    async fn get_preferred_allocation(
+        &self,
+        request: Request<pb::PreferredAllocationRequest>,
+    ) -> Result<Response<pb::PreferredAllocationResponse>, Status> {
+        let inventory = self.node.inventory().await;
+        let all: Vec<DeviceId> = self.devices().into_iter().map(|d| d.id).collect();
+        let parse = |ids: &[String]| -> Vec<DeviceId> {
+            ids.iter().filter_map(|s| s.parse().ok()).collect()
+        };
+        let container_responses = request
+            .into_inner()
+            .container_requests
+            .iter()
+            .map(|c| {
+                let size = usize::try_from(c.allocation_size).unwrap_or(0);
+                let got = devices::preferred(
+                    &inventory,
+                    &parse(&c.available_device_i_ds),
+                    &parse(&c.must_include_device_i_ds),
+                    size,
+                    &all,
+                );
+                pb::ContainerPreferredAllocationResponse {
+                    device_i_ds: got.iter().map(|d| d.as_str().to_owned()).collect(),
+                }
+            })
+            .collect();
+        Ok(Response::new(pb::PreferredAllocationResponse {
+            container_responses,
+        }))
+    }
+
+    async fn allocate(
+        &self,
+        request: Request<pb::AllocateRequest>,
+    ) -> Result<Response<pb::AllocateResponse>, Status> {
+        let offered: Vec<DeviceId> = self.devices().into_iter().map(|d| d.id).collect();
+        let mut container_responses = Vec::new();
+        for c in request.into_inner().container_requests {
+            let (hold, names) =
+                super::allocate::allocate(&self.node, &self.resource, &offered, &c.devices_ids)
+                    .await
+                    .map_err(|e| {
+                        tracing::warn!("{}: Allocate refused: {e}", self.resource);
+                        Status::failed_precondition(e.to_string())
+                    })?;
+            tracing::info!(
+                "{}: allocated {} as Kubernetes hold {hold}",
+                self.resource,
+                c.devices_ids.join(",")
+            );
+            container_responses.push(pb::ContainerAllocateResponse {
+                cdi_devices: names
+                    .into_iter()
+                    .map(|name| pb::CdiDevice { name })
+                    .collect(),
+                ..pb::ContainerAllocateResponse::default()
+            });
+        }
+        self.node.kubernetes.touch();
+        Ok(Response::new(pb::AllocateResponse {
+            container_responses,
+        }))
+    }
+
+    async fn pre_start_container(
+        &self,
+        _: Request<pb::PreStartContainerRequest>,
+    ) -> Result<Response<pb::PreStartContainerResponse>, Status> {
+        Ok(Response::new(pb::PreStartContainerResponse {}))
+    }
+}
+
+fn options() -> pb::DevicePluginOptions {
+    pb::DevicePluginOptions {
+        pre_start_required: false,
+        get_preferred_allocation_available: true,
+    }
+}
+
+/// A file's identity: a socket made anew has another inode.
+fn identity(path: &Path) -> Option<(u64, u64)> {
+    std::fs::symlink_metadata(path)
+        .ok()
+        .map(|m| (m.dev(), m.ino()))
+}
+
+/// Binds the plugin's socket, replacing a stale socket file (never anything else).
+fn bind(path: &Path) -> std::io::Result<tokio::net::UnixListener> {
+    if let Ok(m) = std::fs::symlink_metadata(path) {
+        if std::os::unix::fs::FileTypeExt::is_socket(&m.file_type()) {
+            std::fs::remove_file(path)?;
+        } else {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::AlreadyExists,
+                "something other than a socket is there",
+            ));
+        }
+    }
+    tokio::net::UnixListener::bind(path)
+}
+
+/// Removes the plugin's socket file when its server stops (the node stops or serves anew),
+/// unless the file is another one by then.
+struct SocketFile {
+    path: PathBuf,
+    identity: Option<(u64, u64)>,
+}
+
+impl Drop for SocketFile {
+    fn drop(&mut self) {
+        if self.identity.is_some() && identity(&self.path) == self.identity {
+            let _ = std::fs::remove_file(&self.path);
+        }
+    }
+}
+
+/// Registers `resource` whose socket is `endpoint` with the kubelet at `kubelet`.
+///
+/// # Errors
+/// The sentence: the kubelet could not be reached or refused.
+pub async fn register(kubelet: &Path, endpoint: &str, resource: &Resource) -> Result<(), String> {
+    let channel = grpc::dial(kubelet).await.map_err(|e| e.to_string())?;
+    let mut client = RegistrationClient::new(channel);
+    let request = pb::RegisterRequest {
+        version: API_VERSION.to_owned(),
+        endpoint: endpoint.to_owned(),
+        resource_name: resource.as_str().to_owned(),
+        options: Some(options()),
+    };
+    tokio::time::timeout(REGISTER_TIMEOUT, client.register(request))
+        .await
+        .map_err(|_| {
+            format!(
+                "the kubelet did not answer Register within {}s",
+                REGISTER_TIMEOUT.as_secs()
+            )
+        })?
+        .map_err(|s| format!("the kubelet refused the registration: {}", s.message()))?;
+    Ok(())
+}
+
+/// Serves and registers one resource's plugin for ever, again after each kubelet restart.
+async fn run_plugin(plugin: Plugin, dir: PathBuf) {
+    let name = plugin.resource.socket_name();
+    let socket = dir.join(&name);
+    let kubelet = dir.join(KUBELET_SOCKET);
+    // Each failure is logged once, not at every retry.
+    let mut said = String::new();
+    let say = |said: &mut String, sentence: String| {
+        if sentence != *said {
+            tracing::warn!("{sentence}");
+            *said = sentence;
+        }
+    };
+    loop {
+        let listener = match bind(&socket) {
+            Ok(l) => l,
+            Err(e) => {
+                say(
+                    &mut said,
+                    format!(
+                        "{}: cannot serve its socket {}: {e}",
+                        plugin.resource,
+                        socket.display()
+                    ),
+                );
+                tokio::time::sleep(Duration::from_secs(1)).await;
+                continue;
+            }
+        };
+        let served = identity(&socket);
+        let _remove = SocketFile {
+            path: socket.clone(),
+            identity: served,
+        };
+        let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+        let server = tokio::spawn(
+            tonic::transport::Server::builder()
+                .add_service(DevicePluginServer::new(plugin.clone()))
+                .serve_with_incoming_shutdown(UnixListenerStream::new(listener), async {
+                    let _ = stop_rx.await;
+                }),
+        );
+        // Registered with the kubelet whose socket had this identity.
+        let mut registered: Option<(u64, u64)> = None;
+        loop {
+            let now = identity(&kubelet);
+            if identity(&socket) != served {
+                break;
+            }
+            if registered.is_some() && now != registered {
+                break;
+            }
+            if registered.is_none() && now.is_some() {
+                match register(&kubelet, &name, &plugin.resource).await {
+                    Ok(()) => {
+                        tracing::info!(
+                            "{}: registered with the kubelet ({})",
+                            plugin.resource,
+                            kubelet.display()
+                        );
+                        registered = now;
+                        said.clear();
+                    }
+                    Err(e) => {
+                        say(&mut said, format!("{}: {e}", plugin.resource));
+                        // A kubelet that refuses is not asked four times a second.
+                        tokio::time::sleep(REGISTER_RETRY).await;
+                    }
+                }
+            }
+            tokio::time::sleep(WATCH_EVERY).await;
+        }
+        let _ = stop_tx.send(());
+        server.abort();
+        tracing::info!(
+            "{}: the kubelet restarted; serving and registering again",
+            plugin.resource
+        );
+    }
+}
+
+/// The Kubernetes side of the node: computes the offer at every change, starts one plugin
+/// per resource as resources appear, and runs the release loop. Runs until the node stops.
+pub async fn run(node: Arc<Node>, config: KubeletConfig) {
+    if let Err(e) = std::fs::create_dir_all(&config.plugin_dir) {
+        node.problem(format!(
+            "the device plugin folder {} cannot be created ({e}); Kubernetes gets no device",
+            config.plugin_dir.display()
+        ));
+    }
+    let (offer_tx, offer_rx) = watch::channel(Offer::new());
+    let mut conditions = node.health.subscribe();
+    let mut changed = node.kubernetes.subscribe();
+    // A JoinSet aborts its tasks when dropped: the plugins stop with the node.
+    let mut tasks = tokio::task::JoinSet::new();
+    let mut plugins: BTreeSet<Resource> = BTreeSet::new();
+    tasks.spawn(super::release::run(node.clone(), config.clone()));
+    let mut every = tokio::time::interval(RECOMPUTE_EVERY);
+    loop {
+        let offer = super::offer_now(&node).await;
+        count_transitions(&node, &offer_tx.borrow(), &offer);
+        for resource in offer.keys() {
+            if plugins.insert(resource.clone()) {
+                let plugin = Plugin {
+                    resource: resource.clone(),
+                    node: node.clone(),
+                    offer: offer_rx.clone(),
+                };
+                tasks.spawn(run_plugin(plugin, config.plugin_dir.clone()));
+            }
+        }
+        offer_tx.send_if_modified(|o| {
+            if *o == offer {
+                false
+            } else {
+                *o = offer;
+                true
+            }
+        });
+        tokio::select! {
+            r = conditions.changed() => if r.is_err() { break },
+            r = changed.changed() => if r.is_err() { break },
+            _ = every.tick() => {}
+        }
+    }
+    tasks.shutdown().await;
+}
+
+fn count_transitions(node: &Node, before: &Offer, after: &Offer) {
+    for (resource, devices) in after {
+        for d in devices {
+            let was = before
+                .get(resource)
+                .and_then(|b| b.iter().find(|x| x.id == d.id))
+                .map(|x| x.healthy);
+            if was.is_some_and(|w| w != d.healthy) {
+                node.kubernetes.count(resource.as_str(), |c| {
+                    if d.healthy {
+                        c.to_healthy += 1;
+                    } else {
+                        c.to_unhealthy += 1;
+                    }
+                });
+            }
+        }
+    }
+}

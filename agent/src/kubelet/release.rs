@@ -1,0 +1,191 @@
+//! Releases: the device plugin API has no release call, so every [`POLL_EVERY`] the
+//! kubelet's PodResources `List` says which of bcd's devices pods still have. A Kubernetes
+//! hold none of whose devices a pod has is marked unassigned (its release is now pending:
+//! `gpu.reset` refuses its GPUs); once its grace period is over and its GPUs show no compute
+//! process it is released and its spec removed. A hold whose devices show up again is
+//! assigned again. While PodResources cannot be read nothing is released (an unreachable
+//! kubelet is not a pod gone), and `status` says so.
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use super::devices::DOMAIN;
+use super::proto::podresources::{
+    pod_resources_lister_client::PodResourcesListerClient, ListPodResourcesRequest,
+};
+use super::{grpc, KubeletConfig};
+use crate::cdi::{DeviceId, Hold};
+use crate::node::attribution::{PodAllocation, PodRef};
+use crate::node::shared::Node;
+
+/// How often PodResources is read while a Kubernetes hold exists.
+pub const POLL_EVERY: Duration = Duration::from_secs(1);
+
+/// The devices of bcd's resources that pods have now, with the container that has each,
+/// from PodResources `List`.
+///
+/// # Errors
+/// The sentence: the socket could not be reached or `List` failed.
+pub async fn allocations(socket: &std::path::Path) -> Result<Vec<PodAllocation>, String> {
+    let channel = grpc::dial(socket).await.map_err(|e| e.to_string())?;
+    let mut client = PodResourcesListerClient::new(channel);
+    let list = client
+        .list(ListPodResourcesRequest {})
+        .await
+        .map_err(|s| format!("PodResources List failed: {}", s.message()))?
+        .into_inner();
+    let prefix = format!("{DOMAIN}/");
+    let mut out = Vec::new();
+    for p in &list.pod_resources {
+        for c in &p.containers {
+            let ids = c
+                .devices
+                .iter()
+                .filter(|d| d.resource_name.starts_with(&prefix))
+                .flat_map(|d| &d.device_ids)
+                .filter_map(|id| id.parse::<DeviceId>().ok());
+            for device in ids {
+                out.push(PodAllocation {
+                    device,
+                    pod: PodRef {
+                        namespace: p.namespace.clone(),
+                        pod: p.name.clone(),
+                        container: c.name.clone(),
+                    },
+                });
+            }
+        }
+    }
+    Ok(out)
+}
+
+fn now_s() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+/// The resource a hold's first device belongs to, for the counters.
+fn resource_of(
+    hold: &Hold,
+    inventory: &crate::inventory::document::Inventory,
+    slots: u32,
+) -> String {
+    let offer = super::devices::offer(inventory, slots, &[], &Default::default());
+    hold.devices
+        .first()
+        .and_then(|d| {
+            offer
+                .iter()
+                .find(|(_, devices)| devices.iter().any(|o| &o.id == d))
+                .map(|(r, _)| r.to_string())
+        })
+        .unwrap_or_else(|| super::devices::GPU_RESOURCE.to_owned())
+}
+
+/// One pass: reads PodResources and marks, unmarks or releases the Kubernetes holds.
+pub async fn pass(node: &Node, config: &KubeletConfig) {
+    let kubernetes: Vec<Hold> = node
+        .holds
+        .lock()
+        .await
+        .as_ref()
+        .map(|h| h.list().filter(|h| h.kubernetes).cloned().collect())
+        .unwrap_or_default();
+    if kubernetes.is_empty() {
+        node.kubernetes.set_problem(None);
+        // No Kubernetes hold: no pod has one of bcd's devices, and no series names one.
+        node.set_pod_allocations(Vec::new());
+        return;
+    }
+    let assigned: BTreeSet<DeviceId> = match allocations(&config.pod_resources_socket).await {
+        Ok(a) => {
+            node.kubernetes.set_problem(None);
+            let devices = a.iter().map(|p| p.device.clone()).collect();
+            // The metrics' namespace/pod/container labels (see node::attribution).
+            node.set_pod_allocations(a);
+            devices
+        }
+        Err(e) => {
+            node.kubernetes.set_problem(Some(format!(
+                "the kubelet's PodResources API cannot be read ({e}): no Kubernetes hold is released until it can"
+            )));
+            return;
+        }
+    };
+    let busy_gpus: BTreeSet<String> = node
+        .samples
+        .read()
+        .await
+        .iter()
+        // A GPU whose process count could not be read counts as busy: a release waits for
+        // proof that nothing runs there.
+        .filter(|s| s.compute_processes != Some(0))
+        .map(|s| s.uuid.clone())
+        .collect();
+    let inventory = node.inventory().await;
+    let topology = crate::policy::Topology::from_inventory(&inventory, crate::cdi::ids::MAX_SLOTS);
+    let now = now_s();
+    let mut changed = false;
+    for hold in kubernetes {
+        let in_use = hold.devices.iter().any(|d| assigned.contains(d));
+        let mut holds = node.holds.lock().await;
+        let Some(store) = holds.as_mut() else { return };
+        if in_use {
+            changed |= store.mark_unassigned(&hold.id, None).unwrap_or_else(|e| {
+                tracing::error!("{e}");
+                false
+            });
+            continue;
+        }
+        let since = hold.unassigned_since.unwrap_or(now);
+        if hold.unassigned_since.is_none() {
+            changed |= store
+                .mark_unassigned(&hold.id, Some(since))
+                .unwrap_or_else(|e| {
+                    tracing::error!("{e}");
+                    false
+                });
+            tracing::info!(
+                "Kubernetes hold {}: no pod has its devices; its release is pending",
+                hold.id
+            );
+        }
+        let processes = topology
+            .placed(&hold)
+            .iter()
+            .filter_map(|p| p.gpu.as_ref())
+            .any(|g| busy_gpus.contains(g.as_str()));
+        if now.saturating_sub(since) >= config.release_grace.as_secs() && !processes {
+            match store.release(&hold.id) {
+                Ok(_) => {
+                    tracing::info!(
+                        "Kubernetes hold {} released: no pod has had its devices for {}s",
+                        hold.id,
+                        now - since
+                    );
+                    node.kubernetes.count(
+                        &resource_of(&hold, &inventory, node.config.gpu_slots),
+                        |c| c.releases += 1,
+                    );
+                    changed = true;
+                }
+                Err(e) => tracing::error!("{e}"),
+            }
+        }
+    }
+    if changed {
+        node.converge_holds().await;
+        node.kubernetes.touch();
+    }
+}
+
+/// Runs [`pass`] every [`POLL_EVERY`] for ever.
+pub async fn run(node: Arc<Node>, config: KubeletConfig) {
+    let mut every = tokio::time::interval(POLL_EVERY);
+    loop {
+        every.tick().await;
+        pass(&node, &config).await;
+    }
+}

@@ -1,0 +1,137 @@
+//! bcd's kubelet device plugins against a stand-in kubelet (`tests/kubelet/stand_in.py`,
+//! Python's grpcio: another gRPC implementation than bcd's, speaking the real wire API from
+//! stubs generated from bcd's .proto files at test time) on the 8-GPU demo host, with the
+//! real `bcd-helper` for the reset: registration of every resource, preferred allocation,
+//! allocation of GPUs and MIG devices with NVIDIA's CDI names, a GPU held outside Kubernetes
+//! never allocatable, two allocations never sharing a GPU, an Xid 79 turning exactly its GPU
+//! Unhealthy and a healthy reset turning it Healthy, a pod gone from PodResources released
+//! after the grace period (gpu.reset refused while the release is pending), and a kubelet
+//! restart answered by registering again within 2 s.
+//!
+//! Needs `python3` with `grpcio` and `grpcio-tools` (run-tests installs them); skipped, saying
+//! so, without them.
+
+#[path = "common/processes.rs"]
+#[allow(dead_code)]
+mod processes;
+
+use processes::{copy_host, repo, wait_for, Reaped};
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+fn python_with_grpc() -> bool {
+    Command::new("python3")
+        .args(["-c", "import grpc, grpc_tools"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+#[test]
+fn device_plugins_against_a_stand_in_kubelet() {
+    if !python_with_grpc() {
+        eprintln!("skipped: python3 with grpcio and grpcio-tools is missing (pip install grpcio grpcio-tools)");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let host = copy_host(dir.path(), "hgx-h100");
+    std::fs::write(host.join("answers/record"), "").unwrap();
+    let cdi = dir.path().join("cdi");
+    std::fs::create_dir_all(&cdi).unwrap();
+    std::fs::copy(
+        repo().join("testdata/cdi/hgx-h100-uuid.json"),
+        cdi.join("nvidia.json"),
+    )
+    .unwrap();
+    let data = dir.path().join("data");
+    let helper_sock = dir.path().join("helper.sock");
+    let api_sock = dir.path().join("bcd.sock");
+    let plugins = dir.path().join("device-plugins");
+    std::fs::create_dir_all(&plugins).unwrap();
+    let pod_resources = dir.path().join("pod-resources.sock");
+    let metrics = {
+        // A free loopback port for the metrics listener.
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().to_string()
+    };
+
+    let helper_bin = PathBuf::from(env!("CARGO_BIN_EXE_bcd")).with_file_name("bcd-helper");
+    let _helper = if helper_bin.exists() {
+        let uid = nix::unistd::getuid().as_raw().to_string();
+        let helper = Reaped(
+            Command::new(&helper_bin)
+                .arg("--listen")
+                .arg(&helper_sock)
+                .args(["--allow-uid", &uid, "--no-sandbox", "--audit-log"])
+                .arg(dir.path().join("audit.log"))
+                .arg("--nvidia-smi")
+                .arg(host.join("bin/nvidia-smi"))
+                .arg("--sysfs-root")
+                .arg(host.join("root/sys"))
+                .arg("--staging-dir")
+                .arg(dir.path().join("staging"))
+                .stderr(Stdio::null())
+                .spawn()
+                .unwrap(),
+        );
+        wait_for("the helper socket", Duration::from_secs(10), || {
+            helper_sock.exists()
+        });
+        Some(helper)
+    } else {
+        eprintln!("note: bcd-helper is not built beside bcd (cargo test --workspace); the reset is skipped");
+        None
+    };
+
+    let global: Vec<String> = [
+        "--host".into(),
+        host.display().to_string(),
+        "--data-dir".into(),
+        data.display().to_string(),
+        "--cdi-dir".into(),
+        cdi.display().to_string(),
+        "--helper-socket".into(),
+        helper_sock.display().to_string(),
+        "--api-socket".into(),
+        api_sock.display().to_string(),
+    ]
+    .to_vec();
+    let _node = Reaped(
+        Command::new(env!("CARGO_BIN_EXE_bcd"))
+            .args(&global)
+            .args(["node", "--api-group", "root", "--gpu-slots", "2"])
+            .arg("--device-plugin-dir")
+            .arg(&plugins)
+            .arg("--pod-resources-socket")
+            .arg(&pod_resources)
+            .args(["--kubernetes-release-grace", "2"])
+            .arg("--metrics-listen")
+            .arg(&metrics)
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let out = Command::new("python3")
+        .arg(repo().join("agent/tests/kubelet/stand_in.py"))
+        .env("BCD", env!("CARGO_BIN_EXE_bcd"))
+        .env("BCD_GLOBAL", serde_json::to_string(&global).unwrap())
+        .env("PLUGIN_DIR", &plugins)
+        .env("POD_RESOURCES_SOCKET", &pod_resources)
+        .env("PROTO_DIR", repo().join("agent/proto"))
+        .env("KMSG", host.join("root/dev/kmsg"))
+        .env("CDI_DIR", &cdi)
+        .env("HOST", &host)
+        .env("HELPER", if helper_bin.exists() { "1" } else { "0" })
+        .env("METRICS_URL", format!("http://{metrics}/metrics"))
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    eprintln!("{stdout}{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "the stand-in kubelet's scenario failed"
+    );
+    assert!(stdout.contains("all passed"));
+}
