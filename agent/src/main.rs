@@ -56,15 +56,14 @@ fn main() -> ExitCode {
                 pod_resources_socket,
                 kubernetes_release_grace,
             } => {
-                svc::node(
-                    &cli.global,
-                    *metrics_listen,
-                    otlp_endpoint.clone(),
-                    *sample_interval,
-                    api_group,
-                    *gpu_slots,
-                    *metrics_compat,
-                    device_plugin_dir
+                let flags = svc::NodeFlags {
+                    metrics_listen: *metrics_listen,
+                    otlp_endpoint: otlp_endpoint.clone(),
+                    sample_interval: *sample_interval,
+                    api_group: api_group.clone(),
+                    gpu_slots: *gpu_slots,
+                    metrics_compat: *metrics_compat,
+                    kubelet: device_plugin_dir
                         .as_ref()
                         .map(|dir| bcd::kubelet::KubeletConfig {
                             plugin_dir: dir.clone(),
@@ -73,8 +72,8 @@ fn main() -> ExitCode {
                                 *kubernetes_release_grace,
                             ),
                         }),
-                )
-                .await
+                };
+                svc::node(&cli.global, flags).await
             }
             Command::Status => {
                 let code = health::commands::status_command(&cli.global).await;

@@ -200,24 +200,43 @@ pub async fn vm(global: &Global, cmd: &VmCommand) -> ExitCode {
     through_service(global, "POST", path, Some(&request), summary).await
 }
 
+/// `bcd node`'s own flags, as the command line gave them.
+#[derive(Debug, Clone)]
+pub struct NodeFlags {
+    /// `--metrics-listen`.
+    pub metrics_listen: Option<SocketAddr>,
+    /// `--otlp-endpoint`.
+    pub otlp_endpoint: Option<OtlpEndpoint>,
+    /// `--sample-interval`, in seconds.
+    pub sample_interval: u64,
+    /// `--api-group`.
+    pub api_group: String,
+    /// `--gpu-slots`.
+    pub gpu_slots: u32,
+    /// `--metrics-compat`.
+    pub metrics_compat: Option<crate::node::metrics::MetricsCompat>,
+    /// `--device-plugin-dir` and its companions; `None` without it.
+    pub kubelet: Option<crate::kubelet::KubeletConfig>,
+}
+
 /// `bcd node`.
-pub async fn node(
-    global: &Global,
-    metrics_listen: Option<SocketAddr>,
-    otlp_endpoint: Option<OtlpEndpoint>,
-    sample_interval: u64,
-    api_group: &str,
-    gpu_slots: u32,
-    metrics_compat: Option<crate::node::metrics::MetricsCompat>,
-    kubelet: Option<crate::kubelet::KubeletConfig>,
-) -> ExitCode {
+pub async fn node(global: &Global, flags: NodeFlags) -> ExitCode {
+    let NodeFlags {
+        metrics_listen,
+        otlp_endpoint,
+        sample_interval,
+        api_group,
+        gpu_slots,
+        metrics_compat,
+        kubelet,
+    } = flags;
     let config = NodeConfig {
         host: global.host(),
         data_dir: global.data_dir.clone(),
         cdi_dir: global.cdi_dir.clone(),
         helper_socket: global.helper_socket.clone(),
         api_socket: global.api_socket.clone(),
-        api_group: Some(api_group.to_owned()),
+        api_group: Some(api_group),
         metrics_listen,
         sample_interval: Duration::from_secs(sample_interval),
         otlp_endpoint,
