@@ -533,6 +533,8 @@ fn status_lists_every_degraded_input() {
     std::fs::create_dir(&kmsg).unwrap();
     std::fs::write(&rig.data, b"not a folder").unwrap();
     std::fs::write(rig.cdi.join("nvidia.json"), b"{ torn").unwrap();
+    // A driver that refuses nvidia-smi's loop mode: sampling falls back to one-shot queries.
+    std::fs::write(rig.host.join("answers/loop.exit"), b"2\n").unwrap();
     let _node = Reaped(rig.node(&[], None).spawn().unwrap());
     let wanted = [
         "reading XIDs from",
