@@ -642,6 +642,16 @@ fn a_save_image_swapped_for_a_link_never_reaches_virsh() {
     }
     stop.store(true, std::sync::atomic::Ordering::SeqCst);
     let swaps = swapper.join().unwrap();
+    // With the swapping over and a regular image in place, a restore goes through.
+    std::fs::remove_file(&image).unwrap();
+    std::fs::write(&image, "legit-image").unwrap();
+    exchange(
+        &h.sock,
+        Operation::LibvirtRestore { file: file.clone() },
+        Duration::from_secs(10),
+    )
+    .unwrap();
+    ok += 1;
     let seen = std::fs::read_to_string(h.path("seen")).unwrap_or_default();
     assert!(
         !seen.contains("SECRET"),
