@@ -39,6 +39,8 @@ use config::{Config, Parsed};
 const LISTEN_FDS_START: RawFd = 3;
 /// Most passed descriptors marked close-on-exec (a socket unit passes one).
 const MAX_PASSED_FDS: RawFd = 64;
+/// The listening socket's backlog (`--listen`; the socket unit's `Backlog=` says the same).
+const LISTEN_BACKLOG: i32 = 16;
 /// The socket file's mode under `--listen` (the socket unit sets the same in production).
 const SOCKET_MODE: u32 = 0o660;
 /// How long, at exit, to let running operations finish (systemd's default stop timeout is
@@ -171,6 +173,15 @@ fn bind(path: &Path) -> Result<StdListener, StartError> {
     let bound = StdListener::bind(path);
     nix::sys::stat::umask(old);
     let listener = bound.map_err(|e| fail(e.to_string()))?;
+    // A short backlog: a connection waits behind at most this many others (a refused flood's
+    // included) before the accept loop sees it; the socket unit sets the same (Backlog=).
+    // SAFETY: listen on a socket this function owns; it only changes the backlog.
+    if unsafe { libc::listen(listener.as_raw_fd(), LISTEN_BACKLOG) } != 0 {
+        return Err(fail(format!(
+            "cannot set its backlog: {}",
+            std::io::Error::last_os_error()
+        )));
+    }
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(SOCKET_MODE))
         .map_err(|e| fail(format!("cannot set its mode: {e}")))?;
     Ok(listener)

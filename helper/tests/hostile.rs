@@ -305,7 +305,9 @@ fn floods_of_refused_idle_and_half_open_connections_never_lock_the_agent_out() {
     );
     assert!(p99 <= Duration::from_millis(250), "{report}");
     assert!(peak_kib <= 16 * 1024, "{report}");
-    assert!(peak_fds <= CAP + 16, "{report}");
+    // The slots, the descriptors of connections closed to make room a moment ago, and the
+    // helper's own (listener, epoll, audit log, signal pipes).
+    assert!(peak_fds <= CAP + 24, "{report}");
     assert!(audit_growth <= 64 * 1024, "{report}");
     let denied: u64 = counts
         .iter()

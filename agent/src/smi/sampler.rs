@@ -18,8 +18,9 @@
 //!   devices' memory is in `-q -x` alone (`-d`, which restricts `-q` to sections, is documented
 //!   as not working with `-x`), so a one-shot `-q -x` reads it every
 //!   [`MIG_MEMORY_INTERVAL`] (in a task of its own: sampling never waits for it), and each
-//!   batch carries the latest read. That is one `nvidia-smi` start per 12 samples at 5 s
-//!   instead of a full `-q -x` every sample; [`Sampled::mig_memory`] says how it goes.
+//!   batch carries the latest read. That is one `nvidia-smi` start per 120 samples at 5 s
+//!   (the inventory's own cadence) instead of a full `-q -x` every sample;
+//!   [`Sampled::mig_memory`] says how it goes.
 //! - **Fall back.** Where loop mode is refused (the very first children exit non-zero before a
 //!   single GPU line) or cannot stand in for the snapshot (a refused field, a line with the
 //!   wrong columns: the seed's rules), the sampler says so through `tracing` and runs the
@@ -59,8 +60,10 @@ pub const BACKOFF_MAX: Duration = Duration::from_secs(60);
 pub const BURST_GAP: Duration = Duration::from_millis(50);
 /// Compute-process counts older than this many intervals mean "no processes".
 pub const APPS_STALE_INTERVALS: f64 = 1.5;
-/// How often the MIG devices' memory is read (`-q -x`) while a GPU is in MIG mode.
-pub const MIG_MEMORY_INTERVAL: Duration = Duration::from_secs(60);
+/// How often the MIG devices' memory is read (`-q -x`) while a GPU is in MIG mode: the
+/// inventory's own schedule, so a MIG host costs the driver no more full `-q -x` walks than
+/// any other host (a MIG device's used memory is up to this old).
+pub const MIG_MEMORY_INTERVAL: Duration = crate::inventory::scheduler::INVENTORY_INTERVAL;
 /// Longest line kept from a child; a sample line is about 150 bytes.
 const MAX_LINE: u64 = 4096;
 /// Most bytes of a refusing child's standard error kept for the log.
