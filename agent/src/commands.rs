@@ -47,42 +47,27 @@ pub async fn hardware(global: &Global) -> ExitCode {
 
 /// `bcd helper ping`: the helper's version and operations, from its `Hello` and a `Ping`.
 pub async fn helper_ping(global: &Global) -> ExitCode {
-    use crate::helper_client::{suggested_timeout, HelperClient, CONNECT_TIMEOUT};
-    use bcd_protocol::{Operation, Outcome};
-    let result = async {
-        let mut client = HelperClient::connect(&global.helper_socket, CONNECT_TIMEOUT).await?;
-        let hello = client.hello().clone();
-        let outcome = client
-            .request(Operation::Ping, suggested_timeout(&Operation::Ping))
-            .await?;
-        Ok::<_, crate::helper_client::ClientError>((hello, outcome))
-    }
-    .await;
-    match result {
-        Ok((hello, outcome)) => {
-            let (version, sandbox) = match outcome {
-                Outcome::Pong {
-                    helper_version,
-                    sandbox,
-                } => (helper_version, sandbox),
-                _ => (hello.helper_version.clone(), String::new()),
-            };
-            let operations: Vec<&str> = hello.operations.iter().map(|o| o.name()).collect();
+    use crate::helper_client::{Helper, SocketHelper};
+    match SocketHelper::new(&global.helper_socket).ping().await {
+        Ok(pong) => {
+            let operations: Vec<&str> = pong.operations.iter().map(|o| o.name()).collect();
             if global.json {
                 let doc = serde_json::json!({
                     "socket": global.helper_socket,
-                    "helper_version": version,
-                    "protocol_version": hello.version,
+                    "helper_version": pong.helper_version,
+                    "protocol_version": pong.protocol_version,
                     "operations": operations,
-                    "sandbox": sandbox,
+                    "sandbox": pong.sandbox,
                 });
                 print(&format!("{doc}\n"));
             } else {
                 print(&format!(
-                    "bcd-helper {version} at {} (protocol {}): {}\nsandbox: {sandbox}\n",
+                    "bcd-helper {} at {} (protocol {}): {}\nsandbox: {}\n",
+                    pong.helper_version,
                     global.helper_socket.display(),
-                    hello.version,
-                    operations.join(", ")
+                    pong.protocol_version,
+                    operations.join(", "),
+                    pong.sandbox
                 ));
             }
             ExitCode::SUCCESS
