@@ -13,15 +13,12 @@ pub mod checks;
 pub mod helper;
 pub mod systemd;
 
-use std::io::Write;
-use std::path::{Path, PathBuf};
-use std::process::ExitCode;
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
 use serde::Serialize;
 
-use crate::cli::Global;
 use crate::helper_client::{Helper, SocketHelper};
 use crate::host::Host;
 use crate::inventory::collect::collect_with;
@@ -220,40 +217,6 @@ pub async fn run(env: &DoctorEnv) -> Report {
         out.extend(checks::gpu_binding(gpus, ping.is_ok()));
     }
     report
-}
-
-/// Writes to stdout; a closed pipe (`bcd doctor | head`) ends quietly.
-fn print(text: &str) {
-    let _ = std::io::stdout().lock().write_all(text.as_bytes());
-}
-
-/// `bcd doctor [--json]`: prints the report; exit status 1 when any check failed.
-pub async fn command(global: &Global, systemctl: &Path) -> ExitCode {
-    let mut env = DoctorEnv::new(global.host(), &global.helper_socket);
-    env.systemctl = systemctl.to_path_buf();
-    let mut report = run(&env).await;
-    // The node's XID overrides are configuration, not a fact of the host: always `ok`.
-    report.checks.push(Check::new(
-        Status::Ok,
-        checks::name::XID_POLICY,
-        global.xid_policy().describe(),
-    ));
-    if global.json {
-        match report.to_json() {
-            Ok(json) => print(&format!("{json}\n")),
-            Err(e) => {
-                eprintln!("bcd: cannot encode doctor's report: {e}");
-                return ExitCode::from(1);
-            }
-        }
-    } else {
-        print(&report.render_text());
-    }
-    if report.passed() {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::from(1)
-    }
 }
 
 #[cfg(test)]
