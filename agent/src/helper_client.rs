@@ -1,16 +1,25 @@
 //! The agent's side of the helper protocol: connect to `bcd-helper`'s socket, say `Hello`, and
 //! run one operation at a time with a per-call bound.
 //!
+//! [`Helper`] is the one seam through which the agent reaches the helper: typed methods, one
+//! per operation. [`SocketHelper`] is the real helper over its socket (one [`HelperClient`]
+//! connection per operation); [`fake::RecordingHelper`] records what it was asked, for tests.
+//!
 //! Every failure is a [`ClientError`] whose `Display` is the sentence an operator reads; the
 //! helper's own typed errors pass through unchanged.
 
+pub mod fake;
+
+use std::fmt;
+use std::future::Future;
 use std::path::{Path, PathBuf};
+use std::pin::Pin;
 use std::time::Duration;
 
 use bcd_protocol::frame::{read_frame, write_frame, FrameError};
 use bcd_protocol::{
-    ClientFrame, HelloAnswer, HelperError, Operation, Outcome, Request, ServerFrame,
-    PROTOCOL_VERSION,
+    ClientFrame, DomainName, HelloAnswer, HelperError, Operation, OperationKind, Outcome,
+    PciAddress, PersistenceNote, Request, SaveFile, ServerFrame, PROTOCOL_VERSION,
 };
 use tokio::net::UnixStream;
 
@@ -201,6 +210,225 @@ impl HelperClient {
                     after_s: timeout.as_secs().max(1),
                 })
             })
+    }
+}
+
+/// A boxed future, so that [`Helper`] stays object-safe.
+pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// What a `Ping` tells: the handshake's facts and the helper's answer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Pong {
+    /// The helper's protocol version, from its `Hello`.
+    pub protocol_version: u32,
+    /// The helper's package version.
+    pub helper_version: String,
+    /// How the helper is confined, in its words.
+    pub sandbox: String,
+    /// What this helper offers, from its `Hello`.
+    pub operations: Vec<OperationKind>,
+}
+
+/// A function moved between drivers by `vfio.bind` or `vfio.release`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct VfioMove {
+    /// The function.
+    pub device: PciAddress,
+    /// Its driver before (`None`: no driver).
+    pub driver_before: Option<String>,
+    /// Its driver after (`None`: no driver).
+    pub driver_after: Option<String>,
+    /// What happened to its persistence mode on the way.
+    pub persistence: PersistenceNote,
+}
+
+/// What a libvirt start, restore or destroy did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LibvirtRun {
+    /// The NVIDIA functions among the domain's hostdevs.
+    pub gpus: Vec<PciAddress>,
+    /// What happened to their persistence mode.
+    pub persistence: Vec<(PciAddress, PersistenceNote)>,
+}
+
+/// The root helper's operations, typed. An implementation supplies [`Helper::socket`],
+/// [`Helper::ping`] and the transport [`Helper::run`]; callers use the typed methods, which
+/// turn an answer of the wrong kind into [`ClientError::Protocol`] in one place.
+pub trait Helper: Send + Sync + fmt::Debug {
+    /// Where the helper is reached (its socket), for messages.
+    fn socket(&self) -> &Path;
+
+    /// Says `Hello` and `Ping`: the helper's version, protocol and operations.
+    fn ping(&self) -> BoxFuture<'_, Result<Pong, ClientError>>;
+
+    /// Runs one operation to its answer: the transport under the typed methods.
+    fn run(&self, op: Operation) -> BoxFuture<'_, Result<Outcome, ClientError>>;
+
+    /// `nvidia-smi -i <gpu> -pm 0|1`.
+    fn set_persistence(
+        &self,
+        gpu: PciAddress,
+        enabled: bool,
+    ) -> BoxFuture<'_, Result<(), ClientError>> {
+        Box::pin(async move {
+            match self.run(Operation::SetPersistence { gpu, enabled }).await? {
+                Outcome::Persistence { .. } => Ok(()),
+                other => Err(unexpected(self.socket(), "a persistence request", &other)),
+            }
+        })
+    }
+
+    /// `nvidia-smi --gpu-reset -i <gpu>`.
+    fn reset_gpu(&self, gpu: PciAddress) -> BoxFuture<'_, Result<(), ClientError>> {
+        Box::pin(async move {
+            match self.run(Operation::ResetGpu { gpu }).await? {
+                Outcome::Reset { .. } => Ok(()),
+                other => Err(unexpected(self.socket(), "a reset", &other)),
+            }
+        })
+    }
+
+    /// Moves an NVIDIA function to `vfio-pci`.
+    fn vfio_bind(&self, device: PciAddress) -> BoxFuture<'_, Result<VfioMove, ClientError>> {
+        Box::pin(async move { vfio_move(self, Operation::VfioBind { device }).await })
+    }
+
+    /// Gives a function on `vfio-pci` back to the kernel's choice of driver.
+    fn vfio_release(&self, device: PciAddress) -> BoxFuture<'_, Result<VfioMove, ClientError>> {
+        Box::pin(async move { vfio_move(self, Operation::VfioRelease { device }).await })
+    }
+
+    /// Persistence off for the domain's NVIDIA hostdevs, then `virsh start`.
+    fn libvirt_start(&self, domain: DomainName) -> BoxFuture<'_, Result<LibvirtRun, ClientError>> {
+        Box::pin(async move { libvirt_run(self, Operation::LibvirtStart { domain }).await })
+    }
+
+    /// Persistence off for the image's NVIDIA hostdevs, then `virsh restore`.
+    fn libvirt_restore(&self, file: SaveFile) -> BoxFuture<'_, Result<LibvirtRun, ClientError>> {
+        Box::pin(async move { libvirt_run(self, Operation::LibvirtRestore { file }).await })
+    }
+
+    /// `virsh destroy`, then persistence on for the domain's GPUs back on `nvidia`.
+    fn libvirt_destroy(
+        &self,
+        domain: DomainName,
+    ) -> BoxFuture<'_, Result<LibvirtRun, ClientError>> {
+        Box::pin(async move { libvirt_run(self, Operation::LibvirtDestroy { domain }).await })
+    }
+
+    /// The NVIDIA GPUs among a domain's hostdevs, touching nothing.
+    fn domain_gpus(
+        &self,
+        domain: DomainName,
+    ) -> BoxFuture<'_, Result<Vec<PciAddress>, ClientError>> {
+        Box::pin(async move {
+            let op = Operation::LibvirtDomainGpus { domain };
+            Ok(libvirt_run(self, op).await?.gpus)
+        })
+    }
+
+    /// The NVIDIA GPUs among a save image's hostdevs, touching nothing.
+    fn image_gpus(&self, file: SaveFile) -> BoxFuture<'_, Result<Vec<PciAddress>, ClientError>> {
+        Box::pin(async move {
+            let op = Operation::LibvirtImageGpus { file };
+            Ok(libvirt_run(self, op).await?.gpus)
+        })
+    }
+}
+
+async fn vfio_move<H: Helper + ?Sized>(helper: &H, op: Operation) -> Result<VfioMove, ClientError> {
+    match helper.run(op).await? {
+        Outcome::Vfio {
+            device,
+            driver_before,
+            driver_after,
+            persistence,
+        } => Ok(VfioMove {
+            device,
+            driver_before,
+            driver_after,
+            persistence,
+        }),
+        other => Err(unexpected(helper.socket(), "a vfio request", &other)),
+    }
+}
+
+async fn libvirt_run<H: Helper + ?Sized>(
+    helper: &H,
+    op: Operation,
+) -> Result<LibvirtRun, ClientError> {
+    let what = match op {
+        Operation::LibvirtDomainGpus { .. } | Operation::LibvirtImageGpus { .. } => {
+            "a libvirt.gpus request"
+        }
+        _ => "a libvirt request",
+    };
+    match helper.run(op).await? {
+        Outcome::Libvirt { gpus, persistence } => Ok(LibvirtRun { gpus, persistence }),
+        other => Err(unexpected(helper.socket(), what, &other)),
+    }
+}
+
+/// The [`Pong`] of a `Hello` and the answer to `Ping`.
+fn pong(socket: &Path, hello: &HelloAnswer, outcome: Outcome) -> Result<Pong, ClientError> {
+    match outcome {
+        Outcome::Pong {
+            helper_version,
+            sandbox,
+        } => Ok(Pong {
+            protocol_version: hello.version,
+            helper_version,
+            sandbox,
+            operations: hello.operations.clone(),
+        }),
+        other => Err(unexpected(socket, "Ping", &other)),
+    }
+}
+
+/// An answer of the wrong kind, as a connection-level error.
+fn unexpected(socket: &Path, what: &str, outcome: &Outcome) -> ClientError {
+    ClientError::Protocol {
+        path: socket.to_path_buf(),
+        what: format!("it answered {what} with {outcome:?}"),
+    }
+}
+
+/// The real helper: one connection per operation (the helper is socket-activated and exits
+/// when idle; a connection broken by one operation's timeout cannot spoil the next), each
+/// bounded by [`suggested_timeout`].
+#[derive(Debug, Clone)]
+pub struct SocketHelper {
+    path: PathBuf,
+}
+
+impl SocketHelper {
+    /// The helper listening at `path`.
+    pub fn new(path: impl Into<PathBuf>) -> Self {
+        Self { path: path.into() }
+    }
+}
+
+impl Helper for SocketHelper {
+    fn socket(&self) -> &Path {
+        &self.path
+    }
+
+    fn ping(&self) -> BoxFuture<'_, Result<Pong, ClientError>> {
+        Box::pin(async move {
+            let mut client = HelperClient::connect(&self.path, CONNECT_TIMEOUT).await?;
+            let op = Operation::Ping;
+            let bound = suggested_timeout(&op);
+            let outcome = client.request(op, bound).await?;
+            pong(&self.path, client.hello(), outcome)
+        })
+    }
+
+    fn run(&self, op: Operation) -> BoxFuture<'_, Result<Outcome, ClientError>> {
+        Box::pin(async move {
+            let mut client = HelperClient::connect(&self.path, CONNECT_TIMEOUT).await?;
+            let bound = suggested_timeout(&op);
+            client.request(op, bound).await
+        })
     }
 }
 

@@ -6,6 +6,7 @@
 //! untrusted input and is read by pure parsers that return errors, never panic.
 
 pub mod cdi;
+pub mod child;
 pub mod cli;
 pub mod commands;
 pub mod doctor;

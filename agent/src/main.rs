@@ -5,8 +5,7 @@ use std::process::ExitCode;
 use clap::Parser;
 
 use bcd::cli::{CdiCommand, Cli, Command, HelperCommand};
-use bcd::commands::service as svc;
-use bcd::{commands, health};
+use bcd::commands::{self, service as svc};
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
@@ -31,11 +30,11 @@ fn main() -> ExitCode {
     };
     runtime.block_on(async {
         match &cli.command {
-            Command::Hardware => commands::hardware(&cli.global).await,
+            Command::Hardware => commands::hardware::hardware(&cli.global).await,
             Command::Helper {
                 command: HelperCommand::Ping,
-            } => commands::helper_ping(&cli.global).await,
-            Command::Doctor { systemctl } => bcd::doctor::command(&cli.global, systemctl).await,
+            } => commands::helper::ping(&cli.global).await,
+            Command::Doctor { systemctl } => commands::doctor::doctor(&cli.global, systemctl).await,
             Command::Cdi(CdiCommand::Render {
                 hold,
                 devices,
@@ -75,16 +74,9 @@ fn main() -> ExitCode {
                 };
                 svc::node(&cli.global, flags).await
             }
-            Command::Status => {
-                let code = health::commands::status_command(&cli.global).await;
-                if !cli.global.json {
-                    // Which devices Kubernetes has, from the hold store.
-                    print!("{}", bcd::kubelet::status_lines(&cli.global.data_dir));
-                }
-                code
-            }
+            Command::Status => commands::status::status(&cli.global).await,
             Command::Diag { gpu, expected_gpus } => {
-                health::commands::diag_command(&cli.global, gpu, *expected_gpus).await
+                commands::diag::diag(&cli.global, gpu, *expected_gpus).await
             }
         }
     })

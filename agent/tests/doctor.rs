@@ -5,14 +5,13 @@
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bcd::doctor::checks::name;
-use bcd::doctor::{
-    run, DoctorEnv, HelperProbe, PingError, Report, SocketProbe, Status, PING_TIMEOUT,
-};
+use bcd::doctor::{ping, run, DoctorEnv, PingError, Report, Status, PING_TIMEOUT};
+use bcd::helper_client::fake::RecordingHelper;
+use bcd::helper_client::SocketHelper;
 use bcd::host::Host;
 use bcd_protocol::frame::{read_frame, write_frame};
 use bcd_protocol::{
@@ -152,7 +151,7 @@ fn pong(id: u64) -> ServerFrame {
 #[tokio::test]
 async fn hgx_h100_passes_with_a_helper_and_the_fabric_manager() {
     let (s, mut env) = env_of("hgx-h100");
-    env.helper = Arc::new(SocketProbe::new(fake_helper(s.dir.path(), pong)));
+    env.helper = Arc::new(SocketHelper::new(fake_helper(s.dir.path(), pong)));
     let report = run(&env).await;
     let text = report.render_text();
     assert!(
@@ -220,24 +219,11 @@ async fn fabric_manager_inactive_fails_and_unknown_warns() {
     assert_eq!(run(&env).await.named(name::FABRIC_MANAGER).count(), 0);
 }
 
-/// The probe a WSL run must never call: there is no helper to reach there.
-#[derive(Debug, Default)]
-struct CountingProbe(AtomicUsize);
-
-impl HelperProbe for CountingProbe {
-    fn location(&self) -> String {
-        "nowhere".into()
-    }
-    fn ping(&self) -> bcd::doctor::helper::PingFuture<'_> {
-        self.0.fetch_add(1, Ordering::SeqCst);
-        Box::pin(async { Ok("1".into()) })
-    }
-}
-
 #[tokio::test]
 async fn wsl2_warns_and_skips_the_host_checks() {
     let (_s, mut env) = env_of("wsl2");
-    let probe = Arc::new(CountingProbe::default());
+    // The helper a WSL run must never call: there is no helper to reach there.
+    let probe = Arc::new(RecordingHelper::new());
     env.helper = probe.clone();
     let report = run(&env).await;
     let names: Vec<&str> = report.checks.iter().map(|c| c.name.as_str()).collect();
@@ -247,7 +233,7 @@ async fn wsl2_warns_and_skips_the_host_checks() {
     assert!(c
         .message
         .contains("CUDA containers work (CDI: nvidia-ctk cdi generate --mode=wsl), but there is no VFIO passthrough, gpu.reset, MIG or DCGM here"));
-    assert_eq!(probe.0.load(Ordering::SeqCst), 0, "no helper ping on WSL");
+    assert!(probe.calls().is_empty(), "no helper ping on WSL");
     assert!(report.passed());
     assert_eq!(one(&report, name::NVML).message, "driver 616.56, 1 GPU");
 
@@ -600,27 +586,34 @@ fn kmsg_refused_by_dmesg_restrict_names_cap_syslog() {
 #[tokio::test]
 async fn helper_ping_statuses() {
     let dir = tempfile::tempdir().unwrap();
-    let missing = SocketProbe::new(dir.path().join("none.sock"));
-    let e = missing.ping().await.unwrap_err();
+    let missing = SocketHelper::new(dir.path().join("none.sock"));
+    let e = ping(&missing, PING_TIMEOUT).await.unwrap_err();
     assert!(matches!(e, PingError::NoSocket { .. }), "{e}");
     assert_eq!(e.status(), Status::Warn);
 
     // A socket file nobody listens on any more.
     let stale = dir.path().join("stale.sock");
     drop(std::os::unix::net::UnixListener::bind(&stale).unwrap());
-    let e = SocketProbe::new(&stale).ping().await.unwrap_err();
+    let e = ping(&SocketHelper::new(&stale), PING_TIMEOUT)
+        .await
+        .unwrap_err();
     assert!(matches!(e, PingError::NotListening { .. }), "{e}");
     assert_eq!(e.status(), Status::Warn);
 
     let ok_dir = tempfile::tempdir().unwrap();
     let path = fake_helper(ok_dir.path(), pong);
-    assert_eq!(SocketProbe::new(&path).ping().await.unwrap(), "9.9.9-test");
+    assert_eq!(
+        ping(&SocketHelper::new(&path), PING_TIMEOUT).await.unwrap(),
+        "9.9.9-test"
+    );
 
     let denied_dir = tempfile::tempdir().unwrap();
     let path = fake_helper(denied_dir.path(), |_| {
         ServerFrame::Closing(HelperError::Denied)
     });
-    let e = SocketProbe::new(&path).ping().await.unwrap_err();
+    let e = ping(&SocketHelper::new(&path), PING_TIMEOUT)
+        .await
+        .unwrap_err();
     assert_eq!(e.status(), Status::Fail);
     assert_eq!(e.to_string(), HelperError::Denied.to_string());
 
@@ -631,7 +624,9 @@ async fn helper_ping_statuses() {
             result: Err(HelperError::Unsupported),
         })
     });
-    let e = SocketProbe::new(&path).ping().await.unwrap_err();
+    let e = ping(&SocketHelper::new(&path), PING_TIMEOUT)
+        .await
+        .unwrap_err();
     assert!(matches!(e, PingError::Protocol { .. }), "{e}");
 
     // A helper that accepts and never answers.
@@ -645,9 +640,7 @@ async fn helper_ping_statuses() {
         }
     });
     let started = Instant::now();
-    let e = SocketProbe::new(&mute)
-        .with_timeout(Duration::from_millis(300))
-        .ping()
+    let e = ping(&SocketHelper::new(&mute), Duration::from_millis(300))
         .await
         .unwrap_err();
     assert!(matches!(e, PingError::Timeout { .. }), "{e}");
@@ -659,7 +652,7 @@ async fn helper_ping_statuses() {
 #[tokio::test]
 async fn a_refusing_helper_fails_the_helper_check() {
     let (s, mut env) = env_of("a100-mig");
-    env.helper = Arc::new(SocketProbe::new(fake_helper(s.dir.path(), |_| {
+    env.helper = Arc::new(SocketHelper::new(fake_helper(s.dir.path(), |_| {
         ServerFrame::Closing(HelperError::Denied)
     })));
     let report = run(&env).await;

@@ -11,9 +11,10 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use bcd::helper_client::SocketHelper;
 use bcd::host::Host;
 use bcd::runtime::journal::{Entry, FunctionRecord, Intent, Persistence, Step};
-use bcd::runtime::{Journal, Passthrough, RuntimeError, SocketHelper};
+use bcd::runtime::{Journal, Passthrough, RuntimeError};
 use bcd_protocol::{GpuRef, GpuUuid, PciAddress};
 use common::{helper_binary, recorded, FakeSysfs, Helper};
 

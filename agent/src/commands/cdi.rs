@@ -43,6 +43,6 @@ pub async fn render(
     if !rendered.unnamed.is_empty() {
         cdi::converge::warn_unnamed(hold, &rendered.unnamed, rendered.vendor.as_deref());
     }
-    super::print(&String::from_utf8_lossy(&rendered.to_json()));
+    super::output::print(&String::from_utf8_lossy(&rendered.to_json()));
     ExitCode::SUCCESS
 }

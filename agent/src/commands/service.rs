@@ -1,7 +1,6 @@
 //! The subcommands that go through the node service (`gpu reset`, `hold ...`) and `bcd node`
 //! itself. Each prints what the service did, or its refusal as a sentence.
 
-use std::io::Write;
 use std::net::SocketAddr;
 use std::process::ExitCode;
 use std::time::Duration;
@@ -10,6 +9,7 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 use serde_json::Value;
 
+use super::output::print;
 use crate::cli::{Global, GpuCommand, HoldCommand, VfioCommand, VmCommand};
 use crate::node::client::{call, decode};
 use crate::node::otlp::OtlpEndpoint;
@@ -17,10 +17,6 @@ use crate::node::schema::{
     HoldList, HoldRequest, HoldView, PassthroughRequest, ResetReport, ResetRequest, Summary,
 };
 use crate::node::service::{run, NodeConfig};
-
-fn print(text: &str) {
-    let _ = std::io::stdout().lock().write_all(text.as_bytes());
-}
 
 /// Prints the answer as JSON (with `--json`, as the service wrote it) or, read as `T`,
 /// through `render`; a refusal or an answer of another shape as a sentence.

@@ -1,36 +1,20 @@
 //! Whether `bcd-helper` answers: doctor's `helper` and `gpu-binding` checks.
 //!
-//! [`HelperProbe`] is the seam: doctor asks it for the helper's version and nothing else. The
-//! default, [`SocketProbe`], sends `Ping` with the agent's helper client, bounded as a whole
-//! by [`PING_TIMEOUT`], and words each failure for doctor.
+//! Doctor asks the [`Helper`] for its version and nothing else: [`ping`] sends `Ping`,
+//! bounded as a whole, and words each failure for doctor.
 
-use std::future::Future;
 use std::io;
 use std::path::{Path, PathBuf};
-use std::pin::Pin;
 use std::time::Duration;
 
-use bcd_protocol::{HelperError, Operation, Outcome};
+use bcd_protocol::HelperError;
 
 use super::Status;
-use crate::helper_client::{ClientError, HelperClient};
+use crate::helper_client::{ClientError, Helper};
 
 /// The bound on a whole ping: connect, greeting and answer. Socket activation starts the
 /// helper on the first connection, which takes well under a second on a healthy host.
 pub const PING_TIMEOUT: Duration = Duration::from_secs(2);
-
-/// A boxed ping, so that [`HelperProbe`] stays object-safe.
-pub type PingFuture<'a> = Pin<Box<dyn Future<Output = Result<String, PingError>> + Send + 'a>>;
-
-/// Asks the helper whether it is there.
-pub trait HelperProbe: Send + Sync + std::fmt::Debug {
-    /// Where the helper is looked for, for messages (the socket's path).
-    fn location(&self) -> String;
-
-    /// The helper's package version, or why there is none. Must finish within a bounded
-    /// time of its own.
-    fn ping(&self) -> PingFuture<'_>;
-}
 
 /// Why the helper did not answer `Ping`. `Display` is the sentence an operator reads.
 #[derive(Debug, thiserror::Error)]
@@ -122,64 +106,20 @@ impl PingError {
     }
 }
 
-/// Pings the helper over its Unix socket.
-#[derive(Debug, Clone)]
-pub struct SocketProbe {
-    path: PathBuf,
-    timeout: Duration,
-}
-
-impl SocketProbe {
-    /// The helper at `path`, bounded by [`PING_TIMEOUT`].
-    pub fn new(path: impl Into<PathBuf>) -> Self {
-        Self {
-            path: path.into(),
-            timeout: PING_TIMEOUT,
-        }
-    }
-
-    /// The same probe with another bound.
-    pub fn with_timeout(mut self, timeout: Duration) -> Self {
-        self.timeout = timeout;
-        self
-    }
-
-    async fn exchange(&self) -> Result<String, PingError> {
-        let (path, after) = (self.path.as_path(), self.timeout);
-        let mut client = HelperClient::connect(path, after)
-            .await
-            .map_err(|e| PingError::client(path, e, after))?;
-        match client
-            .request(Operation::Ping, after)
-            .await
-            .map_err(|e| PingError::client(path, e, after))?
-        {
-            Outcome::Pong { helper_version, .. } => Ok(helper_version),
-            _ => Err(PingError::Protocol {
-                path: path.to_path_buf(),
-                what: "another outcome than Pong".into(),
-            }),
-        }
-    }
-}
-
-impl HelperProbe for SocketProbe {
-    fn location(&self) -> String {
-        self.path.display().to_string()
-    }
-
-    fn ping(&self) -> PingFuture<'_> {
-        Box::pin(async move {
-            // One bound for the whole exchange: each frame also has it, but a helper that
-            // trickles bytes must not stretch doctor past it.
-            tokio::time::timeout(self.timeout, self.exchange())
-                .await
-                .unwrap_or_else(|_| {
-                    Err(PingError::Timeout {
-                        path: self.path.clone(),
-                        after: self.timeout,
-                    })
-                })
-        })
+/// The helper's package version, or why there is none, within `bound` for the whole
+/// exchange: each frame has a bound of its own, but a helper that trickles bytes must not
+/// stretch doctor past it.
+///
+/// # Errors
+/// [`PingError`], worded for doctor.
+pub async fn ping(helper: &dyn Helper, bound: Duration) -> Result<String, PingError> {
+    let path = helper.socket();
+    match tokio::time::timeout(bound, helper.ping()).await {
+        Ok(Ok(pong)) => Ok(pong.helper_version),
+        Ok(Err(e)) => Err(PingError::client(path, e, bound)),
+        Err(_) => Err(PingError::Timeout {
+            path: path.to_path_buf(),
+            after: bound,
+        }),
     }
 }

@@ -13,22 +13,20 @@ pub mod checks;
 pub mod helper;
 pub mod systemd;
 
-use std::io::Write;
-use std::path::{Path, PathBuf};
-use std::process::ExitCode;
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
 use serde::Serialize;
 
-use crate::cli::Global;
+use crate::helper_client::{Helper, SocketHelper};
 use crate::host::Host;
 use crate::inventory::collect::collect_with;
 use crate::inventory::memory::pci_functions;
 use crate::smi::runner::{Runner, QUERY_TIMEOUT};
 use crate::smi::snapshot::probe;
 
-pub use helper::{HelperProbe, PingError, SocketProbe, PING_TIMEOUT};
+pub use helper::{ping, PingError, PING_TIMEOUT};
 
 /// A check's verdict. Serialised and printed as exactly `ok`, `warn` or `fail`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
@@ -136,7 +134,9 @@ pub struct DoctorEnv {
     /// wedged GPU hangs `nvidia-smi`; the default is the reader's 30 s.
     pub query_timeout: Duration,
     /// How the helper is reached for the `helper` and `gpu-binding` checks.
-    pub helper: Arc<dyn HelperProbe>,
+    pub helper: Arc<dyn Helper>,
+    /// The bound on the whole ping.
+    pub ping_timeout: Duration,
 }
 
 impl DoctorEnv {
@@ -147,7 +147,8 @@ impl DoctorEnv {
             host,
             systemctl: PathBuf::from("systemctl"),
             query_timeout: QUERY_TIMEOUT,
-            helper: Arc::new(SocketProbe::new(helper_socket)),
+            helper: Arc::new(SocketHelper::new(helper_socket)),
+            ping_timeout: PING_TIMEOUT,
         }
     }
 }
@@ -162,7 +163,7 @@ pub async fn run(env: &DoctorEnv) -> Report {
         if wsl {
             None
         } else {
-            Some(env.helper.ping().await)
+            Some(ping(env.helper.as_ref(), env.ping_timeout).await)
         }
     };
     let (probed, collection, ping) =
@@ -210,46 +211,12 @@ pub async fn run(env: &DoctorEnv) -> Report {
         checks::dmesg_restrict(host),
     ));
     if let Some(ping) = ping {
-        let location = env.helper.location();
+        let location = env.helper.socket().display().to_string();
         out.push(checks::helper(&location, &ping));
         let gpus = checks::gpu_count(&pci, seen);
         out.extend(checks::gpu_binding(gpus, ping.is_ok()));
     }
     report
-}
-
-/// Writes to stdout; a closed pipe (`bcd doctor | head`) ends quietly.
-fn print(text: &str) {
-    let _ = std::io::stdout().lock().write_all(text.as_bytes());
-}
-
-/// `bcd doctor [--json]`: prints the report; exit status 1 when any check failed.
-pub async fn command(global: &Global, systemctl: &Path) -> ExitCode {
-    let mut env = DoctorEnv::new(global.host(), &global.helper_socket);
-    env.systemctl = systemctl.to_path_buf();
-    let mut report = run(&env).await;
-    // The node's XID overrides are configuration, not a fact of the host: always `ok`.
-    report.checks.push(Check::new(
-        Status::Ok,
-        checks::name::XID_POLICY,
-        global.xid_policy().describe(),
-    ));
-    if global.json {
-        match report.to_json() {
-            Ok(json) => print(&format!("{json}\n")),
-            Err(e) => {
-                eprintln!("bcd: cannot encode doctor's report: {e}");
-                return ExitCode::from(1);
-            }
-        }
-    } else {
-        print(&report.render_text());
-    }
-    if report.passed() {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::from(1)
-    }
 }
 
 #[cfg(test)]

@@ -2,17 +2,20 @@
 //!
 //! `is-active` only reads a unit's state, which systemd's D-Bus policy lets any user do (root
 //! goes through systemd's private socket instead), so doctor needs no privilege and no D-Bus
-//! library for it. The call is bounded by [`SYSTEMCTL_TIMEOUT`] and its process group is
-//! killed past it. When `systemctl` is missing, fails without naming a state (no systemd as
+//! library for it. The call runs through [`crate::child`]: bounded by [`SYSTEMCTL_TIMEOUT`],
+//! its process group killed past it. When `systemctl` is missing, fails without naming a state (no systemd as
 //! PID 1, no bus) or does not answer, the state is [`UnitState::Unknown`] with the reason:
 //! doctor then says it could not tell rather than guessing.
 
 use std::path::Path;
-use std::process::Stdio;
 use std::time::Duration;
+
+use crate::child;
 
 /// The bound on one `systemctl` call.
 pub const SYSTEMCTL_TIMEOUT: Duration = Duration::from_secs(5);
+/// Most bytes of each of `systemctl`'s outputs kept: a state word, or a sentence why not.
+const MAX_SAID: usize = 4096;
 
 /// NVIDIA's fabric manager, needed on every board with NVSwitches.
 pub const FABRIC_MANAGER_UNIT: &str = "nvidia-fabricmanager.service";
@@ -47,46 +50,34 @@ pub async fn is_active(systemctl: &Path, unit: &str) -> UnitState {
 
 /// [`is_active`] with another bound.
 pub async fn is_active_within(systemctl: &Path, unit: &str, bound: Duration) -> UnitState {
-    let child = tokio::process::Command::new(systemctl)
-        .args(["is-active", unit])
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .process_group(0)
-        .kill_on_drop(true)
-        .spawn();
-    let child = match child {
-        Ok(c) => c,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            return UnitState::Unknown(format!("{} not found", systemctl.display()))
-        }
-        Err(e) => return UnitState::Unknown(format!("cannot run {}: {e}", systemctl.display())),
+    let bounds = child::Bounds {
+        time: bound,
+        stdout: MAX_SAID,
+        stderr: MAX_SAID,
     };
-    let group = child.id().and_then(|id| i32::try_from(id).ok());
-    let output = tokio::time::timeout(bound, child.wait_with_output()).await;
-    // Nothing systemctl started (a pager, a polkit agent) may outlive the call.
-    if let Some(group) = group {
-        let _ = nix::sys::signal::killpg(
-            nix::unistd::Pid::from_raw(group),
-            nix::sys::signal::Signal::SIGKILL,
-        );
-    }
-    let output = match output {
-        Ok(Ok(o)) => o,
-        Ok(Err(e)) => return UnitState::Unknown(format!("{} failed: {e}", systemctl.display())),
-        Err(_) => {
+    let (status, stdout, stderr) = match child::run(systemctl, &["is-active", unit], bounds).await {
+        Ok(child::Ended::Exited {
+            status,
+            stdout,
+            stderr,
+        }) => (status, stdout, stderr),
+        Ok(child::Ended::TimedOut) => {
             return UnitState::Unknown(format!(
                 "{} is-active {unit} did not answer within {bound:?}",
                 systemctl.display()
             ))
         }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            return UnitState::Unknown(format!("{} not found", systemctl.display()))
+        }
+        Err(e) => return UnitState::Unknown(format!("cannot run {}: {e}", systemctl.display())),
     };
-    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stdout = String::from_utf8_lossy(&stdout);
     let word = stdout.lines().next().unwrap_or_default().trim();
     if STATES.contains(&word) {
         return UnitState::Is(word.to_owned());
     }
-    let stderr = String::from_utf8_lossy(&output.stderr);
+    let stderr = String::from_utf8_lossy(&stderr);
     let said = [stderr.trim(), stdout.trim()]
         .into_iter()
         .find(|t| !t.is_empty())
@@ -95,8 +86,7 @@ pub async fn is_active_within(systemctl: &Path, unit: &str, bound: Duration) -> 
     UnitState::Unknown(format!(
         "{} is-active {unit} exited with {} and said: {said}",
         systemctl.display(),
-        output
-            .status
+        status
             .code()
             .map_or_else(|| "a signal".to_owned(), |c| format!("status {c}"))
     ))

@@ -6,7 +6,6 @@
 //! Conditions only ever come from the faults store, which drops those of earlier boots (keeping
 //! their hardware XIDs as history), so "this boot" holds by construction.
 
-pub mod commands;
 pub mod diag;
 pub mod faults;
 pub mod kmsg;

@@ -1,5 +1,5 @@
 //! `gpu.reset`'s policy, ready for the node service: which GPUs may be reset, the resets
-//! themselves through a [`Resetter`] (the helper's `ResetGpu` in production), a collection
+//! themselves through the [`Helper`] (its `ResetGpu`), a collection
 //! afterwards, and the health verdict that drops a GPU's XID conditions when it came back
 //! healthy.
 //!
@@ -9,7 +9,6 @@
 //! given in. A reset that fails does not stop the others; its GPU keeps its conditions.
 
 use std::future::Future;
-use std::pin::Pin;
 
 use bcd_protocol::{GpuUuid, PciAddress};
 use serde::{Deserialize, Serialize};
@@ -17,23 +16,9 @@ use serde::{Deserialize, Serialize};
 use super::faults::Health;
 use super::hardware_problems;
 use crate::cdi::{DeviceId, Hold};
+use crate::helper_client::Helper;
 use crate::inventory::document::Inventory;
 use crate::policy::Topology;
-
-/// A boxed future, as [`Resetter`] returns.
-pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
-
-/// What resets one GPU: the helper client's `ResetGpu` in the node service, a recording fake
-/// in tests.
-pub trait Resetter: Send + Sync {
-    /// Resets `gpu`, found at `address` (the helper resets by PCI address, the key of its
-    /// per-device lock); the error is the operator's sentence.
-    fn reset_gpu<'a>(
-        &'a self,
-        gpu: &'a GpuUuid,
-        address: PciAddress,
-    ) -> BoxFuture<'a, Result<(), String>>;
-}
 
 /// Why the command was refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -100,7 +85,7 @@ pub struct ResetReport {
 }
 
 /// Resets `uuids`: refuses the whole command when any is unknown or busy, else resets each
-/// through `resetter`, collects again with `recollect`, and marks each healthy unless the new
+/// through `helper` (by PCI address, the key of the helper's per-device lock), collects again with `recollect`, and marks each healthy unless the new
 /// inventory shows uncorrectable volatile ECC errors or a pending or failed row remap; a
 /// healthy GPU's XID conditions are dropped from `health` (faults.json rewritten).
 ///
@@ -112,7 +97,7 @@ pub async fn reset_gpus<F, Fut>(
     uuids: &[String],
     inventory: &Inventory,
     holds: &[Hold],
-    resetter: &dyn Resetter,
+    helper: &dyn Helper,
     recollect: F,
     health: &Health,
 ) -> Result<ResetReport, ResetError>
@@ -155,7 +140,11 @@ where
     }
     let mut errors = Vec::with_capacity(targets.len());
     for (_, (typed, address), _) in &targets {
-        let result = resetter.reset_gpu(typed, *address).await.err();
+        let result = helper
+            .reset_gpu(*address)
+            .await
+            .err()
+            .map(|e| e.to_string());
         if let Some(e) = &result {
             tracing::error!("gpu.reset of {typed}: {e}");
         }
@@ -195,36 +184,32 @@ where
 mod tests {
     use super::*;
     use crate::health::faults::{read_this_boot, FaultStore};
+    use crate::helper_client::fake::{succeeded, RecordingHelper};
+    use crate::helper_client::ClientError;
     use crate::inventory::document::{Ecc, EccCounts, Gpu, GpuSection, Mig, MigDevice, RowRemap};
-    use std::sync::Mutex;
+    use bcd_protocol::{HelperError, Operation};
 
     const A: &str = "GPU-ff1dacfa-2e1a-0504-a88b-76a3118ee48b";
     const B: &str = "GPU-a4303385-f265-4ffc-ad1b-b0bef156d59a";
     const C: &str = "GPU-b9036d74-bff6-b565-c003-dc53279ae2bd";
     const MIG: &str = "MIG-7f3e2b1a-0c4d-5e6f-8a9b-0c1d2e3f4a5b";
 
-    /// Records every reset; fails the UUIDs in `fail`.
-    #[derive(Default)]
-    struct Recording {
-        calls: Mutex<Vec<String>>,
-        fail: Vec<String>,
+    /// The PCI address [`inventory`] gives GPU `i`.
+    fn address(i: u8) -> PciAddress {
+        format!("0000:{:02x}:00.0", 0x18 + i).parse().unwrap()
     }
 
-    impl Resetter for Recording {
-        fn reset_gpu<'a>(
-            &'a self,
-            gpu: &'a GpuUuid,
-            _address: PciAddress,
-        ) -> BoxFuture<'a, Result<(), String>> {
-            Box::pin(async move {
-                self.calls.lock().unwrap().push(gpu.to_string());
-                if self.fail.contains(&gpu.to_string()) {
-                    Err("nvidia-smi --gpu-reset failed: In use by another client".into())
-                } else {
-                    Ok(())
-                }
-            })
-        }
+    /// Records every reset; fails the GPUs at `fail`.
+    fn recording(fail: Vec<PciAddress>) -> RecordingHelper {
+        RecordingHelper::answering(move |op| match op {
+            Operation::ResetGpu { gpu } if fail.contains(gpu) => {
+                Err(ClientError::Helper(HelperError::Failed {
+                    exit_code: Some(3),
+                    message: "In use by another client".into(),
+                }))
+            }
+            other => Ok(succeeded(other)),
+        })
     }
 
     fn inventory() -> Inventory {
@@ -295,12 +280,12 @@ mod tests {
     async fn refused(uuids: &[&str], inv: &Inventory, holds: &[Hold]) -> ResetError {
         let dir = tempfile::tempdir().unwrap();
         let h = health(dir.path());
-        let r = Recording::default();
+        let r = recording(Vec::new());
         let uuids: Vec<String> = uuids.iter().map(|s| s.to_string()).collect();
         let err = reset_gpus(&uuids, inv, holds, &r, || async { unreachable!() }, &h)
             .await
             .unwrap_err();
-        assert!(r.calls.lock().unwrap().is_empty(), "nothing may be reset");
+        assert!(r.calls().is_empty(), "nothing may be reset");
         assert_eq!(h.conditions().len(), 3);
         err
     }
@@ -362,10 +347,7 @@ mod tests {
     async fn resets_clear_xids_only_for_gpus_that_came_back_healthy() {
         let dir = tempfile::tempdir().unwrap();
         let h = health(dir.path());
-        let r = Recording {
-            fail: vec![C.into()],
-            ..Recording::default()
-        };
+        let r = recording(vec![address(2)]);
         let mut after = inventory();
         // B still shows uncorrectable ECC errors after its reset.
         after.gpu.gpus[1]
@@ -380,7 +362,10 @@ mod tests {
         let report = reset_gpus(&uuids, &inventory(), &[], &r, || async { after }, &h)
             .await
             .unwrap();
-        assert_eq!(*r.calls.lock().unwrap(), [A, B, C]);
+        let reset: Vec<Operation> = (0..3)
+            .map(|i| Operation::ResetGpu { gpu: address(i) })
+            .collect();
+        assert_eq!(r.calls(), reset);
         let verdict: Vec<(bool, usize)> = report
             .gpus
             .iter()

@@ -21,12 +21,11 @@
 use serde::Deserialize;
 use serde_json::{json, Value};
 
-use bcd_protocol::{GpuRef, GpuUuid, Operation, Outcome, PciAddress};
+use bcd_protocol::{GpuRef, GpuUuid};
 
 use crate::cdi::{DeviceId, HoldError, HoldId};
 use crate::health::diag::{diag_nvml, link_widths, DiagRequest, NvmlState};
-use crate::health::reset::{reset_gpus, BoxFuture, Resetter};
-use crate::helper_client::{suggested_timeout, HelperClient, CONNECT_TIMEOUT};
+use crate::health::reset::reset_gpus;
 use crate::inventory::scheduler::Trigger;
 use crate::node::http::Request;
 use crate::node::schema::{HoldList, HoldView, Summary};
@@ -232,36 +231,6 @@ async fn diag(node: &Node, request: &Request) -> Result<Answer, Answer> {
     Ok(ok(&serde_json::to_value(&report).unwrap_or(Value::Null)))
 }
 
-/// Resets through the root helper, one connection per GPU.
-struct HelperResetter<'a> {
-    node: &'a Node,
-}
-
-impl Resetter for HelperResetter<'_> {
-    fn reset_gpu<'a>(
-        &'a self,
-        _gpu: &'a GpuUuid,
-        address: PciAddress,
-    ) -> BoxFuture<'a, Result<(), String>> {
-        Box::pin(async move {
-            let op = Operation::ResetGpu { gpu: address };
-            let timeout = suggested_timeout(&op);
-            let mut client =
-                HelperClient::connect(&self.node.config.helper_socket, CONNECT_TIMEOUT)
-                    .await
-                    .map_err(|e| e.to_string())?;
-            match client
-                .request(op, timeout)
-                .await
-                .map_err(|e| e.to_string())?
-            {
-                Outcome::Reset { .. } => Ok(()),
-                other => Err(format!("bcd-helper answered a reset with {other:?}")),
-            }
-        })
-    }
-}
-
 #[derive(Deserialize)]
 struct ResetBody {
     gpus: Vec<String>,
@@ -277,12 +246,11 @@ async fn reset(node: &Node, request: &Request) -> Result<Answer, Answer> {
         .as_ref()
         .map(|h| h.list().cloned().collect())
         .unwrap_or_default();
-    let resetter = HelperResetter { node };
     let result = reset_gpus(
         &asked.gpus,
         &inventory,
         &holds,
-        &resetter,
+        node.helper(),
         || node.collect_now(),
         &node.health,
     )

@@ -20,6 +20,7 @@ use crate::health::faults::Health;
 use crate::health::verdict::{judge, Evidence, Verdict};
 use crate::health::watcher::WatcherStats;
 use crate::health::Condition;
+use crate::helper_client::{Helper, SocketHelper};
 use crate::host::Host;
 use crate::inventory::collect::collect;
 use crate::inventory::document::{GpuSection, Inventory};
@@ -29,7 +30,7 @@ use crate::node::attribution::{Attribution, PodAllocation};
 use crate::node::listen;
 use crate::node::metrics::{self, SamplingState};
 use crate::node::otlp::OtlpEndpoint;
-use crate::runtime::{Passthrough, SocketHelper};
+use crate::runtime::Passthrough;
 use crate::smi::list::ListedGpu;
 use crate::smi::samples::GpuSample;
 use crate::smi::snapshot::QueryRecord;
@@ -115,6 +116,8 @@ pub struct Node {
     pub collections: std::sync::atomic::AtomicU64,
     /// GPUs to VMs and back, through the helper.
     pub passthrough: Passthrough,
+    /// The root helper, shared with the passthrough runtimes.
+    helper: Arc<dyn Helper>,
     /// The Kubernetes side: its change signal, counters and problem.
     pub kubernetes: crate::kubelet::KubeState,
     /// Held while a collection runs: the scheduler, diag and reset all collect, and two
@@ -149,14 +152,12 @@ impl Node {
         scheduler: SchedulerHandle,
     ) -> Self {
         let host_name = crate::node::otlp::Resource::of_host(&config.host).host_name;
+        let helper: Arc<dyn Helper> = Arc::new(SocketHelper::new(config.helper_socket.clone()));
         Self {
             memory: GpuMemory::new(&config.data_dir),
-            passthrough: Passthrough::new(
-                config.host.clone(),
-                &config.data_dir,
-                Arc::new(SocketHelper::new(config.helper_socket.clone())),
-            )
-            .with_scheduler(scheduler.clone()),
+            passthrough: Passthrough::new(config.host.clone(), &config.data_dir, helper.clone())
+                .with_scheduler(scheduler.clone()),
+            helper,
             config,
             kubernetes: crate::kubelet::KubeState::default(),
             latest: RwLock::new(None),
@@ -177,6 +178,11 @@ impl Node {
             pods: Mutex::new(Vec::new()),
             host_name,
         }
+    }
+
+    /// The root helper.
+    pub fn helper(&self) -> &dyn Helper {
+        self.helper.as_ref()
     }
 
     /// Records a start-up or runtime problem an operator should see in `status`.

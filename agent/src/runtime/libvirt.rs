@@ -5,11 +5,17 @@
 
 use std::collections::BTreeMap;
 
-use bcd_protocol::{DomainName, Operation, Outcome, PciAddress, PersistenceNote, SaveFile};
+use bcd_protocol::{DomainName, PciAddress, PersistenceNote, SaveFile};
 
 use super::iommu::driver_of;
-use super::{unexpected, Action, FunctionChange, HoldLookup, Passthrough, Report, RuntimeError};
+use super::{Action, FunctionChange, HoldLookup, Passthrough, Report, RuntimeError};
+use crate::helper_client::{BoxFuture, ClientError, LibvirtRun};
 use crate::inventory::memory::pci_functions;
+
+/// The helper's reading of which GPUs a domain or image has, not yet asked.
+type Inspect<'a> = BoxFuture<'a, Result<Vec<PciAddress>, ClientError>>;
+/// A libvirt step through the helper, not yet asked.
+type Step<'a> = BoxFuture<'a, Result<LibvirtRun, ClientError>>;
 
 impl Passthrough {
     /// Starts a defined domain (`libvirt.start`): persistence off for its GPUs, then
@@ -23,12 +29,8 @@ impl Passthrough {
         domain: &DomainName,
         held: HoldLookup<'_>,
     ) -> Result<Report, RuntimeError> {
-        let inspect = Operation::LibvirtDomainGpus {
-            domain: domain.clone(),
-        };
-        let op = Operation::LibvirtStart {
-            domain: domain.clone(),
-        };
+        let inspect = self.helper.domain_gpus(domain.clone());
+        let op = self.helper.libvirt_start(domain.clone());
         self.libvirt(
             Action::VmStart,
             format!("domain {domain}"),
@@ -48,8 +50,8 @@ impl Passthrough {
         file: &SaveFile,
         held: HoldLookup<'_>,
     ) -> Result<Report, RuntimeError> {
-        let inspect = Operation::LibvirtImageGpus { file: file.clone() };
-        let op = Operation::LibvirtRestore { file: file.clone() };
+        let inspect = self.helper.image_gpus(file.clone());
+        let op = self.helper.libvirt_restore(file.clone());
         self.libvirt(
             Action::VmRestore,
             format!("save image {file}"),
@@ -65,9 +67,7 @@ impl Passthrough {
     /// # Errors
     /// As [`Passthrough::start`].
     pub async fn destroy(&self, domain: &DomainName) -> Result<Report, RuntimeError> {
-        let op = Operation::LibvirtDestroy {
-            domain: domain.clone(),
-        };
+        let op = self.helper.libvirt_destroy(domain.clone());
         self.libvirt(Action::VmDestroy, format!("domain {domain}"), None, op)
             .await
     }
@@ -76,30 +76,18 @@ impl Passthrough {
         &self,
         action: Action,
         subject: String,
-        check: Option<(Operation, HoldLookup<'_>)>,
-        op: Operation,
+        check: Option<(Inspect<'_>, HoldLookup<'_>)>,
+        op: Step<'_>,
     ) -> Result<Report, RuntimeError> {
         let _one = self.one_at_a_time.lock().await;
         // Policy first: the helper only says which GPUs the domain has; whether one may go to a
         // VM is the agent's decision, taken before the helper touches anything.
         if let Some((inspect, held)) = check {
-            let gpus = match self.helper.run(inspect).await {
-                Ok(Outcome::Libvirt { gpus, .. }) => gpus,
-                Ok(other) => {
-                    return Err(RuntimeError::Helper {
-                        device: subject,
-                        source: unexpected("a libvirt.gpus request", &other),
-                        aftermath: String::new(),
-                    })
-                }
-                Err(source) => {
-                    return Err(RuntimeError::Helper {
-                        device: subject,
-                        source,
-                        aftermath: String::new(),
-                    })
-                }
-            };
+            let gpus = inspect.await.map_err(|source| RuntimeError::Helper {
+                device: subject.clone(),
+                source,
+                aftermath: String::new(),
+            })?;
             if let Some((gpu, hold)) = gpus
                 .iter()
                 .find_map(|gpu| held(gpu, None).map(|hold| (gpu, hold)))
@@ -117,25 +105,13 @@ impl Passthrough {
             .filter(|f| f.vendor == crate::inventory::memory::NVIDIA_VENDOR)
             .map(|f| (f.address, f.driver))
             .collect();
-        let answer = self.helper.run(op).await;
+        let answer = op.await;
         self.changed();
-        let (gpus, persistence) = match answer {
-            Ok(Outcome::Libvirt { gpus, persistence }) => (gpus, persistence),
-            Ok(other) => {
-                return Err(RuntimeError::Helper {
-                    device: subject,
-                    source: unexpected("a libvirt request", &other),
-                    aftermath: String::new(),
-                })
-            }
-            Err(source) => {
-                return Err(RuntimeError::Helper {
-                    device: subject,
-                    source,
-                    aftermath: String::new(),
-                })
-            }
-        };
+        let LibvirtRun { gpus, persistence } = answer.map_err(|source| RuntimeError::Helper {
+            device: subject.clone(),
+            source,
+            aftermath: String::new(),
+        })?;
         let functions = gpus
             .iter()
             .map(|gpu| FunctionChange {

@@ -29,14 +29,12 @@ mod libvirt;
 mod vfio;
 
 use std::fmt;
-use std::future::Future;
 use std::path::{Path, PathBuf};
-use std::pin::Pin;
 use std::sync::Arc;
 
-use bcd_protocol::{GpuUuid, InvalidArgument, Operation, Outcome, PciAddress, PersistenceNote};
+use bcd_protocol::{GpuUuid, InvalidArgument, PciAddress, PersistenceNote};
 
-use crate::helper_client::{suggested_timeout, ClientError, HelperClient, CONNECT_TIMEOUT};
+use crate::helper_client::{ClientError, Helper};
 use crate::host::Host;
 use crate::inventory::memory::GpuMemory;
 use crate::inventory::scheduler::{SchedulerHandle, Trigger};
@@ -46,44 +44,9 @@ pub use iommu::GroupError;
 pub use journal::Journal;
 pub use vfio::reconcile;
 
-/// A boxed future, so that [`HelperOps`] stays object-safe.
-pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
-
 /// Answers "is this GPU held, and by which hold?" for the GPU's address and, when the
 /// passthrough memory knows it, its UUID. The node service plugs its hold store in here.
 pub type HoldLookup<'a> = &'a (dyn Fn(&PciAddress, Option<&GpuUuid>) -> Option<String> + Sync);
-
-/// The helper's operations, as the runtimes use them: the real helper over its socket
-/// ([`SocketHelper`]) or a recording fake in tests.
-pub trait HelperOps: Send + Sync + fmt::Debug {
-    /// Runs one operation to its answer.
-    fn run(&self, op: Operation) -> BoxFuture<'_, Result<Outcome, ClientError>>;
-}
-
-/// The real helper: one connection per operation (the helper is socket-activated and exits
-/// when idle; a connection broken by one operation's timeout cannot spoil the next), each
-/// bounded by [`suggested_timeout`].
-#[derive(Debug, Clone)]
-pub struct SocketHelper {
-    path: PathBuf,
-}
-
-impl SocketHelper {
-    /// The helper listening at `path`.
-    pub fn new(path: impl Into<PathBuf>) -> Self {
-        Self { path: path.into() }
-    }
-}
-
-impl HelperOps for SocketHelper {
-    fn run(&self, op: Operation) -> BoxFuture<'_, Result<Outcome, ClientError>> {
-        Box::pin(async move {
-            let mut client = HelperClient::connect(&self.path, CONNECT_TIMEOUT).await?;
-            let bound = suggested_timeout(&op);
-            client.request(op, bound).await
-        })
-    }
-}
 
 /// Why a passthrough step was refused or failed. `Display` is the operator's sentence; the
 /// helper's own sentence is carried verbatim.
@@ -259,7 +222,7 @@ impl fmt::Display for ReconcileReport {
 /// The passthrough runtimes of one node.
 pub struct Passthrough {
     host: Host,
-    helper: Arc<dyn HelperOps>,
+    helper: Arc<dyn Helper>,
     journal: Journal,
     memory: GpuMemory,
     on_change: Box<dyn Fn() + Send + Sync>,
@@ -280,7 +243,7 @@ impl Passthrough {
     /// The runtimes for `host`, keeping the journal and reading the passthrough memory in
     /// `data_dir`, acting through `helper`. Nothing is asked of the inventory until
     /// [`Passthrough::with_scheduler`] or [`Passthrough::on_host_change`] says how.
-    pub fn new(host: Host, data_dir: &Path, helper: Arc<dyn HelperOps>) -> Self {
+    pub fn new(host: Host, data_dir: &Path, helper: Arc<dyn Helper>) -> Self {
         Self {
             host,
             helper,
@@ -312,14 +275,6 @@ impl Passthrough {
     }
 }
 
-/// A helper answer of the wrong kind, as a connection-level error.
-fn unexpected(what: &str, outcome: &Outcome) -> ClientError {
-    ClientError::Protocol {
-        path: PathBuf::from("bcd-helper"),
-        what: format!("it answered {what} with {outcome:?}"),
-    }
-}
-
 /// Whether the helper answered (it then either did nothing or cleaned up after itself),
 /// rather than the answer never coming (connection refused or broken, no answer in time).
 fn answered(e: &ClientError) -> bool {
@@ -329,32 +284,22 @@ fn answered(e: &ClientError) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use bcd_protocol::HelperError;
+    use crate::helper_client::fake::RecordingHelper;
+    use bcd_protocol::{HelperError, Operation, Outcome};
     use std::sync::atomic::{AtomicUsize, Ordering};
-    use std::sync::Mutex;
 
-    /// A helper that records each operation and answers as if the function moved, without
-    /// touching any file (the fake host stays as it is).
-    #[derive(Debug, Default)]
-    struct Recording {
-        ops: Mutex<Vec<Operation>>,
-    }
-
-    impl HelperOps for Recording {
-        fn run(&self, op: Operation) -> BoxFuture<'_, Result<Outcome, ClientError>> {
-            self.ops.lock().unwrap().push(op.clone());
-            Box::pin(async move {
-                match op {
-                    Operation::VfioRelease { device } => Ok(Outcome::Vfio {
-                        device,
-                        driver_before: Some(iommu::VFIO_DRIVER.into()),
-                        driver_after: Some("nvidia".into()),
-                        persistence: PersistenceNote::Set { enabled: true },
-                    }),
-                    _ => Err(ClientError::Helper(HelperError::Unsupported)),
-                }
-            })
-        }
+    /// A helper that answers a release as if the function moved, without touching any file
+    /// (the fake host stays as it is), and refuses everything else.
+    fn releasing() -> RecordingHelper {
+        RecordingHelper::answering(|op| match op {
+            Operation::VfioRelease { device } => Ok(Outcome::Vfio {
+                device: *device,
+                driver_before: Some(iommu::VFIO_DRIVER.into()),
+                driver_after: Some("nvidia".into()),
+                persistence: PersistenceNote::Set { enabled: true },
+            }),
+            _ => Err(ClientError::Helper(HelperError::Unsupported)),
+        })
     }
 
     #[tokio::test]
@@ -364,7 +309,7 @@ mod tests {
             "/../testdata/hosts/passthrough"
         ));
         let data = tempfile::tempdir().unwrap();
-        let helper = Arc::new(Recording::default());
+        let helper = Arc::new(releasing());
         let changes = Arc::new(AtomicUsize::new(0));
         let counted = changes.clone();
         let runtime =
@@ -374,9 +319,7 @@ mod tests {
         let gpu: PciAddress = "0000:61:00.0".parse().unwrap();
         let report = runtime.release(&gpu).await.unwrap();
         let asked: Vec<String> = helper
-            .ops
-            .lock()
-            .unwrap()
+            .calls()
             .iter()
             .map(|op| match op {
                 Operation::VfioRelease { device } => device.to_string(),
@@ -395,6 +338,6 @@ mod tests {
             matches!(err, RuntimeError::NotPassedThrough { .. }),
             "{err}"
         );
-        assert_eq!(helper.ops.lock().unwrap().len(), 2);
+        assert_eq!(helper.calls().len(), 2);
     }
 }

@@ -2,15 +2,15 @@
 //! and back, one helper call per function, each step journaled; and the settling of steps a
 //! crash cut off.
 
-use bcd_protocol::{GpuRef, GpuUuid, Operation, Outcome, PciAddress, PersistenceNote};
+use bcd_protocol::{GpuRef, GpuUuid, PciAddress, PersistenceNote};
 
 use super::iommu::{self, driver_of, driver_word, NVIDIA_DRIVER, VFIO_DRIVER};
 use super::journal::{Entry, FunctionRecord, Intent, Journal, Persistence, Step};
 use super::{
-    answered, unexpected, Action, FunctionChange, HelperOps, HoldLookup, Passthrough,
-    ReconcileReport, Report, RuntimeError,
+    answered, Action, FunctionChange, HoldLookup, Passthrough, ReconcileReport, Report,
+    RuntimeError,
 };
-use crate::helper_client::ClientError;
+use crate::helper_client::{ClientError, Helper};
 use crate::host::Host;
 use crate::state::StateError;
 
@@ -64,9 +64,7 @@ impl Passthrough {
         let mut changes = Vec::with_capacity(plan.len());
         for i in 0..entry.functions.len() {
             let device = entry.functions[i].address;
-            let answer = self
-                .move_function(&mut entry, i, Operation::VfioBind { device })
-                .await;
+            let answer = self.move_function(&mut entry, i, Move::Bind).await;
             match answer {
                 Ok(Ok(change)) => changes.push(change),
                 Ok(Err(source)) => {
@@ -132,9 +130,7 @@ impl Passthrough {
         let mut changes = Vec::with_capacity(order.len());
         for i in (0..entry.functions.len()).rev() {
             let device = entry.functions[i].address;
-            let answer = self
-                .move_function(&mut entry, i, Operation::VfioRelease { device })
-                .await;
+            let answer = self.move_function(&mut entry, i, Move::Release).await;
             match answer {
                 Ok(Ok(change)) => changes.push(change),
                 Ok(Err(source)) => {
@@ -247,11 +243,12 @@ impl Passthrough {
         &self,
         entry: &mut Entry,
         i: usize,
-        op: Operation,
+        direction: Move,
     ) -> Result<Result<FunctionChange, ClientError>, StateError> {
         entry.functions[i].step = Step::Moving;
         self.journal.put(entry)?;
-        let result = vfio_call(&self.host, self.helper.as_ref(), op).await;
+        let device = entry.functions[i].address;
+        let result = vfio_call(&self.host, self.helper.as_ref(), direction, device).await;
         let record = &mut entry.functions[i];
         record.driver = driver_of(&self.host, &record.address);
         match &result {
@@ -274,27 +271,33 @@ impl Passthrough {
     }
 }
 
-/// Runs a `VfioBind` or `VfioRelease` and reads its answer.
+/// Which way a function moves.
+#[derive(Debug, Clone, Copy)]
+enum Move {
+    /// To `vfio-pci`.
+    Bind,
+    /// Back to the kernel's choice of driver.
+    Release,
+}
+
+/// Runs a `VfioBind` or `VfioRelease` of `device` and reads its answer.
 async fn vfio_call(
     host: &Host,
-    helper: &dyn HelperOps,
-    op: Operation,
+    helper: &dyn Helper,
+    direction: Move,
+    device: PciAddress,
 ) -> Result<FunctionChange, ClientError> {
-    match helper.run(op).await? {
-        Outcome::Vfio {
-            device,
-            driver_before,
-            driver_after,
-            persistence,
-        } => Ok(FunctionChange {
-            gpu: iommu::read_function(host, &device).is_some_and(|f| f.is_nvidia_gpu()),
-            address: device,
-            driver_before,
-            driver_after,
-            persistence,
-        }),
-        other => Err(unexpected("a vfio request", &other)),
-    }
+    let moved = match direction {
+        Move::Bind => helper.vfio_bind(device).await?,
+        Move::Release => helper.vfio_release(device).await?,
+    };
+    Ok(FunctionChange {
+        gpu: iommu::read_function(host, &moved.device).is_some_and(|f| f.is_nvidia_gpu()),
+        address: moved.device,
+        driver_before: moved.driver_before,
+        driver_after: moved.driver_after,
+        persistence: moved.persistence,
+    })
 }
 
 /// Gives a function on `vfio-pci` or on no driver back to the kernel's choice of driver. The
@@ -302,14 +305,14 @@ async fn vfio_call(
 /// probe with the override set is the one step that is sure to give it a driver.
 async fn give_back(
     host: &Host,
-    helper: &dyn HelperOps,
+    helper: &dyn Helper,
     address: PciAddress,
 ) -> Result<FunctionChange, ClientError> {
     let before = driver_of(host, &address);
     if before.is_none() {
-        vfio_call(host, helper, Operation::VfioBind { device: address }).await?;
+        vfio_call(host, helper, Move::Bind, address).await?;
     }
-    let mut change = vfio_call(host, helper, Operation::VfioRelease { device: address }).await?;
+    let mut change = vfio_call(host, helper, Move::Release, address).await?;
     change.driver_before = before;
     Ok(change)
 }
@@ -347,7 +350,7 @@ fn aftermath(notes: &[String], open: bool, kept: Option<StateError>) -> String {
 ///
 /// Leaves `entry.open` set while a function is still on no driver or the helper could not be
 /// reached. Returns one sentence per function it acted on.
-async fn settle(host: &Host, helper: &dyn HelperOps, entry: &mut Entry) -> Vec<String> {
+async fn settle(host: &Host, helper: &dyn Helper, entry: &mut Entry) -> Vec<String> {
     let mut sentences = Vec::new();
     let mut unreachable = false;
     let stranded = |e: &Entry| {
@@ -407,9 +410,7 @@ async fn settle(host: &Host, helper: &dyn HelperOps, entry: &mut Entry) -> Vec<S
         let mut persistence_on = false;
         if todo {
             let result = match entry.intent {
-                Intent::Bind => {
-                    vfio_call(host, helper, Operation::VfioBind { device: address }).await
-                }
+                Intent::Bind => vfio_call(host, helper, Move::Bind, address).await,
                 Intent::Release | Intent::Rollback => give_back(host, helper, address).await,
             };
             match result {
@@ -442,11 +443,7 @@ async fn settle(host: &Host, helper: &dyn HelperOps, entry: &mut Entry) -> Vec<S
             && !persistence_on
             && (todo || uncertain)
         {
-            let op = Operation::SetPersistence {
-                gpu: address,
-                enabled: true,
-            };
-            match helper.run(op).await {
+            match helper.set_persistence(address, true).await {
                 Ok(_) => sentences.push(format!("GPU {address}: persistence mode on again")),
                 Err(e) => {
                     unreachable |= !answered(&e);
@@ -469,7 +466,7 @@ async fn settle(host: &Host, helper: &dyn HelperOps, entry: &mut Entry) -> Vec<S
 /// [`RuntimeError::State`] when the journal cannot be read (other than torn) or written.
 pub async fn reconcile(
     host: &Host,
-    helper: &dyn HelperOps,
+    helper: &dyn Helper,
     journal: &Journal,
 ) -> Result<ReconcileReport, RuntimeError> {
     let mut report = ReconcileReport {

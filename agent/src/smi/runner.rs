@@ -2,12 +2,12 @@
 //! killed when the bound expires (a wedged GPU can hang `nvidia-smi` in the driver).
 
 use std::path::{Path, PathBuf};
-use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use nix::sys::signal::{killpg, Signal};
+use nix::sys::signal::Signal;
 use nix::unistd::Pid;
-use tokio::io::{AsyncRead, AsyncReadExt};
+
+use crate::child;
 
 /// The bound on one query.
 pub const QUERY_TIMEOUT: Duration = Duration::from_secs(30);
@@ -119,31 +119,27 @@ impl Runner {
         let query = args.join(" ");
         let program = resolve(&self.program).ok_or(RunError::NoDriver)?;
         let started = Instant::now();
-        let (mut child, group) = spawn_in_group(&program, args)?;
-        let (stdout, stderr) = (child.stdout.take(), child.stderr.take());
-        let finished = tokio::time::timeout(self.timeout, async {
-            tokio::join!(
-                read_limited(stdout, MAX_OUTPUT + 1),
-                read_limited(stderr, MAX_STDERR),
-                child.wait()
-            )
-        })
-        .await;
-        // Whatever happened, nothing the query started may outlive it.
-        if let Some(group) = group {
-            let _ = killpg(group, Signal::SIGKILL);
-        }
-        let Ok((stdout, stderr, status)) = finished else {
-            let _ = child.kill().await;
-            return Err(RunError::Timeout {
-                query,
-                after: self.timeout,
-            });
+        let bounds = child::Bounds {
+            time: self.timeout,
+            stdout: MAX_OUTPUT + 1,
+            stderr: MAX_STDERR,
         };
-        let status = status.map_err(|e| RunError::Spawn {
-            program: program.display().to_string(),
-            message: e.to_string(),
-        })?;
+        let ended = child::run(&program, args, bounds)
+            .await
+            .map_err(|e| spawn_error(&program, &e))?;
+        let (status, stdout, stderr) = match ended {
+            child::Ended::Exited {
+                status,
+                stdout,
+                stderr,
+            } => (status, stdout, stderr),
+            child::Ended::TimedOut => {
+                return Err(RunError::Timeout {
+                    query,
+                    after: self.timeout,
+                })
+            }
+        };
         if stdout.len() > MAX_OUTPUT {
             return Err(RunError::TooLong { query });
         }
@@ -190,15 +186,7 @@ fn signal_name(signal: i32) -> String {
     Signal::try_from(signal).map_or_else(|_| format!("signal {signal}"), |s| s.as_str().to_owned())
 }
 
-/// Starts `program ARGS...` with piped output in a process group of its own (so a bound can
-/// kill everything it started), killed if dropped; returns the child and its group.
-///
-/// The child is also killed when the agent dies (`PR_SET_PDEATHSIG` with `SIGKILL`, set in
-/// the child before it runs the program): a node killed with SIGKILL runs no drop and no
-/// bound, and an `nvidia-smi` hung in the driver would otherwise run on for ever. The kernel
-/// sends the signal when the thread that started the child ends, so children are started
-/// from the runtime's worker threads (which live as long as the runtime), never from a
-/// blocking-pool thread.
+/// [`child::spawn_in_group`], its failure worded for `nvidia-smi`.
 ///
 /// # Errors
 /// [`RunError::NoDriver`] when there is no such program, [`RunError::Spawn`] otherwise.
@@ -206,42 +194,17 @@ pub(crate) fn spawn_in_group(
     program: &Path,
     args: &[&str],
 ) -> Result<(tokio::process::Child, Option<Pid>), RunError> {
-    let parent = i32::try_from(std::process::id()).unwrap_or(0);
-    let mut command = tokio::process::Command::new(program);
-    // SAFETY: between fork and exec the closure calls only prctl and getppid, which are
-    // async-signal-safe, and allocates nothing.
-    unsafe {
-        command.pre_exec(move || {
-            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) != 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            // The agent died before the prctl: nothing would send the signal now.
-            if libc::getppid() != parent {
-                return Err(std::io::Error::from_raw_os_error(libc::ESRCH));
-            }
-            Ok(())
-        });
+    child::spawn_in_group(program, args).map_err(|e| spawn_error(program, &e))
+}
+
+fn spawn_error(program: &Path, e: &std::io::Error) -> RunError {
+    match e.kind() {
+        std::io::ErrorKind::NotFound => RunError::NoDriver,
+        _ => RunError::Spawn {
+            program: program.display().to_string(),
+            message: e.to_string(),
+        },
     }
-    let child = command
-        .args(args)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .process_group(0)
-        .kill_on_drop(true)
-        .spawn()
-        .map_err(|e| match e.kind() {
-            std::io::ErrorKind::NotFound => RunError::NoDriver,
-            _ => RunError::Spawn {
-                program: program.display().to_string(),
-                message: e.to_string(),
-            },
-        })?;
-    let group = child
-        .id()
-        .and_then(|id| i32::try_from(id).ok())
-        .map(Pid::from_raw);
-    Ok((child, group))
 }
 
 /// The program to start: a path as given, or a bare name found on `PATH`.
@@ -258,24 +221,6 @@ fn resolve(program: &Path) -> Option<PathBuf> {
 fn is_executable(path: &Path) -> bool {
     use std::os::unix::fs::PermissionsExt;
     std::fs::metadata(path).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
-}
-
-async fn read_limited<R: AsyncRead + Unpin>(pipe: Option<R>, limit: usize) -> Vec<u8> {
-    let Some(mut pipe) = pipe else {
-        return Vec::new();
-    };
-    let mut kept = Vec::new();
-    let mut buf = vec![0u8; 64 * 1024];
-    loop {
-        match pipe.read(&mut buf).await {
-            Ok(0) | Err(_) => return kept,
-            // Past the limit the rest is drained, so the child never blocks on a full pipe.
-            Ok(n) if kept.len() < limit => {
-                kept.extend_from_slice(&buf[..n.min(limit - kept.len())])
-            }
-            Ok(_) => {}
-        }
-    }
 }
 
 /// Whether `name` names a program the runner would find, for doctor's checks.

@@ -1,31 +1,10 @@
-//! `bcd status` and `bcd diag`: what they print and their exit statuses.
+//! `bcd status`: a running `bcd node`'s view of the GPUs, or the GPUs read directly.
 
-use std::io::Write;
 use std::process::ExitCode;
 
-use super::diag::{diag_nvml, link_widths, render as render_diag, DiagRequest, NvmlState};
-use super::faults::{read_boot_id, read_this_boot};
-use super::status::{render as render_status, status_within, StatusReport, STATUS_WAIT};
+use super::output::{print, print_json};
 use crate::cli::Global;
-use crate::inventory::collect::collect;
-
-/// Writes to stdout; a closed pipe ends quietly.
-fn print(text: &str) {
-    let _ = std::io::stdout().lock().write_all(text.as_bytes());
-}
-
-fn print_json<T: serde::Serialize>(value: &T) -> bool {
-    match serde_json::to_string_pretty(value) {
-        Ok(json) => {
-            print(&format!("{json}\n"));
-            true
-        }
-        Err(e) => {
-            eprintln!("bcd: cannot encode the result: {e}");
-            false
-        }
-    }
-}
+use crate::health::status::{render as render_status, status_within, StatusReport, STATUS_WAIT};
 
 /// Asks a running `bcd node` for its status (within [`STATUS_WAIT`]); `None` when none
 /// answers, or when it has no inventory yet (it is starting), so the caller reads itself.
@@ -85,16 +64,16 @@ pub async fn status_from_node(socket: &std::path::Path) -> Option<StatusReport> 
 
 /// `bcd status`: exit 0 with a sample, 1 without (no driver, failure, timeout). A running
 /// `bcd node` is asked first; without one, `bcd status` reads the GPUs itself.
-pub async fn status_command(global: &Global) -> ExitCode {
+pub async fn status(global: &Global) -> ExitCode {
     let host = global.host();
     let report = match status_from_node(&global.api_socket).await {
         Some(report) => Ok(report),
         None => status_within(&host, &global.data_dir, &global.xid_policy(), STATUS_WAIT).await,
     };
-    match report {
+    let code = match report {
         Ok(report) => {
             let printed = if global.json {
-                print_json(&report)
+                print_json(&report, "the result")
             } else {
                 print(&render_status(&report));
                 true
@@ -110,59 +89,10 @@ pub async fn status_command(global: &Global) -> ExitCode {
             eprintln!("bcd: {e}");
             ExitCode::from(1)
         }
-    }
-}
-
-/// `bcd diag`: collects again, runs `diag.nvml`, exit 0 only when every check passed.
-pub async fn diag_command(
-    global: &Global,
-    gpu_uuids: &[String],
-    expected_gpus: Option<usize>,
-) -> ExitCode {
-    let host = global.host();
-    let collection = collect(&host, None).await;
-    let conditions = match read_boot_id(&host).and_then(|b| read_this_boot(&global.data_dir, &b)) {
-        Ok(c) => c,
-        Err(e) => {
-            // Diag still runs: xid.recent then shows only what it can know.
-            eprintln!("bcd: {e}; xid.recent cannot see earlier XIDs");
-            Vec::new()
-        }
     };
-    let error = collection.snapshot_error.as_ref();
-    let nvml = match error {
-        Some(e) if e.is_no_driver() => NvmlState::Unavailable,
-        _ => NvmlState::Collected(&collection.inventory),
-    };
-    let detail = error.filter(|e| !e.is_no_driver()).map(ToString::to_string);
-    let request = DiagRequest {
-        gpu_uuids: gpu_uuids.to_vec(),
-        expected_gpu_count: expected_gpus,
-    };
-    let links = link_widths(&host, &collection.inventory);
-    let driver = collection
-        .snapshot
-        .as_ref()
-        .map(|s| super::status::driver_readings(&s.xml))
-        .unwrap_or_default();
-    let report = diag_nvml(
-        nvml,
-        detail.as_deref(),
-        &links,
-        &driver,
-        &conditions,
-        &request,
-    );
-    if global.json {
-        if !print_json(&report) {
-            return ExitCode::from(1);
-        }
-    } else {
-        print(&render_diag(&report));
+    if !global.json {
+        // Which devices Kubernetes has, from the hold store.
+        print(&crate::kubelet::status_lines(&global.data_dir));
     }
-    if report.passed {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::from(1)
-    }
+    code
 }

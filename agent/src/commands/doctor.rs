@@ -1,0 +1,33 @@
+//! `bcd doctor [--json]`: the node's checks, one line each.
+
+use std::path::Path;
+use std::process::ExitCode;
+
+use super::output::{print, print_json};
+use crate::cli::Global;
+use crate::doctor::{checks, run, Check, DoctorEnv, Status};
+
+/// `bcd doctor [--json]`: prints the report; exit status 1 when any check failed.
+pub async fn doctor(global: &Global, systemctl: &Path) -> ExitCode {
+    let mut env = DoctorEnv::new(global.host(), &global.helper_socket);
+    env.systemctl = systemctl.to_path_buf();
+    let mut report = run(&env).await;
+    // The node's XID overrides are configuration, not a fact of the host: always `ok`.
+    report.checks.push(Check::new(
+        Status::Ok,
+        checks::name::XID_POLICY,
+        global.xid_policy().describe(),
+    ));
+    if global.json {
+        if !print_json(&report, "doctor's report") {
+            return ExitCode::from(1);
+        }
+    } else {
+        print(&report.render_text());
+    }
+    if report.passed() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    }
+}

@@ -1,0 +1,92 @@
+//! `bcd hardware`: the inventory, as lines for an operator or as the JSON document.
+
+use std::process::ExitCode;
+
+use super::output::{print, print_json};
+use crate::cli::Global;
+use crate::inventory::collect::collect;
+use crate::inventory::document::{Gpu, Inventory};
+
+/// `bcd hardware`.
+pub async fn hardware(global: &Global) -> ExitCode {
+    let host = global.host();
+    let collection = collect(&host, None).await;
+    if let Some(e) = &collection.snapshot_error {
+        if e.is_no_driver() {
+            eprintln!("bcd: {e}; showing what procfs and sysfs show");
+        } else {
+            let hint = crate::smi::hint::error_hint(&e.to_string())
+                .map(|h| format!(" ({h})"))
+                .unwrap_or_default();
+            eprintln!(
+                "bcd: nvidia-smi did not answer: {e}{hint}; showing what procfs and sysfs show"
+            );
+        }
+    }
+    if global.json {
+        if !print_json(&collection.inventory, "the inventory") {
+            return ExitCode::from(1);
+        }
+    } else {
+        print(&render_inventory(&collection.inventory));
+    }
+    ExitCode::SUCCESS
+}
+
+/// The inventory as an operator reads it: one header line, then one line per GPU.
+pub fn render_inventory(inv: &Inventory) -> String {
+    let s = &inv.gpu;
+    let mut out = format!(
+        "driver {}, CUDA {}, {} GPU(s), inventory {}\n",
+        s.driver_version.as_deref().unwrap_or("unknown"),
+        s.cuda_driver_version
+            .as_deref()
+            .unwrap_or("unknown (nvidia-smi did not answer)"),
+        s.gpus.len(),
+        inv.hash
+    );
+    if s.gpus.is_empty() {
+        out.push_str("no NVIDIA GPU found on this host\n");
+    }
+    for g in &s.gpus {
+        out.push_str(&render_gpu(g));
+        out.push('\n');
+    }
+    out
+}
+
+fn render_gpu(g: &Gpu) -> String {
+    let mut parts = vec![
+        format!("GPU {}", g.index),
+        g.name.clone().unwrap_or_else(|| "unknown model".into()),
+        g.uuid.clone(),
+    ];
+    if let Some(bus) = &g.bus_id {
+        parts.push(bus.clone());
+    }
+    if let Some(arch) = &g.architecture {
+        parts.push(arch.clone());
+    }
+    if let Some(mib) = g.memory_total_mib {
+        parts.push(format!("{mib} MiB"));
+    }
+    if let Some(cc) = &g.compute_capability {
+        parts.push(format!("cc {cc}"));
+    }
+    if let Some(numa) = g.numa_node {
+        parts.push(format!("NUMA {numa}"));
+    }
+    if let Some(mig) = &g.mig {
+        if mig.mode == Some(true) {
+            parts.push(format!("MIG on ({} instance(s))", mig.devices.len()));
+        }
+    }
+    if !g.nvlinks.is_empty() {
+        let active = g.nvlinks.iter().filter(|l| l.state == "active").count();
+        parts.push(format!("{active}/{} NVLinks active", g.nvlinks.len()));
+    }
+    if g.passed_through {
+        parts.push("passed through to a VM".into());
+    }
+    parts.join(", ")
+}
