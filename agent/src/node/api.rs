@@ -63,43 +63,88 @@ fn body<T: for<'de> Deserialize<'de>>(request: &Request) -> Result<T, Answer> {
     })
 }
 
-/// Answers one request.
-pub async fn handle(node: &Node, request: &Request) -> Answer {
-    let path = request.path.trim_end_matches('/');
-    let result = match (request.method.as_str(), path) {
-        ("GET", "/v1/status") => Ok(status(node).await),
-        ("GET", "/v1/inventory") => Ok(ok(
-            &serde_json::to_value(node.inventory().await).unwrap_or(Value::Null)
-        )),
-        ("GET", "/v1/conditions") => Ok(ok(&json!({
-            "conditions": described(&node.health.conditions(), &node.config.xid_policy)
-        }))),
-        ("POST", "/v1/inventory/refresh") => {
-            node.scheduler.request(Trigger::Refresh);
-            Ok((202, json!({ "requested": true }).to_string().into_bytes()))
-        }
-        ("POST", "/v1/diag") => diag(node, request).await,
-        ("POST", "/v1/gpus/reset") => reset(node, request).await,
-        ("GET", "/v1/holds") => Ok(list_holds(node).await),
-        ("POST", "/v1/holds") => apply_hold(node, request).await,
+/// What a method and path ask for: the router's decision, made without the node.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Route<'a> {
+    /// `GET /v1/status`
+    Status,
+    /// `GET /v1/inventory`
+    Inventory,
+    /// `GET /v1/conditions`
+    Conditions,
+    /// `POST /v1/inventory/refresh`
+    Refresh,
+    /// `POST /v1/diag`
+    Diag,
+    /// `POST /v1/gpus/reset`
+    Reset,
+    /// `GET /v1/holds`
+    ListHolds,
+    /// `POST /v1/holds`
+    ApplyHold,
+    /// `DELETE /v1/holds/<id>`, with the id as given.
+    ReleaseHold(&'a str),
+    /// `POST` on a `/v1/vfio/...` or `/v1/vm/...` path, which it carries.
+    Passthrough(&'a str),
+}
+
+/// Routes a request: its [`Route`], or the 405 (a known path, another method) or 404 answer.
+///
+/// # Errors
+/// The answer for a path the API does not serve with `method`.
+pub fn route<'a>(method: &str, path: &'a str) -> Result<Route<'a>, Answer> {
+    let path = path.trim_end_matches('/');
+    match (method, path) {
+        ("GET", "/v1/status") => Ok(Route::Status),
+        ("GET", "/v1/inventory") => Ok(Route::Inventory),
+        ("GET", "/v1/conditions") => Ok(Route::Conditions),
+        ("POST", "/v1/inventory/refresh") => Ok(Route::Refresh),
+        ("POST", "/v1/diag") => Ok(Route::Diag),
+        ("POST", "/v1/gpus/reset") => Ok(Route::Reset),
+        ("GET", "/v1/holds") => Ok(Route::ListHolds),
+        ("POST", "/v1/holds") => Ok(Route::ApplyHold),
         ("DELETE", p) if p.starts_with("/v1/holds/") => {
-            release_hold(node, &p["/v1/holds/".len()..]).await
+            Ok(Route::ReleaseHold(&p["/v1/holds/".len()..]))
         }
         (
             "POST",
-            "/v1/vfio/bind" | "/v1/vfio/release" | "/v1/vm/start" | "/v1/vm/restore"
-            | "/v1/vm/destroy",
-        ) => passthrough(node, path, request).await,
+            p @ ("/v1/vfio/bind" | "/v1/vfio/release" | "/v1/vm/start" | "/v1/vm/restore"
+            | "/v1/vm/destroy"),
+        ) => Ok(Route::Passthrough(p)),
         (_, p) if is_known_path(p) => Err(error(
             405,
             "method-not-allowed",
-            format!("{} is not allowed on {path}", request.method),
+            format!("{method} is not allowed on {path}"),
         )),
         _ => Err(error(
             404,
             "not-found",
             format!("no such API path: {path} (see GET /v1/status)"),
         )),
+    }
+}
+
+/// Answers one request.
+pub async fn handle(node: &Node, request: &Request) -> Answer {
+    let result = match route(&request.method, &request.path) {
+        Ok(Route::Status) => Ok(status(node).await),
+        Ok(Route::Inventory) => Ok(ok(
+            &serde_json::to_value(node.inventory().await).unwrap_or(Value::Null)
+        )),
+        Ok(Route::Conditions) => Ok(ok(&json!({
+            "conditions": described(&node.health.conditions(), &node.config.xid_policy)
+        }))),
+        Ok(Route::Refresh) => {
+            node.scheduler.request(Trigger::Refresh);
+            Ok((202, json!({ "requested": true }).to_string().into_bytes()))
+        }
+        Ok(Route::Diag) => diag(node, request).await,
+        Ok(Route::Reset) => reset(node, request).await,
+        Ok(Route::ListHolds) => Ok(list_holds(node).await),
+        Ok(Route::ApplyHold) => apply_hold(node, request).await,
+        Ok(Route::ReleaseHold(id)) => release_hold(node, id).await,
+        Ok(Route::Passthrough(path)) => passthrough(node, path, request).await,
+        Err(answer) => Err(answer),
     };
     result.unwrap_or_else(|answer| answer)
 }

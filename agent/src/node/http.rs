@@ -1,14 +1,40 @@
-//! A deliberately small HTTP/1.1 layer for the node service's API on a Unix socket (and the
-//! metrics listener): one request per connection, bounded head and body, a deadline on
-//! reading, JSON in and out. Enough for `curl --unix-socket` and bcd's own client; nothing
-//! else is needed on a socket only the `bcd` group can reach.
+//! HTTP/1.1 for the node service's API on its Unix socket, the metrics listener and the OTLP
+//! exporter, on hyper 1.x (`hyper::server::conn::http1` and `hyper::client::conn::http1`,
+//! the stack the kubelet's gRPC already brings): one request per connection, bounded head and
+//! body, deadlines on reading and on answering, JSON in and out.
+//!
+//! **Serving** ([`serve_connection`]): the head is read first, at most [`MAX_HEAD`] bytes
+//! within [`REQUEST_DEADLINE`], and checked by [`check_head`] with `httparse` (the parser hyper
+//! itself runs): a head that is malformed (400), too long (431), gives `Content-Length` twice
+//! (400: hyper would keep one, which is how requests are smuggled past a proxy), uses
+//! `Transfer-Encoding` (400) or declares a body over [`MAX_BODY`] (413, before a byte of it is
+//! read) is answered here, because hyper's own answer to a head it refuses has an empty body
+//! and every error of this service is JSON `{"code", "message"}`. A head that passes is handed
+//! with the bytes read so far to hyper, which reads the body (the rest of
+//! [`REQUEST_DEADLINE`]) and writes the handler's answer; the client has
+//! [`RESPONSE_DEADLINE`] to take it, after which the connection is dropped.
+//!
+//! **Asking** ([`exchange`], [`exchange_with`]): one request with `Connection: close`; the
+//! answer's body read to its `Content-Length` (never waiting for the peer to close after it)
+//! and cut at the caller's bound.
 
-use std::time::Duration;
+use std::convert::Infallible;
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
 
-use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufReader};
+use http_body_util::{BodyExt, Full, Limited};
+use hyper::body::{Body, Bytes, Incoming};
+use hyper::header::{HeaderName, HeaderValue, CONNECTION, CONTENT_LENGTH, CONTENT_TYPE, HOST};
+use hyper::{Method, StatusCode, Uri};
+use hyper_util::rt::{TokioIo, TokioTimer};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
 
 /// Longest request head (request line and headers).
 pub const MAX_HEAD: usize = 16 * 1024;
+/// Most header lines a request may have (hyper's own default).
+pub const MAX_HEADERS: usize = 100;
 /// Longest request body. The largest the API takes is a hold naming a node's devices, a few
 /// KiB; with [`MAX_CONNECTIONS`] connections at once this bounds what requests can make the
 /// service hold to a few MiB.
@@ -24,7 +50,7 @@ pub const MAX_RESPONSE: usize = 16 * 1024 * 1024;
 /// the service nothing.
 pub const MAX_CONNECTIONS: usize = 64;
 
-/// A parsed request.
+/// A request as the handlers see it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Request {
     /// `GET`, `POST`, `DELETE`, ...
@@ -37,6 +63,40 @@ pub struct Request {
     pub body: Vec<u8>,
 }
 
+/// A handler's answer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Reply {
+    /// The status code.
+    pub status: u16,
+    /// The body's `Content-Type`.
+    pub content_type: &'static str,
+    /// The body.
+    pub body: Vec<u8>,
+}
+
+/// The `Content-Type` of every answer but the metrics text.
+pub const JSON: &str = "application/json";
+
+impl Reply {
+    /// A JSON answer.
+    pub fn json(status: u16, body: Vec<u8>) -> Self {
+        Reply {
+            status,
+            content_type: JSON,
+            body,
+        }
+    }
+
+    /// An error answer: `{"code", "message"}`.
+    pub fn error(status: u16, code: &str, message: &str) -> Self {
+        Reply::json(status, error_body(code, message))
+    }
+
+    fn refusal(e: &HttpError) -> Self {
+        Reply::error(e.status(), e.code(), &e.to_string())
+    }
+}
+
 /// Why a request could not be read; each maps to a status code.
 #[derive(Debug, thiserror::Error)]
 pub enum HttpError {
@@ -44,7 +104,9 @@ pub enum HttpError {
     #[error("bad request: {0}")]
     Bad(String),
     /// The head is too long.
-    #[error("the request head is longer than {MAX_HEAD} bytes")]
+    #[error(
+        "the request head is longer than {MAX_HEAD} bytes or has more than {MAX_HEADERS} headers"
+    )]
     HeadTooLarge,
     /// The declared body is too long; it was not read.
     #[error("the request body ({declared} bytes) is longer than the {MAX_BODY} bytes this service takes")]
@@ -90,180 +152,254 @@ pub fn error_body(code: &str, message: &str) -> Vec<u8> {
         .into_bytes()
 }
 
-/// Reads one request within [`REQUEST_DEADLINE`].
+/// A head [`check_head`] accepted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Head {
+    /// Its length in bytes, up to and including the empty line.
+    pub len: usize,
+    /// What `Content-Length` declares (0 without one).
+    pub declared: u64,
+}
+
+/// Checks the start of a request: `Ok(None)` while the head is incomplete and may still fit,
+/// `Ok(Some(head))` once it is whole and acceptable to this service, and the refusal otherwise.
+/// What it accepts, hyper parses the same way (same parser, same validity rules for the method,
+/// target and header names and values).
 ///
 /// # Errors
-/// [`HttpError`] for anything that is not a small, well-formed HTTP/1.x request.
-pub async fn read_request<R: AsyncRead + Unpin>(reader: R) -> Result<Request, HttpError> {
-    tokio::time::timeout(REQUEST_DEADLINE, read_request_inner(reader))
-        .await
-        .map_err(|_| HttpError::Timeout)?
-}
-
-/// Reads one line of the head into `line`, at most `left` bytes of it; the caller refuses a
-/// line that did not end there.
-async fn next_line<R: AsyncBufReadExt + Unpin>(
-    reader: &mut R,
-    line: &mut Vec<u8>,
-    left: usize,
-) -> Result<usize, HttpError> {
-    line.clear();
-    let mut limited = reader.take(left as u64 + 1);
-    Ok(limited.read_until(b'\n', line).await?)
-}
-
-/// The head's line as text, without its line end.
-fn header_text(line: &[u8]) -> Result<&str, HttpError> {
-    std::str::from_utf8(line)
-        .map(|l| l.trim_end_matches(['\r', '\n']))
-        .map_err(|_| HttpError::Bad("the request head is not UTF-8".into()))
-}
-
-/// The request line `METHOD TARGET HTTP/1.x`, split on single spaces as RFC 9112 writes it.
-fn request_line(line: &str) -> Result<(&str, &str), HttpError> {
-    let bad = || HttpError::Bad("the request line is not METHOD PATH HTTP/1.1".into());
-    let mut parts = line.split(' ');
-    let (Some(method), Some(target), Some(version), None) =
-        (parts.next(), parts.next(), parts.next(), parts.next())
-    else {
-        return Err(bad());
+/// [`HttpError::Bad`], [`HttpError::HeadTooLarge`] and [`HttpError::BodyTooLarge`].
+pub fn check_head(bytes: &[u8]) -> Result<Option<Head>, HttpError> {
+    let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
+    let mut request = httparse::Request::new(&mut headers);
+    let len = match request.parse(bytes) {
+        Ok(httparse::Status::Complete(len)) => len,
+        Ok(httparse::Status::Partial) if bytes.len() >= MAX_HEAD => {
+            return Err(HttpError::HeadTooLarge)
+        }
+        Ok(httparse::Status::Partial) => return Ok(None),
+        Err(httparse::Error::TooManyHeaders) => return Err(HttpError::HeadTooLarge),
+        Err(e) => {
+            return Err(HttpError::Bad(format!(
+                "the request head is not HTTP/1.1 ({e}): {:?}",
+                String::from_utf8_lossy(&bytes[..bytes.len().min(64)])
+            )))
+        }
     };
-    let token = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_uppercase());
-    if !token(method) || !target.starts_with('/') || !matches!(version, "HTTP/1.1" | "HTTP/1.0") {
-        return Err(bad());
-    }
-    Ok((method, target))
-}
-
-async fn read_request_inner<R: AsyncRead + Unpin>(reader: R) -> Result<Request, HttpError> {
-    let mut reader = BufReader::with_capacity(4096, reader);
-    let mut head_len = 0usize;
-    let mut line = Vec::new();
-    let n = next_line(&mut reader, &mut line, MAX_HEAD).await?;
-    head_len += n;
-    if head_len > MAX_HEAD {
+    if len > MAX_HEAD {
         return Err(HttpError::HeadTooLarge);
     }
-    let (method, target) = request_line(header_text(&line)?)?;
-    let (method, target) = (method.to_owned(), target.to_owned());
-    let mut content_length: Option<u64> = None;
-    loop {
-        let n = next_line(&mut reader, &mut line, MAX_HEAD - head_len).await?;
-        head_len += n;
-        if head_len > MAX_HEAD {
-            return Err(HttpError::HeadTooLarge);
+    let bad = |what: &str| Err(HttpError::Bad(what.to_owned()));
+    let (Some(method), Some(target)) = (request.method, request.path) else {
+        return bad("the request line is not METHOD PATH HTTP/1.1");
+    };
+    if Method::from_bytes(method.as_bytes()).is_err()
+        || !target.starts_with('/')
+        || target.parse::<Uri>().is_err()
+    {
+        return bad("the request line is not METHOD PATH HTTP/1.1");
+    }
+    let mut declared: Option<u64> = None;
+    for header in request.headers.iter() {
+        if HeaderName::from_bytes(header.name.as_bytes()).is_err()
+            || HeaderValue::from_bytes(header.value).is_err()
+        {
+            return bad("a header's name or value is malformed");
         }
-        if n == 0 {
-            return Err(HttpError::Bad("the headers did not end".into()));
-        }
-        let header = header_text(&line)?;
-        if header.is_empty() {
-            break;
-        }
-        let Some((name, value)) = header.split_once(':') else {
-            return Err(HttpError::Bad(format!(
-                "malformed header {:?}",
-                header.chars().take(64).collect::<String>()
-            )));
-        };
-        if name.eq_ignore_ascii_case("content-length") {
-            if content_length.is_some() {
+        if header.name.eq_ignore_ascii_case("content-length") {
+            if declared.is_some() {
                 // Two lengths are how requests are smuggled past a proxy: never pick one.
-                return Err(HttpError::Bad(
-                    "Content-Length is given more than once".into(),
-                ));
+                return bad("Content-Length is given more than once");
             }
-            let value = value.trim();
+            let value = std::str::from_utf8(header.value).unwrap_or_default().trim();
             if value.is_empty() || !value.bytes().all(|b| b.is_ascii_digit()) {
-                return Err(HttpError::Bad("Content-Length is not a number".into()));
+                return bad("Content-Length is not a number");
             }
-            content_length = Some(value.parse().unwrap_or(u64::MAX));
-        } else if name.eq_ignore_ascii_case("transfer-encoding") {
-            return Err(HttpError::Bad(
-                "chunked bodies are not accepted; send Content-Length".into(),
-            ));
+            declared = Some(value.parse().unwrap_or(u64::MAX));
+        } else if header.name.eq_ignore_ascii_case("transfer-encoding") {
+            return bad("chunked bodies are not accepted; send Content-Length");
         }
     }
-    let declared = content_length.unwrap_or(0);
+    let declared = declared.unwrap_or(0);
     // Refused on what it declares, before a byte of it is read or a buffer is made for it.
     if declared > MAX_BODY as u64 {
         return Err(HttpError::BodyTooLarge { declared });
     }
-    let mut body = Vec::with_capacity(declared as usize);
-    (&mut reader).take(declared).read_to_end(&mut body).await?;
-    if body.len() as u64 != declared {
-        return Err(HttpError::Bad(format!(
-            "the body ended after {} of the {declared} bytes Content-Length declared",
-            body.len()
-        )));
+    Ok(Some(Head { len, declared }))
+}
+
+/// Reads until [`check_head`] decides; returns what was read (the head and whatever of the
+/// body came with it).
+async fn read_head<S: AsyncRead + Unpin>(stream: &mut S) -> Result<Vec<u8>, HttpError> {
+    let mut buffer = Vec::with_capacity(4096);
+    loop {
+        if buffer.len() == buffer.capacity() {
+            buffer.reserve(4096);
+        }
+        let n = stream.read_buf(&mut buffer).await?;
+        match check_head(&buffer)? {
+            Some(_) => return Ok(buffer),
+            None if n == 0 => return Err(HttpError::Bad("the headers did not end".into())),
+            None => {}
+        }
     }
-    let (path, query) = match target.split_once('?') {
-        Some((p, q)) => (p.to_owned(), q.to_owned()),
-        None => (target, String::new()),
-    };
+}
+
+/// A stream that first yields bytes already read from it: how the checked head reaches hyper.
+struct Prefixed<S> {
+    prefix: Bytes,
+    inner: S,
+}
+
+impl<S: AsyncRead + Unpin> AsyncRead for Prefixed<S> {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        if self.prefix.is_empty() {
+            return Pin::new(&mut self.inner).poll_read(cx, buf);
+        }
+        let n = self.prefix.len().min(buf.remaining());
+        buf.put_slice(&self.prefix.split_to(n));
+        Poll::Ready(Ok(()))
+    }
+}
+
+impl<S: AsyncWrite + Unpin> AsyncWrite for Prefixed<S> {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.inner).poll_write(cx, buf)
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+}
+
+/// Answers a head [`check_head`] refused, which hyper is never given: the status line, the
+/// three headers and the JSON error, within [`RESPONSE_DEADLINE`].
+async fn refuse<S: AsyncWrite + Unpin>(mut stream: S, e: &HttpError) {
+    let reply = Reply::refusal(e);
+    let status = StatusCode::from_u16(reply.status).unwrap_or(StatusCode::BAD_REQUEST);
+    let mut answer = format!(
+        "HTTP/1.1 {} {}\r\ncontent-type: {JSON}\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
+        status.as_u16(),
+        status.canonical_reason().unwrap_or_default(),
+        reply.body.len()
+    )
+    .into_bytes();
+    answer.extend_from_slice(&reply.body);
+    let _ = tokio::time::timeout(RESPONSE_DEADLINE, async {
+        stream.write_all(&answer).await?;
+        stream.shutdown().await
+    })
+    .await;
+}
+
+/// The request hyper parsed, its body read within what is left of [`REQUEST_DEADLINE`] and
+/// at most [`MAX_BODY`] bytes of it.
+async fn decode(request: hyper::Request<Incoming>, started: Instant) -> Result<Request, HttpError> {
+    let (parts, body) = request.into_parts();
+    if let Some(declared) = body.size_hint().exact().filter(|&n| n > MAX_BODY as u64) {
+        return Err(HttpError::BodyTooLarge { declared });
+    }
+    let left = REQUEST_DEADLINE.saturating_sub(started.elapsed());
+    let body = tokio::time::timeout(left, Limited::new(body, MAX_BODY).collect())
+        .await
+        .map_err(|_| HttpError::Timeout)?
+        .map_err(|e| {
+            if e.is::<http_body_util::LengthLimitError>() {
+                HttpError::BodyTooLarge {
+                    declared: MAX_BODY as u64 + 1,
+                }
+            } else {
+                HttpError::Bad(format!(
+                    "the body ended before the length Content-Length declared ({e})"
+                ))
+            }
+        })?
+        .to_bytes();
     Ok(Request {
-        method,
-        path,
-        query,
-        body,
+        method: parts.method.as_str().to_owned(),
+        path: parts.uri.path().to_owned(),
+        query: parts.uri.query().unwrap_or_default().to_owned(),
+        body: body.to_vec(),
     })
 }
 
-/// The reason phrase of the status codes bcd answers with.
-fn reason(status: u16) -> &'static str {
-    match status {
-        200 => "OK",
-        201 => "Created",
-        400 => "Bad Request",
-        403 => "Forbidden",
-        404 => "Not Found",
-        405 => "Method Not Allowed",
-        408 => "Request Timeout",
-        409 => "Conflict",
-        413 => "Payload Too Large",
-        431 => "Request Header Fields Too Large",
-        422 => "Unprocessable Entity",
-        500 => "Internal Server Error",
-        502 => "Bad Gateway",
-        503 => "Service Unavailable",
-        504 => "Gateway Timeout",
-        _ => "Status",
+fn response(reply: Reply) -> hyper::Response<Full<Bytes>> {
+    let mut response = hyper::Response::new(Full::new(Bytes::from(reply.body)));
+    *response.status_mut() =
+        StatusCode::from_u16(reply.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    response
+        .headers_mut()
+        .insert(CONTENT_TYPE, HeaderValue::from_static(reply.content_type));
+    response
+}
+
+/// Serves one request on `stream` with `handler`, as the module header says: the head checked,
+/// the request read within [`REQUEST_DEADLINE`], the answer taken within
+/// [`RESPONSE_DEADLINE`], then the connection closed.
+pub async fn serve_connection<S, H, F>(mut stream: S, handler: H)
+where
+    S: AsyncRead + AsyncWrite + Unpin,
+    H: Fn(Request) -> F,
+    F: Future<Output = Reply>,
+{
+    let started = Instant::now();
+    let read = tokio::time::timeout(REQUEST_DEADLINE, read_head(&mut stream))
+        .await
+        .unwrap_or(Err(HttpError::Timeout));
+    let prefix = match read {
+        Ok(prefix) => prefix,
+        Err(e) => return refuse(stream, &e).await,
+    };
+    let answered = tokio::sync::Notify::new();
+    let service = hyper::service::service_fn(|request| {
+        let (handler, answered) = (&handler, &answered);
+        async move {
+            let reply = match decode(request, started).await {
+                Ok(request) => handler(request).await,
+                Err(e) => Reply::refusal(&e),
+            };
+            answered.notify_one();
+            Ok::<_, Infallible>(response(reply))
+        }
+    });
+    let io = TokioIo::new(Prefixed {
+        prefix: Bytes::from(prefix),
+        inner: stream,
+    });
+    let connection = hyper::server::conn::http1::Builder::new()
+        .keep_alive(false)
+        // A client that half-closes after its request (`curl`, a shell's `printf | nc -N`)
+        // still gets its answer.
+        .half_close(true)
+        .max_headers(MAX_HEADERS)
+        .timer(TokioTimer::new())
+        .header_read_timeout(REQUEST_DEADLINE)
+        .serve_connection(io, service);
+    tokio::select! {
+        result = connection => {
+            if let Err(e) = result {
+                tracing::debug!("an HTTP connection ended with an error: {e}");
+            }
+        }
+        () = async {
+            answered.notified().await;
+            tokio::time::sleep(RESPONSE_DEADLINE).await;
+        } => tracing::debug!(
+            "a client did not take its answer within {}s; its connection is closed",
+            RESPONSE_DEADLINE.as_secs()
+        ),
     }
-}
-
-/// Writes a whole response within [`RESPONSE_DEADLINE`] and closes the exchange.
-///
-/// # Errors
-/// The socket's errors; `TimedOut` past the deadline.
-pub async fn write_response<W: AsyncWrite + Unpin>(
-    writer: W,
-    status: u16,
-    content_type: &str,
-    body: &[u8],
-) -> std::io::Result<()> {
-    tokio::time::timeout(
-        RESPONSE_DEADLINE,
-        write_response_inner(writer, status, content_type, body),
-    )
-    .await
-    .map_err(|_| std::io::Error::from(std::io::ErrorKind::TimedOut))?
-}
-
-async fn write_response_inner<W: AsyncWrite + Unpin>(
-    mut writer: W,
-    status: u16,
-    content_type: &str,
-    body: &[u8],
-) -> std::io::Result<()> {
-    let head = format!(
-        "HTTP/1.1 {status} {}\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
-        reason(status),
-        body.len()
-    );
-    writer.write_all(head.as_bytes()).await?;
-    writer.write_all(body).await?;
-    writer.flush().await?;
-    writer.shutdown().await
 }
 
 /// A response read by the client.
@@ -278,23 +414,36 @@ pub struct Response {
 /// Sends one request and reads the response, at most [`MAX_RESPONSE`] bytes of body.
 ///
 /// # Errors
-/// The socket's errors, and a malformed or oversized response as `InvalidData`.
+/// The socket's errors, and a malformed response as `InvalidData`.
 pub async fn exchange<S: AsyncRead + AsyncWrite + Unpin>(
     stream: S,
     method: &str,
     path: &str,
     body: Option<&[u8]>,
 ) -> std::io::Result<Response> {
-    exchange_with(
-        stream,
-        method,
-        "bcd",
-        path,
-        "application/json",
-        body,
-        MAX_RESPONSE,
-    )
-    .await
+    exchange_with(stream, method, "bcd", path, JSON, body, MAX_RESPONSE).await
+}
+
+/// The client's errors as `io::Error`: a malformed answer as `InvalidData`.
+fn client_error(e: &hyper::Error) -> std::io::Error {
+    use std::io::{Error, ErrorKind};
+    if e.is_parse() || e.is_parse_too_large() || e.is_parse_status() {
+        return Error::new(
+            ErrorKind::InvalidData,
+            format!("the answer does not start with an HTTP/1.x status line and a head of at most {MAX_HEAD} bytes ({e})"),
+        );
+    }
+    if e.is_incomplete_message() {
+        return Error::new(
+            ErrorKind::InvalidData,
+            format!("the answer ended early ({e})"),
+        );
+    }
+    let source = std::error::Error::source(e).and_then(|s| s.downcast_ref::<Error>());
+    match source {
+        Some(io) => Error::new(io.kind(), io.to_string()),
+        None => Error::other(e.to_string()),
+    }
 }
 
 /// [`exchange`] with a `Host` header, a body type and a bound on the answer's body of the
@@ -308,7 +457,7 @@ pub async fn exchange<S: AsyncRead + AsyncWrite + Unpin>(
 /// # Errors
 /// The socket's errors, and a malformed response as `InvalidData`.
 pub async fn exchange_with<S: AsyncRead + AsyncWrite + Unpin>(
-    mut stream: S,
+    stream: S,
     method: &str,
     host: &str,
     path: &str,
@@ -316,231 +465,48 @@ pub async fn exchange_with<S: AsyncRead + AsyncWrite + Unpin>(
     body: Option<&[u8]>,
     max_body: usize,
 ) -> std::io::Result<Response> {
-    let body = body.unwrap_or_default();
-    let head = format!(
-        "{method} {path} HTTP/1.1\r\nHost: {host}\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
-        body.len()
-    );
-    stream.write_all(head.as_bytes()).await?;
-    stream.write_all(body).await?;
-    stream.flush().await?;
-    let invalid = |what: String| std::io::Error::new(std::io::ErrorKind::InvalidData, what);
-    let mut reader = BufReader::with_capacity(4096, stream);
-    let mut line = Vec::new();
-    let mut head_len = 0usize;
-    let mut status: Option<u16> = None;
-    let mut content_length: Option<u64> = None;
-    loop {
-        line.clear();
-        let n = (&mut reader)
-            .take((MAX_HEAD - head_len) as u64 + 1)
-            .read_until(b'\n', &mut line)
-            .await?;
-        head_len += n;
-        if head_len > MAX_HEAD {
-            return Err(invalid(format!(
-                "the answer's head is longer than {MAX_HEAD} bytes"
-            )));
-        }
-        if n == 0 {
-            return Err(invalid("the answer ended before its head did".into()));
-        }
-        let text = std::str::from_utf8(&line)
-            .map_err(|_| invalid("the answer's head is not UTF-8".into()))?
-            .trim_end_matches(['\r', '\n']);
-        if status.is_none() {
-            status = Some(status_line(text).ok_or_else(|| {
-                invalid(format!(
-                    "the answer does not start with an HTTP/1.x status line: {:?}",
-                    text.chars().take(64).collect::<String>()
-                ))
-            })?);
-            continue;
-        }
-        if text.is_empty() {
-            break;
-        }
-        if let Some((name, value)) = text.split_once(':') {
-            if name.eq_ignore_ascii_case("content-length") {
-                let value: u64 = value
-                    .trim()
-                    .parse()
-                    .map_err(|_| invalid("the answer's Content-Length is not a number".into()))?;
-                if content_length.is_some_and(|c| c != value) {
-                    return Err(invalid("the answer gives two Content-Lengths".into()));
-                }
-                content_length = Some(value);
+    let invalid = |what: String| std::io::Error::new(std::io::ErrorKind::InvalidInput, what);
+    let request = hyper::Request::builder()
+        .method(method)
+        .uri(path)
+        .header(HOST, host)
+        .header(CONTENT_TYPE, content_type)
+        .header(CONNECTION, "close")
+        .header(CONTENT_LENGTH, body.map_or(0, <[u8]>::len))
+        .body(Full::new(Bytes::copy_from_slice(body.unwrap_or_default())))
+        .map_err(|e| invalid(format!("cannot ask {method} {path}: {e}")))?;
+    let (mut sender, connection) = hyper::client::conn::http1::Builder::new()
+        .max_buf_size(MAX_HEAD)
+        .handshake(TokioIo::new(stream))
+        .await
+        .map_err(|e| client_error(&e))?;
+    let work = async move {
+        let response = sender
+            .send_request(request)
+            .await
+            .map_err(|e| client_error(&e))?;
+        drop(sender);
+        let status = response.status().as_u16();
+        let mut incoming = response.into_body();
+        let mut body = Vec::new();
+        while body.len() < max_body {
+            let Some(frame) = incoming.frame().await else {
+                break;
+            };
+            let frame = frame.map_err(|e| client_error(&e))?;
+            if let Some(data) = frame.data_ref() {
+                body.extend_from_slice(&data[..data.len().min(max_body - body.len())]);
             }
         }
+        Ok(Response { status, body })
+    };
+    tokio::pin!(work, connection);
+    tokio::select! {
+        result = &mut work => result,
+        // The connection may end with the last of the body still on its way to `work`.
+        _ = &mut connection => work.await,
     }
-    let status = status.unwrap_or_default();
-    let wanted = content_length.map_or(max_body as u64, |c| c.min(max_body as u64));
-    let mut body = Vec::with_capacity(wanted.min(64 * 1024) as usize);
-    (&mut reader).take(wanted).read_to_end(&mut body).await?;
-    if content_length.is_some_and(|c| c <= max_body as u64 && body.len() as u64 != c) {
-        return Err(invalid(format!(
-            "the answer's body ended after {} of its {} bytes",
-            body.len(),
-            content_length.unwrap_or_default()
-        )));
-    }
-    Ok(Response { status, body })
-}
-
-/// The status code of `HTTP/1.x SSS[ reason]`, or `None` when the line is not one.
-fn status_line(line: &str) -> Option<u16> {
-    let rest = line
-        .strip_prefix("HTTP/1.1 ")
-        .or_else(|| line.strip_prefix("HTTP/1.0 "))?;
-    let (code, reason) = rest.split_at_checked(3)?;
-    if !code.bytes().all(|b| b.is_ascii_digit()) || !(reason.is_empty() || reason.starts_with(' '))
-    {
-        return None;
-    }
-    code.parse().ok().filter(|c| (100..600).contains(c))
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[tokio::test]
-    async fn a_request_round_trips() {
-        let (client, server) = tokio::io::duplex(64 * 1024);
-        let serve = tokio::spawn(async move {
-            let (r, w) = tokio::io::split(server);
-            let req = read_request(r).await.unwrap();
-            assert_eq!(req.method, "POST");
-            assert_eq!(req.path, "/v1/holds");
-            assert_eq!(req.query, "x=1");
-            assert_eq!(req.body, b"{\"id\":\"a\"}");
-            write_response(w, 201, "application/json", b"{}")
-                .await
-                .unwrap();
-        });
-        let resp = exchange(client, "POST", "/v1/holds?x=1", Some(b"{\"id\":\"a\"}"))
-            .await
-            .unwrap();
-        assert_eq!(resp.status, 201);
-        assert_eq!(resp.body, b"{}");
-        serve.await.unwrap();
-    }
-
-    #[tokio::test]
-    async fn oversized_and_malformed_requests_are_refused() {
-        let big = format!(
-            "POST / HTTP/1.1\r\nContent-Length: {}\r\n\r\n",
-            MAX_BODY + 1
-        );
-        assert!(matches!(
-            read_request(big.as_bytes()).await,
-            Err(HttpError::BodyTooLarge { .. })
-        ));
-        let long_head = format!("GET / HTTP/1.1\r\nX: {}\r\n\r\n", "a".repeat(MAX_HEAD));
-        assert!(matches!(
-            read_request(long_head.as_bytes()).await,
-            Err(HttpError::HeadTooLarge)
-        ));
-        assert!(matches!(
-            read_request(&b"GARBAGE\r\n\r\n"[..]).await,
-            Err(HttpError::Bad(_))
-        ));
-        let chunked = "POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n";
-        assert!(matches!(
-            read_request(chunked.as_bytes()).await,
-            Err(HttpError::Bad(_))
-        ));
-    }
-
-    // A second Content-Length was accepted (the last one won): how a request is smuggled
-    // past a proxy that believed the first.
-    #[tokio::test]
-    async fn a_duplicate_content_length_is_refused() {
-        let twice = "POST /v1/holds HTTP/1.1\r\nContent-Length: 2\r\ncontent-length: 2\r\n\r\n{}";
-        let err = read_request(twice.as_bytes()).await.unwrap_err();
-        assert!(matches!(err, HttpError::Bad(_)), "{err}");
-        assert_eq!(err.status(), 400);
-        assert!(err.to_string().contains("more than once"), "{err}");
-    }
-
-    // A body declared at 1 MiB was accepted and read into a buffer of its declared size: a
-    // declared body over the bound is refused on its head, before a byte of it is read.
-    #[tokio::test(start_paused = true)]
-    async fn a_declared_body_over_the_bound_is_refused_without_reading_it() {
-        let (mut client, server) = tokio::io::duplex(64 * 1024);
-        client
-            .write_all(b"POST /v1/holds HTTP/1.1\r\nContent-Length: 1048576\r\n\r\n")
-            .await
-            .unwrap();
-        // No body is sent and the client stays: the refusal must not wait for it.
-        let err = read_request(server).await.unwrap_err();
-        assert!(
-            matches!(
-                err,
-                HttpError::BodyTooLarge {
-                    declared: 1_048_576
-                }
-            ),
-            "{err}"
-        );
-        assert_eq!(err.status(), 413);
-        drop(client);
-    }
-
-    // A body shorter than its Content-Length was read as a short read error without a
-    // sentence; it is a bad request naming the lengths.
-    #[tokio::test]
-    async fn a_body_shorter_than_declared_is_a_bad_request() {
-        let short = "POST /v1/holds HTTP/1.1\r\nContent-Length: 10\r\n\r\n{}";
-        let err = read_request(short.as_bytes()).await.unwrap_err();
-        assert!(err.to_string().contains("2 of the 10"), "{err}");
-    }
-
-    #[test]
-    fn status_lines_are_parsed_strictly() {
-        assert_eq!(status_line("HTTP/1.1 200 OK"), Some(200));
-        assert_eq!(status_line("HTTP/1.0 404"), Some(404));
-        assert_eq!(status_line("HTTP/1.1  200 OK"), None);
-        assert_eq!(status_line("HTTP/1.1 2000 OK"), None);
-        assert_eq!(status_line("HTTP/2 200"), None);
-        assert_eq!(status_line("junk 200 OK"), None);
-    }
-
-    proptest::proptest! {
-        /// No bytes make the request decoder panic or allocate past its bounds: a request it
-        /// accepts has a body no longer than [`MAX_BODY`].
-        #[test]
-        fn no_input_makes_request_decoding_panic(
-            head in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..512),
-            length in proptest::option::of(0u64..200_000),
-            twice in proptest::prelude::any::<bool>(),
-        ) {
-            let mut bytes = b"POST /v1/holds HTTP/1.1\r\n".to_vec();
-            if let Some(n) = length {
-                bytes.extend(format!("Content-Length: {n}\r\n").as_bytes());
-                if twice {
-                    bytes.extend(format!("Content-Length: {n}\r\n").as_bytes());
-                }
-            }
-            bytes.extend(&head);
-            let rt = tokio::runtime::Builder::new_current_thread()
-                .enable_time()
-                .build()
-                .unwrap();
-            for input in [&head[..], &bytes[..]] {
-                if let Ok(r) = rt.block_on(read_request(input)) {
-                    proptest::prop_assert!(r.body.len() <= MAX_BODY);
-                }
-            }
-        }
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn a_stalled_request_times_out() {
-        let (_client, server) = tokio::io::duplex(1024);
-        assert!(matches!(
-            read_request(server).await,
-            Err(HttpError::Timeout)
-        ));
-    }
-}
+mod tests;

@@ -350,12 +350,14 @@ pub async fn run(config: NodeConfig) -> Result<(), NodeError> {
                 let node = api_node.clone();
                 Some(async move {
                     let _guard = guard;
-                    let (reader, writer) = stream.into_split();
-                    let (status, body) = match http::read_request(reader).await {
-                        Ok(request) => api::handle(&node, &request).await,
-                        Err(e) => (e.status(), http::error_body(e.code(), &e.to_string())),
-                    };
-                    let _ = http::write_response(writer, status, "application/json", &body).await;
+                    http::serve_connection(stream, |request: http::Request| {
+                        let node = node.clone();
+                        async move {
+                            let (status, body) = api::handle(&node, &request).await;
+                            http::Reply::json(status, body)
+                        }
+                    })
+                    .await;
                 })
             },
         ),
@@ -382,39 +384,10 @@ pub async fn run(config: NodeConfig) -> Result<(), NodeError> {
                 },
                 move |stream: tokio::net::TcpStream| {
                     let node = node.clone();
-                    Some(async move {
-                        let (reader, writer) = stream.into_split();
-                        let (status, kind, body) = match http::read_request(reader).await {
-                            Ok(r) if r.path == "/metrics" && r.method == "GET" => {
-                                (200, METRICS_TYPE, node.metrics_text().await.into_bytes())
-                            }
-                            Ok(r) if r.path == "/metrics" => (
-                                405,
-                                "application/json",
-                                http::error_body(
-                                    "method-not-allowed",
-                                    &format!("{} is not allowed on /metrics; use GET", r.method),
-                                ),
-                            ),
-                            Ok(r) => (
-                                404,
-                                "application/json",
-                                http::error_body(
-                                    "not-found",
-                                    &format!(
-                                        "no such path: {} (only GET /metrics is served here)",
-                                        r.path
-                                    ),
-                                ),
-                            ),
-                            Err(e) => (
-                                e.status(),
-                                "application/json",
-                                http::error_body(e.code(), &e.to_string()),
-                            ),
-                        };
-                        let _ = http::write_response(writer, status, kind, &body).await;
-                    })
+                    Some(http::serve_connection(stream, move |request| {
+                        let node = node.clone();
+                        async move { metrics_reply(&node, &request).await }
+                    }))
                 },
             ),
         );
@@ -469,6 +442,28 @@ impl Tasks {
             }
             name
         });
+    }
+}
+
+/// The metrics listener's one route: `GET /metrics`; any other method on it 405, any other
+/// path 404, both in JSON.
+async fn metrics_reply(node: &Node, request: &http::Request) -> http::Reply {
+    match (request.method.as_str(), request.path.as_str()) {
+        ("GET", "/metrics") => http::Reply {
+            status: 200,
+            content_type: METRICS_TYPE,
+            body: node.metrics_text().await.into_bytes(),
+        },
+        (method, "/metrics") => http::Reply::error(
+            405,
+            "method-not-allowed",
+            &format!("{method} is not allowed on /metrics; use GET"),
+        ),
+        (_, path) => http::Reply::error(
+            404,
+            "not-found",
+            &format!("no such path: {path} (only GET /metrics is served here)"),
+        ),
     }
 }
 

@@ -105,3 +105,44 @@ async fn concurrent_diags_share_one_collection() {
         2
     );
 }
+
+// The router is a function of the method and path alone (what the fuzz target drives): every
+// route it picks is a path the 405 rule knows, and trailing slashes do not change it.
+#[test]
+fn the_router_agrees_with_the_known_paths() {
+    use super::{is_known_path, route, Route};
+    assert_eq!(route("GET", "/v1/status/"), Ok(Route::Status));
+    assert_eq!(
+        route("DELETE", "/v1/holds/job1"),
+        Ok(Route::ReleaseHold("job1"))
+    );
+    assert_eq!(
+        route("POST", "/v1/vm/start"),
+        Ok(Route::Passthrough("/v1/vm/start"))
+    );
+    for path in [
+        "/v1/status",
+        "/v1/inventory",
+        "/v1/conditions",
+        "/v1/inventory/refresh",
+        "/v1/diag",
+        "/v1/gpus/reset",
+        "/v1/holds",
+        "/v1/holds/x",
+        "/v1/vfio/bind",
+        "/v1/vfio/release",
+        "/v1/vm/start",
+        "/v1/vm/restore",
+        "/v1/vm/destroy",
+    ] {
+        assert!(is_known_path(path), "{path}");
+        let served = ["GET", "POST", "DELETE"]
+            .iter()
+            .filter(|m| route(m, path).is_ok())
+            .count();
+        assert!(served >= 1, "{path} is served by no method");
+        let (status, _) = route("PATCH", path).unwrap_err();
+        assert_eq!(status, 405, "{path}");
+    }
+    assert_eq!(route("GET", "/v2/status").unwrap_err().0, 404);
+}
