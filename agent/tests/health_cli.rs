@@ -289,3 +289,75 @@ fn status_asks_a_running_node_and_starts_no_nvidia_smi() {
     assert!(text.contains("note: from bcd node at"), "{text}");
     assert!(runs(&file).is_empty(), "nvidia-smi ran: {:?}", runs(&file));
 }
+
+// `bcd diag` always collected by itself, even beside a running node that already holds the
+// GPUs' state (and shares one collection among concurrent diags); it now asks the node first.
+#[test]
+fn diag_asks_a_running_node_and_starts_no_nvidia_smi() {
+    use std::io::{Read, Write};
+    let dir = tempfile::tempdir().unwrap();
+    let (host, file) = counting_host(dir.path());
+    let socket = dir.path().join("bcd.sock");
+    let listener = std::os::unix::net::UnixListener::bind(&socket).unwrap();
+    let server = std::thread::spawn(move || {
+        let (mut stream, _) = listener.accept().unwrap();
+        let mut seen = Vec::new();
+        let mut buf = [0u8; 1024];
+        // The head, then the body its Content-Length announces.
+        loop {
+            let n = stream.read(&mut buf).unwrap();
+            seen.extend_from_slice(&buf[..n]);
+            let text = String::from_utf8_lossy(&seen).into_owned();
+            if let Some(end) = text.find("\r\n\r\n") {
+                let len: usize = text
+                    .lines()
+                    .find_map(|l| {
+                        l.to_ascii_lowercase()
+                            .strip_prefix("content-length:")
+                            .map(|v| v.trim().to_owned())
+                    })
+                    .and_then(|v| v.parse().ok())
+                    .unwrap_or(0);
+                if seen.len() >= end + 4 + len || n == 0 {
+                    break;
+                }
+            }
+            if n == 0 {
+                break;
+            }
+        }
+        let body = serde_json::json!({
+            "passed": false,
+            "checks": [
+                {"check": "nvml.init", "passed": true, "message": "the driver answered"},
+                {"check": "gpu.count", "passed": false, "message": "7 GPUs, 8 expected"}
+            ]
+        })
+        .to_string();
+        write!(
+            stream,
+            "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+            body.len()
+        )
+        .unwrap();
+        String::from_utf8_lossy(&seen).into_owned()
+    });
+    let out = Command::new(env!("CARGO_BIN_EXE_bcd"))
+        .arg("--host")
+        .arg(&host)
+        .arg("--data-dir")
+        .arg(dir.path().join("data"))
+        .arg("--api-socket")
+        .arg(&socket)
+        .args(["diag", "--expected-gpus", "8"])
+        .output()
+        .unwrap();
+    let request = server.join().unwrap();
+    assert!(request.starts_with("POST /v1/diag"), "{request}");
+    assert!(request.contains("\"expected_gpus\":8"), "{request}");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "a failed check exits 1: {text}");
+    assert!(text.contains("gpu.count"), "{text}");
+    assert!(text.contains("7 GPUs, 8 expected"), "{text}");
+    assert!(runs(&file).is_empty(), "nvidia-smi ran: {:?}", runs(&file));
+}

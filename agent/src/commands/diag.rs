@@ -1,15 +1,63 @@
-//! `bcd diag`: `diag.nvml` on a fresh collection, read directly.
+//! `bcd diag`: `diag.nvml` on a fresh collection: a running `bcd node`'s (which shares it with
+//! any diag already in flight), or read directly when no node answers.
 
 use std::process::ExitCode;
 
 use super::output::{print, print_json};
 use crate::cli::Global;
-use crate::health::diag::{diag_nvml, link_widths, render as render_diag, DiagRequest, NvmlState};
+use crate::health::diag::{
+    diag_nvml, link_widths, render as render_diag, DiagReport, DiagRequest, NvmlState,
+};
 use crate::health::faults::{read_boot_id, read_this_boot};
 use crate::inventory::collect::collect;
 
-/// `bcd diag`: collects again, runs `diag.nvml`, exit 0 only when every check passed.
+/// How long `bcd diag` waits for a running node's answer: its collection's own bound (60 s
+/// for a snapshot) and a margin.
+const NODE_DIAG_WAIT: std::time::Duration = std::time::Duration::from_secs(75);
+
+/// Asks a running `bcd node` to run `diag.nvml` (`POST /v1/diag`); `None` when none answers,
+/// so the caller reads the GPUs itself.
+async fn diag_from_node(
+    global: &Global,
+    gpu_uuids: &[String],
+    expected_gpus: Option<usize>,
+) -> Option<DiagReport> {
+    let body = serde_json::json!({ "gpus": gpu_uuids, "expected_gpus": expected_gpus });
+    let asked = tokio::time::timeout(
+        NODE_DIAG_WAIT,
+        crate::node::client::call_as::<_, DiagReport>(
+            &global.api_socket,
+            "POST",
+            "/v1/diag",
+            Some(&body),
+        ),
+    )
+    .await;
+    match asked {
+        Ok(Ok(report)) => Some(report),
+        // Nothing listens: the ordinary case without a node.
+        Ok(Err(crate::node::client::ApiError::Connect { .. })) => None,
+        Ok(Err(e)) => {
+            eprintln!("bcd: {e}; reading the GPUs directly");
+            None
+        }
+        Err(_) => {
+            eprintln!(
+                "bcd: the bcd node service at {} did not answer within {}s; reading the GPUs directly",
+                global.api_socket.display(),
+                NODE_DIAG_WAIT.as_secs()
+            );
+            None
+        }
+    }
+}
+
+/// `bcd diag`: asks a running `bcd node` first (no `nvidia-smi` of its own then), else
+/// collects, runs `diag.nvml`; exit 0 only when every check passed.
 pub async fn diag(global: &Global, gpu_uuids: &[String], expected_gpus: Option<usize>) -> ExitCode {
+    if let Some(report) = diag_from_node(global, gpu_uuids, expected_gpus).await {
+        return show(global, &report);
+    }
     let host = global.host();
     let collection = collect(&host, None).await;
     let conditions = match read_boot_id(&host).and_then(|b| read_this_boot(&global.data_dir, &b)) {
@@ -44,12 +92,17 @@ pub async fn diag(global: &Global, gpu_uuids: &[String], expected_gpus: Option<u
         &conditions,
         &request,
     );
+    show(global, &report)
+}
+
+/// Prints the report; exit 0 only when every check passed.
+fn show(global: &Global, report: &DiagReport) -> ExitCode {
     if global.json {
-        if !print_json(&report, "the result") {
+        if !print_json(report, "the result") {
             return ExitCode::from(1);
         }
     } else {
-        print(&render_diag(&report));
+        print(&render_diag(report));
     }
     if report.passed {
         ExitCode::SUCCESS

@@ -46,12 +46,12 @@ pub const NVML_NOT_AVAILABLE: &str = "NVML is not available on this node";
 pub const NOT_VISIBLE: &str = "not visible to NVML";
 
 /// One check's result.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
 pub struct Check {
     /// Its name, from [`check`].
     pub check: String,
     /// The GPU's UUID; absent for node-wide checks.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gpu: Option<String>,
     /// Whether it passed.
     pub passed: bool,
@@ -60,7 +60,7 @@ pub struct Check {
 }
 
 /// The whole result: `passed` only when every check passed.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
 pub struct DiagReport {
     /// Every check of every GPU passed.
     pub passed: bool,
