@@ -361,3 +361,62 @@ fn diag_asks_a_running_node_and_starts_no_nvidia_smi() {
     assert!(text.contains("7 GPUs, 8 expected"), "{text}");
     assert!(runs(&file).is_empty(), "nvidia-smi ran: {:?}", runs(&file));
 }
+
+// A command stuck on a wedged nvidia-smi printed nothing for up to 30 s; on a terminal it now
+// says what it waits for (and never when its stderr is not a terminal).
+#[test]
+fn a_command_waiting_on_nvidia_smi_says_so_on_a_terminal_only() {
+    let Ok(script) = which("script") else {
+        eprintln!("skipped: script (util-linux) is not installed");
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let bcd = env!("CARGO_BIN_EXE_bcd");
+    let command = format!(
+        "{bcd} --host {} --data-dir {} --api-socket {} status",
+        hosts().join("wedged").display(),
+        dir.path().join("data").display(),
+        dir.path().join("none.sock").display()
+    );
+    // script gives the command a pseudo-terminal; 4 s is past the 2 s before the line shows.
+    let out = Command::new("timeout")
+        .args([
+            "4",
+            script.to_str().unwrap(),
+            "-qfec",
+            &command,
+            "/dev/null",
+        ])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    // The wedged host's first hung query is the sample's.
+    assert!(
+        text.contains("waiting for nvidia-smi --query-gpu --format: 2 s of 30 s")
+            || text.contains("waiting for nvidia-smi --query-gpu --format: 3 s of 30 s"),
+        "{text}"
+    );
+    // Not a terminal: nothing of the kind.
+    let out = Command::new("timeout")
+        .args(["4", bcd])
+        .arg("--host")
+        .arg(hosts().join("wedged"))
+        .arg("--data-dir")
+        .arg(dir.path().join("data"))
+        .arg("--api-socket")
+        .arg(dir.path().join("none.sock"))
+        .arg("status")
+        .output()
+        .unwrap();
+    assert!(!String::from_utf8_lossy(&out.stderr).contains("waiting for"));
+}
+
+fn which(name: &str) -> Result<PathBuf, ()> {
+    std::env::var_os("PATH")
+        .and_then(|paths| {
+            std::env::split_paths(&paths)
+                .map(|d| d.join(name))
+                .find(|p| p.is_file())
+        })
+        .ok_or(())
+}

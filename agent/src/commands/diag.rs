@@ -3,7 +3,7 @@
 
 use std::process::ExitCode;
 
-use super::output::{print, print_json};
+use super::output::{print, print_json, saying_what_it_waits_for};
 use crate::cli::Global;
 use crate::health::diag::{
     diag_nvml, link_widths, render as render_diag, DiagReport, DiagRequest, NvmlState,
@@ -59,7 +59,7 @@ pub async fn diag(global: &Global, gpu_uuids: &[String], expected_gpus: Option<u
         return show(global, &report);
     }
     let host = global.host();
-    let collection = collect(&host, None).await;
+    let collection = saying_what_it_waits_for(global.json, collect(&host, None)).await;
     let conditions = match read_boot_id(&host).and_then(|b| read_this_boot(&global.data_dir, &b)) {
         Ok(c) => c,
         Err(e) => {

@@ -3,7 +3,7 @@
 use std::path::Path;
 use std::process::ExitCode;
 
-use super::output::{print, print_json};
+use super::output::{print, print_json, saying_what_it_waits_for};
 use crate::cli::Global;
 use crate::doctor::{checks, run, Check, DoctorEnv, Status};
 
@@ -11,7 +11,7 @@ use crate::doctor::{checks, run, Check, DoctorEnv, Status};
 pub async fn doctor(global: &Global, systemctl: &Path) -> ExitCode {
     let mut env = DoctorEnv::new(global.host(), &global.helper_socket);
     env.systemctl = systemctl.to_path_buf();
-    let mut report = run(&env).await;
+    let mut report = saying_what_it_waits_for(global.json, run(&env)).await;
     // The node's XID overrides are configuration, not a fact of the host: always `ok`.
     report.checks.push(Check::new(
         Status::Ok,

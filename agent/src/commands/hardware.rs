@@ -2,7 +2,7 @@
 
 use std::process::ExitCode;
 
-use super::output::{print, print_json};
+use super::output::{print, print_json, saying_what_it_waits_for};
 use crate::cli::Global;
 use crate::inventory::collect::collect;
 use crate::inventory::document::{Gpu, Inventory};
@@ -10,7 +10,7 @@ use crate::inventory::document::{Gpu, Inventory};
 /// `bcd hardware`.
 pub async fn hardware(global: &Global) -> ExitCode {
     let host = global.host();
-    let collection = collect(&host, None).await;
+    let collection = saying_what_it_waits_for(global.json, collect(&host, None)).await;
     if let Some(e) = &collection.snapshot_error {
         if e.is_no_driver() {
             eprintln!("bcd: {e}; showing what procfs and sysfs show");

@@ -22,3 +22,98 @@ pub fn print_json<T: serde::Serialize + ?Sized>(value: &T, what: &str) -> bool {
         }
     }
 }
+
+/// How long a command waits on `nvidia-smi` before it says so.
+pub const SAY_WAITING_AFTER: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// The line a command shows while it waits: `waiting for nvidia-smi -q -x: 12 s of 30 s`.
+pub fn waiting_line(
+    query: &str,
+    waited: std::time::Duration,
+    bound: std::time::Duration,
+) -> String {
+    // An option's value is left out: `--query-gpu=uuid,...` shows as `--query-gpu`.
+    let short: Vec<&str> = query
+        .split(' ')
+        .map(|a| match a.split_once('=') {
+            Some((flag, _)) if a.starts_with("--") => flag,
+            _ => a,
+        })
+        .collect();
+    format!(
+        "waiting for nvidia-smi {}: {} s of {} s",
+        crate::smi::escape_control(&short.join(" ")),
+        waited.as_secs(),
+        bound.as_secs()
+    )
+}
+
+/// Runs `work`; while it waits on an `nvidia-smi` query for more than [`SAY_WAITING_AFTER`],
+/// says so on stderr, updating the line in place, and clears it at the end. Only on a terminal
+/// and never with `--json`: a script reading stderr gets nothing of the kind.
+pub async fn saying_what_it_waits_for<F: std::future::Future>(json: bool, work: F) -> F::Output {
+    use std::io::IsTerminal;
+    if json || !std::io::stderr().is_terminal() {
+        return work.await;
+    }
+    let mut shown = false;
+    let mut tick = tokio::time::interval(std::time::Duration::from_millis(500));
+    tokio::pin!(work);
+    let out = loop {
+        tokio::select! {
+            out = &mut work => break out,
+            _ = tick.tick() => {
+                if let Some((query, waited, bound)) = crate::smi::runner::oldest_waiting() {
+                    if waited >= SAY_WAITING_AFTER {
+                        eprint!("\r\x1b[K{}", waiting_line(&query, waited, bound));
+                        shown = true;
+                    }
+                }
+            }
+        }
+    };
+    if shown {
+        eprint!("\r\x1b[K");
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_waiting_line_names_the_query_and_its_bound() {
+        let line = waiting_line(
+            "-q -x",
+            std::time::Duration::from_millis(12_400),
+            std::time::Duration::from_secs(30),
+        );
+        assert_eq!(line, "waiting for nvidia-smi -q -x: 12 s of 30 s");
+        let line = waiting_line(
+            "--query-gpu=uuid,memory.total --format=csv,noheader",
+            std::time::Duration::from_secs(3),
+            std::time::Duration::from_secs(30),
+        );
+        assert_eq!(
+            line,
+            "waiting for nvidia-smi --query-gpu --format: 3 s of 30 s"
+        );
+    }
+
+    #[test]
+    fn running_queries_are_listed_longest_first_until_they_end() {
+        use crate::smi::runner::waiting::{running, Waiting};
+        // Names no other test uses: the registry is the whole process's.
+        let first = Waiting::start("-q -x --test-first", std::time::Duration::from_secs(30));
+        std::thread::sleep(std::time::Duration::from_millis(5));
+        let second = Waiting::start("-L --test-second", std::time::Duration::from_secs(30));
+        let now = running();
+        let at = |q: &str| now.iter().position(|r| r == q).unwrap();
+        assert!(at("-q -x --test-first") < at("-L --test-second"), "{now:?}");
+        drop(first);
+        assert!(!running().iter().any(|r| r == "-q -x --test-first"));
+        drop(second);
+        assert!(!running().iter().any(|r| r == "-L --test-second"));
+    }
+}

@@ -2,7 +2,7 @@
 
 use std::process::ExitCode;
 
-use super::output::{print, print_json};
+use super::output::{print, print_json, saying_what_it_waits_for};
 use crate::cli::Global;
 use crate::health::status::{render as render_status, status_within, StatusReport, STATUS_WAIT};
 
@@ -68,7 +68,13 @@ pub async fn status(global: &Global) -> ExitCode {
     let host = global.host();
     let report = match status_from_node(&global.api_socket).await {
         Some(report) => Ok(report),
-        None => status_within(&host, &global.data_dir, &global.xid_policy(), STATUS_WAIT).await,
+        None => {
+            saying_what_it_waits_for(
+                global.json,
+                status_within(&host, &global.data_dir, &global.xid_policy(), STATUS_WAIT),
+            )
+            .await
+        }
     };
     let code = match report {
         Ok(report) => {

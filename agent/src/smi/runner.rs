@@ -119,6 +119,7 @@ impl Runner {
         let query = args.join(" ");
         let program = resolve(&self.program).ok_or(RunError::NoDriver)?;
         let started = Instant::now();
+        let _waiting = waiting::Waiting::start(&query, self.timeout);
         let bounds = child::Bounds {
             time: self.timeout,
             stdout: MAX_OUTPUT + 1,
@@ -379,4 +380,61 @@ mod tests {
         let err = Runner::new(smi).run(&["-q", "-x"]).await.unwrap_err();
         assert!(matches!(err, RunError::TooLong { .. }), "{err}");
     }
+}
+
+/// The one-shot queries running now, for a command that tells its operator what it waits for
+/// (see [`oldest_waiting`]). Registered by [`Runner::run`] for as long as the query runs.
+pub mod waiting {
+    use std::sync::Mutex;
+    use std::time::{Duration, Instant};
+
+    static RUNNING: Mutex<Vec<(u64, String, Instant, Duration)>> = Mutex::new(Vec::new());
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+    /// One running query; dropping it removes it.
+    #[derive(Debug)]
+    pub struct Waiting(u64);
+
+    impl Waiting {
+        /// Registers `query` (its bound `bound`) as running from now.
+        pub fn start(query: &str, bound: Duration) -> Self {
+            let id = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            if let Ok(mut r) = RUNNING.lock() {
+                r.push((id, query.to_owned(), Instant::now(), bound));
+            }
+            Self(id)
+        }
+    }
+
+    impl Drop for Waiting {
+        fn drop(&mut self) {
+            if let Ok(mut r) = RUNNING.lock() {
+                r.retain(|(id, ..)| *id != self.0);
+            }
+        }
+    }
+
+    /// The queries running now, longest-running first.
+    pub fn running() -> Vec<String> {
+        let Ok(r) = RUNNING.lock() else {
+            return Vec::new();
+        };
+        let mut all: Vec<(Instant, String)> =
+            r.iter().map(|(_, q, s, _)| (*s, q.clone())).collect();
+        all.sort();
+        all.into_iter().map(|(_, q)| q).collect()
+    }
+
+    /// The query that has run longest: its arguments, how long it has run, its bound.
+    pub fn oldest() -> Option<(String, Duration, Duration)> {
+        let r = RUNNING.lock().ok()?;
+        r.iter()
+            .min_by_key(|(_, _, started, _)| *started)
+            .map(|(_, q, started, bound)| (q.clone(), started.elapsed(), *bound))
+    }
+}
+
+/// The query that has run longest, if any: see [`waiting`].
+pub fn oldest_waiting() -> Option<(String, Duration, Duration)> {
+    waiting::oldest()
 }
