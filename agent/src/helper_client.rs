@@ -249,6 +249,8 @@ pub struct LibvirtRun {
     pub gpus: Vec<PciAddress>,
     /// What happened to their persistence mode.
     pub persistence: Vec<(PciAddress, PersistenceNote)>,
+    /// The domain (for a restore: the one its save image names).
+    pub domain: Option<DomainName>,
 }
 
 /// The root helper's operations, typed. An implementation supplies [`Helper::socket`],
@@ -364,7 +366,15 @@ async fn libvirt_run<H: Helper + ?Sized>(
         _ => "a libvirt request",
     };
     match helper.run(op).await? {
-        Outcome::Libvirt { gpus, persistence } => Ok(LibvirtRun { gpus, persistence }),
+        Outcome::Libvirt {
+            gpus,
+            persistence,
+            domain,
+        } => Ok(LibvirtRun {
+            gpus,
+            persistence,
+            domain,
+        }),
         other => Err(unexpected(helper.socket(), what, &other)),
     }
 }

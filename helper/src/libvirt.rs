@@ -79,18 +79,20 @@ impl Libvirt {
 
     /// Every PCI `<hostdev>` address in a save image's XML
     /// (`virsh -c URI save-image-dumpxml FILE`), read from a checked copy
-    /// ([`crate::savefile::SavePolicy::stage`]).
+    /// ([`crate::savefile::SavePolicy::stage`]), and the domain the image restores (its XML's
+    /// `<name>`, when that is a name bcd accepts).
     ///
     /// # Errors
     /// As [`Libvirt::domain_hostdevs`].
-    pub async fn save_image_hostdevs(
+    pub async fn save_image_devices(
         &self,
         image: &Staged,
-    ) -> Result<Vec<PciAddress>, HelperError> {
+    ) -> Result<(Vec<PciAddress>, Option<DomainName>), HelperError> {
         let out = self
             .virsh_os(vec!["save-image-dumpxml".into(), image.path().into()])
             .await?;
-        pci_hostdevs(&String::from_utf8_lossy(&out))
+        let xml = String::from_utf8_lossy(&out);
+        Ok((pci_hostdevs(&xml)?, domain_name(&xml)))
     }
 
     /// Starts a defined, shut-off domain: `virsh -c URI start --domain NAME`.
@@ -245,6 +247,41 @@ pub fn pci_hostdevs(xml: &str) -> Result<Vec<PciAddress>, HelperError> {
         }
     }
     Ok(unique)
+}
+
+/// The text of `<domain><name>` in a domain's XML, if it is a name bcd accepts (a
+/// [`DomainName`]); the only other thing this module reads of libvirt's XML.
+pub fn domain_name(xml: &str) -> Option<DomainName> {
+    if xml.len() > MAX_XML_BYTES {
+        return None;
+    }
+    let mut reader = Reader::from_str(xml);
+    let mut depth = 0usize;
+    let mut in_name = false;
+    loop {
+        match reader.read_event().ok()? {
+            Event::Start(e) => {
+                depth += 1;
+                in_name = depth == 2 && e.name().as_ref() == b"name";
+                if depth == 1 && e.name().as_ref() != b"domain" {
+                    return None;
+                }
+            }
+            Event::Text(t) if in_name => {
+                let text = t.unescape().ok()?;
+                return text.trim().parse().ok();
+            }
+            Event::End(_) => {
+                depth = depth.saturating_sub(1);
+                in_name = false;
+            }
+            Event::DocType(_) | Event::Eof => return None,
+            _ => {}
+        }
+        if depth > MAX_XML_DEPTH {
+            return None;
+        }
+    }
 }
 
 /// Looks at one opening element whose ancestors are `path`.

@@ -233,12 +233,15 @@ impl Ops {
             Operation::LibvirtDomainGpus { domain } => Ok(Outcome::Libvirt {
                 gpus: self.gpus_of(self.libvirt.domain_hostdevs(domain).await?),
                 persistence: Vec::new(),
+                domain: Some(domain.clone()),
             }),
             Operation::LibvirtImageGpus { file } => {
                 let image = self.libvirt.saves.stage(file)?;
+                let (hostdevs, domain) = self.libvirt.save_image_devices(&image).await?;
                 Ok(Outcome::Libvirt {
-                    gpus: self.gpus_of(self.libvirt.save_image_hostdevs(&image).await?),
+                    gpus: self.gpus_of(hostdevs),
                     persistence: Vec::new(),
+                    domain,
                 })
             }
         }
@@ -583,7 +586,11 @@ impl Ops {
             .await?;
         let persistence = self.persistence_all(&gpus, false).await;
         self.libvirt.start(domain).await?;
-        Ok(Outcome::Libvirt { gpus, persistence })
+        Ok(Outcome::Libvirt {
+            gpus,
+            persistence,
+            domain: Some(domain.clone()),
+        })
     }
 
     async fn libvirt_restore(&self, file: &SaveFile) -> Result<Outcome, HelperError> {
@@ -592,13 +599,18 @@ impl Ops {
             .await?;
         // One checked copy for both virsh runs: the GPUs read are the GPUs restored.
         let image = self.libvirt.saves.stage(file)?;
-        let gpus = self.gpus_of(self.libvirt.save_image_hostdevs(&image).await?);
+        let (hostdevs, domain) = self.libvirt.save_image_devices(&image).await?;
+        let gpus = self.gpus_of(hostdevs);
         let _gpus = self
             .lock(gpus.iter().copied().map(DeviceKey::Pci).collect())
             .await?;
         let persistence = self.persistence_all(&gpus, false).await;
         self.libvirt.restore(&image).await?;
-        Ok(Outcome::Libvirt { gpus, persistence })
+        Ok(Outcome::Libvirt {
+            gpus,
+            persistence,
+            domain,
+        })
     }
 
     async fn libvirt_destroy(&self, domain: &DomainName) -> Result<Outcome, HelperError> {
@@ -625,7 +637,11 @@ impl Ops {
             };
             persistence.push((*gpu, note));
         }
-        Ok(Outcome::Libvirt { gpus, persistence })
+        Ok(Outcome::Libvirt {
+            gpus,
+            persistence,
+            domain: Some(domain.clone()),
+        })
     }
 }
 

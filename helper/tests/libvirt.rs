@@ -63,10 +63,17 @@ fn start_restore_and_destroy_turn_persistence_off_and_on_for_the_domains_gpus_on
         Outcome::Libvirt {
             gpus: vec![gpu],
             persistence: vec![(gpu, PersistenceNote::Set { enabled: false })],
+            domain: Some("vm1".parse().unwrap()),
         }
     );
     let file = h.path("save/vm1.save").to_str().unwrap().parse().unwrap();
-    c.request(2, Operation::LibvirtRestore { file }).unwrap();
+    // A restore says which domain the image restores (its XML's <name>): the agent labels the
+    // domain's GPUs with it.
+    let Outcome::Libvirt { domain, .. } = c.request(2, Operation::LibvirtRestore { file }).unwrap()
+    else {
+        panic!("not a libvirt outcome")
+    };
+    assert_eq!(domain, Some("vm1".parse().unwrap()));
     let out = c
         .request(
             3,
@@ -80,6 +87,7 @@ fn start_restore_and_destroy_turn_persistence_off_and_on_for_the_domains_gpus_on
         Outcome::Libvirt {
             gpus: vec![gpu],
             persistence: vec![(gpu, PersistenceNote::Set { enabled: true })],
+            domain: Some("vm1".parse().unwrap()),
         }
     );
     let calls = std::fs::read_to_string(h.path("calls")).unwrap();

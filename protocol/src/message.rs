@@ -251,6 +251,9 @@ pub enum Outcome {
         gpus: Vec<PciAddress>,
         /// What happened to their persistence mode.
         persistence: Vec<(PciAddress, PersistenceNote)>,
+        /// The domain: the one named, or for a save image the `<name>` its XML gives (`None`
+        /// when that is not a name bcd accepts).
+        domain: Option<DomainName>,
     },
 }
 

@@ -95,7 +95,11 @@ fn outcome() -> impl Strategy<Value = Outcome> {
             proptest::collection::vec(pci(), 0..4),
             proptest::collection::vec((pci(), note()), 0..4)
         )
-            .prop_map(|(gpus, persistence)| Outcome::Libvirt { gpus, persistence }),
+            .prop_map(|(gpus, persistence)| Outcome::Libvirt {
+                gpus,
+                persistence,
+                domain: None,
+            }),
     ]
 }
 

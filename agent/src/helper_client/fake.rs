@@ -117,6 +117,7 @@ pub fn succeeded(op: &Operation) -> Outcome {
         | Operation::LibvirtImageGpus { .. } => Outcome::Libvirt {
             gpus: Vec::new(),
             persistence: Vec::new(),
+            domain: None,
         },
     }
 }

@@ -491,7 +491,8 @@ async fn passthrough(node: &Node, path: &str, request: &Request) -> Result<Answe
         }
     };
     if let Ok(report) = &result {
-        node.record_passthrough(report, domain.as_deref());
+        // A restore names its domain only in the helper's answer (the save image's XML).
+        node.record_passthrough(report, report.domain.as_deref().or(domain.as_deref()));
     }
     match result {
         Ok(report) => Ok(ok(&serde_json::to_value(Summary {

@@ -485,13 +485,13 @@ impl Node {
 
     /// Records what a passthrough step did to the VMs' GPUs: a domain started has its GPUs
     /// (the helper's reading of its XML); a domain destroyed, and a GPU released from
-    /// vfio-pci, have none. `domain` is the domain the step named (`None` for a restore,
-    /// whose save image names no domain to bcd, and for vfio steps).
+    /// vfio-pci, have none. `domain` is the domain of the step (for a restore, the one its
+    /// save image names, from the helper's answer; `None` for vfio steps).
     pub fn record_passthrough(&self, report: &crate::runtime::Report, domain: Option<&str>) {
         use crate::runtime::Action;
         let Ok(mut vms) = self.vms.lock() else { return };
         match (report.action, domain) {
-            (Action::VmStart, Some(domain)) => {
+            (Action::VmStart | Action::VmRestore, Some(domain)) => {
                 for f in report.functions.iter().filter(|f| f.gpu) {
                     vms.insert(f.address, domain.to_owned());
                 }
@@ -731,6 +731,7 @@ mod tests {
                 driver_after: Some("vfio-pci".into()),
                 persistence: bcd_protocol::PersistenceNote::NotTouched,
             }],
+            domain: Some("win11".into()),
         };
         node.record_passthrough(&report(Action::VmStart), Some("win11"));
         assert_eq!(
@@ -741,6 +742,12 @@ mod tests {
         assert_eq!(
             healthy_line(&node).await,
             format!("bcd_gpu_healthy{{uuid=\"{GPU0}\"}} 1")
+        );
+        // A restore labels the GPUs with the domain its save image names (the helper's answer).
+        node.record_passthrough(&report(Action::VmRestore), Some("win11"));
+        assert_eq!(
+            healthy_line(&node).await,
+            format!("bcd_gpu_healthy{{uuid=\"{GPU0}\",vm=\"win11\"}} 1")
         );
     }
 }

@@ -107,7 +107,11 @@ impl Passthrough {
             .collect();
         let answer = op.await;
         self.changed();
-        let LibvirtRun { gpus, persistence } = answer.map_err(|source| RuntimeError::Helper {
+        let LibvirtRun {
+            gpus,
+            persistence,
+            domain,
+        } = answer.map_err(|source| RuntimeError::Helper {
             device: subject.clone(),
             source,
             aftermath: String::new(),
@@ -129,6 +133,7 @@ impl Passthrough {
             action,
             subject,
             functions,
+            domain: domain.map(|d| d.to_string()),
         })
     }
 }

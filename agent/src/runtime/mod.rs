@@ -182,6 +182,9 @@ pub struct Report {
     pub subject: String,
     /// Each function touched, in the order it moved.
     pub functions: Vec<FunctionChange>,
+    /// The libvirt domain of a VM step: the one named, or for a restore the one its save
+    /// image names; `None` for vfio steps.
+    pub domain: Option<String>,
 }
 
 impl fmt::Display for Report {

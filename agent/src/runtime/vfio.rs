@@ -178,6 +178,7 @@ impl Passthrough {
             action,
             subject,
             functions,
+            domain: None,
         })
     }
 

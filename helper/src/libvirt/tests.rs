@@ -280,7 +280,7 @@ async fn a_save_image_is_read_and_restored_on_the_test_driver() {
     let lv = test_driver(virsh, save_dir.path());
     let staged = lv.saves.stage(&save_file(&image)).unwrap();
     assert_eq!(
-        lv.save_image_hostdevs(&staged).await.unwrap(),
+        lv.save_image_devices(&staged).await.unwrap().0,
         addrs(&["0000:3b:00.0"])
     );
     lv.restore(&staged).await.unwrap();
@@ -301,7 +301,7 @@ async fn virsh_gets_the_uri_first_and_the_domain_after_its_option() {
     let staged = lv.saves.stage(&save_file(&image)).unwrap();
     lv.restore(&staged).await.unwrap();
     lv.domain_hostdevs(&domain("vm-1")).await.unwrap();
-    lv.save_image_hostdevs(&staged).await.unwrap();
+    lv.save_image_devices(&staged).await.unwrap();
     // virsh sees the checked copy, never the path the agent named.
     let image = staged.path().display();
     assert_eq!(
@@ -418,4 +418,23 @@ fn a_dot_dot_path_is_refused_before_the_helper_sees_it() {
     assert!("/var/lib/libvirt/qemu/save/../../../../etc/shadow"
         .parse::<SaveFile>()
         .is_err());
+}
+
+#[test]
+fn the_domain_name_is_read_from_the_xml_and_only_a_safe_one_is_kept() {
+    assert_eq!(
+        domain_name("<domain type='kvm'><name>win11</name><devices/></domain>"),
+        Some("win11".parse().unwrap())
+    );
+    // A <name> deeper down (a disk's, a device's) is not the domain's.
+    assert_eq!(
+        domain_name("<domain><devices><name>x</name></devices></domain>"),
+        None
+    );
+    for hostile in ["1", "a b", "-c", "$(id)"] {
+        let xml = format!("<domain><name>{hostile}</name></domain>");
+        assert_eq!(domain_name(&xml), None, "{hostile}");
+    }
+    assert_eq!(domain_name("<notdomain><name>x</name></notdomain>"), None);
+    assert_eq!(domain_name("not xml"), None);
 }
