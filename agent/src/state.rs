@@ -376,14 +376,20 @@ pub fn load<T>(
     }
 }
 
+/// Seconds since the Unix epoch now (0 if the clock is before it): the one clock of the
+/// state files' stamps, the conditions' times and the journal's entries.
+pub fn unix_now() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
 /// Renames `path` to a new, unused name beside it and returns that name.
 ///
 /// # Errors
 /// [`StateError::Io`] when the rename fails.
 pub fn set_aside(path: &Path) -> Result<PathBuf, StateError> {
-    let stamp = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs());
+    let stamp = unix_now();
     let name = path
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())

@@ -317,3 +317,77 @@ fn a_killed_writer_never_leaves_a_torn_memory_file() {
         "the writer got to write at least once"
     );
 }
+
+/// Every demo host and the SHA-256 of its whole inventory document as `bcd hardware --json`
+/// prints it (the three HGX hosts differ in their kernel log and services, not their GPUs).
+/// A change here is a change of the document: say so in the commit.
+const GOLDEN: &[(&str, &str)] = &[
+    (
+        "a100-mig",
+        "71a8c216ad78bf9e2c909c4fc5b0aefad85d0a1a1c308a0b6962ae5e64bd0839",
+    ),
+    (
+        "hgx-faults",
+        "bf1b58bc4a42ea771204d7d3c485c31e6e373f1c30a340e35b3a6dce5bcc1f6d",
+    ),
+    (
+        "hgx-h100",
+        "bf1b58bc4a42ea771204d7d3c485c31e6e373f1c30a340e35b3a6dce5bcc1f6d",
+    ),
+    (
+        "hgx-no-fabric-manager",
+        "bf1b58bc4a42ea771204d7d3c485c31e6e373f1c30a340e35b3a6dce5bcc1f6d",
+    ),
+    (
+        "no-driver",
+        "2abe9a74cb57059d9664d3048a68ed2797bdda27b2e26279e348365b408c2972",
+    ),
+    (
+        "passthrough",
+        "a0611f8b8b61a609cb542cf2cf1bacf840bd5aa25395fb455d5f36a47c1a307d",
+    ),
+    (
+        "r470-old",
+        "7f5ec5b9cfbe586bd8c5f23655df3fda75abbf530b1ef23cb34a3db124ea2404",
+    ),
+    (
+        "wedged",
+        "05f842ec510a2d390f31b0deba8afc9681a10f4b6cd73b947d4e2605932c9010",
+    ),
+    (
+        "wsl2",
+        "42e9f198ba18e3d8c2fd58c69c8d932063331d97ed0d66cca9a6d2090281da6d",
+    ),
+];
+
+fn document_digest(inventory: &bcd::inventory::document::Inventory) -> String {
+    use sha2::Digest;
+    let json = serde_json::to_string_pretty(inventory).unwrap();
+    format!("{:x}", sha2::Sha256::digest(json.as_bytes()))
+}
+
+// Guards refactors of the agent's internal types (typed IDs, conditions): the inventory
+// document of every demo host must stay byte-identical.
+#[tokio::test]
+async fn every_demo_host_keeps_its_inventory_document_byte_identical() {
+    let mut seen = Vec::new();
+    for entry in std::fs::read_dir(hosts()).unwrap() {
+        let path = entry.unwrap().path();
+        if !path.join("root").is_dir() {
+            continue;
+        }
+        let name = path.file_name().unwrap().to_string_lossy().into_owned();
+        // The wedged host's nvidia-smi never answers: a short bound gives the same document.
+        let h = host(&name);
+        let runner = bcd::smi::runner::Runner::new(h.nvidia_smi())
+            .with_timeout(std::time::Duration::from_secs(2));
+        let c = bcd::inventory::collect::collect_with(&h, None, &runner).await;
+        seen.push((name, document_digest(&c.inventory)));
+    }
+    seen.sort();
+    let pinned: Vec<(String, String)> = GOLDEN
+        .iter()
+        .map(|(h, d)| ((*h).to_owned(), (*d).to_owned()))
+        .collect();
+    assert_eq!(seen, pinned);
+}

@@ -286,7 +286,7 @@ impl FaultStore {
             kind,
             device_id,
             message,
-            super::unix_now(),
+            crate::state::unix_now(),
         );
         if changed {
             self.dirty = true;

@@ -15,8 +15,6 @@ pub mod verdict;
 pub mod watcher;
 pub mod xid;
 
-use std::time::{SystemTime, UNIX_EPOCH};
-
 use serde::{Deserialize, Serialize};
 
 use crate::inventory::document::Gpu;
@@ -70,13 +68,6 @@ impl Condition {
     pub fn is_xid_of(&self, uuid: &str) -> bool {
         self.status && self.device_id == uuid && is_xid_kind(&self.kind)
     }
-}
-
-/// Seconds since the Unix epoch now (0 if the clock is before it).
-pub fn unix_now() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs())
 }
 
 /// Raises `kind` for `device_id` in `conditions`: a new condition, or the existing one with

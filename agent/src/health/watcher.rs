@@ -37,9 +37,6 @@ use crate::inventory::document::{Gpu, Inventory};
 pub const POLL_INTERVAL: Duration = Duration::from_millis(100);
 /// How long the watcher waits before opening the kernel log again after its reader failed.
 pub const RESTART_DELAY: Duration = Duration::from_secs(1);
-/// How long after the first XID of a burst the inventory is collected again; the XIDs of the
-/// burst that arrive meanwhile join that one collection.
-pub const COLLECT_DELAY: Duration = Duration::from_secs(2);
 /// Per GPU, the first XID of this window is logged in full, the rest are counted and logged
 /// as one line ("N more XIDs on GPU-...") when the window ends.
 pub const LOG_WINDOW: Duration = Duration::from_secs(10);
@@ -552,45 +549,6 @@ pub fn gpu_at<'a>(inventory: &'a Inventory, address: &PciAddress) -> Option<&'a 
     })
 }
 
-/// The channel of collection requests: the watcher sends, the scheduler receives debounced.
-pub fn collect_requests() -> (mpsc::Sender<bool>, CollectRequests) {
-    let (tx, rx) = mpsc::channel(1);
-    (
-        tx,
-        CollectRequests {
-            rx,
-            delay: COLLECT_DELAY,
-        },
-    )
-}
-
-/// Collection requests, debounced: one collection [`COLLECT_DELAY`] after the first request
-/// of a burst.
-#[derive(Debug)]
-pub struct CollectRequests {
-    rx: mpsc::Receiver<bool>,
-    delay: Duration,
-}
-
-impl CollectRequests {
-    /// Waits for a request, then [`COLLECT_DELAY`], then takes every request that came
-    /// meanwhile; returns `None` when every sender is gone. The delay counts from the first
-    /// request, not the last, so a steady stream of XIDs (a GPU can log hundreds of Xid 13)
-    /// still gets a collection every two seconds instead of postponing it for ever.
-    ///
-    /// # Cancel safety
-    /// Cancel safe: a request taken before the future was dropped is lost, which is harmless,
-    /// since the caller collects on its own schedule too.
-    pub async fn next(&mut self) -> Option<()> {
-        // An urgent request (XID 154) is not delayed.
-        if !self.rx.recv().await? {
-            tokio::time::sleep(self.delay).await;
-        }
-        while self.rx.try_recv().is_ok() {}
-        Some(())
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -679,7 +637,8 @@ mod tests {
         kmsg: PathBuf,
         health: Health,
         watcher: XidWatcher,
-        requests: CollectRequests,
+        /// What the watcher asks the scheduler for: `true` for an urgent collection.
+        requests: mpsc::Receiver<bool>,
         _inventory: watch::Sender<Inventory>,
     }
 
@@ -696,7 +655,7 @@ mod tests {
         let host = Host::new(dir.path().join("root"), "nvidia-smi");
         let health = Health::new(FaultStore::open(dir.path(), "boot").unwrap());
         let (inv_tx, inv_rx) = watch::channel(inventory());
-        let (tx, requests) = collect_requests();
+        let (tx, requests) = mpsc::channel(64);
         let watcher = XidWatcher::new(&host, inv_rx, health.clone(), tx);
         Setup {
             _dir: dir,
@@ -777,13 +736,8 @@ mod tests {
         let conds = s.health.conditions();
         assert_eq!(conds.len(), 6);
         assert!(conds.iter().any(|c| c.message.ends_with("again")));
-        // Requests were sent; the debouncer turns them into one collection.
-        assert_eq!(
-            tokio::time::timeout(Duration::from_secs(3), s.requests.next())
-                .await
-                .unwrap(),
-            Some(())
-        );
+        // Requests were sent; the scheduler turns them into one collection.
+        assert_eq!(s.requests.try_recv(), Ok(false));
         task.abort();
     }
 
@@ -874,21 +828,10 @@ mod tests {
         assert_eq!(reader.poll().unwrap(), Polled::Idle);
     }
 
-    // What broke: XID 154 (the driver's recovery action changed) waited for the debounced
-    // collection like any XID, so the new action was read seconds late.
-    #[tokio::test(start_paused = true)]
-    async fn xid_154_asks_for_a_collection_at_once() {
-        let (tx, mut requests) = collect_requests();
-        let started = tokio::time::Instant::now();
-        tx.try_send(true).unwrap();
-        assert_eq!(requests.next().await, Some(()));
-        assert_eq!(started.elapsed(), Duration::ZERO);
-    }
-
     // What broke: SXid lines and "fallen off the bus" lines without an XID raised nothing.
     #[tokio::test]
     async fn sxids_and_fallen_off_the_bus_lines_raise_conditions() {
-        let s = setup();
+        let mut s = setup();
         let task = tokio::spawn(s.watcher.run());
         tokio::time::sleep(Duration::from_millis(150)).await;
         append(
@@ -919,32 +862,12 @@ mod tests {
         assert_eq!(class, "interconnect");
         assert!(action.contains("reboot the node"), "{action}");
         assert_eq!(sx.count, 1, "the Data line is not another SXid");
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn a_burst_of_requests_is_collected_once_two_seconds_after_its_first() {
-        let (tx, mut requests) = collect_requests();
-        let started = tokio::time::Instant::now();
-        tx.try_send(false).unwrap();
-        let burst = tokio::spawn({
-            let tx = tx.clone();
-            async move {
-                for _ in 0..10 {
-                    tokio::time::sleep(Duration::from_millis(150)).await;
-                    let _ = tx.try_send(false);
-                }
-            }
-        });
-        assert_eq!(requests.next().await, Some(()));
-        assert_eq!(started.elapsed(), COLLECT_DELAY);
-        burst.await.unwrap();
-        // Nothing came after the first collection: the burst was read once.
-        assert!(
-            tokio::time::timeout(Duration::from_secs(10), requests.next())
-                .await
-                .is_err()
-        );
-        drop(tx);
-        assert_eq!(requests.next().await, None);
+        // What broke: XID 154 (the driver's recovery action changed) waited for the debounced
+        // collection like any XID, so the new action was read seconds late: it asks urgently.
+        let mut urgent = false;
+        while let Ok(u) = s.requests.try_recv() {
+            urgent |= u;
+        }
+        assert!(urgent, "XID 154 asked for an urgent collection");
     }
 }

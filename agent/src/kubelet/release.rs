@@ -8,7 +8,7 @@
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use super::devices::DOMAIN;
 use super::proto::podresources::{
@@ -58,12 +58,6 @@ pub async fn allocations(socket: &std::path::Path) -> Result<Vec<PodAllocation>,
         }
     }
     Ok(out)
-}
-
-fn now_s() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs())
 }
 
 /// The resource a hold's first device belongs to, for the counters.
@@ -126,7 +120,7 @@ pub async fn pass(node: &Node, config: &KubeletConfig) {
         .collect();
     let inventory = node.inventory().await;
     let topology = crate::policy::Topology::from_inventory(&inventory, crate::cdi::ids::MAX_SLOTS);
-    let now = now_s();
+    let now = crate::state::unix_now();
     let mut changed = false;
     for hold in kubernetes {
         let in_use = hold.devices.iter().any(|d| assigned.contains(d));

@@ -10,7 +10,6 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use bcd_protocol::PciAddress;
 use serde::{Deserialize, Serialize};
@@ -164,9 +163,7 @@ impl Journal {
     /// As [`Journal::load`], except that a file set aside is replaced by one holding `entry`
     /// (what it held is kept beside it), and [`StateError::Io`] when writing fails.
     pub fn put(&self, entry: &mut Entry) -> Result<(), StateError> {
-        entry.updated_unix_s = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map_or(0, |d| d.as_secs());
+        entry.updated_unix_s = crate::state::unix_now();
         let mut entries = match self.load() {
             Ok(e) => e,
             Err(StateError::SetAside { .. }) => BTreeMap::new(),
