@@ -68,6 +68,9 @@ fuzz_target!(|data: &[u8]| {
     if status == 200 {
         assert!(body["body"].as_u64().is_some_and(|n| n <= MAX_BODY as u64));
     } else {
-        assert!(body["code"].is_string() && body["message"].is_string(), "{body}");
+        assert!(
+            body["code"].is_string() && body["message"].is_string(),
+            "{body}"
+        );
     }
 });
