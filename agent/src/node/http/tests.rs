@@ -317,7 +317,11 @@ proptest::proptest! {
 #[tokio::test]
 async fn an_http_1_0_request_is_answered_in_http_1_0() {
     let answer = raw(b"DLEETE /vq/holds/x HTTP/1.0\r\n\r\n").await;
-    assert!(answer.starts_with(b"HTTP/1.0 200"), "{:?}", String::from_utf8_lossy(&answer));
+    assert!(
+        answer.starts_with(b"HTTP/1.0 200"),
+        "{:?}",
+        String::from_utf8_lossy(&answer)
+    );
     let (status, body) = parse_answer(&answer).unwrap();
     assert_eq!(status, 200);
     let body: Value = serde_json::from_slice(&body).unwrap();
