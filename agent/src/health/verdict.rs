@@ -20,7 +20,8 @@ use super::faults::PastBoot;
 use super::xid::{Effect, XidPolicy};
 use super::{uncorrectable_volatile, xid_number, Condition};
 use crate::inventory::document::Gpu;
-use crate::smi::xml::DriverHealth;
+use crate::smi::samples::GpuSample;
+use crate::smi::xml::{ClockEvents, DriverHealth};
 
 /// A GPU's health state.
 #[derive(
@@ -121,6 +122,9 @@ pub struct Evidence<'a> {
     pub silent: Option<&'a str>,
     /// NVSwitches on the bus while the fabric manager is not active (their count).
     pub fabric_manager_down: Option<usize>,
+    /// The latest samples: their clock event reasons, where they have them, are newer than
+    /// the `-q -x` document's and win over them.
+    pub samples: &'a [GpuSample],
 }
 
 fn reason(state: HealthState, kind: &str, message: String, action: String) -> Reason {
@@ -218,6 +222,7 @@ pub fn judge(gpu: &Gpu, ev: &Evidence<'_>) -> Verdict {
             },
             (None, None) => {}
         }
+        throttling(uuid, ev, &mut out);
         if let Some(n) = ev.fabric_manager_down {
             out.push(reason(
                 HealthState::Unhealthy,
@@ -404,13 +409,34 @@ fn driver(d: &DriverHealth, uuid: &str, out: &mut Vec<Reason>) {
             "watch the GPU: check its NVLinks (nvidia-smi nvlink -s) and nvidia-fabricmanager's log".into(),
         ));
     }
-    let active = d.clock_events.active();
+}
+
+/// The clocks slowed down by hardware, heat or a power brake: from the GPU's latest sample
+/// where it has clock reasons (they last seconds, the `-q -x` document is minutes old), else
+/// from the driver's `-q -x` readings.
+fn throttling(uuid: &str, ev: &Evidence<'_>, out: &mut Vec<Reason>) {
+    let sampled = ev
+        .samples
+        .iter()
+        .find(|s| s.uuid == uuid)
+        .map(|s| s.clock_events)
+        .filter(ClockEvents::any_reading);
+    let events = sampled.or_else(|| {
+        ev.driver
+            .filter(|_| ev.silent.is_none())
+            .and_then(|m| m.get(uuid))
+            .map(|d| d.clock_events)
+    });
+    let active = events.map(|e| e.active()).unwrap_or_default();
     if !active.is_empty() {
         out.push(reason(
             HealthState::Degraded,
             kind::THROTTLED,
             format!("clocks slowed down: {}", active.join(", ")),
-            "check the GPU's cooling and power supply: it may take work but runs slower while this lasts".into(),
+            THROTTLED_ACTION.into(),
         ));
     }
 }
+
+/// The action for a GPU whose clocks are slowed down.
+pub const THROTTLED_ACTION: &str = "check the GPU's cooling and power supply: it may take work but runs slower while this lasts";

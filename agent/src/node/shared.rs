@@ -396,11 +396,12 @@ impl Node {
     pub async fn verdicts(&self) -> BTreeMap<String, Verdict> {
         let conditions = self.health.conditions();
         let history = self.health.history();
+        let samples = self.samples.read().await.clone();
         let latest = self.latest.read().await;
         let Some(l) = latest.as_ref() else {
             return BTreeMap::new();
         };
-        let evidence = self.evidence(l, &conditions, &history);
+        let evidence = self.evidence(l, &conditions, &history, &samples);
         l.inventory
             .gpu
             .gpus
@@ -414,6 +415,7 @@ impl Node {
         l: &'a Latest,
         conditions: &'a [Condition],
         history: &'a [crate::health::faults::PastBoot],
+        samples: &'a [GpuSample],
     ) -> Evidence<'a> {
         Evidence {
             conditions,
@@ -422,6 +424,7 @@ impl Node {
             driver: l.driver.as_ref(),
             silent: l.snapshot_error.as_deref(),
             fabric_manager_down: l.fabric_manager_down,
+            samples,
         }
     }
 
@@ -433,7 +436,7 @@ impl Node {
         let latest = self.latest.read().await;
         match latest.as_ref() {
             Some(l) => {
-                let evidence = self.evidence(l, &conditions, &history);
+                let evidence = self.evidence(l, &conditions, &history, &samples);
                 crate::health::status::gpu_statuses(&samples, Some(&l.inventory), &evidence)
             }
             None => crate::health::status::gpu_statuses(&samples, None, &Evidence::default()),

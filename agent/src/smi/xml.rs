@@ -138,6 +138,18 @@ pub struct ClockEvents {
 }
 
 impl ClockEvents {
+    /// Whether the driver gave any of the readings.
+    pub fn any_reading(&self) -> bool {
+        [
+            self.hw_slowdown,
+            self.hw_thermal_slowdown,
+            self.sw_thermal_slowdown,
+            self.hw_power_brake_slowdown,
+        ]
+        .iter()
+        .any(Option::is_some)
+    }
+
     /// The names of the active reasons, in a fixed order.
     pub fn active(&self) -> Vec<&'static str> {
         [
@@ -1146,15 +1158,7 @@ fn flag(text: &str) -> Option<bool> {
 
 /// `Yes`/`No`, `True`/`False` and `Active`/`Not Active` (health and clock event readings).
 fn truth(text: &str) -> Option<bool> {
-    let text = value::present(text)?;
-    let is = |s: &str| text.eq_ignore_ascii_case(s);
-    if is("yes") || is("true") || is("active") {
-        Some(true)
-    } else if is("no") || is("false") || is("not active") {
-        Some(false)
-    } else {
-        None
-    }
+    value::truth(text)
 }
 
 fn compute_mode(text: &str) -> Option<ComputeMode> {
