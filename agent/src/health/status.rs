@@ -108,6 +108,24 @@ pub fn driver_readings(xml: &crate::smi::xml::QueryXml) -> BTreeMap<String, Driv
         .collect()
 }
 
+/// The GPUs of the last inventory `nvidia-smi` answered for (`last`) that a collection it was
+/// silent for (`now`) does not list: a wedged GPU may vanish from procfs too, and a GPU that
+/// nothing answers for stays listed (`unknown`) rather than disappearing. Passed-through GPUs
+/// are left out: the passthrough memory lists them whatever `nvidia-smi` says.
+pub fn kept_gpus<'a>(
+    last: impl IntoIterator<Item = &'a crate::inventory::document::Gpu>,
+    now: &[crate::inventory::document::Gpu],
+) -> Vec<crate::inventory::document::Gpu> {
+    let mut kept: Vec<crate::inventory::document::Gpu> = Vec::new();
+    for g in last {
+        let listed = now.iter().chain(&kept).any(|n| n.uuid == g.uuid);
+        if !g.passed_through && !listed {
+            kept.push(g.clone());
+        }
+    }
+    kept
+}
+
 /// Joins the inventory's GPUs (passed-through ones aside) with their samples (by UUID) and
 /// judges each; a sampled GPU the inventory does not list is `unknown`.
 pub fn gpu_statuses(
@@ -314,7 +332,7 @@ pub fn render(report: &StatusReport) -> String {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     fn hosts() -> std::path::PathBuf {
@@ -358,7 +376,11 @@ mod tests {
         let data = tempfile::tempdir().unwrap();
         let report = status(&host, data.path()).await.unwrap();
         let g = &report.gpus[0];
-        assert_eq!((g.health, g.healthy), (HealthState::Degraded, true), "{g:?}");
+        assert_eq!(
+            (g.health, g.healthy),
+            (HealthState::Degraded, true),
+            "{g:?}"
+        );
         assert_eq!(g.reasons.len(), 1, "{g:?}");
         assert_eq!(g.reasons[0].kind, "Throttled");
         assert_eq!(

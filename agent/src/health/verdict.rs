@@ -439,4 +439,5 @@ fn throttling(uuid: &str, ev: &Evidence<'_>, out: &mut Vec<Reason>) {
 }
 
 /// The action for a GPU whose clocks are slowed down.
-pub const THROTTLED_ACTION: &str = "check the GPU's cooling and power supply: it may take work but runs slower while this lasts";
+pub const THROTTLED_ACTION: &str =
+    "check the GPU's cooling and power supply: it may take work but runs slower while this lasts";

@@ -22,7 +22,8 @@ use crate::health::watcher::WatcherStats;
 use crate::health::Condition;
 use crate::host::Host;
 use crate::inventory::collect::collect;
-use crate::inventory::document::{GpuSection, Inventory};
+use crate::inventory::collect::Collection;
+use crate::inventory::document::{Gpu, GpuSection, Inventory};
 use crate::inventory::memory::GpuMemory;
 use crate::inventory::scheduler::SchedulerHandle;
 use crate::node::attribution::{Attribution, PodAllocation};
@@ -86,6 +87,9 @@ pub struct Latest {
     pub driver: Option<BTreeMap<String, crate::smi::xml::DriverHealth>>,
     /// NVSwitches on the bus while `nvidia-fabricmanager` is not active (their count).
     pub fabric_manager_down: Option<usize>,
+    /// While `nvidia-smi` is silent: the GPUs of the last inventory it answered for that this
+    /// one does not list (procfs may have dropped them), still judged (`unknown`).
+    pub kept: Vec<Gpu>,
 }
 
 /// Everything the API and the tasks share.
@@ -295,6 +299,12 @@ impl Node {
     /// Collects while `_one` (the `collecting` lock) is held.
     async fn collect_holding(&self, _one: tokio::sync::MutexGuard<'_, ()>) -> Inventory {
         let collection = collect(&self.config.host, Some(&self.memory)).await;
+        self.publish(collection).await
+    }
+
+    /// Publishes `collection` as the latest (keeping the GPUs of the last answered inventory
+    /// while `nvidia-smi` is silent) and converges the hold specs; returns its inventory.
+    async fn publish(&self, collection: Collection) -> Inventory {
         let listed = collection
             .snapshot
             .as_ref()
@@ -313,7 +323,18 @@ impl Node {
         if let Some(e) = &collection.memory_error {
             self.problem(format!("passthrough memory: {e}"));
         }
+        let kept = match (
+            &collection.snapshot_error,
+            self.latest.read().await.as_ref(),
+        ) {
+            (Some(e), Some(last)) if !e.is_no_driver() => crate::health::status::kept_gpus(
+                last.inventory.gpu.gpus.iter().chain(&last.kept),
+                &collection.inventory.gpu.gpus,
+            ),
+            _ => Vec::new(),
+        };
         let latest = Latest {
+            kept,
             inventory: collection.inventory.clone(),
             at: Instant::now(),
             queries,
@@ -406,6 +427,7 @@ impl Node {
             .gpu
             .gpus
             .iter()
+            .chain(&l.kept)
             .map(|g| (g.uuid.clone(), judge(g, &evidence)))
             .collect()
     }
@@ -437,7 +459,9 @@ impl Node {
         match latest.as_ref() {
             Some(l) => {
                 let evidence = self.evidence(l, &conditions, &history, &samples);
-                crate::health::status::gpu_statuses(&samples, Some(&l.inventory), &evidence)
+                let mut listed = l.inventory.clone();
+                listed.gpu.gpus.extend(l.kept.iter().cloned());
+                crate::health::status::gpu_statuses(&samples, Some(&listed), &evidence)
             }
             None => crate::health::status::gpu_statuses(&samples, None, &Evidence::default()),
         }
@@ -579,6 +603,12 @@ pub(crate) fn test_node(dir: &std::path::Path) -> Node {
     let host = Host::fake(
         std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../testdata/hosts/hgx-h100"),
     );
+    test_node_on(dir, host)
+}
+
+/// [`test_node`] on another host.
+#[cfg(test)]
+pub(crate) fn test_node_on(dir: &std::path::Path, host: Host) -> Node {
     let data = dir.join("data");
     std::fs::create_dir_all(&data).unwrap();
     let config = NodeConfig {
@@ -612,6 +642,7 @@ pub(crate) fn test_node(dir: &std::path::Path) -> Node {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::health::verdict::HealthState;
 
     // The watchdog was pinged from a timer of its own, whatever the state: a node whose
     // state lock is stuck is no longer vouched for.
@@ -630,6 +661,77 @@ mod tests {
     }
 
     const GPU0: &str = "GPU-ff1dacfa-2e1a-0504-a88b-76a3118ee48b";
+
+    /// One collection of `node`'s host with `nvidia-smi` bounded to half a second (the
+    /// node's own bound is a minute), published as the node's own collections are.
+    async fn collect_quickly(node: &Node) -> Collection {
+        let runner = crate::smi::runner::Runner::new(node.config.host.nvidia_smi())
+            .with_timeout(Duration::from_millis(500));
+        crate::inventory::collect::collect_with(&node.config.host, None, &runner).await
+    }
+
+    // What broke: when nvidia-smi -q -x hung, the GPUs it had answered for vanished from
+    // /v1/status and the metrics as soon as procfs stopped listing them.
+    #[tokio::test]
+    async fn a_silent_nvidia_smi_keeps_the_last_inventorys_gpus_as_unknown() {
+        let dir = tempfile::tempdir().unwrap();
+        let copy = crate::health::status::tests::copy_host(dir.path(), "wedged");
+        let answers = copy.join("answers");
+        let hung = ["q-x", "samples", "compute-apps"];
+        for key in hung {
+            std::fs::remove_file(answers.join(format!("{key}.hang"))).unwrap();
+            std::fs::copy(
+                copy.join(format!("before-the-hang/{key}.out")),
+                answers.join(format!("{key}.out")),
+            )
+            .unwrap();
+        }
+        let node = test_node_on(dir.path(), Host::fake(&copy));
+        let uuid = "GPU-940af793-c02c-d660-3221-9bbb6e5e0bfa";
+        let first = node.publish(collect_quickly(&node).await).await;
+        assert_eq!(first.gpu.gpus.len(), 1);
+        assert_eq!(node.verdicts().await[uuid].health, HealthState::Healthy);
+        // The GPU wedges: nvidia-smi hangs, and the driver drops it from procfs.
+        for key in hung {
+            std::fs::remove_file(answers.join(format!("{key}.out"))).unwrap();
+            std::fs::write(answers.join(format!("{key}.hang")), "").unwrap();
+        }
+        std::fs::remove_dir_all(copy.join("root/proc/driver/nvidia/gpus/0000:81:00.0")).unwrap();
+        let second = collect_quickly(&node).await;
+        assert!(second.snapshot_error.is_some());
+        assert!(
+            second.inventory.gpu.gpus.is_empty(),
+            "procfs lists no GPU now"
+        );
+        node.publish(second).await;
+        let statuses = node.gpu_statuses().await;
+        assert_eq!(statuses.len(), 1, "{statuses:?}");
+        assert_eq!(statuses[0].uuid, uuid);
+        assert_eq!(statuses[0].health, HealthState::Unknown);
+        assert!(!statuses[0].healthy);
+        assert_eq!(statuses[0].reasons[0].kind, "NvidiaSmiSilent");
+        assert!(
+            statuses[0].reasons[0]
+                .message
+                .starts_with("nvidia-smi -q -x did not answer: "),
+            "{:?}",
+            statuses[0].reasons[0]
+        );
+        let text = node.metrics_text().await;
+        assert!(
+            text.contains(&format!(
+                "bcd_gpu_health_state{{uuid=\"{uuid}\",state=\"unknown\"}} 1"
+            )),
+            "{text}"
+        );
+        assert!(
+            !text.contains(&format!("bcd_gpu_healthy{{uuid=\"{uuid}\"}} 1")),
+            "{text}"
+        );
+        // A second silent collection keeps it still.
+        node.publish(collect_quickly(&node).await).await;
+        assert_eq!(node.verdicts().await[uuid].health, HealthState::Unknown);
+    }
 
     /// The `bcd_gpu_healthy` line of GPU 0 in a scrape.
     async fn healthy_line(node: &Node) -> String {

@@ -507,7 +507,10 @@ mod tests {
                 sw_thermal_slowdown: Some(true),
             }
         );
-        assert_eq!(got[0].clock_events.active(), ["hw_slowdown", "sw_thermal_slowdown"]);
+        assert_eq!(
+            got[0].clock_events.active(),
+            ["hw_slowdown", "sw_thermal_slowdown"]
+        );
         // The query without them reads as no reading at all.
         let short = "GPU-a, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, P0, Disabled\n";
         assert!(!samples(short.as_bytes())[0].clock_events.any_reading());
