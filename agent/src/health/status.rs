@@ -279,6 +279,8 @@ pub async fn status_within(
         silent: silent.as_deref(),
         fabric_manager_down,
         samples: &samples,
+        // One collection: no rate between two.
+        correctable: None,
     };
     Ok(StatusReport {
         gpus: gpu_statuses(&samples, inventory.as_ref(), &evidence),

@@ -90,6 +90,8 @@ pub struct Latest {
     /// While `nvidia-smi` is silent: the GPUs of the last inventory it answered for that this
     /// one does not list (procfs may have dropped them), still judged (`unknown`).
     pub kept: Vec<Gpu>,
+    /// The volatile correctable ECC error rates, carried from collection to collection.
+    pub correctable: crate::health::verdict::CorrectableRates,
 }
 
 /// Everything the API and the tasks share.
@@ -323,18 +325,29 @@ impl Node {
         if let Some(e) = &collection.memory_error {
             self.problem(format!("passthrough memory: {e}"));
         }
-        let kept = match (
-            &collection.snapshot_error,
-            self.latest.read().await.as_ref(),
-        ) {
-            (Some(e), Some(last)) if !e.is_no_driver() => crate::health::status::kept_gpus(
-                last.inventory.gpu.gpus.iter().chain(&last.kept),
-                &collection.inventory.gpu.gpus,
-            ),
-            _ => Vec::new(),
+        let (kept, mut correctable) = {
+            let last = self.latest.read().await;
+            let kept = match (&collection.snapshot_error, last.as_ref()) {
+                (Some(e), Some(last)) if !e.is_no_driver() => crate::health::status::kept_gpus(
+                    last.inventory.gpu.gpus.iter().chain(&last.kept),
+                    &collection.inventory.gpu.gpus,
+                ),
+                _ => Vec::new(),
+            };
+            (
+                kept,
+                last.as_ref()
+                    .map(|l| l.correctable.clone())
+                    .unwrap_or_default(),
+            )
         };
+        // The counters come from -q -x: a collection without it leaves the rates as they are.
+        if collection.snapshot.is_some() {
+            correctable.observe(&collection.inventory.gpu.gpus, Instant::now());
+        }
         let latest = Latest {
             kept,
+            correctable,
             inventory: collection.inventory.clone(),
             at: Instant::now(),
             queries,
@@ -447,6 +460,7 @@ impl Node {
             silent: l.snapshot_error.as_deref(),
             fabric_manager_down: l.fabric_manager_down,
             samples,
+            correctable: Some(&l.correctable),
         }
     }
 
@@ -668,6 +682,42 @@ mod tests {
         let runner = crate::smi::runner::Runner::new(node.config.host.nvidia_smi())
             .with_timeout(Duration::from_millis(500));
         crate::inventory::collect::collect_with(&node.config.host, None, &runner).await
+    }
+
+    // What broke: the node never compared correctable ECC counters between collections, so
+    // a GPU whose memory corrected hundreds of errors between two of them read healthy.
+    #[tokio::test]
+    async fn correctable_errors_growing_fast_between_collections_make_the_gpu_degraded() {
+        let dir = tempfile::tempdir().unwrap();
+        let copy = crate::health::status::tests::copy_host(dir.path(), "hgx-h100");
+        let node = test_node_on(dir.path(), Host::fake(&copy));
+        node.publish(collect_quickly(&node).await).await;
+        assert_eq!(node.verdicts().await[GPU0].health, HealthState::Healthy);
+        // GPU 0 (the first <volatile> block) corrects 500 DRAM errors before the next one.
+        let qx = copy.join("answers/q-x.out");
+        let text = std::fs::read_to_string(&qx).unwrap();
+        let at = text.find("<volatile>").unwrap();
+        let (head, tail) = text.split_at(at);
+        let tail = tail.replacen(
+            "<dram_correctable>0</dram_correctable>",
+            "<dram_correctable>500</dram_correctable>",
+            1,
+        );
+        std::fs::write(&qx, format!("{head}{tail}")).unwrap();
+        node.publish(collect_quickly(&node).await).await;
+        let v = &node.verdicts().await[GPU0];
+        assert_eq!(
+            (v.health, v.healthy()),
+            (HealthState::Degraded, true),
+            "{v:?}"
+        );
+        assert_eq!(v.reasons[0].kind, "EccCorrectableRate");
+        assert_eq!(
+            v.reasons[0].action,
+            crate::health::verdict::CORRECTABLE_ACTION
+        );
+        let gpu1 = &node.verdicts().await["GPU-a4303385-f265-4ffc-ad1b-b0bef156d59a"];
+        assert_eq!(gpu1.health, HealthState::Healthy);
     }
 
     // What broke: when nvidia-smi -q -x hung, the GPUs it had answered for vanished from
