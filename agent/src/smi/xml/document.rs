@@ -123,13 +123,26 @@ impl GpuDraft {
 
 /// The document read so far. Each open element is its table node, or `None` when the table
 /// does not know it there (then nothing below it is read either).
-#[derive(Default)]
 pub(super) struct Document {
+    tree: &'static Tree,
     pub(super) root_seen: bool,
     top: DocDraft,
     gpus: Vec<XmlGpu>,
     current: Option<GpuDraft>,
     path: Vec<Option<NodeId>>,
+}
+
+impl Default for Document {
+    fn default() -> Self {
+        Self {
+            tree: Tree::get(),
+            root_seen: false,
+            top: DocDraft::default(),
+            gpus: Vec::new(),
+            current: None,
+            path: Vec::with_capacity(16),
+        }
+    }
 }
 
 impl Document {
@@ -141,12 +154,12 @@ impl Document {
     /// What the text of the innermost open element fills, if anything.
     pub(super) fn text_slot(&self) -> Option<Slot> {
         let id = (*self.path.last()?)?;
-        Tree::get().node(id).slot
+        self.tree.node(id).slot
     }
 
     pub(super) fn open(&mut self, start: &BytesStart, at: u64) -> Result<(), XmlError> {
         let name = start.name();
-        let tree = Tree::get();
+        let tree = self.tree;
         let node = match self.path.last() {
             None => {
                 if name.as_ref() != b"nvidia_smi_log" {
@@ -201,7 +214,7 @@ impl Document {
 
     pub(super) fn close(&mut self) {
         if let Some(Some(id)) = self.path.pop() {
-            if matches!(Tree::get().node(id).slot, Some(Slot::Open(Record::Gpu))) {
+            if matches!(self.tree.node(id).slot, Some(Slot::Open(Record::Gpu))) {
                 if let Some(draft) = self.current.take() {
                     self.gpus.push(draft.finish());
                 }

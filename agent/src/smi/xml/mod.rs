@@ -11,7 +11,7 @@
 //! panic. Elements it does not know are skipped wherever they appear, so a newer driver's
 //! additions cost nothing.
 //!
-//! By concern: [`table`](self) holds the one table of element path to field (a field is
+//! By concern: `table` holds the one table of element path to field (a field is
 //! declared there and nowhere else), `document` the record being read and what is resolved
 //! when it ends, `read` the readers of one element's text, `gpu` the types given back.
 
