@@ -24,6 +24,13 @@ const KEYS: &[(&str, &[&str])] = &[
     (
         "samples",
         &[
+            "--query-gpu=uuid,memory.total,memory.used,memory.reserved,memory.free,utilization.gpu,utilization.memory,temperature.gpu,power.draw,power.limit,clocks.sm,clocks.mem,pstate,mig.mode.current,clocks_throttle_reasons.hw_slowdown,clocks_throttle_reasons.hw_thermal_slowdown,clocks_throttle_reasons.hw_power_brake_slowdown,clocks_throttle_reasons.sw_thermal_slowdown",
+            "--format=csv,noheader,nounits",
+        ],
+    ),
+    (
+        "samples-without-clock-reasons",
+        &[
             "--query-gpu=uuid,memory.total,memory.used,memory.reserved,memory.free,utilization.gpu,utilization.memory,temperature.gpu,power.draw,power.limit,clocks.sm,clocks.mem,pstate,mig.mode.current",
             "--format=csv,noheader,nounits",
         ],

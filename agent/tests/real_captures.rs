@@ -231,12 +231,19 @@ fn sample_line(row: &BTreeMap<String, Option<String>>) -> String {
         })
         .map(|f| {
             row.get(f)
+                .or_else(|| row.get(&renamed_clock_reason(f)))
                 .cloned()
                 .flatten()
                 .unwrap_or_else(|| "[N/A]".into())
         })
         .collect::<Vec<_>>()
         .join(", ")
+}
+
+/// A `clocks_throttle_reasons.*` field as R535 and later print it in a CSV header
+/// (`clocks_event_reasons.*`; the old name is accepted in the query and is an alias).
+fn renamed_clock_reason(field: &str) -> String {
+    field.replacen("clocks_throttle_reasons.", "clocks_event_reasons.", 1)
 }
 
 fn check_query_gpu_csv(name: &str, bytes: &[u8]) {
@@ -272,6 +279,27 @@ fn check_query_gpu_csv(name: &str, bytes: &[u8]) {
         assert!(got[0].memory_total_mib.is_some(), "{name}");
         if row["mig.mode.current"].as_deref() == Some("Enabled") {
             assert_eq!(got[0].mig_mode, Some(true), "{name}");
+        }
+        // The clock reasons, field-exact: every capture prints `Active` or `Not Active`.
+        let events = got[0].clock_events;
+        let read = [
+            events.hw_slowdown,
+            events.hw_thermal_slowdown,
+            events.hw_power_brake_slowdown,
+            events.sw_thermal_slowdown,
+        ];
+        for (field, got) in samples::CLOCK_REASON_FIELDS.iter().zip(read) {
+            let cell = row
+                .get(*field)
+                .or_else(|| row.get(&renamed_clock_reason(field)))
+                .cloned()
+                .flatten();
+            let want = match cell.as_deref() {
+                Some("Active") => Some(true),
+                Some("Not Active") => Some(false),
+                other => panic!("{name}: {field} is {other:?}"),
+            };
+            assert_eq!(got, want, "{name}: {field}");
         }
     }
     if name.contains("-mig-") {

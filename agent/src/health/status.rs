@@ -108,6 +108,24 @@ pub fn driver_readings(xml: &crate::smi::xml::QueryXml) -> BTreeMap<String, Driv
         .collect()
 }
 
+/// The GPUs of the last inventory `nvidia-smi` answered for (`last`) that a collection it was
+/// silent for (`now`) does not list: a wedged GPU may vanish from procfs too, and a GPU that
+/// nothing answers for stays listed (`unknown`) rather than disappearing. Passed-through GPUs
+/// are left out: the passthrough memory lists them whatever `nvidia-smi` says.
+pub fn kept_gpus<'a>(
+    last: impl IntoIterator<Item = &'a crate::inventory::document::Gpu>,
+    now: &[crate::inventory::document::Gpu],
+) -> Vec<crate::inventory::document::Gpu> {
+    let mut kept: Vec<crate::inventory::document::Gpu> = Vec::new();
+    for g in last {
+        let listed = now.iter().chain(&kept).any(|n| n.uuid == g.uuid);
+        if !g.passed_through && !listed {
+            kept.push(g.clone());
+        }
+    }
+    kept
+}
+
 /// Joins the inventory's GPUs (passed-through ones aside) with their samples (by UUID) and
 /// judges each; a sampled GPU the inventory does not list is `unknown`.
 pub fn gpu_statuses(
@@ -260,6 +278,9 @@ pub async fn status_within(
         driver: driver.as_ref(),
         silent: silent.as_deref(),
         fabric_manager_down,
+        samples: &samples,
+        // One collection: no rate between two.
+        correctable: None,
     };
     Ok(StatusReport {
         gpus: gpu_statuses(&samples, inventory.as_ref(), &evidence),
@@ -313,11 +334,102 @@ pub fn render(report: &StatusReport) -> String {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     fn hosts() -> std::path::PathBuf {
         Path::new(env!("CARGO_MANIFEST_DIR")).join("../testdata/hosts")
+    }
+
+    /// A copy of `testdata/hosts/<name>` in `dir`, with the replay script beside it as the
+    /// host's `bin/nvidia-smi` expects; returns the copy's folder.
+    pub(crate) fn copy_host(dir: &Path, name: &str) -> std::path::PathBuf {
+        let copy = dir.join(name);
+        let copied = std::process::Command::new("cp")
+            .arg("-a")
+            .arg(hosts().join(name))
+            .arg(&copy)
+            .status()
+            .unwrap();
+        assert!(copied.success(), "cp -a of the fake host {name} failed");
+        std::fs::copy(
+            hosts().join("replay-nvidia-smi"),
+            dir.join("replay-nvidia-smi"),
+        )
+        .unwrap();
+        copy
+    }
+
+    // What broke: throttling came only from the -q -x document of the last collection (minutes
+    // old), never from the live sample: a GPU slowed down by a power brake read healthy.
+    #[tokio::test]
+    async fn a_throttling_sample_makes_the_gpu_degraded_while_it_lasts() {
+        let dir = tempfile::tempdir().unwrap();
+        let copy = copy_host(dir.path(), "hgx-h100");
+        let answers = copy.join("answers/samples.out");
+        let text = std::fs::read_to_string(&answers).unwrap();
+        let first = text.lines().next().unwrap();
+        let braked = first.replace(
+            "Not Active, Not Active, Not Active, Not Active",
+            "Not Active, Not Active, Active, Not Active",
+        );
+        std::fs::write(&answers, text.replacen(first, &braked, 1)).unwrap();
+        let host = Host::fake(&copy);
+        let data = tempfile::tempdir().unwrap();
+        let report = status(&host, data.path()).await.unwrap();
+        let g = &report.gpus[0];
+        assert_eq!(
+            (g.health, g.healthy),
+            (HealthState::Degraded, true),
+            "{g:?}"
+        );
+        assert_eq!(g.reasons.len(), 1, "{g:?}");
+        assert_eq!(g.reasons[0].kind, "Throttled");
+        assert_eq!(
+            g.reasons[0].message,
+            "clocks slowed down: hw_power_brake_slowdown"
+        );
+        assert_eq!(
+            g.reasons[0].action,
+            "check the GPU's cooling and power supply: it may take work but runs slower while this lasts"
+        );
+        assert_eq!(report.gpus[1].health, HealthState::Healthy);
+        // Once the sample says it is over, the GPU is healthy again: the -q -x says nothing.
+        std::fs::write(&answers, text).unwrap();
+        let report = status(&host, data.path()).await.unwrap();
+        assert_eq!(report.gpus[0].health, HealthState::Healthy, "{report:?}");
+    }
+
+    // What broke: a driver that refuses a clock reason field would have sent every sample to
+    // the full -q -x; it is asked the sample query without them instead.
+    #[tokio::test]
+    async fn a_driver_refusing_a_clock_reason_is_sampled_without_them() {
+        let dir = tempfile::tempdir().unwrap();
+        let copy = copy_host(dir.path(), "hgx-h100");
+        let answers = copy.join("answers");
+        let full = std::fs::read_to_string(answers.join("samples.out")).unwrap();
+        let short: String = full
+            .lines()
+            .map(|l| {
+                let cells: Vec<&str> = l.split(", ").collect();
+                format!("{}\n", cells[..14].join(", "))
+            })
+            .collect();
+        std::fs::write(answers.join("samples-without-clock-reasons.out"), short).unwrap();
+        std::fs::write(
+            answers.join("samples.out"),
+            "Field \"clocks_throttle_reasons.hw_power_brake_slowdown\" is not a valid field to query.\n",
+        )
+        .unwrap();
+        std::fs::write(answers.join("samples.exit"), "2\n").unwrap();
+        let runner = Runner::new(Host::fake(&copy).nvidia_smi());
+        let samples = csv_samples(&runner)
+            .await
+            .unwrap()
+            .expect("the CSV without the clock reasons stands in");
+        assert_eq!(samples.len(), 8);
+        assert_eq!(samples[0].memory_total_mib, Some(81559));
+        assert!(!samples[0].clock_events.any_reading());
     }
 
     #[tokio::test]

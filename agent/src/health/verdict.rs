@@ -5,7 +5,7 @@
 //! | state | means | schedulable |
 //! | --- | --- | --- |
 //! | `healthy` | nothing to report | yes |
-//! | `degraded` | may take work, watch it: throttling, application XIDs, a degraded fabric | yes |
+//! | `degraded` | may take work, watch it: throttling, application XIDs, a degraded fabric, correctable ECC errors above [`CORRECTABLE_PER_HOUR`] | yes |
 //! | `unhealthy` | no new work until the action is taken | no |
 //! | `unknown` | nothing answered (`nvidia-smi` silent or not reporting the GPU) | no |
 //!
@@ -13,6 +13,7 @@
 //! over `degraded`.
 
 use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
@@ -20,7 +21,8 @@ use super::faults::PastBoot;
 use super::xid::{Effect, XidPolicy};
 use super::{uncorrectable_volatile, xid_number, Condition};
 use crate::inventory::document::Gpu;
-use crate::smi::xml::DriverHealth;
+use crate::smi::samples::GpuSample;
+use crate::smi::xml::{ClockEvents, DriverHealth};
 
 /// A GPU's health state.
 #[derive(
@@ -121,7 +123,85 @@ pub struct Evidence<'a> {
     pub silent: Option<&'a str>,
     /// NVSwitches on the bus while the fabric manager is not active (their count).
     pub fabric_manager_down: Option<usize>,
+    /// The latest samples: their clock event reasons, where they have them, are newer than
+    /// the `-q -x` document's and win over them.
+    pub samples: &'a [GpuSample],
+    /// The volatile correctable ECC error rates between collections; `None` where no two
+    /// collections were compared (`bcd status`).
+    pub correctable: Option<&'a CorrectableRates>,
 }
+
+/// Volatile correctable ECC errors per hour above which a GPU is degraded. Correctable errors
+/// are fixed by the hardware and cost nothing by themselves, but a steady stream of them is
+/// how memory that will fail shows first; 100 an hour is well above the odd error a healthy
+/// HBM stack corrects and well below what a failing one does.
+pub const CORRECTABLE_PER_HOUR: f64 = 100.0;
+
+/// The shortest span a correctable error rate is measured over, so that two collections a
+/// second apart (an XID, a refresh) never turn one error into thousands an hour. Growth within
+/// a shorter span counts only once it exceeds what the threshold allows over this span.
+pub const CORRECTABLE_RATE_WINDOW: Duration = Duration::from_secs(10 * 60);
+
+/// The volatile correctable ECC counters' growth between collections, per GPU UUID.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct CorrectableRates {
+    /// The counter and when it was read, at the start of the span being measured.
+    baselines: BTreeMap<String, (u64, Instant)>,
+    /// Errors per hour over the last span measured.
+    rates: BTreeMap<String, f64>,
+}
+
+impl CorrectableRates {
+    /// Takes in the counters of a collection made at `at`. A counter that went down (a driver
+    /// reload or a GPU reset clears the volatile counters) starts a new span, and a GPU without
+    /// a counter is forgotten.
+    pub fn observe(&mut self, gpus: &[Gpu], at: Instant) {
+        let window_h = CORRECTABLE_RATE_WINDOW.as_secs_f64() / 3600.0;
+        let mut seen = Vec::new();
+        for g in gpus {
+            let Some(count) = g
+                .ecc
+                .as_ref()
+                .and_then(|e| e.volatile.as_ref())
+                .and_then(|v| v.correctable)
+            else {
+                continue;
+            };
+            seen.push(g.uuid.clone());
+            let Some(&(base, since)) = self.baselines.get(&g.uuid) else {
+                self.baselines.insert(g.uuid.clone(), (count, at));
+                continue;
+            };
+            if count < base {
+                self.baselines.insert(g.uuid.clone(), (count, at));
+                self.rates.remove(&g.uuid);
+                continue;
+            }
+            #[allow(clippy::cast_precision_loss)]
+            let growth = (count - base) as f64;
+            let span = at.saturating_duration_since(since);
+            if span >= CORRECTABLE_RATE_WINDOW {
+                self.rates
+                    .insert(g.uuid.clone(), growth / (span.as_secs_f64() / 3600.0));
+                self.baselines.insert(g.uuid.clone(), (count, at));
+            } else if growth > CORRECTABLE_PER_HOUR * window_h {
+                // More than the whole window allows already: the rate over the window can only
+                // be higher than this lower bound.
+                self.rates.insert(g.uuid.clone(), growth / window_h);
+            }
+        }
+        self.baselines.retain(|uuid, _| seen.contains(uuid));
+        self.rates.retain(|uuid, _| seen.contains(uuid));
+    }
+
+    /// The GPU's correctable errors per hour over the last span measured.
+    pub fn per_hour(&self, uuid: &str) -> Option<f64> {
+        self.rates.get(uuid).copied()
+    }
+}
+
+/// The action for a GPU whose correctable errors come fast.
+pub const CORRECTABLE_ACTION: &str = "watch the GPU: its memory corrects errors at a high rate, which often comes before uncorrectable ones; drain it at the next chance and run the vendor's memory diagnostics (dcgmi diag -r 3)";
 
 fn reason(state: HealthState, kind: &str, message: String, action: String) -> Reason {
     Reason {
@@ -150,6 +230,8 @@ pub mod kind {
     pub const ROW_REMAP: &str = "RowRemap";
     /// Uncorrectable ECC errors.
     pub const ECC: &str = "EccUncorrectable";
+    /// Correctable ECC errors at a high rate.
+    pub const ECC_CORRECTABLE_RATE: &str = "EccCorrectableRate";
 }
 
 /// The action for a GPU that nvidia-smi does not answer for.
@@ -198,6 +280,18 @@ pub fn judge(gpu: &Gpu, ev: &Evidence<'_>) -> Verdict {
     let uuid = gpu.uuid.as_str();
     let mut out = Vec::new();
     counters(gpu, &mut out);
+    if let Some(rate) = ev
+        .correctable
+        .and_then(|r| r.per_hour(uuid))
+        .filter(|&r| r > CORRECTABLE_PER_HOUR)
+    {
+        out.push(reason(
+            HealthState::Degraded,
+            kind::ECC_CORRECTABLE_RATE,
+            format!("{rate:.0} correctable volatile ECC errors an hour (more than {CORRECTABLE_PER_HOUR:.0})"),
+            CORRECTABLE_ACTION.into(),
+        ));
+    }
     xids(gpu, ev, &mut out);
     if !gpu.passed_through {
         match (ev.silent, ev.driver) {
@@ -218,6 +312,7 @@ pub fn judge(gpu: &Gpu, ev: &Evidence<'_>) -> Verdict {
             },
             (None, None) => {}
         }
+        throttling(uuid, ev, &mut out);
         if let Some(n) = ev.fabric_manager_down {
             out.push(reason(
                 HealthState::Unhealthy,
@@ -404,13 +499,122 @@ fn driver(d: &DriverHealth, uuid: &str, out: &mut Vec<Reason>) {
             "watch the GPU: check its NVLinks (nvidia-smi nvlink -s) and nvidia-fabricmanager's log".into(),
         ));
     }
-    let active = d.clock_events.active();
+}
+
+/// The clocks slowed down by hardware, heat or a power brake: from the GPU's latest sample
+/// where it has clock reasons (they last seconds, the `-q -x` document is minutes old), else
+/// from the driver's `-q -x` readings.
+fn throttling(uuid: &str, ev: &Evidence<'_>, out: &mut Vec<Reason>) {
+    let sampled = ev
+        .samples
+        .iter()
+        .find(|s| s.uuid == uuid)
+        .map(|s| s.clock_events)
+        .filter(ClockEvents::any_reading);
+    let events = sampled.or_else(|| {
+        ev.driver
+            .filter(|_| ev.silent.is_none())
+            .and_then(|m| m.get(uuid))
+            .map(|d| d.clock_events)
+    });
+    let active = events.map(|e| e.active()).unwrap_or_default();
     if !active.is_empty() {
         out.push(reason(
             HealthState::Degraded,
             kind::THROTTLED,
             format!("clocks slowed down: {}", active.join(", ")),
-            "check the GPU's cooling and power supply: it may take work but runs slower while this lasts".into(),
+            THROTTLED_ACTION.into(),
         ));
+    }
+}
+
+/// The action for a GPU whose clocks are slowed down.
+pub const THROTTLED_ACTION: &str =
+    "check the GPU's cooling and power supply: it may take work but runs slower while this lasts";
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::inventory::document::{Ecc, EccCounts};
+
+    const UUID: &str = "GPU-ff1dacfa-2e1a-0504-a88b-76a3118ee48b";
+
+    fn with_correctable(n: u64) -> Gpu {
+        Gpu {
+            uuid: UUID.into(),
+            ecc: Some(Ecc {
+                mode: Some(true),
+                volatile: Some(EccCounts {
+                    correctable: Some(n),
+                    uncorrectable: Some(0),
+                }),
+                aggregate: None,
+            }),
+            ..Gpu::default()
+        }
+    }
+
+    fn judged(gpu: &Gpu, rates: &CorrectableRates) -> Verdict {
+        judge(
+            gpu,
+            &Evidence {
+                correctable: Some(rates),
+                ..Evidence::default()
+            },
+        )
+    }
+
+    // What broke: correctable ECC errors were never judged, so a GPU correcting thousands an
+    // hour (the first sign of failing memory) read healthy until one went uncorrectable.
+    #[test]
+    fn a_high_correctable_error_rate_makes_the_gpu_degraded() {
+        let t0 = Instant::now();
+        let mut rates = CorrectableRates::default();
+        rates.observe(&[with_correctable(5)], t0);
+        assert_eq!(rates.per_hour(UUID), None, "one reading is no rate");
+        // 60 more in an hour: below the threshold.
+        let hour = Duration::from_secs(3600);
+        rates.observe(&[with_correctable(65)], t0 + hour);
+        assert_eq!(rates.per_hour(UUID), Some(60.0));
+        assert_eq!(
+            judged(&with_correctable(65), &rates).health,
+            HealthState::Healthy
+        );
+        // 150 in the next half hour: 300 an hour.
+        let now = with_correctable(215);
+        rates.observe(std::slice::from_ref(&now), t0 + hour + hour / 2);
+        assert_eq!(rates.per_hour(UUID), Some(300.0));
+        let v = judged(&now, &rates);
+        assert_eq!((v.health, v.healthy()), (HealthState::Degraded, true));
+        assert_eq!(v.reasons[0].kind, "EccCorrectableRate");
+        assert_eq!(
+            v.reasons[0].message,
+            "300 correctable volatile ECC errors an hour (more than 100)"
+        );
+        assert_eq!(v.reasons[0].action, CORRECTABLE_ACTION);
+        // A reset clears the volatile counter: a new span starts, with no rate yet.
+        rates.observe(&[with_correctable(0)], t0 + hour * 2);
+        assert_eq!(rates.per_hour(UUID), None);
+        assert_eq!(
+            judged(&with_correctable(0), &rates).health,
+            HealthState::Healthy
+        );
+    }
+
+    // Two collections seconds apart (an XID, a refresh) must not turn one error into
+    // thousands an hour; a burst beyond what the whole window allows counts at once.
+    #[test]
+    fn a_short_span_counts_only_a_burst_beyond_the_window() {
+        let t0 = Instant::now();
+        let mut rates = CorrectableRates::default();
+        rates.observe(&[with_correctable(0)], t0);
+        rates.observe(&[with_correctable(2)], t0 + Duration::from_secs(2));
+        assert_eq!(rates.per_hour(UUID), None);
+        rates.observe(&[with_correctable(50)], t0 + Duration::from_secs(60));
+        // 50 errors are more than the 16.7 that 100 an hour allows in 10 minutes.
+        assert_eq!(rates.per_hour(UUID), Some(300.0));
+        // A GPU that no longer reports a counter is forgotten.
+        rates.observe(&[Gpu::default()], t0 + Duration::from_secs(61));
+        assert_eq!(rates, CorrectableRates::default());
     }
 }

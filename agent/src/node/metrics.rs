@@ -863,6 +863,7 @@ mod tests {
             clocks_mem_mhz: None,
             pstate: None,
             mig_mode: None,
+            clock_events: Default::default(),
             compute_processes: Some(2),
             mig_devices: Vec::new(),
         }

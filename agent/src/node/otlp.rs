@@ -736,6 +736,7 @@ mod tests {
             clocks_mem_mhz: None,
             pstate: None,
             mig_mode: None,
+            clock_events: Default::default(),
             compute_processes: Some(0),
             mig_devices: Vec::new(),
         };

@@ -23,7 +23,8 @@ use crate::health::Condition;
 use crate::helper_client::{Helper, SocketHelper};
 use crate::host::Host;
 use crate::inventory::collect::collect;
-use crate::inventory::document::{GpuSection, Inventory};
+use crate::inventory::collect::Collection;
+use crate::inventory::document::{Gpu, GpuSection, Inventory};
 use crate::inventory::memory::GpuMemory;
 use crate::inventory::scheduler::SchedulerHandle;
 use crate::node::attribution::{Attribution, PodAllocation};
@@ -87,6 +88,11 @@ pub struct Latest {
     pub driver: Option<BTreeMap<String, crate::smi::xml::DriverHealth>>,
     /// NVSwitches on the bus while `nvidia-fabricmanager` is not active (their count).
     pub fabric_manager_down: Option<usize>,
+    /// While `nvidia-smi` is silent: the GPUs of the last inventory it answered for that this
+    /// one does not list (procfs may have dropped them), still judged (`unknown`).
+    pub kept: Vec<Gpu>,
+    /// The volatile correctable ECC error rates, carried from collection to collection.
+    pub correctable: crate::health::verdict::CorrectableRates,
 }
 
 /// Everything the API and the tasks share.
@@ -301,6 +307,12 @@ impl Node {
     /// Collects while `_one` (the `collecting` lock) is held.
     async fn collect_holding(&self, _one: tokio::sync::MutexGuard<'_, ()>) -> Inventory {
         let collection = collect(&self.config.host, Some(&self.memory)).await;
+        self.publish(collection).await
+    }
+
+    /// Publishes `collection` as the latest (keeping the GPUs of the last answered inventory
+    /// while `nvidia-smi` is silent) and converges the hold specs; returns its inventory.
+    async fn publish(&self, collection: Collection) -> Inventory {
         let listed = collection
             .snapshot
             .as_ref()
@@ -319,7 +331,29 @@ impl Node {
         if let Some(e) = &collection.memory_error {
             self.problem(format!("passthrough memory: {e}"));
         }
+        let (kept, mut correctable) = {
+            let last = self.latest.read().await;
+            let kept = match (&collection.snapshot_error, last.as_ref()) {
+                (Some(e), Some(last)) if !e.is_no_driver() => crate::health::status::kept_gpus(
+                    last.inventory.gpu.gpus.iter().chain(&last.kept),
+                    &collection.inventory.gpu.gpus,
+                ),
+                _ => Vec::new(),
+            };
+            (
+                kept,
+                last.as_ref()
+                    .map(|l| l.correctable.clone())
+                    .unwrap_or_default(),
+            )
+        };
+        // The counters come from -q -x: a collection without it leaves the rates as they are.
+        if collection.snapshot.is_some() {
+            correctable.observe(&collection.inventory.gpu.gpus, Instant::now());
+        }
         let latest = Latest {
+            kept,
+            correctable,
             inventory: collection.inventory.clone(),
             at: Instant::now(),
             queries,
@@ -402,15 +436,17 @@ impl Node {
     pub async fn verdicts(&self) -> BTreeMap<String, Verdict> {
         let conditions = self.health.conditions();
         let history = self.health.history();
+        let samples = self.samples.read().await.clone();
         let latest = self.latest.read().await;
         let Some(l) = latest.as_ref() else {
             return BTreeMap::new();
         };
-        let evidence = self.evidence(l, &conditions, &history);
+        let evidence = self.evidence(l, &conditions, &history, &samples);
         l.inventory
             .gpu
             .gpus
             .iter()
+            .chain(&l.kept)
             .map(|g| (g.uuid.clone(), judge(g, &evidence)))
             .collect()
     }
@@ -420,6 +456,7 @@ impl Node {
         l: &'a Latest,
         conditions: &'a [Condition],
         history: &'a [crate::health::faults::PastBoot],
+        samples: &'a [GpuSample],
     ) -> Evidence<'a> {
         Evidence {
             conditions,
@@ -428,6 +465,8 @@ impl Node {
             driver: l.driver.as_ref(),
             silent: l.snapshot_error.as_deref(),
             fabric_manager_down: l.fabric_manager_down,
+            samples,
+            correctable: Some(&l.correctable),
         }
     }
 
@@ -439,8 +478,10 @@ impl Node {
         let latest = self.latest.read().await;
         match latest.as_ref() {
             Some(l) => {
-                let evidence = self.evidence(l, &conditions, &history);
-                crate::health::status::gpu_statuses(&samples, Some(&l.inventory), &evidence)
+                let evidence = self.evidence(l, &conditions, &history, &samples);
+                let mut listed = l.inventory.clone();
+                listed.gpu.gpus.extend(l.kept.iter().cloned());
+                crate::health::status::gpu_statuses(&samples, Some(&listed), &evidence)
             }
             None => crate::health::status::gpu_statuses(&samples, None, &Evidence::default()),
         }
@@ -582,6 +623,12 @@ pub(crate) fn test_node(dir: &std::path::Path) -> Node {
     let host = Host::fake(
         std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../testdata/hosts/hgx-h100"),
     );
+    test_node_on(dir, host)
+}
+
+/// [`test_node`] on another host.
+#[cfg(test)]
+pub(crate) fn test_node_on(dir: &std::path::Path, host: Host) -> Node {
     let data = dir.join("data");
     std::fs::create_dir_all(&data).unwrap();
     let config = NodeConfig {
@@ -615,6 +662,7 @@ pub(crate) fn test_node(dir: &std::path::Path) -> Node {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::health::verdict::HealthState;
 
     // The watchdog was pinged from a timer of its own, whatever the state: a node whose
     // state lock is stuck is no longer vouched for.
@@ -633,6 +681,113 @@ mod tests {
     }
 
     const GPU0: &str = "GPU-ff1dacfa-2e1a-0504-a88b-76a3118ee48b";
+
+    /// One collection of `node`'s host with `nvidia-smi` bounded to half a second (the
+    /// node's own bound is a minute), published as the node's own collections are.
+    async fn collect_quickly(node: &Node) -> Collection {
+        let runner = crate::smi::runner::Runner::new(node.config.host.nvidia_smi())
+            .with_timeout(Duration::from_millis(500));
+        crate::inventory::collect::collect_with(&node.config.host, None, &runner).await
+    }
+
+    // What broke: the node never compared correctable ECC counters between collections, so
+    // a GPU whose memory corrected hundreds of errors between two of them read healthy.
+    #[tokio::test]
+    async fn correctable_errors_growing_fast_between_collections_make_the_gpu_degraded() {
+        let dir = tempfile::tempdir().unwrap();
+        let copy = crate::health::status::tests::copy_host(dir.path(), "hgx-h100");
+        let node = test_node_on(dir.path(), Host::fake(&copy));
+        node.publish(collect_quickly(&node).await).await;
+        assert_eq!(node.verdicts().await[GPU0].health, HealthState::Healthy);
+        // GPU 0 (the first <volatile> block) corrects 500 DRAM errors before the next one.
+        let qx = copy.join("answers/q-x.out");
+        let text = std::fs::read_to_string(&qx).unwrap();
+        let at = text.find("<volatile>").unwrap();
+        let (head, tail) = text.split_at(at);
+        let tail = tail.replacen(
+            "<dram_correctable>0</dram_correctable>",
+            "<dram_correctable>500</dram_correctable>",
+            1,
+        );
+        std::fs::write(&qx, format!("{head}{tail}")).unwrap();
+        node.publish(collect_quickly(&node).await).await;
+        let v = &node.verdicts().await[GPU0];
+        assert_eq!(
+            (v.health, v.healthy()),
+            (HealthState::Degraded, true),
+            "{v:?}"
+        );
+        assert_eq!(v.reasons[0].kind, "EccCorrectableRate");
+        assert_eq!(
+            v.reasons[0].action,
+            crate::health::verdict::CORRECTABLE_ACTION
+        );
+        let gpu1 = &node.verdicts().await["GPU-a4303385-f265-4ffc-ad1b-b0bef156d59a"];
+        assert_eq!(gpu1.health, HealthState::Healthy);
+    }
+
+    // What broke: when nvidia-smi -q -x hung, the GPUs it had answered for vanished from
+    // /v1/status and the metrics as soon as procfs stopped listing them.
+    #[tokio::test]
+    async fn a_silent_nvidia_smi_keeps_the_last_inventorys_gpus_as_unknown() {
+        let dir = tempfile::tempdir().unwrap();
+        let copy = crate::health::status::tests::copy_host(dir.path(), "wedged");
+        let answers = copy.join("answers");
+        let hung = ["q-x", "samples", "compute-apps"];
+        for key in hung {
+            std::fs::remove_file(answers.join(format!("{key}.hang"))).unwrap();
+            std::fs::copy(
+                copy.join(format!("before-the-hang/{key}.out")),
+                answers.join(format!("{key}.out")),
+            )
+            .unwrap();
+        }
+        let node = test_node_on(dir.path(), Host::fake(&copy));
+        let uuid = "GPU-940af793-c02c-d660-3221-9bbb6e5e0bfa";
+        let first = node.publish(collect_quickly(&node).await).await;
+        assert_eq!(first.gpu.gpus.len(), 1);
+        assert_eq!(node.verdicts().await[uuid].health, HealthState::Healthy);
+        // The GPU wedges: nvidia-smi hangs, and the driver drops it from procfs.
+        for key in hung {
+            std::fs::remove_file(answers.join(format!("{key}.out"))).unwrap();
+            std::fs::write(answers.join(format!("{key}.hang")), "").unwrap();
+        }
+        std::fs::remove_dir_all(copy.join("root/proc/driver/nvidia/gpus/0000:81:00.0")).unwrap();
+        let second = collect_quickly(&node).await;
+        assert!(second.snapshot_error.is_some());
+        assert!(
+            second.inventory.gpu.gpus.is_empty(),
+            "procfs lists no GPU now"
+        );
+        node.publish(second).await;
+        let statuses = node.gpu_statuses().await;
+        assert_eq!(statuses.len(), 1, "{statuses:?}");
+        assert_eq!(statuses[0].uuid, uuid);
+        assert_eq!(statuses[0].health, HealthState::Unknown);
+        assert!(!statuses[0].healthy);
+        assert_eq!(statuses[0].reasons[0].kind, "NvidiaSmiSilent");
+        assert!(
+            statuses[0].reasons[0]
+                .message
+                .starts_with("nvidia-smi -q -x did not answer: "),
+            "{:?}",
+            statuses[0].reasons[0]
+        );
+        let text = node.metrics_text().await;
+        assert!(
+            text.contains(&format!(
+                "bcd_gpu_health_state{{uuid=\"{uuid}\",state=\"unknown\"}} 1"
+            )),
+            "{text}"
+        );
+        assert!(
+            !text.contains(&format!("bcd_gpu_healthy{{uuid=\"{uuid}\"}} 1")),
+            "{text}"
+        );
+        // A second silent collection keeps it still.
+        node.publish(collect_quickly(&node).await).await;
+        assert_eq!(node.verdicts().await[uuid].health, HealthState::Unknown);
+    }
 
     /// The `bcd_gpu_healthy` line of GPU 0 in a scrape.
     async fn healthy_line(node: &Node) -> String {

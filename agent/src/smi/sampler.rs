@@ -21,6 +21,9 @@
 //!   batch carries the latest read. That is one `nvidia-smi` start per 120 samples at 5 s
 //!   (the inventory's own cadence) instead of a full `-q -x` every sample;
 //!   [`Sampled::mig_memory`] says how it goes.
+//! - **Clock reasons.** A driver that refuses one of the clock event reasons the sample asks
+//!   for is asked again at once without them ([`SampleQuery::WithoutClockReasons`]), still in
+//!   loop mode; the throttling verdict then comes from `-q -x` alone.
 //! - **Fall back.** Where loop mode is refused (the very first children exit non-zero before a
 //!   single GPU line) or cannot stand in for the snapshot (a refused field, a line with the
 //!   wrong columns: the seed's rules), the sampler says so through `tracing` and runs the
@@ -45,7 +48,7 @@ use tokio::task::JoinHandle;
 use super::runner::{RunError, Runner};
 use super::samples::{
     attach_compute_counts, attach_mig_memory, count_compute_apps, needs_mig_memory, parse_samples,
-    refused_field, GpuSample, SampleParse, SAMPLE_FIELDS,
+    refused_field, FallBackReason, GpuSample, SampleParse, SampleQuery,
 };
 use super::snapshot::{query, samples, SampleSource};
 use super::xml::{parse_query_xml, QueryXml};
@@ -359,6 +362,8 @@ enum SessionEnd {
     FallBack(String),
     /// A child died or stalled: start again after the back-off.
     Restart(String),
+    /// The driver refused a clock reason (named): start again at once with this query.
+    Ask(SampleQuery, String),
 }
 
 /// Assembles GPU lines into batches.
@@ -385,10 +390,10 @@ impl Batcher {
 }
 
 /// The arguments of the two loop queries.
-fn loop_args(interval: Duration) -> (Vec<String>, Vec<String>) {
+fn loop_args(interval: Duration, query: SampleQuery) -> (Vec<String>, Vec<String>) {
     let ms = interval.as_millis().max(1).to_string();
     let gpu = vec![
-        format!("--query-gpu={SAMPLE_FIELDS}"),
+        query.query_gpu(),
         "--format=csv,noheader,nounits".to_owned(),
         "-lms".to_owned(),
         ms.clone(),
@@ -422,12 +427,12 @@ async fn ended(child: &mut LoopChild, what: &str) -> (bool, String) {
 async fn session(
     program: &Path,
     timing: Timing,
-    first: bool,
+    (first, query): (bool, SampleQuery),
     tx: &watch::Sender<Option<Sampled>>,
     stats: &Arc<SamplerStats>,
     mig: &SharedMig,
 ) -> (SessionEnd, bool) {
-    let (gpu_args, apps_args) = loop_args(timing.interval);
+    let (gpu_args, apps_args) = loop_args(timing.interval, query);
     let gpu_args: Vec<&str> = gpu_args.iter().map(String::as_str).collect();
     let apps_args: Vec<&str> = apps_args.iter().map(String::as_str).collect();
     let spawned = LoopChild::spawn(program, &gpu_args, stats)
@@ -456,6 +461,9 @@ async fn session(
                     let (failed, why) = ended(&mut gpu, "--query-gpu").await;
                     let refused = first && !got_line && failed;
                     if let Some(field) = refused_field(&why) {
+                        if let Some(next) = query.without(&field) {
+                            return (SessionEnd::Ask(next, field), published);
+                        }
                         return (SessionEnd::FallBack(format!("the driver refuses the field {field}")), published);
                     }
                     let end = if refused { SessionEnd::FallBack(why) } else { SessionEnd::Restart(why) };
@@ -477,6 +485,10 @@ async fn session(
                                     published = true;
                                 }
                             }
+                        }
+                        Ok(SampleParse::FallBack(FallBackReason::FieldRefused { field })) if query.without(&field).is_some() => {
+                            let next = query.without(&field).unwrap_or(query);
+                            return (SessionEnd::Ask(next, field), published);
                         }
                         Ok(SampleParse::FallBack(reason)) => {
                             return (SessionEnd::FallBack(reason.to_string()), published);
@@ -547,10 +559,18 @@ async fn run(
 ) {
     let mut backoff = timing.backoff_start;
     let mut first = true;
+    let mut query = SampleQuery::Full;
     loop {
-        let (end, published) = session(&program, timing, first, &tx, &stats, &mig).await;
+        let (end, published) = session(&program, timing, (first, query), &tx, &stats, &mig).await;
         first = false;
         match end {
+            SessionEnd::Ask(next, field) => {
+                tracing::info!(
+                    "sampling: the driver refuses the field {field}; sampling without the clock event reasons"
+                );
+                query = next;
+                first = true;
+            }
             SessionEnd::FallBack(why) => {
                 tracing::info!(
                     "sampling: loop mode is not used ({why}); one-shot samples every {}s instead",
@@ -579,7 +599,7 @@ mod tests {
     use super::*;
 
     fn sample(uuid: &str) -> GpuSample {
-        let line = format!("{uuid}, 100, 1, 0, 99, 0, 0, 30, 10.0, 100.0, 200, 400, P8, [N/A]");
+        let line = format!("{uuid}, 100, 1, 0, 99, 0, 0, 30, 10.0, 100.0, 200, 400, P8, [N/A], Not Active, Not Active, Not Active, Not Active");
         match parse_samples(line.as_bytes()).unwrap() {
             SampleParse::Samples(mut s) => s.remove(0),
             other => panic!("{other:?}"),

@@ -3,9 +3,14 @@
 //!
 //! The sample query asks for exactly [`SAMPLE_FIELDS`] with `--format=csv,noheader,nounits`;
 //! the compute processes come from `--query-compute-apps=gpu_uuid --format=csv,noheader`.
+//! The last four fields are the clock event (throttle) reasons that make a GPU degraded while
+//! they last, in their `clocks_throttle_reasons.*` spelling: every driver branch that has them
+//! accepts it (R535 renamed them `clocks_event_reasons.*` and keeps the old names as aliases,
+//! as its `--help-query-gpu` says). A driver that refuses one of them is asked
+//! [`SampleQuery::WithoutClockReasons`] instead, and the samples carry no clock reasons.
 //! The sample falls back to the full snapshot ([`SampleParse::FallBack`]) when the driver
-//! refuses a field it predates (`memory.reserved` before R510), or when a line has the wrong
-//! number of columns. A GPU in MIG mode is sampled from its CSV row like any other (the real
+//! refuses another field it predates (`memory.reserved` before R510), or when a line has the
+//! wrong number of columns. A GPU in MIG mode is sampled from its CSV row like any other (the real
 //! R590 MIG captures print the whole GPU's row); only its MIG devices' memory is in `-q -x`
 //! alone, and [`attach_mig_memory`] adds it from a `-q -x` document the caller already has.
 //! `nvidia-smi` does not quote CSV values; cells are split on `,` and trimmed.
@@ -15,14 +20,61 @@ use std::fmt;
 
 use thiserror::Error;
 
-use super::xml::{QueryXml, XmlMigDevice};
+use super::xml::{ClockEvents, QueryXml, XmlMigDevice};
 use super::{list::quote, text, value};
 
-/// The fields of a sample, in the order [`parse_samples`] reads them.
-pub const SAMPLE_FIELDS: &str = "uuid,memory.total,memory.used,memory.reserved,memory.free,utilization.gpu,utilization.memory,temperature.gpu,power.draw,power.limit,clocks.sm,clocks.mem,pstate,mig.mode.current";
+/// The fields of a sample, in the order [`parse_samples`] reads them: the readings, then
+/// [`CLOCK_REASON_FIELDS`].
+pub const SAMPLE_FIELDS: &str = "uuid,memory.total,memory.used,memory.reserved,memory.free,utilization.gpu,utilization.memory,temperature.gpu,power.draw,power.limit,clocks.sm,clocks.mem,pstate,mig.mode.current,clocks_throttle_reasons.hw_slowdown,clocks_throttle_reasons.hw_thermal_slowdown,clocks_throttle_reasons.hw_power_brake_slowdown,clocks_throttle_reasons.sw_thermal_slowdown";
+
+/// The sample's fields without the clock reasons, for a driver that refuses one of them.
+pub const SAMPLE_FIELDS_WITHOUT_CLOCK_REASONS: &str = "uuid,memory.total,memory.used,memory.reserved,memory.free,utilization.gpu,utilization.memory,temperature.gpu,power.draw,power.limit,clocks.sm,clocks.mem,pstate,mig.mode.current";
+
+/// The clock event reasons a sample reads, in their order at the end of [`SAMPLE_FIELDS`].
+pub const CLOCK_REASON_FIELDS: [&str; 4] = [
+    "clocks_throttle_reasons.hw_slowdown",
+    "clocks_throttle_reasons.hw_thermal_slowdown",
+    "clocks_throttle_reasons.hw_power_brake_slowdown",
+    "clocks_throttle_reasons.sw_thermal_slowdown",
+];
 
 /// How many columns a sample line has: one per field of [`SAMPLE_FIELDS`].
-pub const SAMPLE_COLUMNS: usize = 14;
+pub const SAMPLE_COLUMNS: usize = 18;
+
+/// How many columns a line of [`SampleQuery::WithoutClockReasons`] has.
+pub const SAMPLE_COLUMNS_WITHOUT_CLOCK_REASONS: usize = 14;
+
+/// Which sample query to ask.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum SampleQuery {
+    /// [`SAMPLE_FIELDS`].
+    #[default]
+    Full,
+    /// [`SAMPLE_FIELDS_WITHOUT_CLOCK_REASONS`]: the driver refused a clock reason.
+    WithoutClockReasons,
+}
+
+impl SampleQuery {
+    /// The `--query-gpu=` argument.
+    pub fn query_gpu(self) -> String {
+        match self {
+            SampleQuery::Full => format!("--query-gpu={SAMPLE_FIELDS}"),
+            SampleQuery::WithoutClockReasons => {
+                format!("--query-gpu={SAMPLE_FIELDS_WITHOUT_CLOCK_REASONS}")
+            }
+        }
+    }
+
+    /// The query to ask instead after the driver refused `field`: the one without the clock
+    /// reasons when `field` is one of them and this query asks for them; `None` otherwise
+    /// (the samples must come from `-q -x` then).
+    pub fn without(self, field: &str) -> Option<SampleQuery> {
+        let clock = CLOCK_REASON_FIELDS
+            .iter()
+            .any(|f| f.eq_ignore_ascii_case(field));
+        (clock && self == SampleQuery::Full).then_some(SampleQuery::WithoutClockReasons)
+    }
+}
 
 /// One GPU's usage at one moment. Every reading is `None` when the driver gave no value.
 #[derive(Debug, Clone, PartialEq)]
@@ -55,6 +107,9 @@ pub struct GpuSample {
     pub pstate: Option<String>,
     /// Whether MIG mode is on; `None` for GPUs without MIG.
     pub mig_mode: Option<bool>,
+    /// The clock event reasons that slow the GPU down now; all `None` where the driver gave
+    /// none (the query without them, or `[N/A]`).
+    pub clock_events: ClockEvents,
     /// A GPU in MIG mode: its MIG devices with their memory, from the latest `-q -x` read
     /// ([`attach_mig_memory`]); empty until one was read.
     pub mig_devices: Vec<XmlMigDevice>,
@@ -205,12 +260,26 @@ fn sample(line: usize, cols: &[&str]) -> Result<GpuSample, SamplesError> {
         clocks_mem_mhz: small(11)?,
         pstate: value::present(cols[12]).map(str::to_owned),
         mig_mode: value::flag(cols[13]),
+        clock_events: clock_events(cols.get(14..).unwrap_or_default()),
         compute_processes: None,
         mig_devices: Vec::new(),
     })
 }
 
-/// Parses the answer to the [`SAMPLE_FIELDS`] query (`csv,noheader,nounits`).
+/// The clock reasons of a line's last cells (in [`CLOCK_REASON_FIELDS`]' order): `Active`
+/// or `Not Active`; anything else reads as no reading.
+fn clock_events(cells: &[&str]) -> ClockEvents {
+    let at = |i: usize| cells.get(i).and_then(|c| value::truth(c));
+    ClockEvents {
+        hw_slowdown: at(0),
+        hw_thermal_slowdown: at(1),
+        hw_power_brake_slowdown: at(2),
+        sw_thermal_slowdown: at(3),
+    }
+}
+
+/// Parses the answer to the [`SAMPLE_FIELDS`] query (`csv,noheader,nounits`), or to
+/// [`SampleQuery::WithoutClockReasons`]: a line has the columns of one or the other.
 ///
 /// Guarantees: `Samples` holds one sample per non-blank line, in output order (GPUs in MIG
 /// mode included, without their MIG devices); otherwise the first reason to fall back is
@@ -234,7 +303,7 @@ pub fn parse_samples(bytes: &[u8]) -> Result<SampleParse, SamplesError> {
             continue;
         }
         let cols: Vec<&str> = raw.split(',').map(str::trim).collect();
-        if cols.len() != SAMPLE_COLUMNS {
+        if cols.len() != SAMPLE_COLUMNS && cols.len() != SAMPLE_COLUMNS_WITHOUT_CLOCK_REASONS {
             return Ok(SampleParse::FallBack(FallBackReason::WrongColumns {
                 line,
                 found: cols.len(),
@@ -424,6 +493,43 @@ mod tests {
         assert_eq!(refused_field("all good"), None);
     }
 
+    // What broke: the sample read no clock reason, so throttling waited for the next -q -x.
+    #[test]
+    fn a_sample_reads_its_clock_reasons_in_either_spelling_of_the_answer() {
+        let line = "GPU-a, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, P0, Disabled, Active, Not Active, [N/A], Active\n";
+        let got = samples(line.as_bytes());
+        assert_eq!(
+            got[0].clock_events,
+            ClockEvents {
+                hw_slowdown: Some(true),
+                hw_thermal_slowdown: Some(false),
+                hw_power_brake_slowdown: None,
+                sw_thermal_slowdown: Some(true),
+            }
+        );
+        assert_eq!(
+            got[0].clock_events.active(),
+            ["hw_slowdown", "sw_thermal_slowdown"]
+        );
+        // The query without them reads as no reading at all.
+        let short = "GPU-a, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, P0, Disabled\n";
+        assert!(!samples(short.as_bytes())[0].clock_events.any_reading());
+        assert_eq!(
+            SampleQuery::Full.without("clocks_throttle_reasons.hw_power_brake_slowdown"),
+            Some(SampleQuery::WithoutClockReasons)
+        );
+        assert_eq!(SampleQuery::Full.without("memory.reserved"), None);
+        assert_eq!(
+            SampleQuery::WithoutClockReasons.without("clocks_throttle_reasons.hw_slowdown"),
+            None
+        );
+        assert_eq!(
+            SAMPLE_FIELDS_WITHOUT_CLOCK_REASONS.split(',').count(),
+            SAMPLE_COLUMNS_WITHOUT_CLOCK_REASONS
+        );
+        assert!(SAMPLE_FIELDS.ends_with(&CLOCK_REASON_FIELDS.join(",")));
+    }
+
     #[test]
     fn short_lines_fall_back() {
         let got = parse_samples(b"GPU-a, 1, 2\n").unwrap();
@@ -432,17 +538,17 @@ mod tests {
             SampleParse::FallBack(FallBackReason::WrongColumns {
                 line: 1,
                 found: 3,
-                expected: 14
+                expected: 18
             })
         );
         assert_eq!(
             FallBackReason::WrongColumns {
                 line: 1,
                 found: 3,
-                expected: 14
+                expected: 18
             }
             .to_string(),
-            "the sample query's line 1 has 3 columns, not 14"
+            "the sample query's line 1 has 3 columns, not 18"
         );
     }
 

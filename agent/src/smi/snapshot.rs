@@ -12,7 +12,7 @@ use super::probe::{parse_probe, Probe};
 use super::runner::{RunError, Runner, SNAPSHOT_TIMEOUT};
 use super::samples::{
     attach_compute_counts, count_compute_apps, parse_samples, refused_field, FallBackReason,
-    GpuSample, SampleParse, SAMPLE_FIELDS,
+    GpuSample, SampleParse, SampleQuery,
 };
 use super::topo::{parse_topo, TopoRow};
 use super::xml::{parse_query_xml, QueryXml, XmlError};
@@ -234,32 +234,43 @@ pub async fn samples(runner: &Runner) -> Result<(Vec<GpuSample>, SampleSource), 
 }
 
 /// The CSV half of [`samples`]: the samples, or why they must come from `-q -x` instead (for
-/// a caller that reads `-q -x` anyway and derives them from that one document).
+/// a caller that reads `-q -x` anyway and derives them from that one document). A driver that
+/// refuses a clock reason is asked the query without them ([`SampleQuery::without`]).
 ///
 /// # Errors
 /// The CSV query's run errors ([`RunError::NoDriver`] included), but a refused field.
 pub async fn csv_samples(runner: &Runner) -> Result<Result<Vec<GpuSample>, String>, SnapshotError> {
     let format = "--format=csv,noheader,nounits";
-    let fields = format!("--query-gpu={SAMPLE_FIELDS}");
-    let csv = runner.run(&[fields.as_str(), format]).await;
-    Ok(Err(match csv {
-        Err(RunError::NoDriver) => return Err(RunError::NoDriver.into()),
-        Err(RunError::Failed { message, .. }) if refused_field(&message).is_some() => {
-            FallBackReason::FieldRefused {
-                field: refused_field(&message).unwrap_or_default(),
-            }
-            .to_string()
+    let mut asked = SampleQuery::Full;
+    loop {
+        let fields = asked.query_gpu();
+        let csv = runner.run(&[fields.as_str(), format]).await;
+        let refused = match &csv {
+            Err(RunError::Failed { message, .. }) => refused_field(message),
+            Ok(answer) => refused_field(&super::text::decode(&answer.stdout)),
+            Err(_) => None,
+        };
+        if let Some(next) = refused.as_deref().and_then(|f| asked.without(f)) {
+            asked = next;
+            continue;
         }
-        Err(e) => return Err(e.into()),
-        Ok(answer) => match parse_samples(&answer.stdout) {
-            Ok(SampleParse::Samples(mut samples)) => {
-                attach_apps(runner, &mut samples).await;
-                return Ok(Ok(samples));
+        return Ok(Err(match csv {
+            Err(RunError::NoDriver) => return Err(RunError::NoDriver.into()),
+            Err(RunError::Failed { .. }) if refused.is_some() => FallBackReason::FieldRefused {
+                field: refused.unwrap_or_default(),
             }
-            Ok(SampleParse::FallBack(reason)) => reason.to_string(),
-            Err(e) => e.to_string(),
-        },
-    }))
+            .to_string(),
+            Err(e) => return Err(e.into()),
+            Ok(answer) => match parse_samples(&answer.stdout) {
+                Ok(SampleParse::Samples(mut samples)) => {
+                    attach_apps(runner, &mut samples).await;
+                    return Ok(Ok(samples));
+                }
+                Ok(SampleParse::FallBack(reason)) => reason.to_string(),
+                Err(e) => e.to_string(),
+            },
+        }));
+    }
 }
 
 /// Attaches the compute-process counts; a failing `--query-compute-apps` leaves every count
@@ -299,6 +310,7 @@ pub fn samples_from_xml(xml: &QueryXml) -> Vec<GpuSample> {
                 clocks_mem_mhz: g.clocks_mem_mhz,
                 pstate: g.pstate.clone(),
                 mig_mode: g.mig_mode_current,
+                clock_events: g.driver_health.clock_events,
                 mig_devices: g.mig_devices.clone(),
                 compute_processes: Some(
                     u32::try_from(g.compute_process_count()).unwrap_or(u32::MAX),

@@ -75,6 +75,20 @@ pub fn flag(raw: &str) -> Option<bool> {
     }
 }
 
+/// Reads `Yes`/`No`, `True`/`False` and `Active`/`Not Active`, as the driver's health
+/// readings and the clock event (throttle) reasons answer.
+pub fn truth(raw: &str) -> Option<bool> {
+    let value = present(raw)?;
+    let is = |s: &str| value.eq_ignore_ascii_case(s);
+    if is("yes") || is("true") || is("active") {
+        Some(true)
+    } else if is("no") || is("false") || is("not active") {
+        Some(false)
+    } else {
+        None
+    }
+}
+
 /// Widens a PCI bus id to NVML's form, `00000000:18:00.0` (eight-digit domain, upper-case
 /// hex). Accepts `DDDDDDDD:BB:DD.F`, the kernel's `DDDD:BB:DD.F` and a bare `BB:DD.F`
 /// (domain 0); returns `None` for anything else.

@@ -1,0 +1,119 @@
+//! The readers of one element's text (numbers, flags, modes, bus ids), each `None` for
+//! every "no value" spelling, and the printable form of an element name for errors.
+
+use std::borrow::Cow;
+
+use super::{ComputeMode, MAX_QUOTED_NAME};
+use crate::smi::value;
+
+/// Reads a PCI address such as `0000:18:00.0`, `00000000:18:00.0` or `18:00.0` and writes it
+/// in NVML's form, `00000000:18:00.0` (eight upper-case hex digits of domain).
+///
+/// Returns `None` unless the text is a PCI address.
+pub fn widen_bus_id(raw: &str) -> Option<String> {
+    let raw = raw.trim();
+    let mut parts = raw.rsplitn(3, ':');
+    let dev_fn = parts.next()?;
+    let bus = parts.next()?;
+    let domain = parts.next().unwrap_or("0");
+    let (dev, func) = dev_fn.split_once('.')?;
+    let domain = hex(domain, 8)?;
+    let bus = hex(bus, 2)?;
+    let dev = hex(dev, 2).filter(|d| *d < 0x20)?;
+    let func = hex(func, 1).filter(|f| *f < 8)?;
+    Some(format!("{domain:08X}:{bus:02X}:{dev:02X}.{func:X}"))
+}
+
+/// A present PCI address in NVML's form ([`widen_bus_id`]).
+pub(super) fn widen_present(text: &str) -> Option<String> {
+    value::present(text).and_then(widen_bus_id)
+}
+
+/// Parses 1 to `max_digits` hex digits, nothing else.
+fn hex(text: &str, max_digits: usize) -> Option<u32> {
+    if text.is_empty() || text.len() > max_digits || !text.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return None;
+    }
+    u32::from_str_radix(text, 16).ok()
+}
+
+pub(super) fn owned(text: &str) -> Option<String> {
+    value::present(text).map(str::to_owned)
+}
+
+pub(super) fn owned_version(text: &str) -> Option<String> {
+    value::version(text).map(str::to_owned)
+}
+
+pub(super) fn unsigned_u32(text: &str) -> Option<u32> {
+    value::unsigned(text).and_then(|n| u32::try_from(n).ok())
+}
+
+/// A whole number that may be negative, such as `-7 C`.
+pub(super) fn signed_i32(text: &str) -> Option<i32> {
+    let n = value::number(text)?;
+    if n.fract() != 0.0 || n < f64::from(i32::MIN) || n > f64::from(i32::MAX) {
+        return None;
+    }
+    // In range and whole, so the conversion is exact.
+    #[allow(clippy::cast_possible_truncation)]
+    Some(n as i32)
+}
+
+/// `Enabled`/`Disabled` (modes) and `Yes`/`No` (row remapper states).
+pub(super) fn flag(text: &str) -> Option<bool> {
+    let text = value::present(text)?;
+    if text.eq_ignore_ascii_case("enabled") || text.eq_ignore_ascii_case("yes") {
+        Some(true)
+    } else if text.eq_ignore_ascii_case("disabled") || text.eq_ignore_ascii_case("no") {
+        Some(false)
+    } else {
+        None
+    }
+}
+
+/// `Yes`/`No`, `True`/`False` and `Active`/`Not Active` (health and clock event readings).
+pub(super) fn truth(text: &str) -> Option<bool> {
+    value::truth(text)
+}
+
+pub(super) fn compute_mode(text: &str) -> Option<ComputeMode> {
+    let text = value::present(text)?;
+    let is = |spelling: &str| {
+        text.len() == spelling.len()
+            && text
+                .bytes()
+                .zip(spelling.bytes())
+                .all(|(a, b)| a.eq_ignore_ascii_case(&b) || (a == b' ' && b == b'_'))
+    };
+    if is("default") {
+        Some(ComputeMode::Default)
+    } else if is("exclusive_process") || is("exclusive_thread") {
+        Some(ComputeMode::ExclusiveProcess)
+    } else if is("prohibited") {
+        Some(ComputeMode::Prohibited)
+    } else {
+        None
+    }
+}
+
+/// A serial or UUID made only of zeros (and dashes): a placeholder, not an identity.
+pub(super) fn is_zero_placeholder(text: &str) -> bool {
+    text.bytes().any(|b| b == b'0') && text.bytes().all(|b| b == b'0' || b == b'-')
+}
+
+/// The element name for an error message, shortened and made printable.
+pub(super) fn quote_name(name: &[u8]) -> String {
+    let name = String::from_utf8_lossy(name);
+    let name: Cow<'_, str> = if name.chars().count() > MAX_QUOTED_NAME {
+        Cow::Owned(
+            name.chars()
+                .take(MAX_QUOTED_NAME)
+                .chain("...".chars())
+                .collect(),
+        )
+    } else {
+        name
+    };
+    name.escape_debug().to_string()
+}
