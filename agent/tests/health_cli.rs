@@ -222,27 +222,56 @@ fn status_reading_itself_starts_q_x_once() {
     );
 }
 
+/// A stand-in `bcd node` on `socket`: answers one request (head and the body its
+/// Content-Length announces) with `body` as JSON, and returns what it was sent.
+fn stand_in_node(socket: &Path, body: serde_json::Value) -> std::thread::JoinHandle<String> {
+    use std::io::{Read, Write};
+    let listener = std::os::unix::net::UnixListener::bind(socket).unwrap();
+    std::thread::spawn(move || {
+        let (mut stream, _) = listener.accept().unwrap();
+        let mut seen = Vec::new();
+        let mut buf = [0u8; 1024];
+        loop {
+            let n = stream.read(&mut buf).unwrap();
+            seen.extend_from_slice(&buf[..n]);
+            let text = String::from_utf8_lossy(&seen).into_owned();
+            let whole = text.find("\r\n\r\n").is_some_and(|end| {
+                let len: usize = text
+                    .lines()
+                    .find_map(|l| {
+                        l.to_ascii_lowercase()
+                            .strip_prefix("content-length:")
+                            .map(|v| v.trim().to_owned())
+                    })
+                    .and_then(|v| v.parse().ok())
+                    .unwrap_or(0);
+                seen.len() >= end + 4 + len
+            });
+            if whole || n == 0 {
+                break;
+            }
+        }
+        let body = body.to_string();
+        write!(
+            stream,
+            "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+            body.len()
+        )
+        .unwrap();
+        String::from_utf8_lossy(&seen).into_owned()
+    })
+}
+
 // What broke: bcd status never asked a running bcd node, which holds the latest inventory,
 // conditions and samples, and read nvidia-smi 9 times instead.
 #[test]
 fn status_asks_a_running_node_and_starts_no_nvidia_smi() {
-    use std::io::{Read, Write};
     let dir = tempfile::tempdir().unwrap();
     let (host, file) = counting_host(dir.path());
     let socket = dir.path().join("bcd.sock");
-    let listener = std::os::unix::net::UnixListener::bind(&socket).unwrap();
-    let server = std::thread::spawn(move || {
-        let (mut stream, _) = listener.accept().unwrap();
-        let mut seen = Vec::new();
-        let mut buf = [0u8; 1024];
-        while !seen.windows(4).any(|w| w == b"\r\n\r\n") {
-            let n = stream.read(&mut buf).unwrap();
-            if n == 0 {
-                break;
-            }
-            seen.extend_from_slice(&buf[..n]);
-        }
-        let body = serde_json::json!({
+    let server = stand_in_node(
+        &socket,
+        serde_json::json!({
             "collections": 3,
             "inventory_age_s": 12,
             "nvidia_smi_error": null,
@@ -254,16 +283,8 @@ fn status_asks_a_running_node_and_starts_no_nvidia_smi() {
                 "memory_used_mib": 45123, "memory_total_mib": 81559, "compute_processes": 3,
                 "healthy": true, "health": "healthy"
             }]
-        })
-        .to_string();
-        write!(
-            stream,
-            "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-            body.len()
-        )
-        .unwrap();
-        String::from_utf8_lossy(&seen).into_owned()
-    });
+        }),
+    );
     let out = Command::new(env!("CARGO_BIN_EXE_bcd"))
         .arg("--host")
         .arg(&host)
@@ -294,54 +315,19 @@ fn status_asks_a_running_node_and_starts_no_nvidia_smi() {
 // GPUs' state (and shares one collection among concurrent diags); it now asks the node first.
 #[test]
 fn diag_asks_a_running_node_and_starts_no_nvidia_smi() {
-    use std::io::{Read, Write};
     let dir = tempfile::tempdir().unwrap();
     let (host, file) = counting_host(dir.path());
     let socket = dir.path().join("bcd.sock");
-    let listener = std::os::unix::net::UnixListener::bind(&socket).unwrap();
-    let server = std::thread::spawn(move || {
-        let (mut stream, _) = listener.accept().unwrap();
-        let mut seen = Vec::new();
-        let mut buf = [0u8; 1024];
-        // The head, then the body its Content-Length announces.
-        loop {
-            let n = stream.read(&mut buf).unwrap();
-            seen.extend_from_slice(&buf[..n]);
-            let text = String::from_utf8_lossy(&seen).into_owned();
-            if let Some(end) = text.find("\r\n\r\n") {
-                let len: usize = text
-                    .lines()
-                    .find_map(|l| {
-                        l.to_ascii_lowercase()
-                            .strip_prefix("content-length:")
-                            .map(|v| v.trim().to_owned())
-                    })
-                    .and_then(|v| v.parse().ok())
-                    .unwrap_or(0);
-                if seen.len() >= end + 4 + len || n == 0 {
-                    break;
-                }
-            }
-            if n == 0 {
-                break;
-            }
-        }
-        let body = serde_json::json!({
+    let server = stand_in_node(
+        &socket,
+        serde_json::json!({
             "passed": false,
             "checks": [
                 {"check": "nvml.init", "passed": true, "message": "the driver answered"},
                 {"check": "gpu.count", "passed": false, "message": "7 GPUs, 8 expected"}
             ]
-        })
-        .to_string();
-        write!(
-            stream,
-            "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-            body.len()
-        )
-        .unwrap();
-        String::from_utf8_lossy(&seen).into_owned()
-    });
+        }),
+    );
     let out = Command::new(env!("CARGO_BIN_EXE_bcd"))
         .arg("--host")
         .arg(&host)
