@@ -186,13 +186,7 @@ pub async fn gpus_taking_work(node: &Node) -> BTreeMap<String, bool> {
 /// The devices of the node as the plugins offer them now.
 pub async fn offer_now(node: &Node) -> devices::Offer {
     let inventory = node.inventory().await;
-    let holds: Vec<crate::cdi::Hold> = node
-        .holds
-        .lock()
-        .await
-        .as_ref()
-        .map(|h| h.list().cloned().collect())
-        .unwrap_or_default();
+    let holds = node.holds_now().await;
     let verdict = gpus_taking_work(node).await;
     devices::offer(&inventory, node.config.gpu_slots, &holds, &verdict)
 }

@@ -284,13 +284,7 @@ struct ResetBody {
 async fn reset(node: &Node, request: &Request) -> Result<Answer, Answer> {
     let asked: ResetBody = body(request)?;
     let inventory = node.inventory().await;
-    let holds: Vec<crate::cdi::Hold> = node
-        .holds
-        .lock()
-        .await
-        .as_ref()
-        .map(|h| h.list().cloned().collect())
-        .unwrap_or_default();
+    let holds = node.holds_now().await;
     let result = reset_gpus(
         &asked.gpus,
         &inventory,
@@ -440,13 +434,7 @@ async fn passthrough(node: &Node, path: &str, request: &Request) -> Result<Answe
     // For the metrics' `vm` label, once the step has run.
     let domain = asked.domain.clone();
     let topology = node.topology().await;
-    let holds: Vec<crate::cdi::Hold> = node
-        .holds
-        .lock()
-        .await
-        .as_ref()
-        .map(|h| h.list().cloned().collect())
-        .unwrap_or_default();
+    let holds = node.holds_now().await;
     // The policy's busy rule, asked by address (the inventory's) or by UUID.
     let held = |address: &bcd_protocol::PciAddress, uuid: Option<&GpuUuid>| -> Option<String> {
         let gpu = topology

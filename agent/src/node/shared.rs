@@ -386,6 +386,16 @@ impl Node {
         self.collect_holding(one).await
     }
 
+    /// Every hold as it is now (none while `holds.json` cannot be read), for the policy.
+    pub async fn holds_now(&self) -> Vec<crate::cdi::Hold> {
+        self.holds
+            .lock()
+            .await
+            .as_ref()
+            .map(|h| h.list().cloned().collect())
+            .unwrap_or_default()
+    }
+
     /// The policy's view of the GPUs, from the latest inventory.
     pub async fn topology(&self) -> crate::policy::Topology {
         crate::policy::Topology::from_inventory(&self.inventory().await, self.config.gpu_slots)
