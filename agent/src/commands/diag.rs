@@ -22,7 +22,10 @@ async fn diag_from_node(
     gpu_uuids: &[String],
     expected_gpus: Option<usize>,
 ) -> Option<DiagReport> {
-    let body = serde_json::json!({ "gpus": gpu_uuids, "expected_gpus": expected_gpus });
+    let body = crate::node::schema::DiagRequest {
+        gpus: gpu_uuids.to_vec(),
+        expected_gpus,
+    };
     let asked = tokio::time::timeout(
         NODE_DIAG_WAIT,
         crate::node::client::call_as::<_, DiagReport>(

@@ -28,7 +28,7 @@ use crate::health::diag::{diag_nvml, link_widths, DiagRequest, NvmlState};
 use crate::health::reset::reset_gpus;
 use crate::inventory::scheduler::Trigger;
 use crate::node::http::Request;
-use crate::node::schema::{HoldList, HoldView, Summary};
+use crate::node::schema::{self, HoldList, HoldView, Summary};
 use crate::node::shared::Node;
 
 /// An answer: status code and JSON body.
@@ -236,16 +236,8 @@ async fn kubernetes_holds(node: &Node) -> Value {
     json!({ "holds": list })
 }
 
-#[derive(Deserialize)]
-struct DiagBody {
-    #[serde(default)]
-    gpus: Vec<String>,
-    #[serde(default)]
-    expected_gpus: Option<usize>,
-}
-
 async fn diag(node: &Node, request: &Request) -> Result<Answer, Answer> {
-    let asked: DiagBody = body(request)?;
+    let asked: schema::DiagRequest = body(request)?;
     let inventory = node.collect_shared().await;
     let latest = node.latest.read().await;
     let error = latest.as_ref().and_then(|l| l.snapshot_error.clone());
@@ -276,13 +268,8 @@ async fn diag(node: &Node, request: &Request) -> Result<Answer, Answer> {
     Ok(ok(&serde_json::to_value(&report).unwrap_or(Value::Null)))
 }
 
-#[derive(Deserialize)]
-struct ResetBody {
-    gpus: Vec<String>,
-}
-
 async fn reset(node: &Node, request: &Request) -> Result<Answer, Answer> {
-    let asked: ResetBody = body(request)?;
+    let asked: schema::ResetRequest = body(request)?;
     let inventory = node.inventory().await;
     let holds = node.holds_now().await;
     let result = reset_gpus(
@@ -327,16 +314,8 @@ async fn list_holds(node: &Node) -> Answer {
     }
 }
 
-#[derive(Deserialize)]
-struct HoldBody {
-    id: String,
-    devices: Vec<String>,
-    #[serde(default)]
-    kubernetes: bool,
-}
-
 async fn apply_hold(node: &Node, request: &Request) -> Result<Answer, Answer> {
-    let asked: HoldBody = body(request)?;
+    let asked: schema::HoldRequest = body(request)?;
     let id: HoldId = asked
         .id
         .parse()
@@ -404,16 +383,6 @@ async fn release_hold(node: &Node, id: &str) -> Result<Answer, Answer> {
     }
 }
 
-#[derive(Deserialize)]
-struct PassthroughBody {
-    #[serde(default)]
-    device: Option<String>,
-    #[serde(default)]
-    domain: Option<String>,
-    #[serde(default)]
-    file: Option<String>,
-}
-
 fn field<T: std::str::FromStr>(value: Option<String>, name: &str) -> Result<T, Answer>
 where
     T::Err: std::fmt::Display,
@@ -430,7 +399,7 @@ where
 
 async fn passthrough(node: &Node, path: &str, request: &Request) -> Result<Answer, Answer> {
     use crate::runtime::RuntimeError;
-    let asked: PassthroughBody = body(request)?;
+    let asked: schema::PassthroughRequest = body(request)?;
     // For the metrics' `vm` label, once the step has run.
     let domain = asked.domain.clone();
     let topology = node.topology().await;

@@ -58,6 +58,17 @@ pub struct HoldRequest {
     pub kubernetes: bool,
 }
 
+/// `POST /v1/diag`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DiagRequest {
+    /// Only these GPUs (UUIDs); every GPU when empty.
+    #[serde(default)]
+    pub gpus: Vec<String>,
+    /// How many GPUs the node should have.
+    #[serde(default)]
+    pub expected_gpus: Option<usize>,
+}
+
 /// `POST /v1/gpus/reset`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ResetRequest {
