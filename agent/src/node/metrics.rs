@@ -308,50 +308,9 @@ pub fn render(view: &MetricsView<'_>) -> String {
     let mut out = String::new();
     let mut f = Family { out: &mut out };
     let who = |uuid: &str| view.attribution.gpu(uuid);
-    let gauges: [(&str, &str, Reading); 10] = [
-        (
-            "bcd_gpu_memory_total_bytes",
-            "Framebuffer memory size.",
-            |s| s.memory_total_mib.map(|m| m as f64 * MIB),
-        ),
-        (
-            "bcd_gpu_memory_used_bytes",
-            "Framebuffer memory in use.",
-            |s| s.memory_used_mib.map(|m| m as f64 * MIB),
-        ),
-        (
-            "bcd_gpu_utilization_ratio",
-            "Share of the last sample period the GPU was busy (0 to 1).",
-            |s| s.utilization_gpu_pct.map(|p| f64::from(p) / 100.0),
-        ),
-        (
-            "bcd_gpu_memory_utilization_ratio",
-            "Share of the last sample period the memory controller was busy (0 to 1).",
-            |s| s.utilization_memory_pct.map(|p| f64::from(p) / 100.0),
-        ),
-        (
-            "bcd_gpu_temperature_celsius",
-            "GPU core temperature.",
-            |s| s.temperature_c.map(f64::from),
-        ),
-        ("bcd_gpu_power_draw_watts", "Power draw.", |s| {
-            s.power_draw_w
-        }),
-        ("bcd_gpu_power_limit_watts", "Power limit.", |s| {
-            s.power_limit_w
-        }),
-        ("bcd_gpu_sm_clock_hertz", "SM clock.", |s| {
-            s.clocks_sm_mhz.map(|m| f64::from(m) * 1e6)
-        }),
-        ("bcd_gpu_memory_clock_hertz", "Memory clock.", |s| {
-            s.clocks_mem_mhz.map(|m| f64::from(m) * 1e6)
-        }),
-        (
-            "bcd_gpu_compute_processes",
-            "Compute processes on the GPU.",
-            |s| s.compute_processes.map(f64::from),
-        ),
-    ];
+    let gauges = super::readings::READINGS
+        .iter()
+        .filter_map(|r| r.prometheus.map(|(name, help)| (name, help, r.read)));
     for (name, help, read) in gauges {
         let values: Vec<(&str, f64)> = view
             .samples

@@ -11,6 +11,7 @@ pub mod listen;
 pub mod metrics;
 pub mod notify;
 pub mod otlp;
+pub mod readings;
 pub mod schema;
 pub mod service;
 pub mod shared;

@@ -26,6 +26,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use tokio::net::TcpStream;
 
+use super::readings::Kind;
 use crate::host::Host;
 use crate::node::attribution::Attribution;
 use crate::node::http;
@@ -46,11 +47,6 @@ pub const CONTENT_TYPE: &str = "application/x-protobuf";
 pub const SCOPE: &str = "bcd";
 /// The data points' GPU attribute.
 pub const GPU_ATTRIBUTE: &str = "gpu.uuid";
-
-/// Bytes in a MiB, `nvidia-smi`'s memory unit.
-const MIB: i64 = 1024 * 1024;
-/// Hz in a MHz, `nvidia-smi`'s clock unit.
-const MHZ: i64 = 1_000_000;
 
 /// An `http://host[:port][/base]` endpoint, parsed; the only way to get one is [`FromStr`].
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -214,104 +210,6 @@ enum Value {
     Double(f64),
 }
 
-/// One exported metric: name, description, unit and how to read it from a sample.
-struct MetricDef {
-    name: &'static str,
-    description: &'static str,
-    unit: &'static str,
-    read: fn(&GpuSample) -> Option<Value>,
-}
-
-fn bytes(mib: Option<u64>) -> Option<Value> {
-    mib.and_then(|m| i64::try_from(m).ok())
-        .map(|m| Value::Int(m.saturating_mul(MIB)))
-}
-
-fn ratio(pct: Option<u32>) -> Option<Value> {
-    pct.map(|p| Value::Double(f64::from(p) / 100.0))
-}
-
-fn hz(mhz: Option<u32>) -> Option<Value> {
-    mhz.map(|m| Value::Int(i64::from(m) * MHZ))
-}
-
-/// The exported metrics, in the order they are sent. `bcd.gpu.healthy` comes after them, from
-/// the node's healthy rule rather than the sample.
-const METRICS: &[MetricDef] = &[
-    MetricDef {
-        name: "bcd.gpu.memory.total",
-        description: "Framebuffer size",
-        unit: "By",
-        read: |s| bytes(s.memory_total_mib),
-    },
-    MetricDef {
-        name: "bcd.gpu.memory.used",
-        description: "Framebuffer in use",
-        unit: "By",
-        read: |s| bytes(s.memory_used_mib),
-    },
-    MetricDef {
-        name: "bcd.gpu.memory.reserved",
-        description: "Framebuffer the driver reserves",
-        unit: "By",
-        read: |s| bytes(s.memory_reserved_mib),
-    },
-    MetricDef {
-        name: "bcd.gpu.memory.free",
-        description: "Framebuffer free",
-        unit: "By",
-        read: |s| bytes(s.memory_free_mib),
-    },
-    MetricDef {
-        name: "bcd.gpu.utilization",
-        description: "Fraction of the last sample period the GPU was busy",
-        unit: "1",
-        read: |s| ratio(s.utilization_gpu_pct),
-    },
-    MetricDef {
-        name: "bcd.gpu.memory.utilization",
-        description: "Fraction of the last sample period the memory controller was busy",
-        unit: "1",
-        read: |s| ratio(s.utilization_memory_pct),
-    },
-    MetricDef {
-        name: "bcd.gpu.temperature",
-        description: "Core temperature",
-        unit: "Cel",
-        read: |s| s.temperature_c.map(|t| Value::Int(i64::from(t))),
-    },
-    MetricDef {
-        name: "bcd.gpu.power.draw",
-        description: "Power draw",
-        unit: "W",
-        read: |s| s.power_draw_w.map(Value::Double),
-    },
-    MetricDef {
-        name: "bcd.gpu.power.limit",
-        description: "Power limit",
-        unit: "W",
-        read: |s| s.power_limit_w.map(Value::Double),
-    },
-    MetricDef {
-        name: "bcd.gpu.clock.sm",
-        description: "SM clock",
-        unit: "Hz",
-        read: |s| hz(s.clocks_sm_mhz),
-    },
-    MetricDef {
-        name: "bcd.gpu.clock.memory",
-        description: "Memory clock",
-        unit: "Hz",
-        read: |s| hz(s.clocks_mem_mhz),
-    },
-    MetricDef {
-        name: "bcd.gpu.processes",
-        description: "Compute processes on the GPU",
-        unit: "{process}",
-        read: |s| s.compute_processes.map(|n| Value::Int(i64::from(n))),
-    },
-];
-
 /// The healthy gauge's name: 1 when the healthy rule passes, 0 when not.
 pub const HEALTHY_METRIC: &str = "bcd.gpu.healthy";
 
@@ -464,14 +362,22 @@ pub fn encode_request(
                 s.string(field::SCOPE_NAME, SCOPE);
                 s.string(field::SCOPE_VERSION, env!("CARGO_PKG_VERSION"));
             });
-            for def in METRICS {
+            for def in super::readings::READINGS {
                 let points: Vec<(&str, Value)> = samples
                     .iter()
-                    .filter_map(|s| (def.read)(s).map(|v| (s.uuid.as_str(), v)))
+                    .filter_map(|s| {
+                        let v = (def.read)(s)?;
+                        let v = match def.kind {
+                            // Whole numbers in SI units (bytes, Hz, °C, a count): exact in f64.
+                            Kind::Int => Value::Int(v as i64),
+                            Kind::Double => Value::Double(v),
+                        };
+                        Some((s.uuid.as_str(), v))
+                    })
                     .collect();
                 gauge(
                     sm,
-                    (def.name, def.description, def.unit),
+                    (def.otlp.0, def.otlp.1, def.unit),
                     &points,
                     attribution,
                     nanos,
