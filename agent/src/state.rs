@@ -376,6 +376,30 @@ pub fn load<T>(
     }
 }
 
+/// A state file's JSON document that carries its format version.
+pub trait Versioned: serde::de::DeserializeOwned {
+    /// The version the document says it is.
+    fn version(&self) -> u32;
+}
+
+/// [`load`] for a JSON document of format `expected`: a document of another version is set
+/// aside like any other that does not parse (a newer bcd's file is kept, never misread).
+///
+/// # Errors
+/// As [`load`].
+pub fn load_versioned<T: Versioned>(path: &Path, expected: u32) -> Result<Option<T>, StateError> {
+    load(path, |bytes| {
+        let doc: T = serde_json::from_slice(bytes).map_err(|e| e.to_string())?;
+        if doc.version() != expected {
+            return Err(format!(
+                "format version {} is not {expected}",
+                doc.version()
+            ));
+        }
+        Ok(doc)
+    })
+}
+
 /// Seconds since the Unix epoch now (0 if the clock is before it): the one clock of the
 /// state files' stamps, the conditions' times and the journal's entries.
 pub fn unix_now() -> u64 {

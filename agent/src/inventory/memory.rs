@@ -51,6 +51,12 @@ struct SeenFile {
     gpus: BTreeMap<PciAddress, SeenGpu>,
 }
 
+impl state::Versioned for SeenFile {
+    fn version(&self) -> u32 {
+        self.version
+    }
+}
+
 /// The passthrough memory in one data folder.
 #[derive(Debug, Clone)]
 pub struct GpuMemory {
@@ -76,17 +82,8 @@ impl GpuMemory {
     /// [`StateError::SetAside`] when the file does not parse (it was renamed, nothing lost),
     /// [`StateError::Io`] or [`StateError::Symlink`] when it cannot be read.
     pub fn load(&self) -> Result<BTreeMap<PciAddress, SeenGpu>, StateError> {
-        let parsed = state::load(&self.path, |bytes| {
-            let file: SeenFile = serde_json::from_slice(bytes).map_err(|e| e.to_string())?;
-            if file.version != FORMAT_VERSION {
-                return Err(format!(
-                    "format version {} is not {FORMAT_VERSION}",
-                    file.version
-                ));
-            }
-            Ok(file.gpus)
-        })?;
-        Ok(parsed.unwrap_or_default())
+        let parsed: Option<SeenFile> = state::load_versioned(&self.path, FORMAT_VERSION)?;
+        Ok(parsed.map(|f| f.gpus).unwrap_or_default())
     }
 
     /// Records every GPU of a collection that has a bus id, keeping those not listed now.

@@ -118,6 +118,12 @@ struct JournalFile {
     entries: BTreeMap<PciAddress, Entry>,
 }
 
+impl state::Versioned for JournalFile {
+    fn version(&self) -> u32 {
+        self.version
+    }
+}
+
 /// The journal in one data folder.
 #[derive(Debug, Clone)]
 pub struct Journal {
@@ -143,17 +149,8 @@ impl Journal {
     /// [`StateError::SetAside`] when the file does not parse (it was renamed aside and is
     /// kept for the operator), [`StateError::Io`] or [`StateError::Symlink`].
     pub fn load(&self) -> Result<BTreeMap<PciAddress, Entry>, StateError> {
-        let parsed = state::load(&self.path, |bytes| {
-            let file: JournalFile = serde_json::from_slice(bytes).map_err(|e| e.to_string())?;
-            if file.version != FORMAT_VERSION {
-                return Err(format!(
-                    "format version {} is not {FORMAT_VERSION}",
-                    file.version
-                ));
-            }
-            Ok(file.entries)
-        })?;
-        Ok(parsed.unwrap_or_default())
+        let parsed: Option<JournalFile> = state::load_versioned(&self.path, FORMAT_VERSION)?;
+        Ok(parsed.map(|f| f.entries).unwrap_or_default())
     }
 
     /// Writes `entry` (stamped now) in place of the GPU's previous one. Callers serialise
