@@ -14,6 +14,11 @@ use nix::sys::signal::{killpg, Signal};
 use nix::unistd::Pid;
 use tokio::io::{AsyncRead, AsyncReadExt};
 
+/// How often a spawn that finds its program busy (`ETXTBSY`) is tried again.
+const TEXT_BUSY_TRIES: u32 = 5;
+/// The pause between those tries.
+const TEXT_BUSY_PAUSE: Duration = Duration::from_millis(10);
+
 /// How a bounded child ended.
 #[derive(Debug)]
 pub enum Ended {
@@ -73,14 +78,25 @@ pub fn spawn_in_group(
             Ok(())
         });
     }
-    let child = command
+    command
         .args(args)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .process_group(0)
-        .kill_on_drop(true)
-        .spawn()?;
+        .kill_on_drop(true);
+    // A program still open for writing somewhere (an upgrade writing it, or a descriptor a
+    // process forked at that moment still holds) refuses exec with ETXTBSY for a moment.
+    let mut tries = 0;
+    let child = loop {
+        match command.spawn() {
+            Err(e) if e.raw_os_error() == Some(libc::ETXTBSY) && tries < TEXT_BUSY_TRIES => {
+                tries += 1;
+                std::thread::sleep(TEXT_BUSY_PAUSE);
+            }
+            other => break other?,
+        }
+    };
     let group = child
         .id()
         .and_then(|id| i32::try_from(id).ok())
