@@ -142,7 +142,7 @@ impl Topology {
             .filter_map(|g| {
                 Some(PhysicalGpu {
                     uuid: g.uuid.parse().ok()?,
-                    address: g.bus_id.as_deref().and_then(|b| b.parse().ok()),
+                    address: g.address(),
                     mig_mode: g.mig.as_ref().and_then(|m| m.mode).unwrap_or(false),
                     mig_devices: g
                         .mig

@@ -7,7 +7,6 @@
 
 use std::collections::BTreeMap;
 
-use bcd_protocol::PciAddress;
 use serde::Serialize;
 
 use super::{uncorrectable_volatile, xid_conditions, Condition};
@@ -348,11 +347,7 @@ pub fn link_widths(host: &Host, inventory: &Inventory) -> BTreeMap<String, LinkW
     };
     let mut out = BTreeMap::new();
     for gpu in &inventory.gpu.gpus {
-        let Some(address) = gpu
-            .bus_id
-            .as_deref()
-            .and_then(|b| b.parse::<PciAddress>().ok())
-        else {
+        let Some(address) = gpu.address() else {
             continue;
         };
         let dir = host.path(format!("/sys/bus/pci/devices/{}", address.sysfs_name()));

@@ -124,9 +124,7 @@ where
             .find(|g| g.uuid.parse::<GpuUuid>().is_ok_and(|u| u == typed))
             .ok_or_else(unknown)?;
         let address: PciAddress = gpu
-            .bus_id
-            .as_deref()
-            .and_then(|b| b.parse().ok())
+            .address()
             .ok_or_else(|| ResetError::NoAddress { uuid: uuid.clone() })?;
         targets.push((gpu, (typed, address), id));
     }

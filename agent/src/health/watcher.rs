@@ -541,12 +541,11 @@ impl XidWatcher {
 
 /// The GPU of `inventory` at `address` (function and domain compared, not the spelling).
 pub fn gpu_at<'a>(inventory: &'a Inventory, address: &PciAddress) -> Option<&'a Gpu> {
-    inventory.gpu.gpus.iter().find(|g| {
-        g.bus_id
-            .as_deref()
-            .and_then(|b| b.parse::<PciAddress>().ok())
-            .is_some_and(|a| a == *address)
-    })
+    inventory
+        .gpu
+        .gpus
+        .iter()
+        .find(|g| g.address().is_some_and(|a| a == *address))
 }
 
 #[cfg(test)]

@@ -99,6 +99,14 @@ pub struct Gpu {
     pub passed_through: bool,
 }
 
+impl Gpu {
+    /// The GPU's PCI function, parsed from `bus_id` (NVML's form) in this one place; `None`
+    /// without a bus id (WSL 2) or with one that names no function.
+    pub fn address(&self) -> Option<bcd_protocol::PciAddress> {
+        self.bus_id.as_deref()?.parse().ok()
+    }
+}
+
 /// ECC mode and counters.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Ecc {

@@ -98,11 +98,7 @@ impl GpuMemory {
             Err(e) => return Err(e),
         };
         for gpu in gpus.iter().filter(|g| !g.passed_through) {
-            let Some(address) = gpu
-                .bus_id
-                .as_deref()
-                .and_then(|b| b.parse::<PciAddress>().ok())
-            else {
+            let Some(address) = gpu.address() else {
                 continue;
             };
             known.insert(
@@ -204,10 +200,7 @@ pub fn passed_through(
     seen: &BTreeMap<PciAddress, SeenGpu>,
     listed: &[Gpu],
 ) -> Vec<Gpu> {
-    let listed_addresses: Vec<PciAddress> = listed
-        .iter()
-        .filter_map(|g| g.bus_id.as_deref().and_then(|b| b.parse().ok()))
-        .collect();
+    let listed_addresses: Vec<PciAddress> = listed.iter().filter_map(Gpu::address).collect();
     let mut next = listed.iter().map(|g| g.index + 1).max().unwrap_or(0);
     pci_functions(host)
         .into_iter()
