@@ -3,7 +3,7 @@
 
 use std::process::ExitCode;
 
-use super::output::{print, print_json, saying_what_it_waits_for};
+use super::output::{ask_node, print, print_json, saying_what_it_waits_for};
 use crate::cli::Global;
 use crate::health::diag::{
     diag_nvml, link_widths, render as render_diag, DiagReport, DiagRequest, NvmlState,
@@ -26,33 +26,14 @@ async fn diag_from_node(
         gpus: gpu_uuids.to_vec(),
         expected_gpus,
     };
-    let asked = tokio::time::timeout(
+    ask_node(
+        &global.api_socket,
+        "POST",
+        "/v1/diag",
+        Some(&body),
         NODE_DIAG_WAIT,
-        crate::node::client::call_as::<_, DiagReport>(
-            &global.api_socket,
-            "POST",
-            "/v1/diag",
-            Some(&body),
-        ),
     )
-    .await;
-    match asked {
-        Ok(Ok(report)) => Some(report),
-        // Nothing listens: the ordinary case without a node.
-        Ok(Err(crate::node::client::ApiError::Connect { .. })) => None,
-        Ok(Err(e)) => {
-            eprintln!("bcd: {e}; reading the GPUs directly");
-            None
-        }
-        Err(_) => {
-            eprintln!(
-                "bcd: the bcd node service at {} did not answer within {}s; reading the GPUs directly",
-                global.api_socket.display(),
-                NODE_DIAG_WAIT.as_secs()
-            );
-            None
-        }
-    }
+    .await
 }
 
 /// `bcd diag`: asks a running `bcd node` first (no `nvidia-smi` of its own then), else

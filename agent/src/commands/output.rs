@@ -23,6 +23,39 @@ pub fn print_json<T: serde::Serialize + ?Sized>(value: &T, what: &str) -> bool {
     }
 }
 
+/// Asks a running `bcd node` (`method path` on `socket`, within `bound`) for what a command
+/// would otherwise read itself. `None` when no node listens (the ordinary case, said nowhere)
+/// or when it answers badly or late (said on stderr): the caller then reads the GPUs directly.
+pub async fn ask_node<B: serde::Serialize, T: serde::de::DeserializeOwned>(
+    socket: &std::path::Path,
+    method: &str,
+    path: &str,
+    body: Option<&B>,
+    bound: std::time::Duration,
+) -> Option<T> {
+    let asked = tokio::time::timeout(
+        bound,
+        crate::node::client::call_as::<B, T>(socket, method, path, body),
+    )
+    .await;
+    match asked {
+        Ok(Ok(answer)) => Some(answer),
+        Ok(Err(crate::node::client::ApiError::Connect { .. })) => None,
+        Ok(Err(e)) => {
+            eprintln!("bcd: {e}; reading the GPUs directly");
+            None
+        }
+        Err(_) => {
+            eprintln!(
+                "bcd: the bcd node service at {} did not answer within {}s; reading the GPUs directly",
+                socket.display(),
+                bound.as_secs()
+            );
+            None
+        }
+    }
+}
+
 /// How long a command waits on `nvidia-smi` before it says so.
 pub const SAY_WAITING_AFTER: std::time::Duration = std::time::Duration::from_secs(2);
 

@@ -2,35 +2,15 @@
 
 use std::process::ExitCode;
 
-use super::output::{print, print_json, saying_what_it_waits_for};
+use super::output::{ask_node, print, print_json, saying_what_it_waits_for};
 use crate::cli::Global;
 use crate::health::status::{render as render_status, status_within, StatusReport, STATUS_WAIT};
 
 /// Asks a running `bcd node` for its status (within [`STATUS_WAIT`]); `None` when none
 /// answers, or when it has no inventory yet (it is starting), so the caller reads itself.
 pub async fn status_from_node(socket: &std::path::Path) -> Option<StatusReport> {
-    let asked = tokio::time::timeout(
-        STATUS_WAIT,
-        crate::node::client::call(socket, "GET", "/v1/status", None),
-    )
-    .await;
-    let answer = match asked {
-        Ok(Ok(answer)) => answer,
-        // Nothing listens: the ordinary case without a node; said only when it answered badly.
-        Ok(Err(crate::node::client::ApiError::Connect { .. })) => return None,
-        Ok(Err(e)) => {
-            eprintln!("bcd: {e}; reading the GPUs directly");
-            return None;
-        }
-        Err(_) => {
-            eprintln!(
-                "bcd: the bcd node service at {} did not answer within {}s; reading the GPUs directly",
-                socket.display(),
-                STATUS_WAIT.as_secs()
-            );
-            return None;
-        }
-    };
+    let answer: serde_json::Value =
+        ask_node::<(), _>(socket, "GET", "/v1/status", None, STATUS_WAIT).await?;
     if answer["collections"].as_u64().unwrap_or(0) == 0 {
         return None;
     }
