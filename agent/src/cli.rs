@@ -2,6 +2,7 @@
 
 use std::path::PathBuf;
 
+use bcd_protocol::GpuUuid;
 use clap::{Args, Parser, Subcommand};
 
 use crate::host::Host;
@@ -170,7 +171,7 @@ pub enum Command {
     Diag {
         /// Check only this GPU (UUID); repeatable.
         #[arg(long = "gpu", value_name = "UUID")]
-        gpu: Vec<String>,
+        gpu: Vec<GpuUuid>,
         /// Fail gpu.count when fewer GPUs are visible.
         #[arg(long, value_name = "N")]
         expected_gpus: Option<usize>,
@@ -185,7 +186,7 @@ pub enum GpuCommand {
     Reset {
         /// GPU UUIDs (GPU-...).
         #[arg(required = true)]
-        gpus: Vec<String>,
+        gpus: Vec<GpuUuid>,
     },
 }
 

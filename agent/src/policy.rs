@@ -133,25 +133,23 @@ impl std::fmt::Display for Busy {
 }
 
 impl Topology {
-    /// The inventory's GPUs (those whose UUID parses), each offering `slots_per_gpu` slots.
+    /// The inventory's GPUs, each offering `slots_per_gpu` slots.
     pub fn from_inventory(inventory: &Inventory, slots_per_gpu: u32) -> Self {
         let gpus = inventory
             .gpu
             .gpus
             .iter()
-            .filter_map(|g| {
-                Some(PhysicalGpu {
-                    uuid: g.uuid.parse().ok()?,
-                    address: g.address(),
-                    mig_mode: g.mig.as_ref().and_then(|m| m.mode).unwrap_or(false),
-                    mig_devices: g
-                        .mig
-                        .iter()
-                        .flat_map(|m| &m.devices)
-                        .filter_map(|d| d.uuid.as_deref()?.parse().ok())
-                        .collect(),
-                    passed_through: g.passed_through,
-                })
+            .map(|g| PhysicalGpu {
+                uuid: DeviceId::from(&g.uuid),
+                address: g.address(),
+                mig_mode: g.mig.as_ref().and_then(|m| m.mode).unwrap_or(false),
+                mig_devices: g
+                    .mig
+                    .iter()
+                    .flat_map(|m| &m.devices)
+                    .filter_map(|d| d.uuid.as_deref()?.parse().ok())
+                    .collect(),
+                passed_through: g.passed_through,
             })
             .collect();
         Self {
@@ -364,15 +362,13 @@ mod tests {
             gpus: vec![
                 Gpu {
                     index: 0,
-                    uuid: GPU0.into(),
-                    bus_id: Some("00000000:18:00.0".into()),
-                    ..Gpu::default()
+                    bus_id: Some("00000000:18:00.0".parse().unwrap()),
+                    ..Gpu::new(0, GPU0.parse().unwrap())
                 },
                 Gpu {
                     index: 3,
-                    uuid: GPU3.into(),
                     mig: Some(mig),
-                    ..Gpu::default()
+                    ..Gpu::new(0, GPU3.parse().unwrap())
                 },
             ],
             ..GpuSection::default()

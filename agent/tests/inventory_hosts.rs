@@ -34,11 +34,12 @@ async fn hgx_h100_merges_every_layer() {
         assert!(g.numa_node.is_some(), "NUMA node kept from sysfs");
         assert!(g
             .bus_id
+            .map(|a| a.nvml_bus_id())
             .as_deref()
             .is_some_and(|b| b.starts_with("00000000:")));
         assert!(g.serial.is_some() && g.vbios.is_some() && g.memory_total_mib.is_some());
     }
-    let bus: Vec<_> = s.gpus.iter().map(|g| g.bus_id.clone().unwrap()).collect();
+    let bus: Vec<_> = s.gpus.iter().map(|g| g.bus_id.unwrap()).collect();
     let mut sorted = bus.clone();
     sorted.sort();
     assert_eq!(bus, sorted);
@@ -175,7 +176,10 @@ async fn wsl2_gpu_comes_from_nvidia_smi_alone() {
     assert_eq!(s.gpus.len(), 1);
     let g = &s.gpus[0];
     assert_eq!(g.index, 0);
-    assert_eq!(g.bus_id.as_deref(), Some("00000000:F1:00.0"));
+    assert_eq!(
+        g.bus_id.map(|a| a.nvml_bus_id()).as_deref(),
+        Some("00000000:F1:00.0")
+    );
     assert_eq!(g.numa_node, None);
     assert_eq!(g.serial, None, "serial 0 is no serial");
     assert!(g.topology.is_empty() && g.nvlinks.is_empty());
@@ -211,8 +215,8 @@ async fn a_gpu_on_vfio_pci_is_reported_from_the_memory() {
     assert_eq!(plain.gpu.gpus.len(), 1);
     // The node service remembered it when it was still on the driver.
     let mut remembered = plain.gpu.gpus[0].clone();
-    remembered.uuid = "GPU-0badc0de-0000-4000-8000-000000000061".into();
-    remembered.bus_id = Some("00000000:61:00.0".into());
+    remembered.uuid = "GPU-0badc0de-0000-4000-8000-000000000061".parse().unwrap();
+    remembered.bus_id = Some("00000000:61:00.0".parse().unwrap());
     memory.remember(&[remembered]).unwrap();
     let c = collect(&pt, Some(&memory)).await;
     assert!(c.memory_error.is_none(), "{:?}", c.memory_error);
@@ -221,13 +225,16 @@ async fn a_gpu_on_vfio_pci_is_reported_from_the_memory() {
     assert!(!gpus[0].passed_through);
     assert!(gpus[1].passed_through);
     assert_eq!(gpus[1].index, 1, "after the driver's GPUs");
-    assert_eq!(gpus[1].bus_id.as_deref(), Some("00000000:61:00.0"));
+    assert_eq!(
+        gpus[1].bus_id.map(|a| a.nvml_bus_id()).as_deref(),
+        Some("00000000:61:00.0")
+    );
     assert!(gpus[1].mig.is_none() && gpus[1].nvlinks.is_empty());
     // The collection remembered the driver's GPU too, and kept the passed-through one.
     assert_eq!(memory.load().unwrap().len(), 2);
     assert_eq!(
         memory
-            .gpu_address("GPU-0badc0de-0000-4000-8000-000000000061")
+            .gpu_address(&"GPU-0badc0de-0000-4000-8000-000000000061".parse().unwrap())
             .unwrap()
             .unwrap()
             .to_string(),
@@ -278,11 +285,13 @@ fn a_killed_writer_never_leaves_a_torn_memory_file() {
         let memory = GpuMemory::new(Path::new(&dir));
         for round in 0u64.. {
             let gpus: Vec<_> = (0..64)
-                .map(|i| bcd::inventory::document::Gpu {
-                    uuid: format!("GPU-{round:08x}-0000-4000-8000-{i:012x}"),
-                    bus_id: Some(format!("00000000:{i:02X}:00.0")),
-                    name: Some("x".repeat((round % 50) as usize)),
-                    ..Default::default()
+                .map(|i| {
+                    let uuid = format!("GPU-{round:08x}-0000-4000-8000-{i:012x}");
+                    bcd::inventory::document::Gpu {
+                        bus_id: Some(format!("00000000:{i:02X}:00.0").parse().unwrap()),
+                        name: Some("x".repeat((round % 50) as usize)),
+                        ..bcd::inventory::document::Gpu::new(0, uuid.parse().unwrap())
+                    }
                 })
                 .collect();
             memory.remember(&gpus).unwrap();

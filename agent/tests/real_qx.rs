@@ -128,6 +128,7 @@ fn eight_v100s_of_32_gib() {
         assert!(gpu.ecc.aggregate.uncorrectable.is_some());
         assert!(gpu
             .pci_bus_id
+            .map(|a| a.nvml_bus_id())
             .as_deref()
             .unwrap()
             .starts_with("00000000:00:"));
@@ -139,15 +140,20 @@ fn azure_k80s_keep_hyper_v_domains_and_document_order() {
     let Some(doc) = parse_capture("pai-4x-k80-azure-r430-out-of-order.xml") else {
         return;
     };
-    let bus_ids: Vec<_> = doc.gpus.iter().map(|g| g.pci_bus_id.as_deref()).collect();
+    let bus_ids: Vec<_> = doc
+        .gpus
+        .iter()
+        .map(|g| g.pci_bus_id.map(|a| a.nvml_bus_id()))
+        .collect();
     assert_eq!(
         bus_ids,
         [
-            Some("00001580:00:00.0"),
-            Some("00002DF7:00:00.0"),
-            Some("00004968:00:00.0"),
-            Some("0000F8D6:00:00.0"),
+            "00001580:00:00.0",
+            "00002DF7:00:00.0",
+            "00004968:00:00.0",
+            "0000F8D6:00:00.0",
         ]
+        .map(|b| Some(b.to_owned()))
     );
     let minors: Vec<_> = doc.gpus.iter().map(|g| g.minor_number).collect();
     assert_eq!(minors, [Some(1), Some(2), Some(3), Some(0)]);
@@ -226,7 +232,10 @@ fn r352_grid_k520_widens_the_four_digit_domain() {
     let Some(doc) = parse_capture("raiproject-grid-k520-r352-a.xml") else {
         return;
     };
-    assert_eq!(doc.gpus[0].pci_bus_id.as_deref(), Some("00000000:00:03.0"));
+    assert_eq!(
+        doc.gpus[0].pci_bus_id.map(|a| a.nvml_bus_id()).as_deref(),
+        Some("00000000:00:03.0")
+    );
     assert_eq!(doc.gpus[0].id.as_deref(), Some("0000:00:03.0"));
     assert_eq!(doc.gpus[0].power_draw_w, Some(17.97));
     assert_eq!(doc.gpus[0].power_limit_w, Some(125.0));
@@ -268,7 +277,10 @@ fn trimmed_captures_read_what_they_have() {
     assert_eq!(gpu.memory_total_mib, Some(4096));
     assert_eq!(gpu.temperature_c, Some(39));
     assert_eq!(gpu.power_draw_w, None);
-    assert_eq!(gpu.pci_bus_id.as_deref(), Some("00000000:01:00.0"));
+    assert_eq!(
+        gpu.pci_bus_id.map(|a| a.nvml_bus_id()).as_deref(),
+        Some("00000000:01:00.0")
+    );
 }
 
 /// The driver's own health readings of every real capture: `gpu_recovery_action` (all say

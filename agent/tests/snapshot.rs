@@ -264,7 +264,7 @@ async fn live_host_gpus_are_complete_and_samples_agree() {
     let gpus = bcd::inventory::merge::gpus_from_snapshot(&snap);
     assert!(!gpus.is_empty());
     for g in &gpus {
-        assert!(g.uuid.starts_with("GPU-"), "{g:?}");
+        assert!(g.uuid.as_str().starts_with("GPU-"), "{g:?}");
         assert!(
             g.name.is_some() && g.architecture.is_some() && g.memory_total_mib.is_some(),
             "{g:?}"

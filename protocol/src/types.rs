@@ -164,6 +164,26 @@ impl From<GpuUuid> for String {
     }
 }
 
+impl AsRef<str> for GpuUuid {
+    fn as_ref(&self) -> &str {
+        &self.0
+    }
+}
+
+/// A UUID compares equal to its normal form's spelling only; parse a string of unknown case
+/// before comparing it.
+impl PartialEq<str> for GpuUuid {
+    fn eq(&self, other: &str) -> bool {
+        self.0 == other
+    }
+}
+
+impl PartialEq<&str> for GpuUuid {
+    fn eq(&self, other: &&str) -> bool {
+        self.0 == *other
+    }
+}
+
 impl fmt::Display for GpuUuid {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(&self.0)
@@ -188,6 +208,17 @@ pub struct PciAddress {
 }
 
 impl PciAddress {
+    /// The function `domain:bus:device.function`, when sysfs can name it (domain at most
+    /// `ffff`, device below 32, function below 8).
+    pub fn new(domain: u32, bus: u8, device: u8, function: u8) -> Option<Self> {
+        (domain <= 0xffff && device < 32 && function < 8).then_some(Self {
+            domain,
+            bus,
+            device,
+            function,
+        })
+    }
+
     /// The kernel's form, as sysfs names the function: `0000:18:00.0`.
     pub fn sysfs_name(&self) -> String {
         self.to_string()

@@ -571,7 +571,6 @@ mod tests {
         let inv = Inventory::new(GpuSection {
             gpus: vec![Gpu {
                 index: 3,
-                uuid: GPU3.into(),
                 mig: Some(Mig {
                     mode: Some(true),
                     devices: vec![MigDevice {
@@ -580,7 +579,7 @@ mod tests {
                     }],
                     ..Mig::default()
                 }),
-                ..Gpu::default()
+                ..Gpu::new(0, GPU3.parse().unwrap())
             }],
             ..GpuSection::default()
         });

@@ -12,6 +12,7 @@
 use std::fmt;
 use std::str::FromStr;
 
+use bcd_protocol::GpuUuid;
 use serde::{Deserialize, Serialize};
 
 /// The longest hold id: 63 characters, so `bcd-<id>.json` stays a short, ordinary file name.
@@ -114,6 +115,13 @@ pub const SLOT_SEPARATOR: &str = "::";
 #[derive(Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(try_from = "String", into = "String")]
 pub struct DeviceId(String);
+
+/// A whole GPU's id: its UUID in normal form is always one.
+impl From<&GpuUuid> for DeviceId {
+    fn from(uuid: &GpuUuid) -> Self {
+        Self(uuid.as_str().to_owned())
+    }
+}
 
 /// What kind of device a [`DeviceId`] names.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -138,18 +138,16 @@ pub struct DeviceCatalog {
 }
 
 impl DeviceCatalog {
-    /// Every GPU and MIG device of the inventory whose UUID parses.
+    /// Every GPU of the inventory, and every MIG device whose UUID parses.
     pub fn from_inventory(inv: &Inventory) -> Self {
         let mut entries = Vec::new();
         for gpu in &inv.gpu.gpus {
-            if let Ok(id) = gpu.uuid.parse() {
-                entries.push(CatalogEntry {
-                    id,
-                    gpu_index: gpu.index,
-                    mig_index: None,
-                    gi_ci: None,
-                });
-            }
+            entries.push(CatalogEntry {
+                id: DeviceId::from(&gpu.uuid),
+                gpu_index: gpu.index,
+                mig_index: None,
+                gi_ci: None,
+            });
             for mig in gpu.mig.iter().flat_map(|m| &m.devices) {
                 if let Some(Ok(id)) = mig.uuid.as_deref().map(str::parse) {
                     entries.push(CatalogEntry {

@@ -3,6 +3,8 @@
 
 use std::process::ExitCode;
 
+use bcd_protocol::GpuUuid;
+
 use super::output::{ask_node, print, print_json, saying_what_it_waits_for};
 use crate::cli::Global;
 use crate::health::diag::{
@@ -19,7 +21,7 @@ const NODE_DIAG_WAIT: std::time::Duration = std::time::Duration::from_secs(75);
 /// so the caller reads the GPUs itself.
 async fn diag_from_node(
     global: &Global,
-    gpu_uuids: &[String],
+    gpu_uuids: &[GpuUuid],
     expected_gpus: Option<usize>,
 ) -> Option<DiagReport> {
     let body = crate::node::schema::DiagRequest {
@@ -38,7 +40,11 @@ async fn diag_from_node(
 
 /// `bcd diag`: asks a running `bcd node` first (no `nvidia-smi` of its own then), else
 /// collects, runs `diag.nvml`; exit 0 only when every check passed.
-pub async fn diag(global: &Global, gpu_uuids: &[String], expected_gpus: Option<usize>) -> ExitCode {
+pub async fn diag(
+    global: &Global,
+    gpu_uuids: &[GpuUuid],
+    expected_gpus: Option<usize>,
+) -> ExitCode {
     if let Some(report) = diag_from_node(global, gpu_uuids, expected_gpus).await {
         return show(global, &report);
     }

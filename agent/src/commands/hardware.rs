@@ -59,10 +59,10 @@ fn render_gpu(g: &Gpu) -> String {
     let mut parts = vec![
         format!("GPU {}", g.index),
         g.name.clone().unwrap_or_else(|| "unknown model".into()),
-        g.uuid.clone(),
+        g.uuid.to_string(),
     ];
     if let Some(bus) = &g.bus_id {
-        parts.push(bus.clone());
+        parts.push(bus.nvml_bus_id());
     }
     if let Some(arch) = &g.architecture {
         parts.push(arch.clone());

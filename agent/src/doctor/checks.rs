@@ -132,7 +132,7 @@ pub fn gpu(g: &XmlGpu) -> Check {
     let id = g
         .uuid
         .clone()
-        .or_else(|| g.pci_bus_id.clone())
+        .or_else(|| g.pci_bus_id.map(|a| a.nvml_bus_id()))
         .unwrap_or_else(|| "a GPU without UUID".into());
     let mut parts = vec![
         id.clone(),
@@ -385,7 +385,7 @@ pub fn persistence(gpus: &[XmlGpu]) -> Option<Check> {
         .map(|g| {
             g.uuid
                 .clone()
-                .or_else(|| g.pci_bus_id.clone())
+                .or_else(|| g.pci_bus_id.map(|a| a.nvml_bus_id()))
                 .unwrap_or_else(|| "a GPU without UUID".into())
         })
         .collect();

@@ -7,6 +7,7 @@
 
 use std::collections::BTreeMap;
 
+use bcd_protocol::GpuUuid;
 use serde::Serialize;
 
 use super::{uncorrectable_volatile, xid_conditions, Condition};
@@ -51,7 +52,7 @@ pub struct Check {
     pub check: String,
     /// The GPU's UUID; absent for node-wide checks.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub gpu: Option<String>,
+    pub gpu: Option<GpuUuid>,
     /// Whether it passed.
     pub passed: bool,
     /// What it found, in words.
@@ -70,8 +71,8 @@ pub struct DiagReport {
 /// What `diag.nvml` was asked.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct DiagRequest {
-    /// Only these GPUs (UUIDs); all the inventory lists when empty.
-    pub gpu_uuids: Vec<String>,
+    /// Only these GPUs; all the inventory lists when empty.
+    pub gpu_uuids: Vec<GpuUuid>,
     /// Fail `gpu.count` when fewer GPUs are visible.
     pub expected_gpu_count: Option<usize>,
 }
@@ -103,10 +104,10 @@ fn node_check(name: &str, passed: bool, message: String) -> Check {
     }
 }
 
-fn gpu_check(name: &str, gpu: &str, passed: bool, message: String) -> Check {
+fn gpu_check(name: &str, gpu: &GpuUuid, passed: bool, message: String) -> Check {
     Check {
         check: name.to_owned(),
-        gpu: Some(gpu.to_owned()),
+        gpu: Some(gpu.clone()),
         passed,
         message,
     }
@@ -121,8 +122,8 @@ fn gpu_check(name: &str, gpu: &str, passed: bool, message: String) -> Check {
 pub fn diag_nvml(
     nvml: NvmlState<'_>,
     nvml_detail: Option<&str>,
-    links: &BTreeMap<String, LinkWidth>,
-    driver: &BTreeMap<String, DriverHealth>,
+    links: &BTreeMap<GpuUuid, LinkWidth>,
+    driver: &BTreeMap<GpuUuid, DriverHealth>,
     conditions: &[Condition],
     request: &DiagRequest,
 ) -> DiagReport {
@@ -208,7 +209,7 @@ fn finish(checks: Vec<Check>) -> DiagReport {
 }
 
 /// `recovery-action`: fails when the driver asks for a reset, a drain or a reboot.
-fn recovery_check(uuid: &str, driver: Option<&DriverHealth>) -> Check {
+fn recovery_check(uuid: &GpuUuid, driver: Option<&DriverHealth>) -> Check {
     let Some(d) = driver else {
         return gpu_check(
             check::RECOVERY_ACTION,
@@ -220,7 +221,7 @@ fn recovery_check(uuid: &str, driver: Option<&DriverHealth>) -> Check {
     if let Some((message, action)) = d
         .recovery_action
         .as_deref()
-        .and_then(|v| super::verdict::recovery_action(v, uuid))
+        .and_then(|v| super::verdict::recovery_action(v, uuid.as_str()))
     {
         return gpu_check(
             check::RECOVERY_ACTION,
@@ -246,7 +247,7 @@ fn recovery_check(uuid: &str, driver: Option<&DriverHealth>) -> Check {
 }
 
 fn gpu_checks(gpu: &Gpu, link: Option<&LinkWidth>, conditions: &[Condition]) -> Vec<Check> {
-    let u = gpu.uuid.as_str();
+    let u = &gpu.uuid;
     let mut out = Vec::new();
     out.push(match uncorrectable_volatile(gpu) {
         Some(n) => gpu_check(
@@ -337,7 +338,7 @@ fn gpu_checks(gpu: &Gpu, link: Option<&LinkWidth>, conditions: &[Condition]) -> 
 
 /// Reads each GPU's `current_link_width` and `max_link_width` from `host`'s sysfs; GPUs
 /// without both files (WSL, passthrough without sysfs) are left out.
-pub fn link_widths(host: &Host, inventory: &Inventory) -> BTreeMap<String, LinkWidth> {
+pub fn link_widths(host: &Host, inventory: &Inventory) -> BTreeMap<GpuUuid, LinkWidth> {
     let read = |dir: &std::path::Path, name: &str| -> Option<u32> {
         std::fs::read_to_string(dir.join(name))
             .ok()?
@@ -370,7 +371,7 @@ pub fn render(report: &DiagReport) -> String {
             "{:<4} {:<18} {} {}\n",
             if c.passed { "ok" } else { "FAIL" },
             c.check,
-            c.gpu.as_deref().unwrap_or("-"),
+            c.gpu.as_ref().map_or("-", GpuUuid::as_str),
             c.message
         ));
     }
@@ -386,16 +387,17 @@ pub fn render(report: &DiagReport) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::health::raise;
+    use crate::health::{raise, ConditionKind};
     use crate::inventory::document::{Ecc, EccCounts, GpuSection, RowRemap};
 
     const A: &str = "GPU-aaaaaaaa-0000-0000-0000-000000000000";
     const B: &str = "GPU-bbbbbbbb-0000-0000-0000-000000000000";
+    /// A GPU the inventory does not list.
+    const MISSING: &str = "GPU-dddddddd-0000-0000-0000-000000000000";
 
     fn inventory() -> Inventory {
         let gpu = |i: u32, uuid: &str| Gpu {
             index: i,
-            uuid: uuid.into(),
             ecc: Some(Ecc {
                 volatile: Some(EccCounts {
                     correctable: Some(0),
@@ -408,7 +410,7 @@ mod tests {
                 failure: Some(false),
                 ..RowRemap::default()
             }),
-            ..Gpu::default()
+            ..Gpu::new(0, uuid.parse().unwrap())
         };
         Inventory::new(GpuSection {
             driver_version: Some("570.133.20".into()),
@@ -433,7 +435,7 @@ mod tests {
         r.checks
             .iter()
             .filter(|c| !c.passed)
-            .map(|c| (c.check.clone(), c.gpu.clone()))
+            .map(|c| (c.check.clone(), c.gpu.as_ref().map(ToString::to_string)))
             .collect()
     }
 
@@ -478,15 +480,15 @@ mod tests {
         let mut conds = Vec::new();
         raise(
             &mut conds,
-            "Xid79",
-            B,
+            &ConditionKind::Xid(79),
+            B.parse().unwrap(),
             "NVRM: Xid (PCI:0000:2a:00): 79, fell off",
             1,
         );
         raise(
             &mut conds,
-            "Xid13",
-            B,
+            &ConditionKind::Xid(13),
+            B.parse().unwrap(),
             "NVRM: Xid (PCI:0000:2a:00): 13, SM",
             1,
         );
@@ -503,7 +505,7 @@ mod tests {
     fn a_narrowed_link_fails_and_a_missing_one_passes() {
         let inv = inventory();
         let links = BTreeMap::from([(
-            A.to_owned(),
+            A.parse().unwrap(),
             LinkWidth {
                 current: 8,
                 max: 16,
@@ -551,7 +553,7 @@ mod tests {
     fn count_and_presence() {
         let inv = inventory();
         let req = DiagRequest {
-            gpu_uuids: vec![B.into(), "GPU-missing".into()],
+            gpu_uuids: vec![B.parse().unwrap(), MISSING.parse().unwrap()],
             expected_gpu_count: Some(3),
         };
         let r = run(&inv, &[], &req);
@@ -559,11 +561,14 @@ mod tests {
             failed(&r),
             [
                 (check::GPU_COUNT.into(), None),
-                (check::GPU_PRESENT.into(), Some("GPU-missing".into()))
+                (check::GPU_PRESENT.into(), Some(MISSING.into()))
             ]
         );
         // Only B's checks ran besides presence.
-        assert!(r.checks.iter().all(|c| c.gpu.as_deref() != Some(A)));
+        assert!(r
+            .checks
+            .iter()
+            .all(|c| c.gpu.as_ref().is_none_or(|g| g != A)));
         let json = serde_json::to_value(&r).unwrap();
         assert_eq!(json["passed"], false);
         assert!(json["checks"][0].get("gpu").is_none(), "{json}");
@@ -575,7 +580,7 @@ mod tests {
         let mut inv = inventory();
         inv.gpu.gpus[1].passed_through = true;
         let req = DiagRequest {
-            gpu_uuids: vec![B.into()],
+            gpu_uuids: vec![B.parse().unwrap()],
             expected_gpu_count: Some(2),
         };
         let r = run(&inv, &[], &req);

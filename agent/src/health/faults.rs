@@ -20,10 +20,11 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
+use bcd_protocol::GpuUuid;
 use serde::{Deserialize, Serialize};
 use tokio::sync::watch;
 
-use super::Condition;
+use super::{Condition, ConditionDevice, ConditionKind};
 use crate::host::Host;
 use crate::state::{self, StateError, PRIVATE_MODE};
 
@@ -60,12 +61,12 @@ pub struct PastBoot {
     /// That boot's id.
     pub boot_id: String,
     /// `(GPU UUID, XID number)`, one per pair.
-    pub xids: Vec<(String, u32)>,
+    pub xids: Vec<(GpuUuid, u32)>,
 }
 
 impl PastBoot {
     /// Whether that boot saw XID `number` on `uuid`.
-    pub fn has(&self, uuid: &str, number: u32) -> bool {
+    pub fn has(&self, uuid: &GpuUuid, number: u32) -> bool {
         self.xids.iter().any(|(u, n)| u == uuid && *n == number)
     }
 
@@ -73,9 +74,9 @@ impl PastBoot {
     /// node's present opinion, not history's).
     fn of(boot_id: &str, conditions: &[Condition]) -> Self {
         let policy = super::xid::XidPolicy::default();
-        let mut xids: Vec<(String, u32)> = conditions
+        let mut xids: Vec<(GpuUuid, u32)> = conditions
             .iter()
-            .filter_map(|c| Some((c.device_id.clone(), super::xid_number(&c.kind)?)))
+            .filter_map(|c| Some((c.device_id.gpu()?.clone(), c.kind.xid()?)))
             .filter(|(_, n)| policy.judge(*n).is_hardware())
             .collect();
         xids.sort();
@@ -260,8 +261,8 @@ impl FaultStore {
     /// [`FaultsError::State`] when the write failed; the condition is kept in memory anyway.
     pub fn raise(
         &mut self,
-        kind: &str,
-        device_id: &str,
+        kind: &ConditionKind,
+        device_id: ConditionDevice,
         message: &str,
     ) -> Result<bool, FaultsError> {
         let changed = self.raise_coalesced(kind, device_id, message)?;
@@ -277,8 +278,8 @@ impl FaultStore {
     /// [`FaultsError::State`] when the write failed; the condition is kept in memory anyway.
     pub fn raise_coalesced(
         &mut self,
-        kind: &str,
-        device_id: &str,
+        kind: &ConditionKind,
+        device_id: ConditionDevice,
         message: &str,
     ) -> Result<bool, FaultsError> {
         let changed = super::raise(
@@ -302,7 +303,7 @@ impl FaultStore {
     ///
     /// # Errors
     /// [`FaultsError::State`] when the write failed; memory is cleared anyway.
-    pub fn clear_gpu(&mut self, uuid: &str) -> Result<usize, FaultsError> {
+    pub fn clear_gpu(&mut self, uuid: &GpuUuid) -> Result<usize, FaultsError> {
         let before = self.conditions.len();
         self.conditions.retain(|c| !c.is_xid_of(uuid));
         let dropped = before - self.conditions.len();
@@ -471,7 +472,12 @@ impl Health {
     ///
     /// # Errors
     /// The write's error; the condition is published anyway (readers must see it now).
-    pub fn raise(&self, kind: &str, device_id: &str, message: &str) -> Result<(), FaultsError> {
+    pub fn raise(
+        &self,
+        kind: &ConditionKind,
+        device_id: ConditionDevice,
+        message: &str,
+    ) -> Result<(), FaultsError> {
         self.change(|s| s.raise_coalesced(kind, device_id, message).map(|_| ()))
     }
 
@@ -480,7 +486,7 @@ impl Health {
     ///
     /// # Errors
     /// The write's error; memory and readers are cleared anyway.
-    pub fn clear_gpu(&self, uuid: &str) -> Result<usize, FaultsError> {
+    pub fn clear_gpu(&self, uuid: &GpuUuid) -> Result<usize, FaultsError> {
         self.change(|s| s.clear_gpu(uuid))
     }
 
@@ -518,6 +524,14 @@ mod tests {
     const GPU_A: &str = "GPU-ff1dacfa-2e1a-0504-a88b-76a3118ee48b";
     const GPU_B: &str = "GPU-a4303385-f265-4ffc-ad1b-b0bef156d59a";
 
+    fn uuid(u: &str) -> GpuUuid {
+        u.parse().unwrap()
+    }
+
+    fn dev(u: &str) -> ConditionDevice {
+        ConditionDevice::Gpu(uuid(u))
+    }
+
     /// A fake host whose boot id file the test rewrites to simulate a reboot.
     fn host_with_boot(dir: &Path, boot_id: &str) -> Host {
         let file = dir.join("root/proc/sys/kernel/random/boot_id");
@@ -534,7 +548,11 @@ mod tests {
         let health = Health::new(FaultStore::open(dir.path(), "boot-1").unwrap());
         let file = dir.path().join(FAULTS_FILE);
         health
-            .raise("Xid13", GPU_A, "NVRM: Xid (PCI:0000:18:00): 13, first")
+            .raise(
+                &ConditionKind::Xid(13),
+                dev(GPU_A),
+                "NVRM: Xid (PCI:0000:18:00): 13, first",
+            )
             .unwrap();
         // The first XID of a burst reaches the file at once.
         assert_eq!(read_this_boot(dir.path(), "boot-1").unwrap()[0].count, 1);
@@ -542,8 +560,8 @@ mod tests {
         for i in 1..1000 {
             health
                 .raise(
-                    "Xid13",
-                    GPU_A,
+                    &ConditionKind::Xid(13),
+                    dev(GPU_A),
                     &format!("NVRM: Xid (PCI:0000:18:00): 13, n={i}"),
                 )
                 .unwrap();
@@ -560,7 +578,9 @@ mod tests {
         assert_eq!(read_this_boot(dir.path(), "boot-1").unwrap()[0].count, 1000);
         assert_eq!(health.written().0, 2);
         // A change at shutdown is written by the flush.
-        health.raise("Xid31", GPU_B, "NVRM: Xid 31").unwrap();
+        health
+            .raise(&ConditionKind::Xid(31), dev(GPU_B), "NVRM: Xid 31")
+            .unwrap();
         health.flush().unwrap();
         assert_eq!(read_this_boot(dir.path(), "boot-1").unwrap().len(), 2);
         assert!(file.exists());
@@ -577,10 +597,18 @@ mod tests {
 
         let mut store = FaultStore::open(&data, &boot).unwrap();
         store
-            .raise("Xid79", GPU_A, "NVRM: Xid (PCI:0000:18:00): 79, ...")
+            .raise(
+                &ConditionKind::Xid(79),
+                dev(GPU_A),
+                "NVRM: Xid (PCI:0000:18:00): 79, ...",
+            )
             .unwrap();
         store
-            .raise("Xid13", GPU_B, "NVRM: Xid (PCI:0000:2a:00): 13, ...")
+            .raise(
+                &ConditionKind::Xid(13),
+                dev(GPU_B),
+                "NVRM: Xid (PCI:0000:2a:00): 13, ...",
+            )
             .unwrap();
         let file = data.join(FAULTS_FILE);
         assert_eq!(
@@ -617,10 +645,18 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let mut store = FaultStore::open(dir.path(), "boot-1").unwrap();
         store
-            .raise("Xid48", GPU_A, "NVRM: Xid (PCI:0000:18:00): 48, DBE")
+            .raise(
+                &ConditionKind::Xid(48),
+                dev(GPU_A),
+                "NVRM: Xid (PCI:0000:18:00): 48, DBE",
+            )
             .unwrap();
         store
-            .raise("Xid13", GPU_A, "NVRM: Xid (PCI:0000:18:00): 13, app")
+            .raise(
+                &ConditionKind::Xid(13),
+                dev(GPU_A),
+                "NVRM: Xid (PCI:0000:18:00): 13, app",
+            )
             .unwrap();
         drop(store);
         let store = FaultStore::open(dir.path(), "boot-2").unwrap();
@@ -628,7 +664,7 @@ mod tests {
             store.history(),
             [PastBoot {
                 boot_id: "boot-1".into(),
-                xids: vec![(GPU_A.into(), 48)]
+                xids: vec![(uuid(GPU_A), 48)]
             }],
             "application XIDs are not history"
         );
@@ -636,12 +672,13 @@ mod tests {
         assert_eq!(read, store.history());
         let mut store = store;
         store
-            .raise("Xid48", GPU_A, "NVRM: Xid (PCI:0000:18:00): 48, again")
+            .raise(
+                &ConditionKind::Xid(48),
+                dev(GPU_A),
+                "NVRM: Xid (PCI:0000:18:00): 48, again",
+            )
             .unwrap();
-        let gpu = Gpu {
-            uuid: GPU_A.into(),
-            ..Gpu::default()
-        };
+        let gpu = Gpu::new(0, uuid(GPU_A));
         let v = judge(
             &gpu,
             &Evidence {
@@ -653,12 +690,9 @@ mod tests {
         assert_eq!(v.health, HealthState::Unhealthy);
         assert_eq!(v.reasons[0].action, INSPECT_ACTION);
         // Another GPU with the same XID, or the same GPU with another, is not a repeat.
-        let other = Gpu {
-            uuid: GPU_B.into(),
-            ..Gpu::default()
-        };
+        let other = Gpu::new(1, uuid(GPU_B));
         let mut c = store.conditions().to_vec();
-        c[0].device_id = GPU_B.into();
+        c[0].device_id = dev(GPU_B);
         let v = judge(
             &other,
             &Evidence {
@@ -686,16 +720,22 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let health = Health::new(FaultStore::open(dir.path(), "b").unwrap());
         let mut rx = health.subscribe();
-        health.raise("Xid79", GPU_A, "a").unwrap();
+        health
+            .raise(&ConditionKind::Xid(79), dev(GPU_A), "a")
+            .unwrap();
         assert!(rx.has_changed().unwrap());
         assert_eq!(rx.borrow_and_update().len(), 1);
-        health.raise("Xid48", GPU_B, "b").unwrap();
-        health.raise("Xid13", GPU_A, "c").unwrap();
-        assert_eq!(health.clear_gpu(GPU_A).unwrap(), 2);
-        assert_eq!(health.clear_gpu(GPU_A).unwrap(), 0);
+        health
+            .raise(&ConditionKind::Xid(48), dev(GPU_B), "b")
+            .unwrap();
+        health
+            .raise(&ConditionKind::Xid(13), dev(GPU_A), "c")
+            .unwrap();
+        assert_eq!(health.clear_gpu(&uuid(GPU_A)).unwrap(), 2);
+        assert_eq!(health.clear_gpu(&uuid(GPU_A)).unwrap(), 0);
         let left = read_this_boot(dir.path(), "b").unwrap();
         assert_eq!(left.len(), 1);
-        assert_eq!(left[0].device_id, GPU_B);
+        assert_eq!(left[0].device_id, dev(GPU_B));
         assert_eq!(health.conditions(), left);
     }
 

@@ -274,9 +274,6 @@ pub fn sxid_action(fatal: bool) -> String {
     }
 }
 
-/// The condition kind of a "GPU has fallen off the bus" line without an XID.
-pub const FELL_OFF_THE_BUS: &str = "FellOffTheBus";
-
 /// Reads the driver's "fallen off the bus" lines that carry no XID:
 /// `NVRM: GPU 0000:91:00.0: GPU has fallen off the bus.`, the old
 /// `NVRM: GPU at 0000:01:00.0 has fallen off the bus.`, and

@@ -15,43 +15,156 @@ pub mod verdict;
 pub mod watcher;
 pub mod xid;
 
+use bcd_protocol::{GpuUuid, PciAddress};
 use serde::{Deserialize, Serialize};
 
 use crate::inventory::document::Gpu;
 
-/// The prefix of an XID condition's kind; the number follows (`Xid79`).
-pub const XID_KIND_PREFIX: &str = "Xid";
-
-/// The kind of the condition an XID raises: `Xid<N>`.
-pub fn xid_kind(number: u32) -> String {
-    format!("{XID_KIND_PREFIX}{number}")
+/// What a condition says happened, spelled in `faults.json`, `/v1/conditions` and the logs as
+/// `Xid79`, `SXid20034` or `FellOffTheBus`. A kind this version does not know (from a newer
+/// bcd's file) is kept as it was written, so nothing stored is lost.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum ConditionKind {
+    /// XID `n` on a GPU.
+    Xid(u32),
+    /// SXid `n` on an NVSwitch.
+    SXid(u32),
+    /// The GPU fell off the bus (the driver's "GPU has fallen off the bus", with no XID).
+    FellOffTheBus,
+    /// Any other spelling, kept verbatim.
+    Other(String),
 }
 
-/// Whether `kind` is an XID condition's kind (`Xid` and digits).
-pub fn is_xid_kind(kind: &str) -> bool {
-    xid_number(kind).is_some()
+impl ConditionKind {
+    const XID: &'static str = "Xid";
+    const SXID: &'static str = "SXid";
+    const FELL_OFF_THE_BUS: &'static str = "FellOffTheBus";
+
+    /// The XID's number, for an XID condition.
+    pub fn xid(&self) -> Option<u32> {
+        match self {
+            Self::Xid(n) => Some(*n),
+            _ => None,
+        }
+    }
+
+    /// Reads a kind as written; never fails (an unknown spelling is [`ConditionKind::Other`]).
+    pub fn parse(s: &str) -> Self {
+        // Digits in the normal form only ("Xid079" would not write back the same).
+        let number = |digits: &str| {
+            (!digits.is_empty()
+                && digits.bytes().all(|b| b.is_ascii_digit())
+                && (digits == "0" || !digits.starts_with('0')))
+            .then(|| digits.parse().ok())
+            .flatten()
+        };
+        if let Some(n) = s.strip_prefix(Self::XID).and_then(number) {
+            Self::Xid(n)
+        } else if let Some(n) = s.strip_prefix(Self::SXID).and_then(number) {
+            Self::SXid(n)
+        } else if s == Self::FELL_OFF_THE_BUS {
+            Self::FellOffTheBus
+        } else {
+            Self::Other(s.to_owned())
+        }
+    }
 }
 
-/// The number of an XID condition's kind (`Xid79` is 79).
-pub fn xid_number(kind: &str) -> Option<u32> {
-    kind.strip_prefix(XID_KIND_PREFIX)
-        .filter(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
-        .and_then(|n| n.parse().ok())
+impl std::fmt::Display for ConditionKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Xid(n) => write!(f, "{}{n}", Self::XID),
+            Self::SXid(n) => write!(f, "{}{n}", Self::SXID),
+            Self::FellOffTheBus => f.write_str(Self::FELL_OFF_THE_BUS),
+            Self::Other(s) => f.write_str(s),
+        }
+    }
 }
 
-/// The prefix of an NVSwitch SXid condition's kind (`SXid20034`); its device is the switch's
-/// PCI address.
-pub const SXID_KIND_PREFIX: &str = "SXid";
+impl Serialize for ConditionKind {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
+impl<'de> Deserialize<'de> for ConditionKind {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = String::deserialize(d)?;
+        Ok(Self::parse(&s))
+    }
+}
+
+/// The device a condition is about: a GPU by UUID, or an NVSwitch by PCI address (written in
+/// NVML's form, `00000000:05:00.0`).
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum ConditionDevice {
+    /// A GPU.
+    Gpu(GpuUuid),
+    /// An NVSwitch, by its PCI function.
+    Switch(PciAddress),
+}
+
+impl ConditionDevice {
+    /// The GPU's UUID, for a GPU's condition.
+    pub fn gpu(&self) -> Option<&GpuUuid> {
+        match self {
+            Self::Gpu(u) => Some(u),
+            Self::Switch(_) => None,
+        }
+    }
+}
+
+impl From<GpuUuid> for ConditionDevice {
+    fn from(u: GpuUuid) -> Self {
+        Self::Gpu(u)
+    }
+}
+
+impl std::fmt::Display for ConditionDevice {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Gpu(u) => u.fmt(f),
+            Self::Switch(a) => f.write_str(&a.nvml_bus_id()),
+        }
+    }
+}
+
+impl std::str::FromStr for ConditionDevice {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        if let Ok(u) = s.parse::<GpuUuid>() {
+            return Ok(Self::Gpu(u));
+        }
+        crate::smi::value::pci_address(s)
+            .map(Self::Switch)
+            .ok_or_else(|| format!("device {s:?} is neither a GPU UUID nor a PCI address"))
+    }
+}
+
+impl Serialize for ConditionDevice {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
+impl<'de> Deserialize<'de> for ConditionDevice {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        String::deserialize(d)?
+            .parse()
+            .map_err(serde::de::Error::custom)
+    }
+}
 
 /// A device condition, as the node service reports it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Condition {
     /// `Xid79`, ...
-    pub kind: String,
+    pub kind: ConditionKind,
     /// Whether the condition holds now.
     pub status: bool,
-    /// The GPU's UUID.
-    pub device_id: String,
+    /// The GPU's UUID, or the switch's PCI address.
+    pub device_id: ConditionDevice,
     /// The driver's text of the latest occurrence.
     pub message: String,
     /// When it was first seen, seconds since the Unix epoch.
@@ -65,8 +178,8 @@ pub struct Condition {
 
 impl Condition {
     /// Whether this is a live XID condition of `uuid`.
-    pub fn is_xid_of(&self, uuid: &str) -> bool {
-        self.status && self.device_id == uuid && is_xid_kind(&self.kind)
+    pub fn is_xid_of(&self, uuid: &GpuUuid) -> bool {
+        self.status && self.device_id.gpu() == Some(uuid) && self.kind.xid().is_some()
     }
 }
 
@@ -75,14 +188,14 @@ impl Condition {
 /// anything changed.
 pub fn raise(
     conditions: &mut Vec<Condition>,
-    kind: &str,
-    device_id: &str,
+    kind: &ConditionKind,
+    device_id: ConditionDevice,
     message: &str,
     now: u64,
 ) -> bool {
     if let Some(c) = conditions
         .iter_mut()
-        .find(|c| c.kind == kind && c.device_id == device_id)
+        .find(|c| &c.kind == kind && c.device_id == device_id)
     {
         let changed = true;
         c.count = c.count.max(1) + 1;
@@ -92,9 +205,9 @@ pub fn raise(
         return changed;
     }
     conditions.push(Condition {
-        kind: kind.to_owned(),
+        kind: kind.clone(),
         status: true,
-        device_id: device_id.to_owned(),
+        device_id,
         message: message.to_owned(),
         first_seen: now,
         last_seen: now,
@@ -143,21 +256,22 @@ pub fn xid_conditions<'a>(gpu: &Gpu, conditions: &'a [Condition]) -> Vec<&'a Con
 /// A condition's class and action, from the XID catalog (and the node's overrides) for XIDs,
 /// from the switch's severity for NVSwitch SXids.
 pub fn describe(c: &Condition, policy: &xid::XidPolicy) -> (&'static str, String) {
-    if let Some(n) = xid_number(&c.kind) {
-        let j = policy.judge(n);
-        return (j.class.name(), j.remedy.action(&c.device_id));
-    }
-    if c.kind.starts_with(SXID_KIND_PREFIX) {
-        let fatal = kmsg::parse_sxid(&c.message).is_none_or(|s| s.fatal);
-        return (xid::XidClass::Interconnect.name(), kmsg::sxid_action(fatal));
-    }
-    if c.kind == kmsg::FELL_OFF_THE_BUS {
-        return (
+    let device = c.device_id.to_string();
+    match &c.kind {
+        ConditionKind::Xid(n) => {
+            let j = policy.judge(*n);
+            (j.class.name(), j.remedy.action(&device))
+        }
+        ConditionKind::SXid(_) => {
+            let fatal = kmsg::parse_sxid(&c.message).is_none_or(|s| s.fatal);
+            (xid::XidClass::Interconnect.name(), kmsg::sxid_action(fatal))
+        }
+        ConditionKind::FellOffTheBus => (
             xid::XidClass::Bus.name(),
-            xid::Remedy::RebootNode.action(&c.device_id),
-        );
+            xid::Remedy::RebootNode.action(&device),
+        ),
+        ConditionKind::Other(_) => (xid::XidClass::Unknown.name(), "see the message".to_owned()),
     }
-    (xid::XidClass::Unknown.name(), "see the message".to_owned())
 }
 
 /// The scheduling answer from the counters and this boot's conditions alone (no driver
@@ -179,10 +293,10 @@ mod tests {
     use crate::inventory::document::{Ecc, EccCounts, RowRemap};
 
     const UUID: &str = "GPU-ff1dacfa-2e1a-0504-a88b-76a3118ee48b";
+    const OTHER: &str = "GPU-00000000-0000-0000-0000-0000000000ff";
 
     fn healthy_gpu() -> Gpu {
         Gpu {
-            uuid: UUID.into(),
             ecc: Some(Ecc {
                 mode: Some(true),
                 volatile: Some(EccCounts {
@@ -199,7 +313,7 @@ mod tests {
                 failure: Some(false),
                 ..RowRemap::default()
             }),
-            ..Gpu::default()
+            ..Gpu::new(0, UUID.parse().unwrap())
         }
     }
 
@@ -216,7 +330,8 @@ mod tests {
 
     fn xid(kind: &str, device: &str) -> Condition {
         let mut v = Vec::new();
-        raise(&mut v, kind, device, "NVRM: Xid ...", 1);
+        let kind = ConditionKind::parse(kind);
+        raise(&mut v, &kind, device.parse().unwrap(), "NVRM: Xid ...", 1);
         v.remove(0)
     }
 
@@ -224,7 +339,7 @@ mod tests {
     fn a_clean_gpu_is_healthy_even_with_aggregate_errors_and_correctables() {
         assert!(gpu_healthy(&healthy_gpu(), &[]));
         assert!(
-            gpu_healthy(&Gpu::default(), &[]),
+            gpu_healthy(&Gpu::new(0, UUID.parse().unwrap()), &[]),
             "no counters is no evidence"
         );
     }
@@ -266,11 +381,7 @@ mod tests {
     #[test]
     fn an_xid_of_this_gpu_is_unhealthy_and_others_are_not() {
         let g = healthy_gpu();
-        let conds = [
-            xid("Xid79", UUID),
-            xid("Xid13", UUID),
-            xid("Xid48", "GPU-other"),
-        ];
+        let conds = [xid("Xid79", UUID), xid("Xid13", UUID), xid("Xid48", OTHER)];
         assert!(!gpu_healthy(&g, &conds));
         assert_eq!(
             unhealthy_reasons(&g, &conds),
@@ -282,18 +393,16 @@ mod tests {
         let mut cleared = xid("Xid79", UUID);
         cleared.status = false;
         let not_xid = xid("MemoryPressure", UUID);
-        assert!(gpu_healthy(
-            &g,
-            &[cleared, not_xid, xid("Xid48", "GPU-other")]
-        ));
+        assert!(gpu_healthy(&g, &[cleared, not_xid, xid("Xid48", OTHER)]));
     }
 
     #[test]
     fn raising_twice_keeps_one_condition_per_kind_and_gpu() {
         let mut v = Vec::new();
-        assert!(raise(&mut v, "Xid79", UUID, "first", 10));
-        assert!(raise(&mut v, "Xid79", UUID, "second", 20));
-        assert!(raise(&mut v, "Xid13", UUID, "other", 20));
+        let gpu = || ConditionDevice::Gpu(UUID.parse().unwrap());
+        assert!(raise(&mut v, &ConditionKind::Xid(79), gpu(), "first", 10));
+        assert!(raise(&mut v, &ConditionKind::Xid(79), gpu(), "second", 20));
+        assert!(raise(&mut v, &ConditionKind::Xid(13), gpu(), "other", 20));
         assert_eq!(v.len(), 2);
         assert_eq!(
             (
@@ -304,16 +413,45 @@ mod tests {
             ),
             (10, 20, "second", 2)
         );
-        assert!(raise(&mut v, "Xid13", UUID, "other", 20), "counted");
+        assert!(
+            raise(&mut v, &ConditionKind::Xid(13), gpu(), "other", 20),
+            "counted"
+        );
         assert_eq!(v[1].count, 2);
     }
 
     #[test]
-    fn xid_kinds() {
-        assert_eq!(xid_kind(79), "Xid79");
-        assert!(is_xid_kind("Xid79"));
-        assert!(!is_xid_kind("Xid"));
-        assert!(!is_xid_kind("XidX"));
-        assert!(!is_xid_kind("SXid20034"));
+    fn condition_kinds_read_back_as_written() {
+        for (text, kind) in [
+            ("Xid79", ConditionKind::Xid(79)),
+            ("Xid0", ConditionKind::Xid(0)),
+            ("SXid20034", ConditionKind::SXid(20034)),
+            ("FellOffTheBus", ConditionKind::FellOffTheBus),
+            ("Xid", ConditionKind::Other("Xid".into())),
+            ("XidX", ConditionKind::Other("XidX".into())),
+            ("Xid079", ConditionKind::Other("Xid079".into())),
+            (
+                "MemoryPressure",
+                ConditionKind::Other("MemoryPressure".into()),
+            ),
+        ] {
+            assert_eq!(ConditionKind::parse(text), kind, "{text}");
+            assert_eq!(kind.to_string(), text, "a kind writes back as it was read");
+        }
+        assert_eq!(ConditionKind::Xid(79).xid(), Some(79));
+        assert_eq!(ConditionKind::SXid(20034).xid(), None);
+    }
+
+    #[test]
+    fn device_ids_are_a_gpu_or_a_switch() {
+        let gpu: ConditionDevice = UUID.to_uppercase().parse().unwrap();
+        assert_eq!(gpu.to_string(), UUID, "a GPU is named in its normal form");
+        let switch: ConditionDevice = "0000:05:00.0".parse().unwrap();
+        assert_eq!(switch.to_string(), "00000000:05:00.0");
+        let err = "GPU-a".parse::<ConditionDevice>().unwrap_err();
+        assert_eq!(
+            err,
+            r#"device "GPU-a" is neither a GPU UUID nor a PCI address"#
+        );
     }
 }

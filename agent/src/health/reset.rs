@@ -27,7 +27,7 @@ pub enum ResetError {
     #[error("gpu-busy: GPU {uuid} is in use ({holder}); nothing was reset")]
     Busy {
         /// The GPU asked for.
-        uuid: String,
+        uuid: GpuUuid,
         /// What holds it, in words.
         holder: String,
     },
@@ -35,13 +35,13 @@ pub enum ResetError {
     #[error("unknown GPU {uuid}: the inventory does not list it; nothing was reset")]
     UnknownGpu {
         /// The UUID asked for.
-        uuid: String,
+        uuid: GpuUuid,
     },
     /// A listed GPU has no PCI address in the inventory (the helper resets by address).
     #[error("GPU {uuid} has no PCI address in the inventory, so bcd-helper cannot reset it; nothing was reset")]
     NoAddress {
         /// The UUID asked for.
-        uuid: String,
+        uuid: GpuUuid,
     },
     /// No GPU was named.
     #[error("gpu.reset needs at least one GPU UUID")]
@@ -63,7 +63,7 @@ impl ResetError {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct GpuResetOutcome {
     /// The GPU.
-    pub uuid: String,
+    pub uuid: GpuUuid,
     /// Why the reset itself failed; `None` when it succeeded.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
@@ -94,7 +94,7 @@ pub struct ResetReport {
 /// failed write of faults.json is reported in the outcome or logged, not as an error, since
 /// other GPUs may have been reset already.
 pub async fn reset_gpus<F, Fut>(
-    uuids: &[String],
+    uuids: &[GpuUuid],
     inventory: &Inventory,
     holds: &[Hold],
     helper: &dyn Helper,
@@ -112,21 +112,17 @@ where
     let mut targets = Vec::with_capacity(uuids.len());
     for uuid in uuids {
         let unknown = || ResetError::UnknownGpu { uuid: uuid.clone() };
-        // Both sides in their normal form: an operator may paste an upper-case UUID. An
-        // inventory UUID that does not parse cannot be handed to the helper, so it is as
-        // unknown as a missing one.
-        let typed: GpuUuid = uuid.parse().map_err(|_| unknown())?;
-        let id: DeviceId = typed.as_str().parse().map_err(|_| unknown())?;
+        let id: DeviceId = uuid.as_str().parse().map_err(|_| unknown())?;
         let gpu = inventory
             .gpu
             .gpus
             .iter()
-            .find(|g| g.uuid.parse::<GpuUuid>().is_ok_and(|u| u == typed))
+            .find(|g| &g.uuid == uuid)
             .ok_or_else(unknown)?;
         let address: PciAddress = gpu
             .address()
             .ok_or_else(|| ResetError::NoAddress { uuid: uuid.clone() })?;
-        targets.push((gpu, (typed, address), id));
+        targets.push((gpu, (uuid, address), id));
     }
     for (gpu, _, id) in &targets {
         if let Some(busy) = topology.busy(id, holds) {
@@ -182,6 +178,7 @@ where
 mod tests {
     use super::*;
     use crate::health::faults::{read_this_boot, FaultStore};
+    use crate::health::ConditionKind;
     use crate::helper_client::fake::{succeeded, RecordingHelper};
     use crate::helper_client::ClientError;
     use crate::inventory::document::{Ecc, EccCounts, Gpu, GpuSection, Mig, MigDevice, RowRemap};
@@ -213,8 +210,7 @@ mod tests {
     fn inventory() -> Inventory {
         let gpu = |i: u32, uuid: &str| Gpu {
             index: i,
-            uuid: uuid.into(),
-            bus_id: Some(format!("00000000:{:02x}:00.0", 0x18 + i)),
+            bus_id: Some(format!("00000000:{:02x}:00.0", 0x18 + i).parse().unwrap()),
             ecc: Some(Ecc {
                 volatile: Some(EccCounts {
                     correctable: Some(0),
@@ -223,7 +219,7 @@ mod tests {
                 ..Ecc::default()
             }),
             row_remap: Some(RowRemap::default()),
-            ..Gpu::default()
+            ..Gpu::new(0, uuid.parse().unwrap())
         };
         let mut c = gpu(2, C);
         c.mig = Some(Mig {
@@ -244,7 +240,12 @@ mod tests {
     fn health(dir: &std::path::Path) -> Health {
         let h = Health::new(FaultStore::open(dir, "boot").unwrap());
         for uuid in [A, B, C] {
-            h.raise("Xid79", uuid, "NVRM: Xid ...").unwrap();
+            h.raise(
+                &ConditionKind::Xid(79),
+                uuid.parse().unwrap(),
+                "NVRM: Xid ...",
+            )
+            .unwrap();
         }
         h
     }
@@ -279,7 +280,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let h = health(dir.path());
         let r = recording(Vec::new());
-        let uuids: Vec<String> = uuids.iter().map(|s| s.to_string()).collect();
+        let uuids: Vec<GpuUuid> = uuids.iter().map(|s| s.parse().unwrap()).collect();
         let err = reset_gpus(&uuids, inv, holds, &r, || async { unreachable!() }, &h)
             .await
             .unwrap_err();
@@ -356,7 +357,7 @@ mod tests {
             .as_mut()
             .unwrap()
             .uncorrectable = Some(1);
-        let uuids = vec![A.to_owned(), B.to_owned(), C.to_owned()];
+        let uuids: Vec<GpuUuid> = [A, B, C].iter().map(|s| s.parse().unwrap()).collect();
         let report = reset_gpus(&uuids, &inventory(), &[], &r, || async { after }, &h)
             .await
             .unwrap();
@@ -378,7 +379,7 @@ mod tests {
         let left: Vec<String> = read_this_boot(dir.path(), "boot")
             .unwrap()
             .into_iter()
-            .map(|c| c.device_id)
+            .map(|c| c.device_id.to_string())
             .collect();
         assert_eq!(left, [B, C]);
     }

@@ -15,6 +15,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::Duration;
 
+use bcd_protocol::GpuUuid;
 use serde::{Deserialize, Serialize};
 
 use super::faults::{read_boot_id, read_with_history};
@@ -39,7 +40,7 @@ pub struct GpuStatus {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub index: Option<u32>,
     /// The GPU's UUID.
-    pub uuid: String,
+    pub uuid: GpuUuid,
     /// The model.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub name: Option<String>,
@@ -101,10 +102,13 @@ pub enum StatusError {
 }
 
 /// The driver's readings per GPU UUID from a `-q -x` document.
-pub fn driver_readings(xml: &crate::smi::xml::QueryXml) -> BTreeMap<String, DriverHealth> {
+pub fn driver_readings(xml: &crate::smi::xml::QueryXml) -> BTreeMap<GpuUuid, DriverHealth> {
     xml.gpus
         .iter()
-        .filter_map(|g| Some((g.uuid.clone()?, g.driver_health.clone())))
+        .filter_map(|g| {
+            let uuid = g.uuid.as_deref()?.parse().ok()?;
+            Some((uuid, g.driver_health.clone()))
+        })
         .collect()
 }
 
@@ -133,7 +137,7 @@ pub fn gpu_statuses(
     inventory: Option<&Inventory>,
     evidence: &Evidence<'_>,
 ) -> Vec<GpuStatus> {
-    let sample_of = |uuid: &str| samples.iter().find(|s| s.uuid == uuid);
+    let sample_of = |uuid: &GpuUuid| samples.iter().find(|s| &s.uuid == uuid);
     let mut out = Vec::new();
     let gpus = inventory.map_or(&[][..], |inv| inv.gpu.gpus.as_slice());
     for gpu in gpus.iter().filter(|g| !g.passed_through) {
@@ -165,7 +169,7 @@ pub fn gpu_statuses(
 }
 
 fn line(
-    uuid: String,
+    uuid: GpuUuid,
     s: Option<&GpuSample>,
     health: HealthState,
     reasons: Vec<Reason>,
@@ -303,7 +307,7 @@ pub fn render(report: &StatusReport) -> String {
         let line = format!(
             "GPU {}  {}  {} busy  {}/{} MiB  {}°C  {}/{} W  {} process(es)  {}",
             or_dash(g.index),
-            shown(g.name.as_deref().unwrap_or(&g.uuid)),
+            shown(g.name.as_deref().unwrap_or(g.uuid.as_str())),
             or_dash(g.utilization_gpu_pct.map(|p| format!("{p}%"))),
             or_dash(g.memory_used_mib),
             or_dash(g.memory_total_mib),
@@ -336,6 +340,7 @@ pub fn render(report: &StatusReport) -> String {
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
+    use crate::health::ConditionKind;
 
     fn hosts() -> std::path::PathBuf {
         Path::new(env!("CARGO_MANIFEST_DIR")).join("../testdata/hosts")
@@ -440,8 +445,8 @@ pub(crate) mod tests {
         let mut store = super::super::faults::FaultStore::open(data.path(), &boot).unwrap();
         store
             .raise(
-                "Xid79",
-                "GPU-ff1dacfa-2e1a-0504-a88b-76a3118ee48b",
+                &ConditionKind::Xid(79),
+                "GPU-ff1dacfa-2e1a-0504-a88b-76a3118ee48b".parse().unwrap(),
                 "NVRM: Xid (PCI:0000:18:00): 79, GPU has fallen off the bus.",
             )
             .unwrap();
@@ -480,13 +485,17 @@ pub(crate) mod tests {
         let gpu1 = "GPU-a4303385-f265-4ffc-ad1b-b0bef156d59a";
         store
             .raise(
-                "Xid13",
-                gpu1,
+                &ConditionKind::Xid(13),
+                gpu1.parse().unwrap(),
                 "NVRM: Xid (PCI:0000:2a:00): 13, Graphics Exception",
             )
             .unwrap();
         store
-            .raise("Xid31", gpu1, "NVRM: Xid (PCI:0000:2a:00): 31, MMU Fault")
+            .raise(
+                &ConditionKind::Xid(31),
+                gpu1.parse().unwrap(),
+                "NVRM: Xid (PCI:0000:2a:00): 31, MMU Fault",
+            )
             .unwrap();
         let report = status(&host, data.path()).await.unwrap();
         let g = &report.gpus[1];
@@ -605,7 +614,7 @@ pub(crate) mod tests {
         assert_eq!(g.reasons[0].kind, "NvidiaSmiSilent");
         assert_eq!(
             g.reasons[0].action,
-            super::super::verdict::silent_action(&g.uuid)
+            super::super::verdict::silent_action(g.uuid.as_str())
         );
         assert!(report.nvidia_smi_error.is_some());
         let text = render(&report);

@@ -15,11 +15,12 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
+use bcd_protocol::GpuUuid;
 use serde::Serialize;
 
 use super::faults::PastBoot;
 use super::xid::{Effect, XidPolicy};
-use super::{uncorrectable_volatile, xid_number, Condition};
+use super::{uncorrectable_volatile, Condition, ConditionKind};
 use crate::inventory::document::Gpu;
 use crate::smi::samples::GpuSample;
 use crate::smi::xml::{ClockEvents, DriverHealth};
@@ -118,7 +119,7 @@ pub struct Evidence<'a> {
     /// The node's XID overrides.
     pub policy: Option<&'a XidPolicy>,
     /// The driver's readings per GPU UUID from the latest `-q -x`; `None` when it gave none.
-    pub driver: Option<&'a BTreeMap<String, DriverHealth>>,
+    pub driver: Option<&'a BTreeMap<GpuUuid, DriverHealth>>,
     /// Why `nvidia-smi -q -x` gave nothing, when it did not answer.
     pub silent: Option<&'a str>,
     /// NVSwitches on the bus while the fabric manager is not active (their count).
@@ -146,9 +147,9 @@ pub const CORRECTABLE_RATE_WINDOW: Duration = Duration::from_secs(10 * 60);
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct CorrectableRates {
     /// The counter and when it was read, at the start of the span being measured.
-    baselines: BTreeMap<String, (u64, Instant)>,
+    baselines: BTreeMap<GpuUuid, (u64, Instant)>,
     /// Errors per hour over the last span measured.
-    rates: BTreeMap<String, f64>,
+    rates: BTreeMap<GpuUuid, f64>,
 }
 
 impl CorrectableRates {
@@ -195,7 +196,7 @@ impl CorrectableRates {
     }
 
     /// The GPU's correctable errors per hour over the last span measured.
-    pub fn per_hour(&self, uuid: &str) -> Option<f64> {
+    pub fn per_hour(&self, uuid: &GpuUuid) -> Option<f64> {
         self.rates.get(uuid).copied()
     }
 }
@@ -277,7 +278,7 @@ pub async fn fabric_manager_down(host: &crate::host::Host) -> Option<usize> {
 
 /// Judges `gpu`.
 pub fn judge(gpu: &Gpu, ev: &Evidence<'_>) -> Verdict {
-    let uuid = gpu.uuid.as_str();
+    let uuid = &gpu.uuid;
     let mut out = Vec::new();
     counters(gpu, &mut out);
     if let Some(rate) = ev
@@ -299,7 +300,7 @@ pub fn judge(gpu: &Gpu, ev: &Evidence<'_>) -> Verdict {
                 HealthState::Unknown,
                 kind::NVIDIA_SMI_SILENT,
                 format!("nvidia-smi -q -x did not answer: {why}"),
-                silent_action(uuid),
+                silent_action(uuid.as_str()),
             )),
             (None, Some(map)) => match map.get(uuid) {
                 Some(d) => driver(d, uuid, &mut out),
@@ -363,20 +364,18 @@ fn xids(gpu: &Gpu, ev: &Evidence<'_>, out: &mut Vec<Reason>) {
     let default = XidPolicy::default();
     let policy = ev.policy.unwrap_or(&default);
     let last_boot = ev.history.last();
-    for c in ev
-        .conditions
-        .iter()
-        .filter(|c| c.status && c.device_id == gpu.uuid && c.kind == super::kmsg::FELL_OFF_THE_BUS)
-    {
+    for c in ev.conditions.iter().filter(|c| {
+        c.status && c.device_id.gpu() == Some(&gpu.uuid) && c.kind == ConditionKind::FellOffTheBus
+    }) {
         out.push(reason(
             HealthState::Unhealthy,
-            &c.kind,
+            &c.kind.to_string(),
             format!("the GPU fell off the bus: {}", c.message),
-            super::xid::Remedy::RebootNode.action(&gpu.uuid),
+            super::xid::Remedy::RebootNode.action(gpu.uuid.as_str()),
         ));
     }
     for c in ev.conditions.iter().filter(|c| c.is_xid_of(&gpu.uuid)) {
-        let Some(number) = xid_number(&c.kind) else {
+        let Some(number) = c.kind.xid() else {
             continue;
         };
         let j = policy.judge(number);
@@ -389,12 +388,12 @@ fn xids(gpu: &Gpu, ev: &Evidence<'_>, out: &mut Vec<Reason>) {
         let action = if repeated {
             INSPECT_ACTION.to_owned()
         } else {
-            j.remedy.action(&gpu.uuid)
+            j.remedy.action(gpu.uuid.as_str())
         };
         let times = c.count.max(1);
         out.push(reason(
             state,
-            &c.kind,
+            &c.kind.to_string(),
             format!(
                 "Xid {number} ({}, class {}) {times} time(s) this boot{}: {}",
                 j.meaning,
@@ -411,11 +410,11 @@ fn xids(gpu: &Gpu, ev: &Evidence<'_>, out: &mut Vec<Reason>) {
     }
 }
 
-fn driver(d: &DriverHealth, uuid: &str, out: &mut Vec<Reason>) {
+fn driver(d: &DriverHealth, uuid: &GpuUuid, out: &mut Vec<Reason>) {
     if let Some((message, action)) = d
         .recovery_action
         .as_deref()
-        .and_then(|v| recovery_action(v, uuid))
+        .and_then(|v| recovery_action(v, uuid.as_str()))
     {
         out.push(reason(
             HealthState::Unhealthy,
@@ -504,11 +503,11 @@ fn driver(d: &DriverHealth, uuid: &str, out: &mut Vec<Reason>) {
 /// The clocks slowed down by hardware, heat or a power brake: from the GPU's latest sample
 /// where it has clock reasons (they last seconds, the `-q -x` document is minutes old), else
 /// from the driver's `-q -x` readings.
-fn throttling(uuid: &str, ev: &Evidence<'_>, out: &mut Vec<Reason>) {
+fn throttling(uuid: &GpuUuid, ev: &Evidence<'_>, out: &mut Vec<Reason>) {
     let sampled = ev
         .samples
         .iter()
-        .find(|s| s.uuid == uuid)
+        .find(|s| &s.uuid == uuid)
         .map(|s| s.clock_events)
         .filter(ClockEvents::any_reading);
     let events = sampled.or_else(|| {
@@ -541,7 +540,6 @@ mod tests {
 
     fn with_correctable(n: u64) -> Gpu {
         Gpu {
-            uuid: UUID.into(),
             ecc: Some(Ecc {
                 mode: Some(true),
                 volatile: Some(EccCounts {
@@ -550,7 +548,7 @@ mod tests {
                 }),
                 aggregate: None,
             }),
-            ..Gpu::default()
+            ..Gpu::new(0, UUID.parse().unwrap())
         }
     }
 
@@ -571,11 +569,15 @@ mod tests {
         let t0 = Instant::now();
         let mut rates = CorrectableRates::default();
         rates.observe(&[with_correctable(5)], t0);
-        assert_eq!(rates.per_hour(UUID), None, "one reading is no rate");
+        assert_eq!(
+            rates.per_hour(&UUID.parse().unwrap()),
+            None,
+            "one reading is no rate"
+        );
         // 60 more in an hour: below the threshold.
         let hour = Duration::from_secs(3600);
         rates.observe(&[with_correctable(65)], t0 + hour);
-        assert_eq!(rates.per_hour(UUID), Some(60.0));
+        assert_eq!(rates.per_hour(&UUID.parse().unwrap()), Some(60.0));
         assert_eq!(
             judged(&with_correctable(65), &rates).health,
             HealthState::Healthy
@@ -583,7 +585,7 @@ mod tests {
         // 150 in the next half hour: 300 an hour.
         let now = with_correctable(215);
         rates.observe(std::slice::from_ref(&now), t0 + hour + hour / 2);
-        assert_eq!(rates.per_hour(UUID), Some(300.0));
+        assert_eq!(rates.per_hour(&UUID.parse().unwrap()), Some(300.0));
         let v = judged(&now, &rates);
         assert_eq!((v.health, v.healthy()), (HealthState::Degraded, true));
         assert_eq!(v.reasons[0].kind, "EccCorrectableRate");
@@ -594,7 +596,7 @@ mod tests {
         assert_eq!(v.reasons[0].action, CORRECTABLE_ACTION);
         // A reset clears the volatile counter: a new span starts, with no rate yet.
         rates.observe(&[with_correctable(0)], t0 + hour * 2);
-        assert_eq!(rates.per_hour(UUID), None);
+        assert_eq!(rates.per_hour(&UUID.parse().unwrap()), None);
         assert_eq!(
             judged(&with_correctable(0), &rates).health,
             HealthState::Healthy
@@ -609,12 +611,15 @@ mod tests {
         let mut rates = CorrectableRates::default();
         rates.observe(&[with_correctable(0)], t0);
         rates.observe(&[with_correctable(2)], t0 + Duration::from_secs(2));
-        assert_eq!(rates.per_hour(UUID), None);
+        assert_eq!(rates.per_hour(&UUID.parse().unwrap()), None);
         rates.observe(&[with_correctable(50)], t0 + Duration::from_secs(60));
         // 50 errors are more than the 16.7 that 100 an hour allows in 10 minutes.
-        assert_eq!(rates.per_hour(UUID), Some(300.0));
+        assert_eq!(rates.per_hour(&UUID.parse().unwrap()), Some(300.0));
         // A GPU that no longer reports a counter is forgotten.
-        rates.observe(&[Gpu::default()], t0 + Duration::from_secs(61));
+        rates.observe(
+            &[Gpu::new(0, UUID.parse().unwrap())],
+            t0 + Duration::from_secs(61),
+        );
         assert_eq!(rates, CorrectableRates::default());
     }
 }

@@ -20,15 +20,15 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use bcd_protocol::PciAddress;
+use bcd_protocol::{GpuUuid, PciAddress};
 use tokio::io::unix::AsyncFd;
 use tokio::io::Interest;
 use tokio::sync::{mpsc, watch};
 
 use super::faults::Health;
-use super::kmsg::{parse_event_record, Event, SXid, Xid, FELL_OFF_THE_BUS};
+use super::kmsg::{parse_event_record, Event, SXid, Xid};
 use super::xid::RECOVERY_ACTION_CHANGED;
-use super::{xid_kind, SXID_KIND_PREFIX};
+use super::{ConditionDevice, ConditionKind};
 use crate::host::Host;
 use crate::inventory::document::{Gpu, Inventory};
 
@@ -240,7 +240,7 @@ impl WatcherStats {
 /// summary line for the others when the window ends.
 #[derive(Debug, Default)]
 pub struct XidLogLimit {
-    gpus: std::collections::BTreeMap<String, LogWindow>,
+    gpus: std::collections::BTreeMap<GpuUuid, LogWindow>,
 }
 
 #[derive(Debug)]
@@ -253,7 +253,7 @@ struct LogWindow {
 impl XidLogLimit {
     /// An XID on `uuid` described by `line`: returns the lines to log now (the summary of the
     /// window that ended, then `line` when it opens a window).
-    pub fn record(&mut self, uuid: &str, line: String, now: std::time::Instant) -> Vec<String> {
+    pub fn record(&mut self, uuid: &GpuUuid, line: String, now: std::time::Instant) -> Vec<String> {
         let mut out = self.ended(now, Some(uuid));
         match self.gpus.get_mut(uuid) {
             Some(w) => {
@@ -262,7 +262,7 @@ impl XidLogLimit {
             }
             None => {
                 self.gpus.insert(
-                    uuid.to_owned(),
+                    uuid.clone(),
                     LogWindow {
                         started: now,
                         more: 0,
@@ -276,7 +276,7 @@ impl XidLogLimit {
     }
 
     /// The summaries of the windows that ended by `now` (all GPUs, or only `only`).
-    pub fn ended(&mut self, now: std::time::Instant, only: Option<&str>) -> Vec<String> {
+    pub fn ended(&mut self, now: std::time::Instant, only: Option<&GpuUuid>) -> Vec<String> {
         let mut out = Vec::new();
         self.gpus.retain(|uuid, w| {
             let done =
@@ -480,11 +480,11 @@ impl XidWatcher {
             sxid.address,
             sxid.text
         );
-        let kind = format!("{SXID_KIND_PREFIX}{}", sxid.number);
-        if let Err(e) = self
-            .health
-            .raise(&kind, &sxid.address.nvml_bus_id(), &sxid.text)
-        {
+        if let Err(e) = self.health.raise(
+            &ConditionKind::SXid(sxid.number),
+            ConditionDevice::Switch(sxid.address),
+            &sxid.text,
+        ) {
             tracing::error!("{e}");
         }
     }
@@ -500,7 +500,10 @@ impl XidWatcher {
             return;
         };
         tracing::warn!("GPU {uuid} fell off the bus: {text}");
-        if let Err(e) = self.health.raise(FELL_OFF_THE_BUS, &uuid, text) {
+        if let Err(e) = self
+            .health
+            .raise(&ConditionKind::FellOffTheBus, uuid.into(), text)
+        {
             tracing::error!("{e}");
         }
         let _ = self.collect.try_send(false);
@@ -530,7 +533,10 @@ impl XidWatcher {
         for line in self.log.record(&uuid, line, std::time::Instant::now()) {
             tracing::warn!("{line}");
         }
-        if let Err(e) = self.health.raise(&xid_kind(xid.number), &uuid, &xid.text) {
+        if let Err(e) = self
+            .health
+            .raise(&ConditionKind::Xid(xid.number), uuid.into(), &xid.text)
+        {
             tracing::error!("{e}");
         }
         // Full: a request is already waiting, and one collection serves both. XID 154 says the
@@ -557,11 +563,11 @@ mod tests {
     fn an_xid_storm_logs_one_line_then_a_count() {
         let mut log = XidLogLimit::default();
         let t0 = Instant::now();
-        let gpu = "GPU-ff1dacfa-2e1a-0504-a88b-76a3118ee48b";
+        let gpu: GpuUuid = "GPU-ff1dacfa-2e1a-0504-a88b-76a3118ee48b".parse().unwrap();
         let mut lines = Vec::new();
         for i in 0..1000u64 {
             lines.extend(log.record(
-                gpu,
+                &gpu,
                 format!("Xid 13 on GPU {gpu}: n={i}"),
                 t0 + Duration::from_millis(i),
             ));
@@ -577,7 +583,7 @@ mod tests {
         );
         // The next XID after the window opens a new one and is logged in full.
         assert_eq!(
-            log.record(gpu, "again".into(), t0 + LOG_WINDOW * 2).len(),
+            log.record(&gpu, "again".into(), t0 + LOG_WINDOW * 2).len(),
             1
         );
     }
@@ -612,9 +618,8 @@ mod tests {
             .enumerate()
             .map(|(i, (uuid, bus))| Gpu {
                 index: i as u32,
-                uuid: (*uuid).into(),
-                bus_id: Some((*bus).into()),
-                ..Gpu::default()
+                bus_id: Some(bus.parse().unwrap()),
+                ..Gpu::new(0, (*uuid).parse().unwrap())
             })
             .collect();
         Inventory::new(GpuSection {
@@ -701,7 +706,7 @@ mod tests {
         );
         let mut seen: Vec<(String, String)> = conds
             .iter()
-            .map(|c| (c.kind.clone(), c.device_id[..12].to_owned()))
+            .map(|c| (c.kind.to_string(), c.device_id.to_string()[..12].to_owned()))
             .collect();
         seen.sort();
         assert_eq!(
@@ -716,7 +721,10 @@ mod tests {
             ]
             .map(|(a, b)| (a.to_owned(), b.to_owned()))
         );
-        let x79 = conds.iter().find(|c| c.kind == "Xid79").unwrap();
+        let x79 = conds
+            .iter()
+            .find(|c| c.kind == ConditionKind::Xid(79))
+            .unwrap();
         assert!(x79.status);
         assert!(x79
             .message
@@ -842,21 +850,24 @@ mod tests {
         );
         let conds = wait_for(&s.health, 3, Duration::from_secs(3)).await;
         task.abort();
-        let mut kinds: Vec<(&str, &str)> = conds
+        let mut kinds: Vec<(String, String)> = conds
             .iter()
-            .map(|c| (c.kind.as_str(), c.device_id.as_str()))
+            .map(|c| (c.kind.to_string(), c.device_id.to_string()))
             .collect();
         kinds.sort();
         assert_eq!(
             kinds,
             [
-                ("FellOffTheBus", GPUS[0].0),
-                ("SXid20034", "00000000:05:00.0"),
-                ("Xid154", GPUS[1].0),
+                ("FellOffTheBus".to_owned(), GPUS[0].0.to_owned()),
+                ("SXid20034".to_owned(), "00000000:05:00.0".to_owned()),
+                ("Xid154".to_owned(), GPUS[1].0.to_owned()),
             ]
         );
         let policy = crate::health::xid::XidPolicy::default();
-        let sx = conds.iter().find(|c| c.kind == "SXid20034").unwrap();
+        let sx = conds
+            .iter()
+            .find(|c| c.kind == ConditionKind::SXid(20034))
+            .unwrap();
         let (class, action) = crate::health::describe(sx, &policy);
         assert_eq!(class, "interconnect");
         assert!(action.contains("reboot the node"), "{action}");

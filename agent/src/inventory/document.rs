@@ -7,8 +7,11 @@
 
 use std::collections::BTreeMap;
 
+use bcd_protocol::{GpuUuid, PciAddress};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
+
+pub use crate::smi::xml::ComputeMode;
 
 /// The whole document.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -46,21 +49,22 @@ pub struct GpuSection {
     pub gpus: Vec<Gpu>,
 }
 
-/// One GPU.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+/// One GPU. Its identifiers are validated types: the UUID in its normal form (lower case), so
+/// two spellings of one GPU compare equal with `==`, and the PCI function parsed once.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Gpu {
     /// Bus order among the driver's GPUs; passed-through GPUs follow.
     pub index: u32,
     /// `GPU-...`.
-    pub uuid: String,
+    pub uuid: GpuUuid,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub name: Option<String>,
     /// Lower case: `hopper`, `ampere`, `ada-lovelace`, ...
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub architecture: Option<String>,
-    /// NVML's form, `00000000:18:00.0`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub bus_id: Option<String>,
+    /// The GPU's PCI function, written in NVML's form, `00000000:18:00.0`.
+    #[serde(default, skip_serializing_if = "Option::is_none", with = "nvml_bus_id")]
+    pub bus_id: Option<PciAddress>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub numa_node: Option<u32>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -78,7 +82,7 @@ pub struct Gpu {
     pub persistence_mode: Option<bool>,
     /// `default`, `exclusive-process` or `prohibited`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub compute_mode: Option<String>,
+    pub compute_mode: Option<ComputeMode>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ecc: Option<Ecc>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -93,17 +97,67 @@ pub struct Gpu {
     pub nvlinks: Vec<NvLink>,
     /// Peer GPU UUID to the link between them as `nvidia-smi topo -m` names it (`NV18`, `SYS`).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub topology: BTreeMap<String, String>,
+    pub topology: BTreeMap<GpuUuid, String>,
     /// Only for a GPU remembered from `gpus-seen.json` while a VM holds it.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub passed_through: bool,
 }
 
 impl Gpu {
-    /// The GPU's PCI function, parsed from `bus_id` (NVML's form) in this one place; `None`
-    /// without a bus id (WSL 2) or with one that names no function.
-    pub fn address(&self) -> Option<bcd_protocol::PciAddress> {
-        self.bus_id.as_deref()?.parse().ok()
+    /// The GPU `uuid` at `index` with no other fact known.
+    pub fn new(index: u32, uuid: GpuUuid) -> Self {
+        Self {
+            index,
+            uuid,
+            name: None,
+            architecture: None,
+            bus_id: None,
+            numa_node: None,
+            serial: None,
+            vbios: None,
+            board_part_number: None,
+            compute_capability: None,
+            memory_total_mib: None,
+            persistence_mode: None,
+            compute_mode: None,
+            ecc: None,
+            row_remap: None,
+            power_limit_w: None,
+            mig: None,
+            fabric: None,
+            nvlinks: Vec::new(),
+            topology: BTreeMap::new(),
+            passed_through: false,
+        }
+    }
+
+    /// The GPU's PCI function; `None` without a bus id (WSL 2).
+    pub fn address(&self) -> Option<PciAddress> {
+        self.bus_id
+    }
+}
+
+/// `bus_id` as the document writes it: NVML's form, `00000000:18:00.0` (every form of a PCI
+/// address reads back).
+mod nvml_bus_id {
+    use bcd_protocol::PciAddress;
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(v: &Option<PciAddress>, s: S) -> Result<S::Ok, S::Error> {
+        match v {
+            Some(a) => s.serialize_str(&a.nvml_bus_id()),
+            None => s.serialize_none(),
+        }
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<PciAddress>, D::Error> {
+        let raw: Option<String> = Option::deserialize(d)?;
+        raw.map(|r| {
+            crate::smi::value::pci_address(&r).ok_or_else(|| {
+                serde::de::Error::custom(format!("bus_id {r:?} is not a PCI address"))
+            })
+        })
+        .transpose()
     }
 }
 
@@ -256,12 +310,13 @@ impl GpuSection {
 mod tests {
     use super::*;
 
+    const A: &str = "GPU-0000000a-0000-0000-0000-000000000000";
+    const B: &str = "GPU-0000000b-0000-0000-0000-000000000000";
+
     fn gpu(index: u32, uuid: &str) -> Gpu {
         Gpu {
-            index,
-            uuid: uuid.into(),
             name: Some("NVIDIA H100 80GB HBM3".into()),
-            ..Gpu::default()
+            ..Gpu::new(index, uuid.parse().unwrap())
         }
     }
 
@@ -271,7 +326,7 @@ mod tests {
             driver_version: Some("570.86.15".into()),
             ..GpuSection::default()
         };
-        let mut g0 = gpu(0, "GPU-a");
+        let mut g0 = gpu(0, A);
         g0.nvlinks = vec![
             NvLink {
                 link: 1,
@@ -284,7 +339,7 @@ mod tests {
                 remote: Some("nvswitch:0".into()),
             },
         ];
-        a.gpus = vec![g0.clone(), gpu(1, "GPU-b")];
+        a.gpus = vec![g0.clone(), gpu(1, B)];
         let mut b = a.clone();
         b.gpus.reverse();
         b.gpus[1].nvlinks.reverse();
@@ -296,10 +351,41 @@ mod tests {
 
     #[test]
     fn absent_values_are_omitted() {
-        let json = serde_json::to_string(&gpu(0, "GPU-a")).unwrap();
+        let json = serde_json::to_string(&gpu(0, A)).unwrap();
         assert_eq!(
             json,
-            r#"{"index":0,"uuid":"GPU-a","name":"NVIDIA H100 80GB HBM3"}"#
+            format!(r#"{{"index":0,"uuid":"{A}","name":"NVIDIA H100 80GB HBM3"}}"#)
+        );
+    }
+
+    #[test]
+    fn typed_ids_keep_the_documents_spelling() {
+        // nvidia-smi's spelling is lower case; an upper-case one reads into the same UUID.
+        let mut g = gpu(0, &A.to_uppercase());
+        g.bus_id = Some("0000:1a:00.0".parse().unwrap());
+        g.compute_mode = Some(ComputeMode::ExclusiveProcess);
+        g.topology.insert(B.parse().unwrap(), "NV18".into());
+        let json = serde_json::to_string(&g).unwrap();
+        assert!(json.contains(&format!(r#""uuid":"{A}""#)), "{json}");
+        assert!(json.contains(r#""bus_id":"00000000:1A:00.0""#), "{json}");
+        assert!(
+            json.contains(r#""compute_mode":"exclusive-process""#),
+            "{json}"
+        );
+        assert!(
+            json.contains(&format!(r#""topology":{{"{B}":"NV18"}}"#)),
+            "{json}"
+        );
+        let back: Gpu = serde_json::from_str(&json).unwrap();
+        assert_eq!(
+            back, g,
+            "the document reads back into the same typed record"
+        );
+        let bad = json.replace("00000000:1A:00.0", "not-a-bus");
+        let err = serde_json::from_str::<Gpu>(&bad).unwrap_err().to_string();
+        assert!(
+            err.contains("bus_id \"not-a-bus\" is not a PCI address"),
+            "{err}"
         );
     }
 }

@@ -9,7 +9,7 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use bcd_protocol::PciAddress;
+use bcd_protocol::{GpuUuid, PciAddress};
 use serde::{Deserialize, Serialize};
 
 use crate::host::Host;
@@ -25,9 +25,9 @@ const FORMAT_VERSION: u32 = 1;
 pub const NVIDIA_VENDOR: &str = "0x10de";
 
 /// What bcd remembers of a GPU: only what stays true while a VM holds it.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct SeenGpu {
-    pub uuid: String,
+    pub uuid: GpuUuid,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub name: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -132,11 +132,11 @@ impl GpuMemory {
     ///
     /// # Errors
     /// As [`GpuMemory::load`].
-    pub fn gpu_address(&self, uuid: &str) -> Result<Option<PciAddress>, StateError> {
+    pub fn gpu_address(&self, uuid: &GpuUuid) -> Result<Option<PciAddress>, StateError> {
         Ok(self
             .load()?
             .into_iter()
-            .find(|(_, g)| g.uuid.eq_ignore_ascii_case(uuid))
+            .find(|(_, g)| &g.uuid == uuid)
             .map(|(a, _)| a))
     }
 }
@@ -209,11 +209,9 @@ pub fn passed_through(
         .filter_map(|f| {
             let s = seen.get(&f.address)?;
             let gpu = Gpu {
-                index: next,
-                uuid: s.uuid.clone(),
                 name: s.name.clone(),
                 architecture: s.architecture.clone(),
-                bus_id: Some(f.address.nvml_bus_id()),
+                bus_id: Some(f.address),
                 numa_node: f.numa_node,
                 serial: s.serial.clone(),
                 vbios: s.vbios.clone(),
@@ -221,7 +219,7 @@ pub fn passed_through(
                 compute_capability: s.compute_capability.clone(),
                 memory_total_mib: s.memory_total_mib,
                 passed_through: true,
-                ..Gpu::default()
+                ..Gpu::new(next, s.uuid.clone())
             };
             next += 1;
             Some(gpu)
@@ -236,10 +234,9 @@ mod tests {
 
     fn gpu(uuid: &str, bus: &str) -> Gpu {
         Gpu {
-            uuid: uuid.into(),
-            bus_id: Some(bus.into()),
+            bus_id: Some(bus.parse().unwrap()),
             name: Some("NVIDIA L40S".into()),
-            ..Gpu::default()
+            ..Gpu::new(0, uuid.parse().unwrap())
         }
     }
 
@@ -249,17 +246,30 @@ mod tests {
         let memory = GpuMemory::new(dir.path());
         memory
             .remember(&[
-                gpu("GPU-a", "00000000:18:00.0"),
-                gpu("GPU-b", "00000000:3B:00.0"),
+                gpu(
+                    "GPU-00000061-0000-0000-0000-000000000000",
+                    "00000000:18:00.0",
+                ),
+                gpu(
+                    "GPU-00000062-0000-0000-0000-000000000000",
+                    "00000000:3B:00.0",
+                ),
             ])
             .unwrap();
         memory
-            .remember(&[gpu("GPU-a", "00000000:18:00.0")])
+            .remember(&[gpu(
+                "GPU-00000061-0000-0000-0000-000000000000",
+                "00000000:18:00.0",
+            )])
             .unwrap();
         let known = memory.load().unwrap();
         assert_eq!(known.len(), 2);
         assert_eq!(
-            memory.gpu_address("GPU-b").unwrap().unwrap().to_string(),
+            memory
+                .gpu_address(&"GPU-00000062-0000-0000-0000-000000000000".parse().unwrap())
+                .unwrap()
+                .unwrap()
+                .to_string(),
             "0000:3b:00.0"
         );
         let mode = std::fs::metadata(memory.path())
@@ -276,7 +286,10 @@ mod tests {
         let memory = GpuMemory::new(dir.path());
         std::fs::write(memory.path(), b"{\"version\":1,\"gpus\":{").unwrap();
         let err = memory
-            .remember(&[gpu("GPU-a", "00000000:18:00.0")])
+            .remember(&[gpu(
+                "GPU-00000061-0000-0000-0000-000000000000",
+                "00000000:18:00.0",
+            )])
             .unwrap_err();
         assert!(matches!(err, StateError::SetAside { .. }), "{err}");
         assert_eq!(
@@ -316,13 +329,22 @@ mod tests {
         let memory = GpuMemory::new(dir.path());
         memory
             .remember(&[
-                gpu("GPU-a", "00000000:18:00.0"),
-                gpu("GPU-b", "00000000:3B:00.0"),
+                gpu(
+                    "GPU-00000061-0000-0000-0000-000000000000",
+                    "00000000:18:00.0",
+                ),
+                gpu(
+                    "GPU-00000062-0000-0000-0000-000000000000",
+                    "00000000:3B:00.0",
+                ),
             ])
             .unwrap();
         let listed = vec![Gpu {
             index: 0,
-            ..gpu("GPU-a", "00000000:18:00.0")
+            ..gpu(
+                "GPU-00000061-0000-0000-0000-000000000000",
+                "00000000:18:00.0",
+            )
         }];
         let found = passed_through(&host, &memory.load().unwrap(), &listed);
         assert_eq!(
@@ -330,7 +352,7 @@ mod tests {
             1,
             "the never-seen 5e:00.0 and the audio function are left out"
         );
-        assert_eq!(found[0].uuid, "GPU-b");
+        assert_eq!(found[0].uuid, "GPU-00000062-0000-0000-0000-000000000000");
         assert_eq!(found[0].index, 1);
         assert!(found[0].passed_through);
         assert_eq!(found[0].numa_node, Some(1));

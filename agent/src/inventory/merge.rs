@@ -6,8 +6,13 @@
 //!   and keeps the collector's NUMA node and architecture where `nvidia-smi` gave none.
 //! - A GPU only `nvidia-smi` knows (WSL 2's paravirtual GPU) is appended with the next index.
 //! - Without a snapshot the section keeps what procfs showed, with no CUDA driver version.
+//! - UUIDs are compared in their normal form ([`GpuUuid`]): `nvidia-smi`'s queries may spell
+//!   one GPU's UUID in different cases. A GPU whose UUID is not `GPU-` and 8-4-4-4-12 hex
+//!   digits cannot be named to anything, so it is left out, and [`left_out`] says so.
 
 use std::collections::{BTreeMap, HashMap};
+
+use bcd_protocol::{GpuUuid, PciAddress};
 
 use crate::inventory::arch::guess_architecture;
 use crate::inventory::document::{
@@ -16,8 +21,7 @@ use crate::inventory::document::{
 use crate::inventory::procfs::ProcInventory;
 use crate::smi::nvlink::Remote;
 use crate::smi::snapshot::Snapshot;
-use crate::smi::value;
-use crate::smi::xml::{ComputeMode, XmlGpu};
+use crate::smi::xml::XmlGpu;
 
 /// Merges the procfs layer with a snapshot, when there is one.
 pub fn merge(base: &ProcInventory, snapshot: Option<&Snapshot>) -> GpuSection {
@@ -30,14 +34,12 @@ pub fn merge(base: &ProcInventory, snapshot: Option<&Snapshot>) -> GpuSection {
         .iter()
         .filter_map(|p| {
             Some(Gpu {
-                index: p.index,
-                uuid: p.uuid.clone()?,
                 name: p.model.clone(),
                 architecture: p.architecture.map(str::to_owned),
-                bus_id: Some(p.address.nvml_bus_id()),
+                bus_id: Some(p.address),
                 numa_node: p.numa_node,
                 vbios: p.vbios.clone(),
-                ..Gpu::default()
+                ..Gpu::new(p.index, p.uuid.clone()?)
             })
         })
         .collect();
@@ -74,45 +76,73 @@ pub fn merge(base: &ProcInventory, snapshot: Option<&Snapshot>) -> GpuSection {
     section
 }
 
+/// A UUID as one of `nvidia-smi`'s queries printed it, in its normal form.
+fn uuid(raw: &str) -> Option<GpuUuid> {
+    raw.trim().parse().ok()
+}
+
+/// Why a GPU of `snap` is missing from [`gpus_from_snapshot`]'s records, one sentence each:
+/// `nvidia-smi` printed a UUID that names no GPU (masked, or cut short).
+pub fn left_out(snap: &Snapshot) -> Vec<String> {
+    snap.xml
+        .gpus
+        .iter()
+        .filter_map(|x| {
+            let raw = x.uuid.as_deref()?;
+            uuid(raw).is_none().then(|| {
+                let at = x.pci_bus_id.map(|a| format!(" at {a}")).unwrap_or_default();
+                format!(
+                    "nvidia-smi -q -x reported a GPU{at} with UUID {:?}, which is not GPU- and \
+                     8-4-4-4-12 hex digits: it is left out of the inventory",
+                    crate::smi::escape_control(raw)
+                )
+            })
+        })
+        .collect()
+}
+
 /// Every GPU of a snapshot as an inventory record, with `index` in `nvidia-smi`'s numbering.
 pub fn gpus_from_snapshot(snap: &Snapshot) -> Vec<Gpu> {
     // nvidia-smi's index for each UUID: from -L, else the order of -q -x (the same order).
-    let mut index_of: HashMap<String, u32> = snap
+    let mut index_of: HashMap<GpuUuid, u32> = snap
         .listed
         .iter()
-        .map(|l| (l.uuid.to_ascii_lowercase(), l.index))
+        .filter_map(|l| Some((uuid(&l.uuid)?, l.index)))
         .collect();
-    let uuid_at = |i: u32| -> Option<String> {
+    let uuid_at = |i: u32| -> Option<GpuUuid> {
         snap.listed
             .iter()
             .find(|l| l.index == i)
-            .map(|l| l.uuid.clone())
-            .or_else(|| snap.xml.gpus.get(i as usize).and_then(|g| g.uuid.clone()))
+            .and_then(|l| uuid(&l.uuid))
+            .or_else(|| {
+                snap.xml
+                    .gpus
+                    .get(i as usize)
+                    .and_then(|g| uuid(g.uuid.as_deref()?))
+            })
     };
-    let by_bus: HashMap<String, String> = snap
+    let by_bus: HashMap<PciAddress, GpuUuid> = snap
         .xml
         .gpus
         .iter()
-        .filter_map(|g| Some((bus_id_of(g)?, g.uuid.clone()?)))
+        .filter_map(|g| Some((g.pci_bus_id?, uuid(g.uuid.as_deref()?)?)))
         .collect();
     let mut out = Vec::new();
     for (position, x) in snap.xml.gpus.iter().enumerate() {
-        let Some(uuid) = x.uuid.clone() else { continue };
+        let Some(uuid) = x.uuid.as_deref().and_then(uuid) else {
+            continue;
+        };
         let position = u32::try_from(position).unwrap_or(u32::MAX);
-        let index = *index_of
-            .entry(uuid.to_ascii_lowercase())
-            .or_insert(position);
-        let listed = snap
-            .listed
-            .iter()
-            .find(|l| l.uuid.eq_ignore_ascii_case(&uuid));
+        let index = *index_of.entry(uuid.clone()).or_insert(position);
+        let same = |raw: &str| self::uuid(raw).as_ref() == Some(&uuid);
+        let listed = snap.listed.iter().find(|l| same(&l.uuid));
         let compute_capability = snap
             .compute_caps
             .iter()
-            .find(|c| c.uuid.eq_ignore_ascii_case(&uuid))
+            .find(|c| same(&c.uuid))
             .and_then(|c| c.compute_cap.clone());
         let nvlinks = nvlinks_of(snap, &uuid, &by_bus);
-        let topology: BTreeMap<String, String> = snap
+        let topology: BTreeMap<GpuUuid, String> = snap
             .topology
             .iter()
             .find(|row| row.gpu == index)
@@ -143,7 +173,7 @@ pub fn gpus_from_snapshot(snap: &Snapshot) -> Vec<Gpu> {
             index,
             uuid,
             architecture,
-            bus_id: bus_id_of(x),
+            bus_id: x.pci_bus_id,
             numa_node: None,
             serial: x.serial.clone(),
             vbios: x.vbios_version.clone(),
@@ -151,7 +181,7 @@ pub fn gpus_from_snapshot(snap: &Snapshot) -> Vec<Gpu> {
             compute_capability,
             memory_total_mib: x.memory_total_mib,
             persistence_mode: x.persistence_mode,
-            compute_mode: x.compute_mode.map(|m| compute_mode_name(m).to_owned()),
+            compute_mode: x.compute_mode,
             ecc: ecc_of(x),
             row_remap: x.row_remap.as_ref().map(|r| RowRemap {
                 correctable: r.correctable,
@@ -174,22 +204,6 @@ pub fn gpus_from_snapshot(snap: &Snapshot) -> Vec<Gpu> {
     out
 }
 
-/// The document's spelling of a compute mode.
-pub fn compute_mode_name(mode: ComputeMode) -> &'static str {
-    match mode {
-        ComputeMode::Default => "default",
-        ComputeMode::ExclusiveProcess => "exclusive-process",
-        ComputeMode::Prohibited => "prohibited",
-    }
-}
-
-fn bus_id_of(x: &XmlGpu) -> Option<String> {
-    x.pci_bus_id
-        .as_deref()
-        .or(x.id.as_deref())
-        .and_then(value::bus_id)
-}
-
 fn ecc_of(x: &XmlGpu) -> Option<Ecc> {
     let counts = |c: &crate::smi::xml::Counts| {
         (c.correctable.is_some() || c.uncorrectable.is_some()).then_some(EccCounts {
@@ -205,18 +219,16 @@ fn ecc_of(x: &XmlGpu) -> Option<Ecc> {
     (ecc != Ecc::default()).then_some(ecc)
 }
 
-fn nvlinks_of(snap: &Snapshot, uuid: &str, by_bus: &HashMap<String, String>) -> Vec<NvLink> {
-    let Some(status) = snap
-        .nvlink_status
-        .iter()
-        .find(|g| g.uuid.eq_ignore_ascii_case(uuid))
-    else {
+fn nvlinks_of(
+    snap: &Snapshot,
+    uuid: &GpuUuid,
+    by_bus: &HashMap<PciAddress, GpuUuid>,
+) -> Vec<NvLink> {
+    let same = |raw: &str| self::uuid(raw).as_ref() == Some(uuid);
+    let Some(status) = snap.nvlink_status.iter().find(|g| same(&g.uuid)) else {
         return Vec::new();
     };
-    let remotes = snap
-        .nvlink_remotes
-        .iter()
-        .find(|g| g.uuid.eq_ignore_ascii_case(uuid));
+    let remotes = snap.nvlink_remotes.iter().find(|g| same(&g.uuid));
     status
         .links
         .iter()
@@ -226,10 +238,10 @@ fn nvlinks_of(snap: &Snapshot, uuid: &str, by_bus: &HashMap<String, String>) -> 
                 .map(|rl| match &rl.remote {
                     // A far end that is not a GPU of this node is a switch port: NVLink joins
                     // GPUs to GPUs or to NVSwitches only.
-                    Remote::Gpu { bus_id } => by_bus
-                        .get(bus_id)
-                        .cloned()
-                        .unwrap_or_else(|| format!("nvswitch:{bus_id}")),
+                    Remote::Gpu { bus_id } => by_bus.get(bus_id).map_or_else(
+                        || format!("nvswitch:{}", bus_id.nvml_bus_id()),
+                        ToString::to_string,
+                    ),
                     other => other.to_string(),
                 });
             NvLink {

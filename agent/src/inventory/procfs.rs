@@ -15,7 +15,7 @@ pub struct ProcGpu {
     /// Position in bus order, as `nvidia-smi` numbers GPUs by default.
     pub index: u32,
     /// `GPU UUID`.
-    pub uuid: Option<String>,
+    pub uuid: Option<bcd_protocol::GpuUuid>,
     /// `Model`.
     pub model: Option<String>,
     /// `Video BIOS`.
@@ -110,7 +110,7 @@ fn read_gpu(host: &Host, dir: &Path) -> Option<ProcGpu> {
     for (key, value) in parse_information(&text) {
         let value = crate::smi::value::present(value);
         match key {
-            "GPU UUID" => gpu.uuid = value.map(str::to_owned),
+            "GPU UUID" => gpu.uuid = value.and_then(|v| v.parse().ok()),
             "Model" => gpu.model = value.map(str::to_owned),
             "Video BIOS" => gpu.vbios = value.map(str::to_owned),
             "Device Minor" => gpu.minor = value.and_then(|v| v.parse().ok()),

@@ -11,6 +11,8 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use bcd_protocol::GpuUuid;
+
 use crate::cdi::ids::{DeviceId, DeviceKind};
 use crate::cdi::vendor::{find_device, DeviceCatalog, VendorSpec};
 use crate::cdi::{render::HOLD_KIND, Hold};
@@ -108,16 +110,14 @@ pub fn offer(
     inventory: &Inventory,
     slots_per_gpu: u32,
     holds: &[Hold],
-    takes_work: &BTreeMap<String, bool>,
+    takes_work: &BTreeMap<GpuUuid, bool>,
 ) -> Offer {
     let topology = Topology::from_inventory(inventory, slots_per_gpu);
     let mut offer: Offer = BTreeMap::new();
     let placed_holds: Vec<(&Hold, Vec<Placed>)> =
         holds.iter().map(|h| (h, topology.placed(h))).collect();
     for gpu in &inventory.gpu.gpus {
-        let Ok(uuid) = gpu.uuid.parse::<DeviceId>() else {
-            continue;
-        };
+        let uuid = DeviceId::from(&gpu.uuid);
         let Some(physical) = topology.gpu(&uuid) else {
             continue;
         };
@@ -220,11 +220,14 @@ pub fn preferred(
                     .iter()
                     .flat_map(|m| &m.devices)
                     .any(|m| m.uuid.as_deref() == Some(d.as_str()))
-                    .then(|| g.uuid.parse().ok())
-                    .flatten()
+                    .then(|| DeviceId::from(&g.uuid))
             })
         })?;
-        inventory.gpu.gpus.iter().find(|g| g.uuid == uuid.as_str())
+        inventory
+            .gpu
+            .gpus
+            .iter()
+            .find(|g| DeviceId::from(&g.uuid) == uuid)
     };
     let links = |a: &DeviceId, b: &DeviceId| -> u32 {
         match (gpu_of(a), gpu_of(b)) {
@@ -335,18 +338,17 @@ mod tests {
     fn inventory() -> Inventory {
         let gpu = |i: u32, uuid: &str, numa: u32| Gpu {
             index: i,
-            uuid: uuid.into(),
             numa_node: Some(numa),
-            ..Gpu::default()
+            ..Gpu::new(0, uuid.parse().unwrap())
         };
         let mut g0 = gpu(0, G0, 0);
         let mut g1 = gpu(1, G1, 1);
         let mut g2 = gpu(2, G2, 0);
         // G0-G1 joined by NVLink, G2 alone.
-        g0.topology.insert(G1.into(), "NV18".into());
-        g1.topology.insert(G0.into(), "NV18".into());
-        g0.topology.insert(G2.into(), "SYS".into());
-        g2.topology.insert(G0.into(), "SYS".into());
+        g0.topology.insert(G1.parse().unwrap(), "NV18".into());
+        g1.topology.insert(G0.parse().unwrap(), "NV18".into());
+        g0.topology.insert(G2.parse().unwrap(), "SYS".into());
+        g2.topology.insert(G0.parse().unwrap(), "SYS".into());
         let mut g3 = gpu(3, "GPU-55555555-5555-5555-5555-555555555555", 1);
         g3.mig = Some(Mig {
             mode: Some(true),
@@ -363,7 +365,7 @@ mod tests {
         })
     }
 
-    fn all_healthy(inv: &Inventory) -> BTreeMap<String, bool> {
+    fn all_healthy(inv: &Inventory) -> BTreeMap<GpuUuid, bool> {
         inv.gpu
             .gpus
             .iter()
@@ -446,7 +448,7 @@ mod tests {
     fn an_unhealthy_or_passed_through_gpu_is_unhealthy_everywhere() {
         let mut inv = inventory();
         let mut verdict = all_healthy(&inv);
-        verdict.insert(G2.into(), false);
+        verdict.insert(G2.parse().unwrap(), false);
         inv.gpu.gpus[0].passed_through = true;
         let offer = offer(&inv, 1, &[], &verdict);
         assert!(!health_of(&offer, GPU_RESOURCE, G2));

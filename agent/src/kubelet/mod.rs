@@ -179,7 +179,7 @@ impl KubeState {
 
 /// Per GPU UUID, whether the GPU takes work: the one verdict the plugins stream. Today it is
 /// bcd's healthy rule ([`Node::healthy_map`]); a richer verdict plugs in here alone.
-pub async fn gpus_taking_work(node: &Node) -> BTreeMap<String, bool> {
+pub async fn gpus_taking_work(node: &Node) -> BTreeMap<bcd_protocol::GpuUuid, bool> {
     node.healthy_map().await
 }
 

@@ -108,7 +108,7 @@ pub async fn pass(node: &Node, config: &KubeletConfig) {
             return;
         }
     };
-    let busy_gpus: BTreeSet<String> = node
+    let busy_gpus: BTreeSet<bcd_protocol::GpuUuid> = node
         .samples
         .read()
         .await
@@ -150,7 +150,7 @@ pub async fn pass(node: &Node, config: &KubeletConfig) {
             .placed(&hold)
             .iter()
             .filter_map(|p| p.gpu.as_ref())
-            .any(|g| busy_gpus.contains(g.as_str()));
+            .any(|g| busy_gpus.iter().any(|b| DeviceId::from(b) == *g));
         if now.saturating_sub(since) >= config.release_grace.as_secs() && !processes {
             match store.release(&hold.id) {
                 Ok(_) => {

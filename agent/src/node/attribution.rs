@@ -251,14 +251,12 @@ mod tests {
         let gpus = vec![
             Gpu {
                 index: 0,
-                uuid: GPU0.into(),
-                ..Gpu::default()
+                ..Gpu::new(0, GPU0.parse().unwrap())
             },
             Gpu {
                 index: 3,
-                uuid: GPU3.into(),
                 mig: Some(mig),
-                ..Gpu::default()
+                ..Gpu::new(0, GPU3.parse().unwrap())
             },
         ];
         Topology::from_inventory(

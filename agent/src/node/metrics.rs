@@ -14,6 +14,8 @@ use std::collections::BTreeMap;
 use std::fmt::Write;
 use std::time::Duration;
 
+use bcd_protocol::GpuUuid;
+
 use crate::inventory::document::{Gpu, Inventory};
 use crate::node::attribution::{Attribution, Labels};
 use crate::smi::samples::GpuSample;
@@ -71,15 +73,15 @@ pub struct MetricsView<'a> {
     /// The latest samples.
     pub samples: &'a [GpuSample],
     /// Per GPU UUID: the scheduling answer (healthy or degraded).
-    pub healthy: BTreeMap<String, bool>,
+    pub healthy: BTreeMap<GpuUuid, bool>,
     /// Per GPU UUID: the health state.
-    pub states: BTreeMap<String, crate::health::verdict::HealthState>,
+    pub states: BTreeMap<GpuUuid, crate::health::verdict::HealthState>,
     /// `(uuid, xid, class, times seen this boot)`.
-    pub xid_totals: Vec<(String, u32, &'static str, u64)>,
+    pub xid_totals: Vec<(GpuUuid, u32, &'static str, u64)>,
     /// Per GPU UUID: the XID numbers raised this boot.
-    pub xids: BTreeMap<String, Vec<u32>>,
+    pub xids: BTreeMap<GpuUuid, Vec<u32>>,
     /// Per GPU UUID: the XID seen last this boot (dcgm-exporter's `DCGM_FI_DEV_XID_ERRORS`).
-    pub last_xid: BTreeMap<String, u32>,
+    pub last_xid: BTreeMap<GpuUuid, u32>,
     /// The last run of each `nvidia-smi` query.
     pub queries: &'a [QueryRecord],
     /// How sampling runs.
@@ -274,8 +276,8 @@ impl DcgmIdentity {
     fn of(g: &Gpu) -> Self {
         Self {
             gpu: g.index.to_string(),
-            uuid: g.uuid.clone(),
-            pci_bus_id: g.bus_id.clone(),
+            uuid: g.uuid.to_string(),
+            pci_bus_id: g.bus_id.map(|a| a.nvml_bus_id()),
             // dcgm-exporter names the device node after the GPU's index.
             device: format!("nvidia{}", g.index),
             model: g.name.clone(),
@@ -353,11 +355,12 @@ pub fn render(view: &MetricsView<'_>) -> String {
             "1 for the GPU's health state (healthy, degraded, unhealthy, unknown), 0 for the others.",
         );
         for (uuid, now) in &view.states {
-            let mut labels = vec![("uuid", uuid.as_str())];
+            let uuid = uuid.as_str();
+            let mut labels = vec![("uuid", uuid)];
             if view.compat.is_some() {
-                if let Some(id) = identities.get(uuid.as_str()) {
+                if let Some(id) = identities.get(uuid) {
                     labels = id.labels(&[], &host);
-                    labels.insert(0, ("uuid", uuid.as_str()));
+                    labels.insert(0, ("uuid", uuid));
                 }
             }
             let owner = who(uuid);
@@ -380,6 +383,7 @@ pub fn render(view: &MetricsView<'_>) -> String {
         "XIDs the GPU logged this boot, by number and the catalog's class.",
     );
     for (uuid, xid, class, n) in &view.xid_totals {
+        let uuid = uuid.as_str();
         f.owned(
             "bcd_xid_total",
             &[("uuid", uuid), ("xid", &xid.to_string()), ("class", class)],
@@ -390,6 +394,7 @@ pub fn render(view: &MetricsView<'_>) -> String {
     if !view.healthy.is_empty() {
         f.header("bcd_gpu_healthy", "gauge", "1 when the GPU may take work (healthy or degraded); 0 when unhealthy or unknown (nvidia-smi silent).");
         for (uuid, ok) in &view.healthy {
+            let uuid = uuid.as_str();
             f.owned(
                 "bcd_gpu_healthy",
                 &[("uuid", uuid)],
@@ -405,6 +410,7 @@ pub fn render(view: &MetricsView<'_>) -> String {
             "1 for each XID the GPU raised this boot.",
         );
         for (uuid, xids) in &view.xids {
+            let uuid = uuid.as_str();
             for xid in xids {
                 f.owned(
                     "bcd_gpu_xid_condition",
@@ -686,7 +692,12 @@ fn render_dcgm(
                 continue;
             };
             let last = view.last_xid.get(&g.uuid).copied().unwrap_or(0);
-            f.owned(name, &id.labels(&[], host), &who(&g.uuid), f64::from(last));
+            f.owned(
+                name,
+                &id.labels(&[], host),
+                &who(g.uuid.as_str()),
+                f64::from(last),
+            );
             for m in g.mig.iter().flat_map(|m| &m.devices) {
                 let (Some(profile), Some(gi)) = (&m.profile, m.gi) else {
                     continue;
@@ -808,7 +819,7 @@ mod tests {
 
     fn sample(uuid: &str) -> GpuSample {
         GpuSample {
-            uuid: uuid.into(),
+            uuid: uuid.parse().unwrap(),
             memory_total_mib: Some(81559),
             memory_used_mib: Some(1024),
             memory_reserved_mib: None,
@@ -830,20 +841,26 @@ mod tests {
 
     #[test]
     fn samples_render_with_units_and_labels() {
-        let samples = [sample("GPU-a")];
+        let samples = [sample("GPU-00000061-0000-0000-0000-000000000000")];
         let mut view = MetricsView {
             samples: &samples,
             ..MetricsView::default()
         };
-        view.healthy.insert("GPU-a".into(), false);
-        view.xids.insert("GPU-a".into(), vec![79]);
+        view.healthy.insert(
+            "GPU-00000061-0000-0000-0000-000000000000".parse().unwrap(),
+            false,
+        );
+        view.xids.insert(
+            "GPU-00000061-0000-0000-0000-000000000000".parse().unwrap(),
+            vec![79],
+        );
         let text = render(&view);
-        assert!(text.contains("# TYPE bcd_gpu_memory_total_bytes gauge\nbcd_gpu_memory_total_bytes{uuid=\"GPU-a\"} 85520809984\n"), "{text}");
-        assert!(text.contains("bcd_gpu_utilization_ratio{uuid=\"GPU-a\"} 0.97\n"));
-        assert!(text.contains("bcd_gpu_power_draw_watts{uuid=\"GPU-a\"} 412.5\n"));
-        assert!(text.contains("bcd_gpu_sm_clock_hertz{uuid=\"GPU-a\"} 1980000000\n"));
-        assert!(text.contains("bcd_gpu_healthy{uuid=\"GPU-a\"} 0\n"));
-        assert!(text.contains("bcd_gpu_xid_condition{uuid=\"GPU-a\",xid=\"79\"} 1\n"));
+        assert!(text.contains("# TYPE bcd_gpu_memory_total_bytes gauge\nbcd_gpu_memory_total_bytes{uuid=\"GPU-00000061-0000-0000-0000-000000000000\"} 85520809984\n"), "{text}");
+        assert!(text.contains("bcd_gpu_utilization_ratio{uuid=\"GPU-00000061-0000-0000-0000-000000000000\"} 0.97\n"));
+        assert!(text.contains("bcd_gpu_power_draw_watts{uuid=\"GPU-00000061-0000-0000-0000-000000000000\"} 412.5\n"));
+        assert!(text.contains("bcd_gpu_sm_clock_hertz{uuid=\"GPU-00000061-0000-0000-0000-000000000000\"} 1980000000\n"));
+        assert!(text.contains("bcd_gpu_healthy{uuid=\"GPU-00000061-0000-0000-0000-000000000000\"} 0\n"));
+        assert!(text.contains("bcd_gpu_xid_condition{uuid=\"GPU-00000061-0000-0000-0000-000000000000\",xid=\"79\"} 1\n"));
         assert!(
             !text.contains("bcd_gpu_memory_clock_hertz"),
             "a family without values is left out"
@@ -870,7 +887,7 @@ mod tests {
         };
         view.attribution.add_pod(
             &PodAllocation {
-                device: samples[0].uuid.parse().unwrap(),
+                device: crate::cdi::DeviceId::from(&samples[0].uuid),
                 pod: PodRef {
                     namespace: "ns".into(),
                     pod: hostile.into(),
@@ -901,9 +918,8 @@ mod tests {
             driver_version: Some("550.54.15".into()),
             gpus: vec![Gpu {
                 index: 3,
-                uuid: "GPU-b9036d74-bff6-b565-c003-dc53279ae2bd".into(),
                 name: Some("NVIDIA H100 80GB HBM3".into()),
-                bus_id: Some("00000000:9A:00.0".into()),
+                bus_id: Some("00000000:9A:00.0".parse().unwrap()),
                 mig: Some(Mig {
                     mode: Some(true),
                     devices: vec![MigDevice {
@@ -915,7 +931,10 @@ mod tests {
                     }],
                     ..Mig::default()
                 }),
-                ..Gpu::default()
+                ..Gpu::new(
+                    0,
+                    "GPU-b9036d74-bff6-b565-c003-dc53279ae2bd".parse().unwrap(),
+                )
             }],
             ..GpuSection::default()
         })

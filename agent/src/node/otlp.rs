@@ -24,6 +24,8 @@ use std::fmt;
 use std::str::FromStr;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use bcd_protocol::GpuUuid;
+
 use tokio::net::TcpStream;
 
 use super::readings::Kind;
@@ -342,7 +344,7 @@ fn gauge(
 pub fn encode_request(
     resource: &Resource,
     samples: &[GpuSample],
-    healthy: &BTreeMap<String, bool>,
+    healthy: &BTreeMap<GpuUuid, bool>,
     attribution: &Attribution,
     at: SystemTime,
 ) -> Vec<u8> {
@@ -479,7 +481,7 @@ pub async fn export_loop<R, RF>(
     interval: Duration,
 ) where
     R: Fn() -> RF,
-    RF: std::future::Future<Output = (Vec<GpuSample>, BTreeMap<String, bool>, Attribution)>,
+    RF: std::future::Future<Output = (Vec<GpuSample>, BTreeMap<GpuUuid, bool>, Attribution)>,
 {
     let mut tick = tokio::time::interval(interval);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -628,7 +630,7 @@ mod tests {
     #[test]
     fn a_gpu_without_a_reading_has_no_point() {
         let sample = GpuSample {
-            uuid: "GPU-a".into(),
+            uuid: "GPU-00000061-0000-0000-0000-000000000000".parse().unwrap(),
             memory_total_mib: Some(1),
             memory_used_mib: None,
             memory_reserved_mib: None,

@@ -2,6 +2,7 @@
 //! CLI's client ([`crate::node::client::call_as`]), so neither side spells a key by hand.
 //! `gpu.reset`'s answer is [`ResetReport`], the type the reset itself returns.
 
+use bcd_protocol::GpuUuid;
 use serde::{Deserialize, Serialize};
 
 pub use crate::health::reset::{GpuResetOutcome, ResetReport};
@@ -61,9 +62,9 @@ pub struct HoldRequest {
 /// `POST /v1/diag`.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct DiagRequest {
-    /// Only these GPUs (UUIDs); every GPU when empty.
+    /// Only these GPUs; every GPU when empty.
     #[serde(default)]
-    pub gpus: Vec<String>,
+    pub gpus: Vec<GpuUuid>,
     /// How many GPUs the node should have.
     #[serde(default)]
     pub expected_gpus: Option<usize>,
@@ -72,8 +73,8 @@ pub struct DiagRequest {
 /// `POST /v1/gpus/reset`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ResetRequest {
-    /// The GPUs' UUIDs.
-    pub gpus: Vec<String>,
+    /// The GPUs.
+    pub gpus: Vec<GpuUuid>,
 }
 
 /// `POST /v1/vfio/bind|release` (`device`), `/v1/vm/start|destroy` (`domain`),
@@ -101,7 +102,7 @@ mod tests {
     fn answers_round_trip_and_a_missing_key_is_an_error() {
         let hold = HoldView {
             id: "job1".into(),
-            devices: vec!["GPU-a".into()],
+            devices: vec!["GPU-00000061-0000-0000-0000-000000000000".into()],
             kubernetes: false,
             spec: None,
         };

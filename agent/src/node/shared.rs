@@ -35,7 +35,7 @@ use crate::runtime::Passthrough;
 use crate::smi::list::ListedGpu;
 use crate::smi::samples::GpuSample;
 use crate::smi::snapshot::QueryRecord;
-use bcd_protocol::PciAddress;
+use bcd_protocol::{GpuUuid, PciAddress};
 
 /// The shortest sample interval: `nvidia-smi` costs driver time on every GPU.
 pub const MIN_SAMPLE_INTERVAL: Duration = Duration::from_secs(5);
@@ -85,7 +85,7 @@ pub struct Latest {
     /// Why `nvidia-smi` did not answer, when it did not.
     pub snapshot_error: Option<String>,
     /// The driver's own health readings per GPU UUID; `None` when `-q -x` gave none.
-    pub driver: Option<BTreeMap<String, crate::smi::xml::DriverHealth>>,
+    pub driver: Option<BTreeMap<GpuUuid, crate::smi::xml::DriverHealth>>,
     /// NVSwitches on the bus while `nvidia-fabricmanager` is not active (their count).
     pub fabric_manager_down: Option<usize>,
     /// While `nvidia-smi` is silent: the GPUs of the last inventory it answered for that this
@@ -443,7 +443,7 @@ impl Node {
 
     /// Per GPU UUID, the verdict on the latest inventory, the driver's readings and this
     /// boot's conditions; a GPU `nvidia-smi` is silent about is `unknown`.
-    pub async fn verdicts(&self) -> BTreeMap<String, Verdict> {
+    pub async fn verdicts(&self) -> BTreeMap<GpuUuid, Verdict> {
         let conditions = self.health.conditions();
         let history = self.health.history();
         let samples = self.samples.read().await.clone();
@@ -498,7 +498,7 @@ impl Node {
     }
 
     /// Per GPU UUID, the scheduling answer (healthy or degraded).
-    pub async fn healthy_map(&self) -> BTreeMap<String, bool> {
+    pub async fn healthy_map(&self) -> BTreeMap<GpuUuid, bool> {
         self.verdicts()
             .await
             .into_iter()
@@ -570,36 +570,25 @@ impl Node {
             .map(|(u, v)| (u.clone(), v.health))
             .collect();
         let conditions: Vec<Condition> = self.health.conditions();
-        let xid_totals = conditions
-            .iter()
-            .filter_map(|c| {
-                let n = crate::health::xid_number(&c.kind)?;
+        // Every XID condition of a GPU, with its number.
+        let gpu_xids = || {
+            conditions
+                .iter()
+                .filter_map(|c| Some((c, c.device_id.gpu()?.clone(), c.kind.xid()?)))
+        };
+        let xid_totals = gpu_xids()
+            .map(|(c, uuid, n)| {
                 let class = self.config.xid_policy.judge(n).class.name();
-                Some((c.device_id.clone(), n, class, c.count.max(1)))
+                (uuid, n, class, c.count.max(1))
             })
             .collect();
-        let mut xids: BTreeMap<String, Vec<u32>> = BTreeMap::new();
-        for c in conditions
-            .iter()
-            .filter(|c| crate::health::is_xid_kind(&c.kind))
-        {
-            if let Ok(n) = c
-                .kind
-                .trim_start_matches(crate::health::XID_KIND_PREFIX)
-                .parse()
-            {
-                xids.entry(c.device_id.clone()).or_default().push(n);
-            }
-        }
-        let mut last_xid: BTreeMap<String, (u64, u32)> = BTreeMap::new();
-        for c in &conditions {
-            if let Some(n) = crate::health::xid_number(&c.kind) {
-                let seen = last_xid
-                    .entry(c.device_id.clone())
-                    .or_insert((c.last_seen, n));
-                if c.last_seen >= seen.0 {
-                    *seen = (c.last_seen, n);
-                }
+        let mut xids: BTreeMap<GpuUuid, Vec<u32>> = BTreeMap::new();
+        let mut last_xid: BTreeMap<GpuUuid, (u64, u32)> = BTreeMap::new();
+        for (c, uuid, n) in gpu_xids() {
+            xids.entry(uuid.clone()).or_default().push(n);
+            let seen = last_xid.entry(uuid).or_insert((c.last_seen, n));
+            if c.last_seen >= seen.0 {
+                *seen = (c.last_seen, n);
             }
         }
         let attribution = self.attribution().await;
@@ -708,7 +697,10 @@ mod tests {
         let copy = crate::health::status::tests::copy_host(dir.path(), "hgx-h100");
         let node = test_node_on(dir.path(), Host::fake(&copy));
         node.publish(collect_quickly(&node).await).await;
-        assert_eq!(node.verdicts().await[GPU0].health, HealthState::Healthy);
+        assert_eq!(
+            node.verdicts().await[&GPU0.parse::<GpuUuid>().unwrap()].health,
+            HealthState::Healthy
+        );
         // GPU 0 (the first <volatile> block) corrects 500 DRAM errors before the next one.
         let qx = copy.join("answers/q-x.out");
         let text = std::fs::read_to_string(&qx).unwrap();
@@ -721,7 +713,7 @@ mod tests {
         );
         std::fs::write(&qx, format!("{head}{tail}")).unwrap();
         node.publish(collect_quickly(&node).await).await;
-        let v = &node.verdicts().await[GPU0];
+        let v = &node.verdicts().await[&GPU0.parse::<GpuUuid>().unwrap()];
         assert_eq!(
             (v.health, v.healthy()),
             (HealthState::Degraded, true),
@@ -732,7 +724,9 @@ mod tests {
             v.reasons[0].action,
             crate::health::verdict::CORRECTABLE_ACTION
         );
-        let gpu1 = &node.verdicts().await["GPU-a4303385-f265-4ffc-ad1b-b0bef156d59a"];
+        let gpu1 = &node.verdicts().await[&"GPU-a4303385-f265-4ffc-ad1b-b0bef156d59a"
+            .parse::<GpuUuid>()
+            .unwrap()];
         assert_eq!(gpu1.health, HealthState::Healthy);
     }
 
@@ -756,7 +750,10 @@ mod tests {
         let uuid = "GPU-940af793-c02c-d660-3221-9bbb6e5e0bfa";
         let first = node.publish(collect_quickly(&node).await).await;
         assert_eq!(first.gpu.gpus.len(), 1);
-        assert_eq!(node.verdicts().await[uuid].health, HealthState::Healthy);
+        assert_eq!(
+            node.verdicts().await[&uuid.parse::<GpuUuid>().unwrap()].health,
+            HealthState::Healthy
+        );
         // The GPU wedges: nvidia-smi hangs, and the driver drops it from procfs.
         for key in hung {
             std::fs::remove_file(answers.join(format!("{key}.out"))).unwrap();
@@ -796,7 +793,10 @@ mod tests {
         );
         // A second silent collection keeps it still.
         node.publish(collect_quickly(&node).await).await;
-        assert_eq!(node.verdicts().await[uuid].health, HealthState::Unknown);
+        assert_eq!(
+            node.verdicts().await[&uuid.parse::<GpuUuid>().unwrap()].health,
+            HealthState::Unknown
+        );
     }
 
     /// The `bcd_gpu_healthy` line of GPU 0 in a scrape.
@@ -880,12 +880,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let node = test_node(dir.path());
         let inventory = node.collect_now().await;
-        let address: PciAddress = inventory.gpu.gpus[0]
-            .bus_id
-            .as_deref()
-            .unwrap()
-            .parse()
-            .unwrap();
+        let address: PciAddress = inventory.gpu.gpus[0].bus_id.unwrap();
         let report = |action| Report {
             action,
             subject: "domain win11".into(),

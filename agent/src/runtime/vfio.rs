@@ -217,12 +217,13 @@ impl Passthrough {
     fn resolve(&self, target: &GpuRef) -> Result<(PciAddress, Option<GpuUuid>), RuntimeError> {
         match target {
             GpuRef::Uuid(uuid) => {
-                let address = self.memory.gpu_address(uuid.as_str())?.ok_or_else(|| {
-                    RuntimeError::UnknownGpu {
-                        uuid: uuid.clone(),
-                        path: self.memory.path().to_path_buf(),
-                    }
-                })?;
+                let address =
+                    self.memory
+                        .gpu_address(uuid)?
+                        .ok_or_else(|| RuntimeError::UnknownGpu {
+                            uuid: uuid.clone(),
+                            path: self.memory.path().to_path_buf(),
+                        })?;
                 Ok((address, Some(uuid.clone())))
             }
             GpuRef::Pci(address) => {
@@ -232,7 +233,7 @@ impl Passthrough {
                     .memory
                     .load()
                     .ok()
-                    .and_then(|m| m.get(address).and_then(|g| g.uuid.parse::<GpuUuid>().ok()));
+                    .and_then(|m| m.get(address).map(|g| g.uuid.clone()));
                 Ok((*address, uuid))
             }
         }

@@ -23,6 +23,7 @@
 //! one is printed); else a PCI bus id anywhere in the text makes it a [`Remote::Gpu`]; else it
 //! is [`Remote::Other`] with the text as printed.
 
+use bcd_protocol::PciAddress;
 use thiserror::Error;
 
 use super::{
@@ -77,11 +78,10 @@ pub struct NvLinkGpu {
 /// The far end of a link, from `nvlink -R`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Remote {
-    /// A GPU, named by its bus id in NVML's form (`00000000:2A:00.0`); the caller resolves it
-    /// to a GPU of this node.
+    /// A GPU, named by its PCI function; the caller resolves it to a GPU of this node.
     Gpu {
-        /// NVML-form bus id.
-        bus_id: String,
+        /// The far GPU's function.
+        bus_id: PciAddress,
     },
     /// An NVSwitch, printed as `nvswitch:<id>`; `id` is its NVML-form bus id when printed,
     /// else the text.
@@ -97,7 +97,7 @@ impl std::fmt::Display for Remote {
     /// `<bus id>` for a GPU, `nvswitch:<id>` for a switch, the text otherwise.
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            Remote::Gpu { bus_id } => f.write_str(bus_id),
+            Remote::Gpu { bus_id } => f.write_str(&bus_id.nvml_bus_id()),
             Remote::NvSwitch { id } => write!(f, "nvswitch:{id}"),
             Remote::Other(text) => f.write_str(text),
         }
@@ -255,11 +255,11 @@ pub fn parse_status(bytes: &[u8]) -> Result<Vec<NvLinkGpu>, NvLinkError> {
         .collect())
 }
 
-/// Finds the first PCI bus id in `text`, in NVML's form.
-fn find_bus_id(text: &str) -> Option<String> {
+/// Finds the first PCI bus id in `text`.
+fn find_bus_id(text: &str) -> Option<PciAddress> {
     text.split(|c: char| c.is_whitespace() || matches!(c, ',' | ';' | '(' | ')' | '[' | ']'))
         // `Remote Device 00000000:05:00.0: Link 2` ends the bus id with a colon.
-        .find_map(|word| value::bus_id(word.trim_end_matches(':')))
+        .find_map(|word| value::pci_address(word.trim_end_matches(':')))
 }
 
 /// Finds the number after the word `Link` in `text`.
@@ -278,7 +278,7 @@ fn remote_link(link: u32, rest: &str) -> RemoteLink {
     let bus = find_bus_id(rest);
     let remote = if lower.contains("switch") {
         Remote::NvSwitch {
-            id: bus.unwrap_or_else(|| quote(rest)),
+            id: bus.map_or_else(|| quote(rest), |b| b.nvml_bus_id()),
         }
     } else if let Some(bus_id) = bus {
         Remote::Gpu { bus_id }
@@ -370,7 +370,7 @@ mod tests {
         assert_eq!(
             gpus[0].links[0].remote,
             Remote::Gpu {
-                bus_id: "00000000:3F:00.0".into()
+                bus_id: "0000:3f:00.0".parse().unwrap()
             }
         );
         assert_eq!(gpus[0].links[0].remote_link, Some(2));
@@ -384,7 +384,7 @@ mod tests {
         assert_eq!(
             gpus[0].links[0].remote,
             Remote::Gpu {
-                bus_id: "00000000:05:00.0".into()
+                bus_id: "0000:05:00.0".parse().unwrap()
             }
         );
         assert_eq!(gpus[0].links[0].remote_link, Some(2));

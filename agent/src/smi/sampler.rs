@@ -609,15 +609,26 @@ mod tests {
     #[test]
     fn a_repeated_uuid_closes_a_batch_and_sets_the_count() {
         let mut b = Batcher::default();
-        assert!(b.push(sample("GPU-a")).is_none());
-        assert!(b.push(sample("GPU-b")).is_none());
-        let first = b.push(sample("GPU-a")).unwrap();
+        assert!(b
+            .push(sample("GPU-00000061-0000-0000-0000-000000000000"))
+            .is_none());
+        assert!(b
+            .push(sample("GPU-00000062-0000-0000-0000-000000000000"))
+            .is_none());
+        let first = b
+            .push(sample("GPU-00000061-0000-0000-0000-000000000000"))
+            .unwrap();
         assert_eq!(first.len(), 2);
         // The count is known now: the second batch is out as soon as it is whole.
-        let second = b.push(sample("GPU-b")).unwrap();
+        let second = b
+            .push(sample("GPU-00000062-0000-0000-0000-000000000000"))
+            .unwrap();
         assert_eq!(
             second.iter().map(|s| s.uuid.as_str()).collect::<Vec<_>>(),
-            ["GPU-a", "GPU-b"]
+            [
+                "GPU-00000061-0000-0000-0000-000000000000",
+                "GPU-00000062-0000-0000-0000-000000000000"
+            ]
         );
     }
 
@@ -626,15 +637,25 @@ mod tests {
         let mut c = AppsCounts::default();
         let t0 = Instant::now();
         let interval = Duration::from_secs(5);
-        c.add("GPU-a", t0);
-        c.add("GPU-a", t0 + Duration::from_millis(1));
-        assert_eq!(c.current(t0, interval).get("GPU-a"), Some(&2));
+        c.add("GPU-00000061-0000-0000-0000-000000000000", t0);
+        c.add(
+            "GPU-00000061-0000-0000-0000-000000000000",
+            t0 + Duration::from_millis(1),
+        );
+        assert_eq!(
+            c.current(t0, interval)
+                .get("GPU-00000061-0000-0000-0000-000000000000"),
+            Some(&2)
+        );
         // The next interval's burst replaces the counts rather than adding to them.
         let t1 = t0 + interval;
-        c.add("GPU-b", t1);
+        c.add("GPU-00000062-0000-0000-0000-000000000000", t1);
         let now = c.current(t1, interval);
-        assert_eq!(now.get("GPU-a"), None);
-        assert_eq!(now.get("GPU-b"), Some(&1));
+        assert_eq!(now.get("GPU-00000061-0000-0000-0000-000000000000"), None);
+        assert_eq!(
+            now.get("GPU-00000062-0000-0000-0000-000000000000"),
+            Some(&1)
+        );
         // No burst for more than 1.5 intervals: no processes.
         assert!(c.current(t1 + interval * 2, interval).is_empty());
     }

@@ -18,6 +18,7 @@
 use std::collections::BTreeMap;
 use std::fmt;
 
+use bcd_protocol::GpuUuid;
 use thiserror::Error;
 
 use super::xml::{ClockEvents, QueryXml, XmlMigDevice};
@@ -80,7 +81,7 @@ impl SampleQuery {
 #[derive(Debug, Clone, PartialEq)]
 pub struct GpuSample {
     /// The GPU's UUID.
-    pub uuid: String,
+    pub uuid: GpuUuid,
     /// Framebuffer size, MiB.
     pub memory_total_mib: Option<u64>,
     /// Framebuffer in use, MiB.
@@ -238,15 +239,12 @@ fn sample(line: usize, cols: &[&str]) -> Result<GpuSample, SamplesError> {
                 .ok_or_else(|| bad(7))?,
         ),
     };
-    let uuid = cols[0];
-    if !uuid.starts_with("GPU-") || uuid.contains(char::is_whitespace) {
-        return Err(SamplesError::Uuid {
-            line,
-            text: quote(uuid),
-        });
-    }
+    let uuid = cols[0].parse::<GpuUuid>().map_err(|_| SamplesError::Uuid {
+        line,
+        text: quote(cols[0]),
+    })?;
     Ok(GpuSample {
-        uuid: uuid.to_owned(),
+        uuid,
         memory_total_mib: unsigned(1)?,
         memory_used_mib: unsigned(2)?,
         memory_reserved_mib: unsigned(3)?,
@@ -338,7 +336,13 @@ pub fn count_compute_apps(bytes: &[u8]) -> BTreeMap<String, u32> {
 /// Sets each sample's `compute_processes` from `counts` (0 for a GPU with no entry).
 pub fn attach_compute_counts(samples: &mut [GpuSample], counts: &BTreeMap<String, u32>) {
     for sample in samples {
-        sample.compute_processes = Some(counts.get(&sample.uuid).copied().unwrap_or(0));
+        // The keys are spelled as nvidia-smi printed them; compare their normal forms.
+        let n = counts
+            .iter()
+            .filter(|(uuid, _)| uuid.parse::<GpuUuid>().is_ok_and(|u| u == sample.uuid))
+            .map(|(_, n)| *n)
+            .fold(0u32, u32::saturating_add);
+        sample.compute_processes = Some(n);
     }
 }
 
@@ -351,7 +355,11 @@ pub fn needs_mig_memory(samples: &[GpuSample]) -> bool {
 /// does not list keeps what it had).
 pub fn attach_mig_memory(samples: &mut [GpuSample], xml: &QueryXml) {
     for s in samples.iter_mut().filter(|s| s.mig_mode == Some(true)) {
-        if let Some(g) = xml.gpus.iter().find(|g| g.uuid.as_deref() == Some(&s.uuid)) {
+        let same = |raw: &Option<String>| {
+            raw.as_deref()
+                .is_some_and(|r| r.parse::<GpuUuid>().is_ok_and(|u| u == s.uuid))
+        };
+        if let Some(g) = xml.gpus.iter().find(|g| same(&g.uuid)) {
             s.mig_devices.clone_from(&g.mig_devices);
         }
     }
@@ -496,7 +504,7 @@ mod tests {
     // What broke: the sample read no clock reason, so throttling waited for the next -q -x.
     #[test]
     fn a_sample_reads_its_clock_reasons_in_either_spelling_of_the_answer() {
-        let line = "GPU-a, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, P0, Disabled, Active, Not Active, [N/A], Active\n";
+        let line = "GPU-0000000a-0000-0000-0000-000000000000, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, P0, Disabled, Active, Not Active, [N/A], Active\n";
         let got = samples(line.as_bytes());
         assert_eq!(
             got[0].clock_events,
@@ -512,7 +520,7 @@ mod tests {
             ["hw_slowdown", "sw_thermal_slowdown"]
         );
         // The query without them reads as no reading at all.
-        let short = "GPU-a, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, P0, Disabled\n";
+        let short = "GPU-0000000a-0000-0000-0000-000000000000, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, P0, Disabled\n";
         assert!(!samples(short.as_bytes())[0].clock_events.any_reading());
         assert_eq!(
             SampleQuery::Full.without("clocks_throttle_reasons.hw_power_brake_slowdown"),
@@ -532,7 +540,7 @@ mod tests {
 
     #[test]
     fn short_lines_fall_back() {
-        let got = parse_samples(b"GPU-a, 1, 2\n").unwrap();
+        let got = parse_samples(b"GPU-0000000a-0000-0000-0000-000000000000, 1, 2\n").unwrap();
         assert_eq!(
             got,
             SampleParse::FallBack(FallBackReason::WrongColumns {
@@ -552,9 +560,21 @@ mod tests {
         );
     }
 
+    // What changed: a row's UUID only had to start with GPU-, so a cut-short or masked one
+    // ("GPU-a") became a GPU of its own that matched no inventory entry.
+    #[test]
+    fn a_row_whose_uuid_names_no_gpu_is_an_error() {
+        let err = parse_samples(b"GPU-a, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, P0, Disabled\n")
+            .unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "nvidia-smi --query-gpu (samples), line 1: \"GPU-a\" is not a GPU UUID"
+        );
+    }
+
     #[test]
     fn garbage_reading_is_an_error() {
-        let err = parse_samples(b"GPU-a, lots, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, P0, Disabled\n")
+        let err = parse_samples(b"GPU-0000000a-0000-0000-0000-000000000000, lots, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, P0, Disabled\n")
             .unwrap_err();
         assert_eq!(
             err.to_string(),

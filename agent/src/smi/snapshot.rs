@@ -293,7 +293,7 @@ pub fn samples_from_xml(xml: &QueryXml) -> Vec<GpuSample> {
         .iter()
         .filter_map(|g| {
             Some(GpuSample {
-                uuid: g.uuid.clone()?,
+                uuid: g.uuid.as_deref()?.parse().ok()?,
                 memory_total_mib: g.memory_total_mib,
                 memory_used_mib: g.memory_used_mib,
                 memory_reserved_mib: g.memory_reserved_mib,

@@ -5,6 +5,8 @@
 //! parsers go through [`present`] so that such a field is absent in bcd's documents, never
 //! a string that looks like a value.
 
+use bcd_protocol::PciAddress;
+
 /// Spellings that mean "no value", compared case-insensitively after trimming and after
 /// removing one pair of surrounding brackets (`[N/A]`, `[Not Supported]`, ...).
 const NO_VALUE: &[&str] = &[
@@ -89,10 +91,11 @@ pub fn truth(raw: &str) -> Option<bool> {
     }
 }
 
-/// Widens a PCI bus id to NVML's form, `00000000:18:00.0` (eight-digit domain, upper-case
-/// hex). Accepts `DDDDDDDD:BB:DD.F`, the kernel's `DDDD:BB:DD.F` and a bare `BB:DD.F`
-/// (domain 0); returns `None` for anything else.
-pub fn bus_id(raw: &str) -> Option<String> {
+/// Reads a PCI function address in any form `nvidia-smi` or the kernel prints: NVML's
+/// `DDDDDDDD:BB:DD.F`, the kernel's `DDDD:BB:DD.F` or a bare `BB:DD.F` (domain 0), in either
+/// case. Returns `None` for anything else, and for a domain above `ffff`, which no GPU's
+/// function can be named by (sysfs names use four digits of domain).
+pub fn pci_address(raw: &str) -> Option<PciAddress> {
     let value = raw.trim();
     let mut parts = value.rsplitn(3, ':');
     let dev_fn = parts.next()?;
@@ -105,11 +108,12 @@ pub fn bus_id(raw: &str) -> Option<String> {
         }
         u32::from_str_radix(s, 16).ok()
     };
-    let domain = hex(domain, 8)?;
-    let bus = hex(bus, 2)?;
-    let device = hex(device, 2).filter(|d| *d < 0x20)?;
-    let function = hex(function, 1).filter(|f| *f < 8)?;
-    Some(format!("{domain:08X}:{bus:02X}:{device:02X}.{function:X}"))
+    PciAddress::new(
+        hex(domain, 8)?,
+        u8::try_from(hex(bus, 2)?).ok()?,
+        u8::try_from(hex(device, 2)?).ok()?,
+        u8::try_from(hex(function, 1)?).ok()?,
+    )
 }
 
 #[cfg(test)]
@@ -158,15 +162,17 @@ mod tests {
     }
 
     #[test]
-    fn bus_ids_widen_to_nvml_form() {
-        assert_eq!(bus_id("0000:18:00.0").as_deref(), Some("00000000:18:00.0"));
+    fn pci_addresses_read_in_every_printed_form() {
+        let nvml = |raw: &str| pci_address(raw).map(|a| a.nvml_bus_id());
+        assert_eq!(nvml("0000:18:00.0").as_deref(), Some("00000000:18:00.0"));
         assert_eq!(
-            bus_id("00000000:c1:00.0").as_deref(),
+            nvml("00000000:c1:00.0").as_deref(),
             Some("00000000:C1:00.0")
         );
-        assert_eq!(bus_id("1a:00.1").as_deref(), Some("00000000:1A:00.1"));
+        assert_eq!(nvml("1a:00.1").as_deref(), Some("00000000:1A:00.1"));
+        assert_eq!(nvml(" 0000:af:1f.7 ").as_deref(), Some("00000000:AF:1F.7"));
         assert_eq!(
-            bus_id("00001580:00:00.0").as_deref(),
+            nvml("00001580:00:00.0").as_deref(),
             Some("00001580:00:00.0")
         );
         for bad in [
@@ -176,8 +182,9 @@ mod tests {
             "0000:18:00.9",
             "0000:18:40.0",
             "000000000:18:00.0",
+            "00010000:18:00.0",
         ] {
-            assert_eq!(bus_id(bad), None, "{bad:?}");
+            assert_eq!(pci_address(bad), None, "{bad:?}");
         }
     }
 

@@ -4,7 +4,7 @@
 
 use quick_xml::events::BytesStart;
 
-use super::read::{is_zero_placeholder, quote_name, widen_bus_id};
+use super::read::{is_zero_placeholder, present_address, quote_name};
 use super::table::{NodeId, Record, Slot, Tree};
 use super::{
     Counts, EccCounts, Fabric, QueryXml, RowRemap, XmlError, XmlGpu, XmlMigDevice, XmlProcess,
@@ -108,7 +108,7 @@ impl GpuDraft {
             .or(self.enforced_power_limit)
             .or(self.power_limit);
         if gpu.pci_bus_id.is_none() {
-            gpu.pci_bus_id = gpu.id.as_deref().and_then(widen_bus_id);
+            gpu.pci_bus_id = gpu.id.as_deref().and_then(present_address);
         }
         gpu.fabric = self
             .cluster_uuid

@@ -2,7 +2,7 @@
 //! ECC, row remapping, MIG devices, power, clocks, fabric, processes and the driver's own
 //! health readings.
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 /// What `nvidia-smi -q -x` says about the node's driver and GPUs.
 #[derive(Debug, Clone, PartialEq, Default, Serialize)]
@@ -34,10 +34,9 @@ pub struct XmlGpu {
     pub vbios_version: Option<String>,
     pub board_part_number: Option<String>,
     pub minor_number: Option<u32>,
-    /// The PCI bus id in NVML's form, `00000000:18:00.0`: eight upper-case hex digits of
-    /// domain. Taken from `<pci><pci_bus_id>`, else from the `id` attribute; `None` when
-    /// neither reads as a PCI address.
-    pub pci_bus_id: Option<String>,
+    /// The GPU's PCI function. Taken from `<pci><pci_bus_id>`, else from the `id` attribute;
+    /// `None` when neither reads as a PCI address.
+    pub pci_bus_id: Option<bcd_protocol::PciAddress>,
     /// Framebuffer memory, `fb_memory_usage`.
     pub memory_total_mib: Option<u64>,
     pub memory_used_mib: Option<u64>,
@@ -155,8 +154,9 @@ impl XmlGpu {
     }
 }
 
-/// A GPU's compute mode, in the inventory's spelling.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+/// A GPU's compute mode; it serialises in the inventory's spelling (`default`,
+/// `exclusive-process`, `prohibited`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum ComputeMode {
     Default,

@@ -28,7 +28,6 @@ pub use gpu::{
     ClockEvents, ComputeMode, Counts, DriverHealth, EccCounts, Fabric, QueryXml, RowRemap, XmlGpu,
     XmlMigDevice, XmlProcess,
 };
-pub use read::widen_bus_id;
 
 /// Deepest element nesting accepted; real documents nest at most seven levels.
 pub(crate) const MAX_DEPTH: usize = 128;
@@ -147,6 +146,11 @@ mod tests {
         };
     }
 
+    /// A GPU's bus id in NVML's form, as the capture prints it.
+    fn bus(gpu: &XmlGpu) -> Option<String> {
+        gpu.pci_bus_id.map(|a| a.nvml_bus_id())
+    }
+
     fn parse(bytes: &[u8]) -> QueryXml {
         parse_query_xml(bytes).expect("fixture parses")
     }
@@ -159,7 +163,7 @@ mod tests {
         assert_eq!(doc.attached_gpus, Some(1));
         let gpu = &doc.gpus[0];
         assert_eq!(gpu.id.as_deref(), Some("00000000:18:00.0"));
-        assert_eq!(gpu.pci_bus_id.as_deref(), Some("00000000:18:00.0"));
+        assert_eq!(bus(gpu).as_deref(), Some("00000000:18:00.0"));
         assert_eq!(gpu.architecture.as_deref(), Some("Hopper"));
         assert_eq!(gpu.serial.as_deref(), Some("1650123456789"));
         assert_eq!(gpu.minor_number, Some(3));
@@ -315,7 +319,7 @@ mod tests {
         let first = &doc.gpus[0];
         assert_eq!(first.product_name.as_deref(), Some("Graphics Device"));
         assert_eq!(first.serial, None, "all zeros is no serial");
-        assert_eq!(first.pci_bus_id.as_deref(), Some("00000000:3B:00.0"));
+        assert_eq!(bus(first).as_deref(), Some("00000000:3B:00.0"));
         assert_eq!(first.id.as_deref(), Some("0000:3b:00.0"));
         assert_eq!(
             first.memory_total_mib,
@@ -413,37 +417,16 @@ mod tests {
     fn the_gpu_id_stands_in_for_a_missing_pci_block() {
         let doc = parse(b"<nvidia_smi_log><gpu id=\"0000:65:00.0\"/></nvidia_smi_log>");
         assert_eq!(doc.gpus.len(), 1);
-        assert_eq!(doc.gpus[0].pci_bus_id.as_deref(), Some("00000000:65:00.0"));
+        assert_eq!(bus(&doc.gpus[0]).as_deref(), Some("00000000:65:00.0"));
     }
 
     #[test]
-    fn bus_ids_widen_to_nvml_form() {
-        assert_eq!(
-            widen_bus_id("0000:00:03.0").as_deref(),
-            Some("00000000:00:03.0")
-        );
-        assert_eq!(
-            widen_bus_id("00000000:18:00.0").as_deref(),
-            Some("00000000:18:00.0")
-        );
-        assert_eq!(
-            widen_bus_id("00001580:00:00.0").as_deref(),
-            Some("00001580:00:00.0")
-        );
-        assert_eq!(
-            widen_bus_id(" 0000:af:1f.7 ").as_deref(),
-            Some("00000000:AF:1F.7")
-        );
-        assert_eq!(widen_bus_id("3b:00.0").as_deref(), Some("00000000:3B:00.0"));
-        for bad in [
-            "",
-            "N/A",
-            "0000:18:00",
-            "000000000:18:00.0",
-            "0:18:20.0",
-            "0:18:00.8",
-        ] {
-            assert_eq!(widen_bus_id(bad), None, "{bad:?}");
+    fn bus_ids_read_in_every_printed_form() {
+        let nvml = |t: &str| read::present_address(t).map(|a| a.nvml_bus_id());
+        assert_eq!(nvml("0000:00:03.0").as_deref(), Some("00000000:00:03.0"));
+        assert_eq!(nvml("3b:00.0").as_deref(), Some("00000000:3B:00.0"));
+        for bad in ["", "N/A", "0000:18:00", "0:18:20.0", "0:18:00.8"] {
+            assert_eq!(nvml(bad), None, "{bad:?}");
         }
     }
 

@@ -6,35 +6,9 @@ use std::borrow::Cow;
 use super::{ComputeMode, MAX_QUOTED_NAME};
 use crate::smi::value;
 
-/// Reads a PCI address such as `0000:18:00.0`, `00000000:18:00.0` or `18:00.0` and writes it
-/// in NVML's form, `00000000:18:00.0` (eight upper-case hex digits of domain).
-///
-/// Returns `None` unless the text is a PCI address.
-pub fn widen_bus_id(raw: &str) -> Option<String> {
-    let raw = raw.trim();
-    let mut parts = raw.rsplitn(3, ':');
-    let dev_fn = parts.next()?;
-    let bus = parts.next()?;
-    let domain = parts.next().unwrap_or("0");
-    let (dev, func) = dev_fn.split_once('.')?;
-    let domain = hex(domain, 8)?;
-    let bus = hex(bus, 2)?;
-    let dev = hex(dev, 2).filter(|d| *d < 0x20)?;
-    let func = hex(func, 1).filter(|f| *f < 8)?;
-    Some(format!("{domain:08X}:{bus:02X}:{dev:02X}.{func:X}"))
-}
-
-/// A present PCI address in NVML's form ([`widen_bus_id`]).
-pub(super) fn widen_present(text: &str) -> Option<String> {
-    value::present(text).and_then(widen_bus_id)
-}
-
-/// Parses 1 to `max_digits` hex digits, nothing else.
-fn hex(text: &str, max_digits: usize) -> Option<u32> {
-    if text.is_empty() || text.len() > max_digits || !text.bytes().all(|b| b.is_ascii_hexdigit()) {
-        return None;
-    }
-    u32::from_str_radix(text, 16).ok()
+/// A present PCI address ([`value::pci_address`]).
+pub(super) fn present_address(text: &str) -> Option<bcd_protocol::PciAddress> {
+    value::present(text).and_then(value::pci_address)
 }
 
 pub(super) fn owned(text: &str) -> Option<String> {

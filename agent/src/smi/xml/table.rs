@@ -11,7 +11,7 @@ use std::sync::OnceLock;
 
 use super::document::{DocDraft, GpuDraft};
 use super::read::{compute_mode, flag, owned, owned_version, signed_i32, truth, unsigned_u32};
-use super::read::{is_zero_placeholder, widen_present};
+use super::read::{is_zero_placeholder, present_address};
 use super::{XmlMigDevice, XmlProcess};
 use crate::smi::value::{number, unsigned};
 
@@ -61,7 +61,7 @@ const TABLE: &[(&str, Slot)] = &[
     ("gpu/minor_number", Gpu(|g, t| g.gpu.minor_number = unsigned_u32(t))),
     ("gpu/vbios_version", Gpu(|g, t| g.gpu.vbios_version = owned(t))),
     ("gpu/board_part_number", Gpu(|g, t| g.gpu.board_part_number = owned(t))),
-    ("gpu/pci/pci_bus_id", Gpu(|g, t| g.gpu.pci_bus_id = widen_present(t))),
+    ("gpu/pci/pci_bus_id", Gpu(|g, t| g.gpu.pci_bus_id = present_address(t))),
     ("gpu/performance_state", Gpu(|g, t| g.gpu.pstate = owned(t))),
     ("gpu/compute_mode", Gpu(|g, t| g.gpu.compute_mode = compute_mode(t))),
     // MIG.
