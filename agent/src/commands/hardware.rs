@@ -23,6 +23,9 @@ pub async fn hardware(global: &Global) -> ExitCode {
             );
         }
     }
+    for sentence in &collection.left_out {
+        eprintln!("bcd: {sentence}");
+    }
     if global.json {
         if !print_json(&collection.inventory, "the inventory") {
             return ExitCode::from(1);

@@ -739,6 +739,48 @@ mod tests {
         assert_eq!(health.conditions(), left);
     }
 
+    // What changed: kinds and devices were strings; typed, a file an earlier bcd wrote must
+    // read back and write out the same (an unknown kind kept as written).
+    #[test]
+    fn a_stored_faults_file_reads_back_and_writes_out_unchanged() {
+        let stored = serde_json::json!({
+            "boot_id": "b",
+            "conditions": [
+                {"kind": "Xid79", "status": true, "device_id": GPU_A, "message": "m",
+                 "first_seen": 1, "last_seen": 2, "count": 2},
+                {"kind": "SXid20034", "status": true, "device_id": "00000000:05:00.0",
+                 "message": "s", "first_seen": 1, "last_seen": 1, "count": 1},
+                {"kind": "FellOffTheBus", "status": true, "device_id": GPU_B, "message": "f",
+                 "first_seen": 3, "last_seen": 3, "count": 1},
+                {"kind": "MemoryPressure", "status": false, "device_id": GPU_B, "message": "x",
+                 "first_seen": 4, "last_seen": 4, "count": 1}
+            ],
+            "history": [{"boot_id": "a", "xids": [[GPU_A, 48]]}]
+        });
+        let doc: Document = serde_json::from_value(stored.clone()).unwrap();
+        assert_eq!(doc.conditions[0].kind, ConditionKind::Xid(79));
+        assert_eq!(
+            doc.conditions[1].device_id,
+            ConditionDevice::Switch("0000:05:00.0".parse().unwrap())
+        );
+        assert_eq!(doc.conditions[2].kind, ConditionKind::FellOffTheBus);
+        assert_eq!(
+            doc.conditions[3].kind,
+            ConditionKind::Other("MemoryPressure".into())
+        );
+        assert_eq!(serde_json::to_value(&doc).unwrap(), stored);
+        // A device that is neither a GPU nor a switch makes the file unreadable, naming it.
+        let mut bad = stored;
+        bad["conditions"][0]["device_id"] = "GPU-a".into();
+        let err = serde_json::from_value::<Document>(bad)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("device \"GPU-a\" is neither a GPU UUID nor a PCI address"),
+            "{err}"
+        );
+    }
+
     #[test]
     fn a_torn_file_is_set_aside_and_a_reader_reports_it() {
         let dir = tempfile::tempdir().unwrap();

@@ -5,7 +5,7 @@
 use crate::host::Host;
 use crate::inventory::document::Inventory;
 use crate::inventory::memory::{passed_through, GpuMemory};
-use crate::inventory::merge::merge;
+use crate::inventory::merge::{left_out, merge};
 use crate::inventory::procfs;
 use crate::smi::runner::Runner;
 use crate::smi::snapshot::{query, snapshot, QueryRecord, Snapshot, SnapshotError};
@@ -25,6 +25,9 @@ pub struct Collection {
     pub queries: Vec<QueryRecord>,
     /// Why the passthrough memory could not be read or written (the collection went on).
     pub memory_error: Option<StateError>,
+    /// GPUs `nvidia-smi` reported that the inventory leaves out, one sentence each (a UUID
+    /// that names no GPU).
+    pub left_out: Vec<String>,
 }
 
 /// Collects the inventory of `host`.
@@ -52,6 +55,7 @@ pub async fn collect_with(host: &Host, memory: Option<&GpuMemory>, runner: &Runn
         }],
     };
     let mut section = merge(&base, snap.as_ref());
+    let left_out = snap.as_ref().map(left_out).unwrap_or_default();
     let mut memory_error = None;
     if let Some(memory) = memory {
         if snap.is_some() {
@@ -77,5 +81,6 @@ pub async fn collect_with(host: &Host, memory: Option<&GpuMemory>, runner: &Runn
         snapshot_error,
         queries,
         memory_error,
+        left_out,
     }
 }

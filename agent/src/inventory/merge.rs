@@ -293,3 +293,60 @@ fn mig_of(
     };
     (mig.mode.is_some() || mig.pending_mode.is_some() || !mig.devices.is_empty()).then_some(mig)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::smi::{compute_cap::parse_compute_cap, list::parse_list, xml::parse_query_xml};
+
+    const UUID: &str = "GPU-ff1dacfa-2e1a-0504-a88b-76a3118ee48b";
+
+    /// A one-GPU snapshot whose `-q -x` prints `xml_uuid` and whose `-L` and compute
+    /// capability queries print `listed_uuid`.
+    fn snapshot(xml_uuid: &str, listed_uuid: &str) -> Snapshot {
+        let xml = format!(
+            "<nvidia_smi_log><gpu id=\"00000000:18:00.0\"><uuid>{xml_uuid}</uuid>\
+             <product_name>NVIDIA H100 80GB HBM3</product_name></gpu></nvidia_smi_log>"
+        );
+        Snapshot {
+            xml: parse_query_xml(xml.as_bytes()).unwrap(),
+            listed: parse_list(
+                format!("GPU 3: NVIDIA H100 80GB HBM3 (UUID: {listed_uuid})\n").as_bytes(),
+            )
+            .unwrap(),
+            compute_caps: parse_compute_cap(format!("{listed_uuid}, 9.0\n").as_bytes()).unwrap(),
+            topology: Vec::new(),
+            nvlink_status: Vec::new(),
+            nvlink_remotes: Vec::new(),
+            mig_profiles: Vec::new(),
+            queries: Vec::new(),
+        }
+    }
+
+    // What broke: UUIDs were strings, compared without regard to case in some places and
+    // exactly in others; one GPU spelled two ways by two queries is one GPU.
+    #[test]
+    fn a_gpu_spelled_in_two_cases_by_two_queries_is_one_gpu() {
+        let snap = snapshot(UUID, &UUID.to_uppercase());
+        let gpus = gpus_from_snapshot(&snap);
+        assert_eq!(gpus.len(), 1);
+        let g = &gpus[0];
+        assert_eq!(g.uuid, UUID, "the normal form, lower case");
+        assert_eq!(g.index, 3, "-L's index, found through the other spelling");
+        assert_eq!(g.compute_capability.as_deref(), Some("9.0"));
+        assert_eq!(g.address(), Some("0000:18:00.0".parse().unwrap()));
+        assert!(left_out(&snap).is_empty());
+    }
+
+    #[test]
+    fn a_gpu_whose_uuid_names_no_gpu_is_left_out_and_said_so() {
+        let masked = "GPU-XXX9-b02c-1c4ca42113c8";
+        let snap = snapshot(masked, masked);
+        assert!(gpus_from_snapshot(&snap).is_empty());
+        assert_eq!(
+            left_out(&snap),
+            ["nvidia-smi -q -x reported a GPU at 0000:18:00.0 with UUID \"GPU-XXX9-b02c-1c4ca42113c8\", \
+              which is not GPU- and 8-4-4-4-12 hex digits: it is left out of the inventory"]
+        );
+    }
+}

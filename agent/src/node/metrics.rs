@@ -856,10 +856,16 @@ mod tests {
         );
         let text = render(&view);
         assert!(text.contains("# TYPE bcd_gpu_memory_total_bytes gauge\nbcd_gpu_memory_total_bytes{uuid=\"GPU-00000061-0000-0000-0000-000000000000\"} 85520809984\n"), "{text}");
-        assert!(text.contains("bcd_gpu_utilization_ratio{uuid=\"GPU-00000061-0000-0000-0000-000000000000\"} 0.97\n"));
-        assert!(text.contains("bcd_gpu_power_draw_watts{uuid=\"GPU-00000061-0000-0000-0000-000000000000\"} 412.5\n"));
+        assert!(text.contains(
+            "bcd_gpu_utilization_ratio{uuid=\"GPU-00000061-0000-0000-0000-000000000000\"} 0.97\n"
+        ));
+        assert!(text.contains(
+            "bcd_gpu_power_draw_watts{uuid=\"GPU-00000061-0000-0000-0000-000000000000\"} 412.5\n"
+        ));
         assert!(text.contains("bcd_gpu_sm_clock_hertz{uuid=\"GPU-00000061-0000-0000-0000-000000000000\"} 1980000000\n"));
-        assert!(text.contains("bcd_gpu_healthy{uuid=\"GPU-00000061-0000-0000-0000-000000000000\"} 0\n"));
+        assert!(
+            text.contains("bcd_gpu_healthy{uuid=\"GPU-00000061-0000-0000-0000-000000000000\"} 0\n")
+        );
         assert!(text.contains("bcd_gpu_xid_condition{uuid=\"GPU-00000061-0000-0000-0000-000000000000\",xid=\"79\"} 1\n"));
         assert!(
             !text.contains("bcd_gpu_memory_clock_hertz"),

@@ -137,6 +137,8 @@ pub struct Node {
     watcher: Arc<WatcherStats>,
     /// The vendor CDI specs that could not be read at the last convergence.
     vendor_problems: Mutex<Vec<String>>,
+    /// The latest collection's GPUs left out of the inventory (replaced by each collection).
+    left_out: Mutex<Vec<String>>,
     /// GPUs given to libvirt domains through this node, by PCI address: domain name.
     vms: Mutex<BTreeMap<PciAddress, String>>,
     /// The Kubernetes allocations, as the PodResources reader last handed them.
@@ -180,6 +182,7 @@ impl Node {
             metrics_listener: Arc::default(),
             watcher,
             vendor_problems: Mutex::new(Vec::new()),
+            left_out: Mutex::new(Vec::new()),
             vms: Mutex::new(BTreeMap::new()),
             pods: Mutex::new(Vec::new()),
             host_name,
@@ -264,6 +267,9 @@ impl Node {
         if let Ok(v) = self.vendor_problems.lock() {
             all.extend(v.iter().map(|p| format!("vendor CDI spec: {p}")));
         }
+        if let Ok(v) = self.left_out.lock() {
+            all.extend(v.iter().cloned());
+        }
         if let Some(why) = self
             .sampling
             .lock()
@@ -330,6 +336,12 @@ impl Node {
         }
         if let Some(e) = &collection.memory_error {
             self.problem(format!("passthrough memory: {e}"));
+        }
+        if let Ok(mut kept) = self.left_out.lock() {
+            for sentence in collection.left_out.iter().filter(|s| !kept.contains(s)) {
+                tracing::warn!("{sentence}");
+            }
+            kept.clone_from(&collection.left_out);
         }
         let (kept, mut correctable) = {
             let last = self.latest.read().await;

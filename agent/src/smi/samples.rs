@@ -564,8 +564,8 @@ mod tests {
     // ("GPU-a") became a GPU of its own that matched no inventory entry.
     #[test]
     fn a_row_whose_uuid_names_no_gpu_is_an_error() {
-        let err = parse_samples(b"GPU-a, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, P0, Disabled\n")
-            .unwrap_err();
+        let err =
+            parse_samples(b"GPU-a, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, P0, Disabled\n").unwrap_err();
         assert_eq!(
             err.to_string(),
             "nvidia-smi --query-gpu (samples), line 1: \"GPU-a\" is not a GPU UUID"
