@@ -5,40 +5,29 @@ use std::process::ExitCode;
 use super::output::{ask_node, print, print_json, saying_what_it_waits_for};
 use crate::cli::Global;
 use crate::health::status::{render as render_status, status_within, StatusReport, STATUS_WAIT};
+use crate::node::schema::NodeStatus;
 
 /// Asks a running `bcd node` for its status (within [`STATUS_WAIT`]); `None` when none
 /// answers, or when it has no inventory yet (it is starting), so the caller reads itself.
 pub async fn status_from_node(socket: &std::path::Path) -> Option<StatusReport> {
-    let answer: serde_json::Value =
+    let answer: NodeStatus =
         ask_node::<(), _>(socket, "GET", "/v1/status", None, STATUS_WAIT).await?;
-    if answer["collections"].as_u64().unwrap_or(0) == 0 {
+    if answer.collections == 0 {
         return None;
     }
-    let gpus = serde_json::from_value(answer["gpus"].clone())
-        .inspect_err(|e| {
-            eprintln!("bcd: the bcd node service's status is not what bcd expects ({e}); reading the GPUs directly");
-        })
-        .ok()?;
-    let mut notes: Vec<String> = answer["problems"]
-        .as_array()
-        .map(|p| {
-            p.iter()
-                .filter_map(|p| p.as_str().map(str::to_owned))
-                .collect()
-        })
-        .unwrap_or_default();
-    if let Some(why) = answer["sampling"]["mig_memory"].as_str() {
-        notes.push(why.to_owned());
+    let mut notes = answer.problems;
+    if let Some(why) = answer.sampling.mig_memory {
+        notes.push(why);
     }
     notes.push(format!(
         "from bcd node at {} (inventory {}s old)",
         socket.display(),
-        answer["inventory_age_s"].as_u64().unwrap_or(0)
+        answer.inventory_age_s.unwrap_or(0)
     ));
     Some(StatusReport {
-        gpus,
+        gpus: answer.gpus,
         notes,
-        nvidia_smi_error: answer["nvidia_smi_error"].as_str().map(str::to_owned),
+        nvidia_smi_error: answer.nvidia_smi_error,
     })
 }
 

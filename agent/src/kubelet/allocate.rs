@@ -8,7 +8,7 @@
 
 use sha2::{Digest, Sha256};
 
-use crate::cdi::{self, DeviceCatalog, DeviceId, HoldError, HoldId};
+use crate::cdi::{self, DeviceId, HoldError, HoldId};
 use crate::node::shared::Node;
 use crate::policy::PolicyError;
 
@@ -90,9 +90,7 @@ pub async fn allocate(
         .iter()
         .map(|d| topology.place(d))
         .collect::<Result<Vec<_>, _>>()?;
-    {
-        let mut holds = node.holds.lock().await;
-        let holds = holds.as_mut().ok_or(AllocateError::HoldsUnavailable)?;
+    node.with_holds(|holds| -> Result<(), AllocateError> {
         let stale: Vec<HoldId> = holds
             .list()
             .filter(|h| h.kubernetes && h.id != id && h.devices.iter().any(|d| devices.contains(d)))
@@ -105,34 +103,31 @@ pub async fn allocate(
             holds.release(&old)?;
         }
         holds.apply(id.clone(), placed, true, &topology)?;
-    }
+        Ok(())
+    })
+    .await
+    .ok_or(AllocateError::HoldsUnavailable)??;
     node.converge_holds().await;
-    let spec = node.config.cdi_dir.join(id.spec_file_name());
+    let spec = node.config().cdi_dir.join(id.spec_file_name());
     if !spec.exists() {
         // The kubelet fails the pod on this answer: a hold left behind would keep the
         // devices from the next pod until the release pass noticed.
-        if let Some(holds) = node.holds.lock().await.as_mut() {
-            if let Err(e) = holds.release(&id) {
-                tracing::error!("{e}");
-            }
+        if let Some(Err(e)) = node.with_holds(|holds| holds.release(&id)).await {
+            tracing::error!("{e}");
         }
         node.converge_holds().await;
         return Err(AllocateError::Spec(spec.display().to_string()));
     }
-    let vendor = cdi::read_vendor_specs(&cdi::vendor_dirs(&node.config.cdi_dir, &node.config.host));
-    let catalog = {
-        let latest = node.latest.read().await;
-        latest.as_ref().map_or_else(DeviceCatalog::default, |l| {
-            let mut c = DeviceCatalog::from_inventory(&l.inventory);
-            c.add_mig_numbers(&l.listed);
-            c
-        })
-    };
+    let vendor = cdi::read_vendor_specs(&cdi::vendor_dirs(
+        &node.config().cdi_dir,
+        &node.config().host,
+    ));
+    let catalog = node.device_catalog().await;
     let names = devices
         .iter()
         .map(|d| cdi_name(d, &vendor.specs, &catalog))
         .collect();
-    node.kubernetes
+    node.kubernetes()
         .count(resource.as_str(), |c| c.allocations += 1);
     Ok((id, names))
 }

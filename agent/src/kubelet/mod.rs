@@ -188,7 +188,7 @@ pub async fn offer_now(node: &Node) -> devices::Offer {
     let inventory = node.inventory().await;
     let holds = node.holds_now().await;
     let verdict = gpus_taking_work(node).await;
-    devices::offer(&inventory, node.config.gpu_slots, &holds, &verdict)
+    devices::offer(&inventory, node.config().gpu_slots, &holds, &verdict)
 }
 
 /// `bcd status`'s lines about Kubernetes, from the hold store in `data_dir`: one per

@@ -186,7 +186,7 @@ impl DevicePlugin for Plugin {
                 ..pb::ContainerAllocateResponse::default()
             });
         }
-        self.node.kubernetes.touch();
+        self.node.kubernetes().touch();
         Ok(Response::new(pb::AllocateResponse {
             container_responses,
         }))
@@ -360,8 +360,8 @@ pub async fn run(node: Arc<Node>, config: KubeletConfig) {
         ));
     }
     let (offer_tx, offer_rx) = watch::channel(Offer::new());
-    let mut conditions = node.health.subscribe();
-    let mut changed = node.kubernetes.subscribe();
+    let mut conditions = node.health().subscribe();
+    let mut changed = node.kubernetes().subscribe();
     // A JoinSet aborts its tasks when dropped: the plugins stop with the node.
     let mut tasks = tokio::task::JoinSet::new();
     let mut plugins: BTreeSet<Resource> = BTreeSet::new();
@@ -405,7 +405,7 @@ fn count_transitions(node: &Node, before: &Offer, after: &Offer) {
                 .and_then(|b| b.iter().find(|x| x.id == d.id))
                 .map(|x| x.healthy);
             if was.is_some_and(|w| w != d.healthy) {
-                node.kubernetes.count(resource.as_str(), |c| {
+                node.kubernetes().count(resource.as_str(), |c| {
                     if d.healthy {
                         c.to_healthy += 1;
                     } else {

@@ -78,39 +78,88 @@ fn resource_of(
         .unwrap_or_else(|| super::devices::GPU_RESOURCE.to_owned())
 }
 
+/// What one pass did to one Kubernetes hold.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Settled {
+    /// Nothing.
+    Unchanged,
+    /// Its release mark was cleared (a pod has its devices again).
+    Changed,
+    /// No pod has its devices: its release is pending from now.
+    Pending,
+    /// Released, `after` seconds without a pod.
+    Released { after: u64 },
+}
+
+/// Marks, unmarks or releases `hold` in `store`: in use clears the mark; unused marks it
+/// pending; pending for `grace` seconds with no process on its GPUs releases it. A store
+/// error is logged and changes nothing.
+fn settle(
+    store: &mut crate::cdi::Holds,
+    hold: &Hold,
+    in_use: bool,
+    processes: bool,
+    now: u64,
+    grace: u64,
+) -> Settled {
+    let logged = |r: Result<bool, crate::cdi::HoldError>| {
+        r.unwrap_or_else(|e| {
+            tracing::error!("{e}");
+            false
+        })
+    };
+    if in_use {
+        return if logged(store.mark_unassigned(&hold.id, None)) {
+            Settled::Changed
+        } else {
+            Settled::Unchanged
+        };
+    }
+    let since = hold.unassigned_since.unwrap_or(now);
+    let mut step = Settled::Unchanged;
+    if hold.unassigned_since.is_none() && logged(store.mark_unassigned(&hold.id, Some(since))) {
+        step = Settled::Pending;
+    }
+    if now.saturating_sub(since) >= grace && !processes {
+        match store.release(&hold.id) {
+            Ok(_) => step = Settled::Released { after: now - since },
+            Err(e) => tracing::error!("{e}"),
+        }
+    }
+    step
+}
+
 /// One pass: reads PodResources and marks, unmarks or releases the Kubernetes holds.
 pub async fn pass(node: &Node, config: &KubeletConfig) {
     let kubernetes: Vec<Hold> = node
-        .holds
-        .lock()
+        .holds_now()
         .await
-        .as_ref()
-        .map(|h| h.list().filter(|h| h.kubernetes).cloned().collect())
-        .unwrap_or_default();
+        .into_iter()
+        .filter(|h| h.kubernetes)
+        .collect();
     if kubernetes.is_empty() {
-        node.kubernetes.set_problem(None);
+        node.kubernetes().set_problem(None);
         // No Kubernetes hold: no pod has one of bcd's devices, and no series names one.
         node.set_pod_allocations(Vec::new());
         return;
     }
     let assigned: BTreeSet<DeviceId> = match allocations(&config.pod_resources_socket).await {
         Ok(a) => {
-            node.kubernetes.set_problem(None);
+            node.kubernetes().set_problem(None);
             let devices = a.iter().map(|p| p.device.clone()).collect();
             // The metrics' namespace/pod/container labels (see node::attribution).
             node.set_pod_allocations(a);
             devices
         }
         Err(e) => {
-            node.kubernetes.set_problem(Some(format!(
+            node.kubernetes().set_problem(Some(format!(
                 "the kubelet's PodResources API cannot be read ({e}): no Kubernetes hold is released until it can"
             )));
             return;
         }
     };
     let busy_gpus: BTreeSet<bcd_protocol::GpuUuid> = node
-        .samples
-        .read()
+        .samples_now()
         .await
         .iter()
         // A GPU whose process count could not be read counts as busy: a release waits for
@@ -124,54 +173,44 @@ pub async fn pass(node: &Node, config: &KubeletConfig) {
     let mut changed = false;
     for hold in kubernetes {
         let in_use = hold.devices.iter().any(|d| assigned.contains(d));
-        let mut holds = node.holds.lock().await;
-        let Some(store) = holds.as_mut() else { return };
-        if in_use {
-            changed |= store.mark_unassigned(&hold.id, None).unwrap_or_else(|e| {
-                tracing::error!("{e}");
-                false
-            });
-            continue;
-        }
-        let since = hold.unassigned_since.unwrap_or(now);
-        if hold.unassigned_since.is_none() {
-            changed |= store
-                .mark_unassigned(&hold.id, Some(since))
-                .unwrap_or_else(|e| {
-                    tracing::error!("{e}");
-                    false
-                });
-            tracing::info!(
-                "Kubernetes hold {}: no pod has its devices; its release is pending",
-                hold.id
-            );
-        }
         let processes = topology
             .placed(&hold)
             .iter()
             .filter_map(|p| p.gpu.as_ref())
             .any(|g| busy_gpus.iter().any(|b| DeviceId::from(b) == *g));
-        if now.saturating_sub(since) >= config.release_grace.as_secs() && !processes {
-            match store.release(&hold.id) {
-                Ok(_) => {
-                    tracing::info!(
-                        "Kubernetes hold {} released: no pod has had its devices for {}s",
-                        hold.id,
-                        now - since
-                    );
-                    node.kubernetes.count(
-                        &resource_of(&hold, &inventory, node.config.gpu_slots),
-                        |c| c.releases += 1,
-                    );
-                    changed = true;
-                }
-                Err(e) => tracing::error!("{e}"),
+        let grace = config.release_grace.as_secs();
+        let Some(step) = node
+            .with_holds(|store| settle(store, &hold, in_use, processes, now, grace))
+            .await
+        else {
+            return;
+        };
+        match step {
+            Settled::Unchanged => {}
+            Settled::Changed => changed = true,
+            Settled::Pending => {
+                tracing::info!(
+                    "Kubernetes hold {}: no pod has its devices; its release is pending",
+                    hold.id
+                );
+                changed = true;
+            }
+            Settled::Released { after } => {
+                tracing::info!(
+                    "Kubernetes hold {} released: no pod has had its devices for {after}s",
+                    hold.id
+                );
+                node.kubernetes().count(
+                    &resource_of(&hold, &inventory, node.config().gpu_slots),
+                    |c| c.releases += 1,
+                );
+                changed = true;
             }
         }
     }
     if changed {
         node.converge_holds().await;
-        node.kubernetes.touch();
+        node.kubernetes().touch();
     }
 }
 

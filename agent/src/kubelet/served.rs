@@ -95,8 +95,8 @@ async fn allocate_makes_a_kubernetes_hold_and_refuses_a_held_gpu() {
         "{}",
         err.message()
     );
-    assert_eq!(node.holds.lock().await.as_ref().unwrap().list().count(), 0);
-    std::fs::create_dir_all(&node.config.cdi_dir).unwrap();
+    assert!(node.holds_now().await.is_empty());
+    std::fs::create_dir_all(&node.config().cdi_dir).unwrap();
     let answer = allocate(&gpus, &[GPU0]).await.unwrap();
     // No NVIDIA spec in this CDI folder: bcd's own name.
     assert_eq!(
@@ -104,12 +104,10 @@ async fn allocate_makes_a_kubernetes_hold_and_refuses_a_held_gpu() {
         format!("bcd.dev/gpu={GPU0}")
     );
     let hold = super::allocate::hold_id(&[GPU0.parse().unwrap()]);
-    assert!(node.config.cdi_dir.join(hold.spec_file_name()).exists());
-    {
-        let mut holds = node.holds.lock().await;
-        let holds = holds.as_mut().unwrap();
+    assert!(node.config().cdi_dir.join(hold.spec_file_name()).exists());
+    let t = node.topology().await;
+    node.with_holds(|holds| {
         assert!(holds.get(&hold).unwrap().kubernetes);
-        let t = node.topology().await;
         holds
             .apply(
                 "job".parse().unwrap(),
@@ -118,7 +116,9 @@ async fn allocate_makes_a_kubernetes_hold_and_refuses_a_held_gpu() {
                 &t,
             )
             .unwrap();
-    }
+    })
+    .await
+    .unwrap();
     let refused = allocate(&gpus, &[GPU1]).await.unwrap_err();
     assert_eq!(refused.code(), tonic::Code::FailedPrecondition);
     assert!(
@@ -134,7 +134,7 @@ async fn allocate_makes_a_kubernetes_hold_and_refuses_a_held_gpu() {
         "{}",
         unknown.message()
     );
-    assert_eq!(node.kubernetes.counters()["bcd.dev/gpu"].allocations, 1);
+    assert_eq!(node.kubernetes().counters()["bcd.dev/gpu"].allocations, 1);
 }
 
 // What broke: a Kubernetes hold stayed for ever once its pod was gone (the device plugin
@@ -143,7 +143,7 @@ async fn allocate_makes_a_kubernetes_hold_and_refuses_a_held_gpu() {
 async fn a_hold_no_pod_has_is_pending_then_released_and_an_unreadable_kubelet_releases_nothing() {
     let dir = tempfile::tempdir().unwrap();
     let node = collected(dir.path()).await;
-    std::fs::create_dir_all(&node.config.cdi_dir).unwrap();
+    std::fs::create_dir_all(&node.config().cdi_dir).unwrap();
     let (_tx, rx) = watch::channel(super::offer_now(&node).await);
     // GPU 1: the demo host shows no compute process on it.
     allocate(&plugin(&node, "bcd.dev/gpu", rx), &[GPU1])
@@ -160,13 +160,9 @@ async fn a_hold_no_pod_has_is_pending_then_released_and_an_unreadable_kubelet_re
         let node = node.clone();
         let hold = hold.clone();
         async move {
-            node.holds
-                .lock()
+            node.with_holds(|h| h.get(&hold).map(|h| h.unassigned_since))
                 .await
-                .as_ref()
                 .unwrap()
-                .get(&hold)
-                .map(|h| h.unassigned_since)
         }
     };
     // No kubelet: nothing changes, and status says why.
@@ -190,7 +186,7 @@ async fn a_hold_no_pod_has_is_pending_then_released_and_an_unreadable_kubelet_re
     );
     super::release::pass(&node, &config).await;
     assert_eq!(state(&node).await, Some(None), "a pod has it");
-    assert!(node.kubernetes.problem().is_none());
+    assert!(node.kubernetes().problem().is_none());
 
     pods.0.lock().unwrap().clear();
     super::release::pass(&node, &config).await;
@@ -198,6 +194,6 @@ async fn a_hold_no_pod_has_is_pending_then_released_and_an_unreadable_kubelet_re
     tokio::time::sleep(Duration::from_millis(2100)).await;
     super::release::pass(&node, &config).await;
     assert_eq!(state(&node).await, None, "released after the grace period");
-    assert!(!node.config.cdi_dir.join(hold.spec_file_name()).exists());
-    assert_eq!(node.kubernetes.counters()["bcd.dev/gpu"].releases, 1);
+    assert!(!node.config().cdi_dir.join(hold.spec_file_name()).exists());
+    assert_eq!(node.kubernetes().counters()["bcd.dev/gpu"].releases, 1);
 }

@@ -1,6 +1,8 @@
 //! The node service's API: versioned paths, JSON in and out, errors as
 //! `{"code": "<kind>", "message": "<sentence>"}` (the HTTP layer's own errors too). A known
-//! path asked with another method is answered 405, an unknown one 404.
+//! path asked with another method is answered 405, an unknown one 404. Every request and
+//! answer body is a type of [`schema`] (the CLI's client reads the same types); no handler
+//! spells a key by hand.
 //!
 //! | method and path | does |
 //! | --- | --- |
@@ -18,8 +20,7 @@
 //! | `POST /v1/vm/start`, `/v1/vm/destroy` | `{"domain": NAME}` through libvirt |
 //! | `POST /v1/vm/restore` | `{"file": PATH}` through libvirt |
 
-use serde::Deserialize;
-use serde_json::{json, Value};
+use serde::{Deserialize, Serialize};
 
 use bcd_protocol::{GpuRef, GpuUuid};
 
@@ -34,8 +35,17 @@ use crate::node::shared::Node;
 /// An answer: status code and JSON body.
 pub type Answer = (u16, Vec<u8>);
 
-fn ok(value: &Value) -> Answer {
-    (200, value.to_string().into_bytes())
+/// A typed answer: `status` and the body as JSON. The schema's types are plain data, so
+/// encoding them cannot fail; if it ever did, the answer is a 500 that says so.
+fn typed<T: Serialize>(status: u16, body: &T) -> Answer {
+    match serde_json::to_vec(body) {
+        Ok(bytes) => (status, bytes),
+        Err(e) => error(
+            500,
+            "internal",
+            format!("the answer could not be encoded: {e}"),
+        ),
+    }
 }
 
 fn error(status: u16, code: &str, sentence: impl std::fmt::Display) -> Answer {
@@ -128,15 +138,16 @@ pub fn route<'a>(method: &str, path: &'a str) -> Result<Route<'a>, Answer> {
 pub async fn handle(node: &Node, request: &Request) -> Answer {
     let result = match route(&request.method, &request.path) {
         Ok(Route::Status) => Ok(status(node).await),
-        Ok(Route::Inventory) => Ok(ok(
-            &serde_json::to_value(node.inventory().await).unwrap_or(Value::Null)
+        Ok(Route::Inventory) => Ok(typed(200, &node.inventory().await)),
+        Ok(Route::Conditions) => Ok(typed(
+            200,
+            &schema::ConditionList {
+                conditions: described(&node.health().conditions(), &node.config().xid_policy),
+            },
         )),
-        Ok(Route::Conditions) => Ok(ok(&json!({
-            "conditions": described(&node.health.conditions(), &node.config.xid_policy)
-        }))),
         Ok(Route::Refresh) => {
-            node.scheduler.request(Trigger::Refresh);
-            Ok((202, json!({ "requested": true }).to_string().into_bytes()))
+            node.request_collection(Trigger::Refresh);
+            Ok(typed(202, &schema::RefreshAnswer { requested: true }))
         }
         Ok(Route::Diag) => diag(node, request).await,
         Ok(Route::Reset) => reset(node, request).await,
@@ -174,73 +185,68 @@ fn is_known_path(path: &str) -> bool {
 fn described(
     conditions: &[crate::health::Condition],
     policy: &crate::health::xid::XidPolicy,
-) -> Vec<Value> {
+) -> Vec<schema::DescribedCondition> {
     conditions
         .iter()
         .map(|c| {
-            let mut v = serde_json::to_value(c).unwrap_or(Value::Null);
             let (class, action) = crate::health::describe(c, policy);
-            if let Value::Object(m) = &mut v {
-                m.insert("class".into(), class.into());
-                m.insert("action".into(), action.into());
+            schema::DescribedCondition {
+                condition: c.clone(),
+                class: class.to_owned(),
+                action,
             }
-            v
         })
         .collect()
 }
 
 async fn status(node: &Node) -> Answer {
     let inventory = node.inventory().await;
-    let conditions = node.health.conditions();
+    let conditions = node.health().conditions();
     let gpus = node.gpu_statuses().await;
-    let latest = node.latest.read().await;
+    let (inventory_age_s, nvidia_smi_error) = node.latest_age_and_error().await;
     // The seed's Hello rule: nvml only when nvidia-smi answered (a CUDA driver version).
-    let capabilities: Vec<&str> = if inventory.gpu.cuda_driver_version.is_some() {
-        vec!["nvml"]
+    let capabilities = if inventory.gpu.cuda_driver_version.is_some() {
+        vec!["nvml".to_owned()]
     } else {
         Vec::new()
     };
-    let problems = node.problems_now();
-    ok(&json!({
-        "capabilities": capabilities,
-        "inventory_hash": inventory.hash,
-        "inventory_age_s": latest.as_ref().map(|l| l.at.elapsed().as_secs()),
-        "collections": node.collections.load(std::sync::atomic::Ordering::Relaxed),
-        "nvidia_smi_error": latest.as_ref().and_then(|l| l.snapshot_error.clone()),
-        "gpus": gpus,
-        "conditions": described(&conditions, &node.config.xid_policy),
-        "sampling": node.sampling.lock().map(|s| s.clone()).unwrap_or_default(),
-        "problems": problems,
-        "kubernetes": kubernetes_holds(node).await,
-    }))
+    typed(
+        200,
+        &schema::NodeStatus {
+            capabilities,
+            inventory_hash: inventory.hash,
+            inventory_age_s,
+            collections: node.collections(),
+            nvidia_smi_error,
+            gpus,
+            conditions: described(&conditions, &node.config().xid_policy),
+            sampling: node.sampling(),
+            problems: node.problems_now(),
+            kubernetes: kubernetes_holds(node).await,
+        },
+    )
 }
 
 /// Which devices Kubernetes has: its holds, and whether each one's release is pending.
-async fn kubernetes_holds(node: &Node) -> Value {
-    let holds = node.holds.lock().await;
-    let list: Vec<Value> = holds
-        .as_ref()
-        .map(|h| {
-            h.list()
-                .filter(|h| h.kubernetes)
-                .map(|h| {
-                    json!({
-                        "hold": h.id.as_str(),
-                        "devices": h.devices.iter().map(|d| d.as_str()).collect::<Vec<_>>(),
-                        "release_pending_since": h.unassigned_since,
-                    })
-                })
-                .collect()
+async fn kubernetes_holds(node: &Node) -> schema::KubernetesHolds {
+    let holds = node
+        .holds_now()
+        .await
+        .into_iter()
+        .filter(|h| h.kubernetes)
+        .map(|h| schema::KubernetesHold {
+            hold: h.id.as_str().to_owned(),
+            devices: h.devices.iter().map(|d| d.as_str().to_owned()).collect(),
+            release_pending_since: h.unassigned_since,
         })
-        .unwrap_or_default();
-    json!({ "holds": list })
+        .collect();
+    schema::KubernetesHolds { holds }
 }
 
 async fn diag(node: &Node, request: &Request) -> Result<Answer, Answer> {
     let asked: schema::DiagRequest = body(request)?;
     let inventory = node.collect_shared().await;
-    let latest = node.latest.read().await;
-    let error = latest.as_ref().and_then(|l| l.snapshot_error.clone());
+    let (error, driver) = node.latest_driver_readings().await;
     let no_driver = error
         .as_deref()
         .is_some_and(|e| e.contains("nvidia-smi not found"));
@@ -249,23 +255,19 @@ async fn diag(node: &Node, request: &Request) -> Result<Answer, Answer> {
     } else {
         NvmlState::Collected(&inventory)
     };
-    let links = link_widths(&node.config.host, &inventory);
-    let driver = latest
-        .as_ref()
-        .and_then(|l| l.driver.clone())
-        .unwrap_or_default();
+    let links = link_widths(&node.config().host, &inventory);
     let report = diag_nvml(
         nvml,
         error.as_deref().filter(|_| !no_driver),
         &links,
         &driver,
-        &node.health.conditions(),
+        &node.health().conditions(),
         &DiagRequest {
             gpu_uuids: asked.gpus,
             expected_gpu_count: asked.expected_gpus,
         },
     );
-    Ok(ok(&serde_json::to_value(&report).unwrap_or(Value::Null)))
+    Ok(typed(200, &report))
 }
 
 async fn reset(node: &Node, request: &Request) -> Result<Answer, Answer> {
@@ -278,20 +280,16 @@ async fn reset(node: &Node, request: &Request) -> Result<Answer, Answer> {
         &holds,
         node.helper(),
         || node.collect_now(),
-        &node.health,
+        node.health(),
     )
     .await;
     match result {
-        Ok(report) => Ok(ok(&serde_json::to_value(&report).unwrap_or(Value::Null))),
+        Ok(report) => Ok(typed(200, &report)),
         Err(e) => {
             let status = if e.code() == "gpu-busy" { 409 } else { 422 };
             Err(error(status, e.code(), e))
         }
     }
-}
-
-fn hold_json(hold: &crate::cdi::Hold) -> Value {
-    serde_json::to_value(HoldView::from(hold)).unwrap_or(Value::Null)
 }
 
 /// The refusal while `holds.json` is unreadable: nothing may change holds until it is fixed.
@@ -304,12 +302,13 @@ fn holds_unavailable() -> Answer {
 }
 
 async fn list_holds(node: &Node) -> Answer {
-    let holds = node.holds.lock().await;
-    match holds.as_ref() {
-        Some(h) => ok(&serde_json::to_value(HoldList {
+    let list = node
+        .with_holds(|h| HoldList {
             holds: h.list().map(HoldView::from).collect(),
         })
-        .unwrap_or(Value::Null)),
+        .await;
+    match list {
+        Some(list) => typed(200, &list),
         None => holds_unavailable(),
     }
 }
@@ -333,13 +332,22 @@ async fn apply_hold(node: &Node, request: &Request) -> Result<Answer, Answer> {
         .collect::<Result<Vec<_>, _>>()
         .map_err(|e| policy_refusal(&e))?;
     let answer = {
-        let mut holds = node.holds.lock().await;
-        let holds = holds.as_mut().ok_or_else(holds_unavailable)?;
-        match holds.apply(id, placed, asked.kubernetes, &topology) {
-            Ok(hold) => {
-                let mut answer = hold_json(hold);
-                answer["spec"] = json!(node.config.cdi_dir.join(hold.id.spec_file_name()));
-                (201, answer.to_string().into_bytes())
+        let spec = node.config().cdi_dir.join(id.spec_file_name());
+        let applied = node
+            .with_holds(|holds| {
+                holds
+                    .apply(id, placed, asked.kubernetes, &topology)
+                    .map(HoldView::from)
+            })
+            .await
+            .ok_or_else(holds_unavailable)?;
+        match applied {
+            Ok(view) => {
+                let view = HoldView {
+                    spec: Some(spec.to_string_lossy().into_owned()),
+                    ..view
+                };
+                typed(201, &view)
             }
             Err(HoldError::Policy(e)) => return Err(policy_refusal(&e)),
             Err(e @ HoldError::NoDevices(_)) => return Err(error(400, "invalid-argument", e)),
@@ -364,17 +372,17 @@ fn policy_refusal(e: &crate::policy::PolicyError) -> Answer {
 
 async fn release_hold(node: &Node, id: &str) -> Result<Answer, Answer> {
     let id: HoldId = id.parse().map_err(|e| error(400, "invalid-argument", e))?;
-    let released = {
-        let mut holds = node.holds.lock().await;
-        let holds = holds.as_mut().ok_or_else(holds_unavailable)?;
-        holds.release(&id).map_err(|e| match e {
+    let released = node
+        .with_holds(|holds| holds.release(&id))
+        .await
+        .ok_or_else(holds_unavailable)?
+        .map_err(|e| match e {
             HoldError::Frozen(_) => error(503, "holds-unavailable", e),
             e => error(500, "state", e),
-        })?
-    };
+        })?;
     node.converge_holds().await;
     match released {
-        Some(hold) => Ok(ok(&hold_json(&hold))),
+        Some(hold) => Ok(typed(200, &HoldView::from(&hold))),
         None => Err(error(
             404,
             "unknown-hold",
@@ -422,27 +430,27 @@ async fn passthrough(node: &Node, path: &str, request: &Request) -> Result<Answe
     };
     let result = match path {
         "/v1/vfio/bind" => {
-            node.passthrough
+            node.passthrough()
                 .bind(&field::<GpuRef>(asked.device, "device")?, &held)
                 .await
         }
         "/v1/vfio/release" => {
-            node.passthrough
+            node.passthrough()
                 .release(&field(asked.device, "device")?)
                 .await
         }
         "/v1/vm/start" => {
-            node.passthrough
+            node.passthrough()
                 .start(&field(asked.domain, "domain")?, &held)
                 .await
         }
         "/v1/vm/restore" => {
-            node.passthrough
+            node.passthrough()
                 .restore(&field(asked.file, "file")?, &held)
                 .await
         }
         _ => {
-            node.passthrough
+            node.passthrough()
                 .destroy(&field(asked.domain, "domain")?)
                 .await
         }
@@ -452,10 +460,12 @@ async fn passthrough(node: &Node, path: &str, request: &Request) -> Result<Answe
         node.record_passthrough(report, report.domain.as_deref().or(domain.as_deref()));
     }
     match result {
-        Ok(report) => Ok(ok(&serde_json::to_value(Summary {
-            summary: report.to_string(),
-        })
-        .unwrap_or(Value::Null))),
+        Ok(report) => Ok(typed(
+            200,
+            &Summary {
+                summary: report.to_string(),
+            },
+        )),
         Err(e) => {
             let (status, code) = match &e {
                 RuntimeError::Held { .. } => (409, "gpu-busy"),

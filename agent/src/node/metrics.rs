@@ -25,7 +25,8 @@ use crate::smi::snapshot::QueryRecord;
 const MIB: f64 = 1024.0 * 1024.0;
 
 /// How the sampler runs now, for `status` and the metrics.
-#[derive(Debug, Clone, Default, serde::Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(default)]
 pub struct SamplingState {
     /// `true` while one long-lived `nvidia-smi -lms` child feeds the samples.
     pub loop_mode: bool,

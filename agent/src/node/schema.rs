@@ -6,6 +6,79 @@ use bcd_protocol::GpuUuid;
 use serde::{Deserialize, Serialize};
 
 pub use crate::health::reset::{GpuResetOutcome, ResetReport};
+use crate::health::status::GpuStatus;
+use crate::health::Condition;
+use crate::node::metrics::SamplingState;
+
+/// `GET /v1/status`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct NodeStatus {
+    /// `nvml` when `nvidia-smi` answered the last collection (a CUDA driver version).
+    pub capabilities: Vec<String>,
+    /// The inventory's hash.
+    pub inventory_hash: String,
+    /// Seconds since the last collection; `null` before the first.
+    pub inventory_age_s: Option<u64>,
+    /// Collections since the node started; 0 while it starts.
+    pub collections: u64,
+    /// Why `nvidia-smi` did not answer the last collection, when it did not.
+    pub nvidia_smi_error: Option<String>,
+    /// One line per GPU, with its verdict.
+    pub gpus: Vec<GpuStatus>,
+    /// This boot's conditions.
+    pub conditions: Vec<DescribedCondition>,
+    /// How the sampler runs.
+    pub sampling: SamplingState,
+    /// Every degraded input, in sentences.
+    pub problems: Vec<String>,
+    /// Which devices Kubernetes has.
+    pub kubernetes: KubernetesHolds,
+}
+
+/// A condition with its `class` and `action` from the XID catalog (and the node's
+/// overrides).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DescribedCondition {
+    /// The condition.
+    #[serde(flatten)]
+    pub condition: Condition,
+    /// `hardware`, `application`, `interconnect`, ...
+    pub class: String,
+    /// What the operator does about it, as a sentence.
+    pub action: String,
+}
+
+/// `GET /v1/conditions`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ConditionList {
+    /// This boot's conditions.
+    pub conditions: Vec<DescribedCondition>,
+}
+
+/// The Kubernetes holds, in `/v1/status`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct KubernetesHolds {
+    /// Each Kubernetes hold.
+    pub holds: Vec<KubernetesHold>,
+}
+
+/// One Kubernetes hold, and whether its release is pending.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct KubernetesHold {
+    /// The hold's id.
+    pub hold: String,
+    /// Its devices.
+    pub devices: Vec<String>,
+    /// Since when (Unix seconds) no pod has its devices; `null` while one has.
+    pub release_pending_since: Option<u64>,
+}
+
+/// `POST /v1/inventory/refresh` (202).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RefreshAnswer {
+    /// A collection was asked for.
+    pub requested: bool,
+}
 
 /// A hold, as `POST /v1/holds`, `DELETE /v1/holds/<id>` and `GET /v1/holds` answer it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

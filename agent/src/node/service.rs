@@ -29,7 +29,7 @@ use crate::smi::sampler::{Mode, Sampler, Timing};
 use crate::state::remove_crash_temps;
 
 pub use crate::node::metrics::SamplingState;
-pub use crate::node::shared::{Latest, Node, NodeConfig, MIN_SAMPLE_INTERVAL};
+pub use crate::node::shared::{Node, NodeConfig, MIN_SAMPLE_INTERVAL};
 
 /// Scrapes the metrics listener serves at once (a scrape is one request every few seconds).
 pub const METRICS_CONNECTIONS: usize = 16;
@@ -211,7 +211,7 @@ pub async fn run(config: NodeConfig) -> Result<(), NodeError> {
     }
 
     // A bind or release cut off by a crash is settled before anything else moves a GPU.
-    match node.passthrough.reconcile().await {
+    match node.passthrough().reconcile().await {
         Ok(report) => {
             for sentence in &report.sentences {
                 tracing::warn!("passthrough journal: {sentence}");
@@ -271,7 +271,7 @@ pub async fn run(config: NodeConfig) -> Result<(), NodeError> {
     tasks.spawn("the sampler", async move {
         // One long-lived nvidia-smi in loop mode, not a process per sample; the sampler falls
         // back to one-shot queries by itself where loop mode is refused.
-        let sampler = Sampler::spawn(sampled.config.host.nvidia_smi(), Timing::new(interval));
+        let sampler = Sampler::spawn(sampled.config().host.nvidia_smi(), Timing::new(interval));
         let mut rx = sampler.subscribe();
         while rx.changed().await.is_ok() {
             let latest = rx.borrow_and_update().clone();
@@ -292,10 +292,8 @@ pub async fn run(config: NodeConfig) -> Result<(), NodeError> {
                         .mig_reads
                         .load(std::sync::atomic::Ordering::Relaxed),
                 };
-                if let Ok(mut s) = sampled.sampling.lock() {
-                    *s = state;
-                }
-                *sampled.samples.write().await = latest.samples;
+                sampled.set_sampling(state);
+                sampled.set_samples(latest.samples).await;
             }
         }
     });
@@ -306,7 +304,7 @@ pub async fn run(config: NodeConfig) -> Result<(), NodeError> {
             let node = exported.clone();
             async move {
                 (
-                    node.samples.read().await.clone(),
+                    node.samples_now().await,
                     node.healthy_map().await,
                     node.attribution().await,
                 )
@@ -415,7 +413,7 @@ pub async fn run(config: NodeConfig) -> Result<(), NodeError> {
     // ones that change state finish and answer.
     let _ = tokio::time::timeout(SHUTDOWN_GRACE, in_flight.write()).await;
     tasks.set.shutdown().await;
-    if let Err(e) = node.health.flush() {
+    if let Err(e) = node.health().flush() {
         tracing::error!("{e}");
     }
     if let Some(mine) = api_identity {

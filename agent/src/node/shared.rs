@@ -73,7 +73,7 @@ pub struct NodeConfig {
 
 /// The latest collection.
 #[derive(Debug, Clone)]
-pub struct Latest {
+pub(crate) struct Latest {
     /// The inventory.
     pub inventory: Inventory,
     /// When it was collected.
@@ -95,37 +95,38 @@ pub struct Latest {
     pub correctable: crate::health::verdict::CorrectableRates,
 }
 
-/// Everything the API and the tasks share.
+/// Everything the API and the tasks share. Its fields are private: each reader and writer goes
+/// through a method, so the lock order above is kept in this file alone.
 #[derive(Debug)]
 pub struct Node {
     /// The configuration.
-    pub config: NodeConfig,
+    config: NodeConfig,
     /// The latest collection, published to the XID watcher too.
-    pub latest: RwLock<Option<Latest>>,
+    latest: RwLock<Option<Latest>>,
     inventory_tx: watch::Sender<Inventory>,
     /// The GPUs' conditions, kept per boot.
-    pub health: Health,
+    health: Health,
     /// The holds; `None` when `holds.json` could not be read (nothing is converged then, so
     /// no spec of a lost hold is removed).
-    pub holds: tokio::sync::Mutex<Option<Holds>>,
+    holds: tokio::sync::Mutex<Option<Holds>>,
     /// The latest samples.
-    pub samples: RwLock<Vec<GpuSample>>,
+    samples: RwLock<Vec<GpuSample>>,
     /// How sampling goes: loop mode or one-shot (and why), and how often it restarted.
-    pub sampling: Mutex<SamplingState>,
+    sampling: Mutex<SamplingState>,
     /// Asks for collections.
-    pub scheduler: SchedulerHandle,
+    scheduler: SchedulerHandle,
     /// The passthrough memory.
-    pub memory: GpuMemory,
+    memory: GpuMemory,
     /// What did not start as it should, in sentences (also logged).
-    pub problems: Mutex<Vec<String>>,
+    problems: Mutex<Vec<String>>,
     /// How many collections ran.
-    pub collections: std::sync::atomic::AtomicU64,
+    collections: std::sync::atomic::AtomicU64,
     /// GPUs to VMs and back, through the helper.
-    pub passthrough: Passthrough,
+    passthrough: Passthrough,
     /// The root helper, shared with the passthrough runtimes.
     helper: Arc<dyn Helper>,
     /// The Kubernetes side: its change signal, counters and problem.
-    pub kubernetes: crate::kubelet::KubeState,
+    kubernetes: crate::kubelet::KubeState,
     /// Held while a collection runs: the scheduler, diag and reset all collect, and two
     /// collections must never run at once.
     collecting: tokio::sync::Mutex<()>,
@@ -192,6 +193,113 @@ impl Node {
     /// The root helper.
     pub fn helper(&self) -> &dyn Helper {
         self.helper.as_ref()
+    }
+
+    /// What `bcd node` was told.
+    pub fn config(&self) -> &NodeConfig {
+        &self.config
+    }
+
+    /// The GPUs' conditions, kept per boot.
+    pub fn health(&self) -> &Health {
+        &self.health
+    }
+
+    /// The Kubernetes side: its change signal, counters and problem.
+    pub fn kubernetes(&self) -> &crate::kubelet::KubeState {
+        &self.kubernetes
+    }
+
+    /// GPUs to VMs and back, through the helper.
+    pub fn passthrough(&self) -> &Passthrough {
+        &self.passthrough
+    }
+
+    /// The passthrough memory.
+    pub fn memory(&self) -> &GpuMemory {
+        &self.memory
+    }
+
+    /// Asks the scheduler for a collection.
+    pub fn request_collection(&self, trigger: crate::inventory::scheduler::Trigger) {
+        self.scheduler.request(trigger);
+    }
+
+    /// How many collections ran since the node started.
+    pub fn collections(&self) -> u64 {
+        self.collections.load(std::sync::atomic::Ordering::Acquire)
+    }
+
+    /// How sampling goes now.
+    pub fn sampling(&self) -> SamplingState {
+        self.sampling.lock().map(|s| s.clone()).unwrap_or_default()
+    }
+
+    /// Says how sampling goes now (the sampler's task reports through this).
+    pub fn set_sampling(&self, state: SamplingState) {
+        if let Ok(mut s) = self.sampling.lock() {
+            *s = state;
+        }
+    }
+
+    /// The latest samples.
+    pub async fn samples_now(&self) -> Vec<GpuSample> {
+        self.samples.read().await.clone()
+    }
+
+    /// Replaces the latest samples.
+    pub async fn set_samples(&self, samples: Vec<GpuSample>) {
+        *self.samples.write().await = samples;
+    }
+
+    /// The latest collection's age in seconds and why `nvidia-smi` did not answer it; both
+    /// `None` before the first collection.
+    pub async fn latest_age_and_error(&self) -> (Option<u64>, Option<String>) {
+        let latest = self.latest.read().await;
+        (
+            latest.as_ref().map(|l| l.at.elapsed().as_secs()),
+            latest.as_ref().and_then(|l| l.snapshot_error.clone()),
+        )
+    }
+
+    /// Why `nvidia-smi` did not answer the latest collection, and the driver's own readings
+    /// per GPU from its `-q -x` (empty without one), for `diag.nvml`.
+    pub async fn latest_driver_readings(
+        &self,
+    ) -> (
+        Option<String>,
+        BTreeMap<GpuUuid, crate::smi::xml::DriverHealth>,
+    ) {
+        let latest = self.latest.read().await;
+        (
+            latest.as_ref().and_then(|l| l.snapshot_error.clone()),
+            latest
+                .as_ref()
+                .and_then(|l| l.driver.clone())
+                .unwrap_or_default(),
+        )
+    }
+
+    /// Runs `change` on the hold store under its lock; `None` when `holds.json` could not be
+    /// read at start (nothing may change holds then). `change` must not wait: the lock is
+    /// held throughout.
+    pub async fn with_holds<T>(&self, change: impl FnOnce(&mut Holds) -> T) -> Option<T> {
+        self.holds.lock().await.as_mut().map(change)
+    }
+
+    /// The device catalog of the latest collection (GPUs and MIG devices, with `-L`'s MIG
+    /// numbers), for the CDI names of NVIDIA's spec; empty before the first collection.
+    pub async fn device_catalog(&self) -> DeviceCatalog {
+        let latest = self.latest.read().await;
+        let mut catalog = DeviceCatalog::from_inventory(
+            latest
+                .as_ref()
+                .map_or(&Inventory::new(GpuSection::default()), |l| &l.inventory),
+        );
+        if let Some(l) = latest.as_ref() {
+            catalog.add_mig_numbers(&l.listed);
+        }
+        catalog
     }
 
     /// Records a start-up or runtime problem an operator should see in `status`.
@@ -429,18 +537,7 @@ impl Node {
         let mut holds = self.holds.lock().await;
         let Some(holds) = holds.as_mut() else { return };
         let collected = self.latest.read().await.is_some();
-        let catalog = {
-            let latest = self.latest.read().await;
-            let mut catalog = DeviceCatalog::from_inventory(
-                latest
-                    .as_ref()
-                    .map_or(&Inventory::new(GpuSection::default()), |l| &l.inventory),
-            );
-            if let Some(l) = latest.as_ref() {
-                catalog.add_mig_numbers(&l.listed);
-            }
-            catalog
-        };
+        let catalog = self.device_catalog().await;
         let result = if collected {
             converge(holds, &vendor.specs, &catalog, &self.config.cdi_dir)
         } else {

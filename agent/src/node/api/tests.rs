@@ -94,16 +94,13 @@ async fn concurrent_diags_share_one_collection() {
         assert!(v["checks"].as_array().is_some_and(|c| !c.is_empty()), "{v}");
     }
     assert_eq!(
-        node.collections.load(std::sync::atomic::Ordering::Relaxed),
+        node.collections(),
         1,
         "three concurrent diags ran more than one collection"
     );
     // A diag after them collects again: it was not in flight with anything.
     handle(&node, &diag).await;
-    assert_eq!(
-        node.collections.load(std::sync::atomic::Ordering::Relaxed),
-        2
-    );
+    assert_eq!(node.collections(), 2);
 }
 
 // The router is a function of the method and path alone (what the fuzz target drives): every
@@ -145,4 +142,60 @@ fn the_router_agrees_with_the_known_paths() {
         assert_eq!(status, 405, "{path}");
     }
     assert_eq!(route("GET", "/v2/status").unwrap_err().0, 404);
+}
+
+// What broke: /v1/status and /v1/conditions were built with json! and read back by the CLI
+// key by key; both sides use the schema's types now, and the keys stay the documented ones.
+#[tokio::test]
+async fn status_and_conditions_answer_the_schemas_types() {
+    use crate::health::{ConditionDevice, ConditionKind};
+    use crate::node::schema::{ConditionList, NodeStatus};
+    let dir = tempfile::tempdir().unwrap();
+    let node = node(dir.path());
+    node.collect_now().await;
+    let uuid: bcd_protocol::GpuUuid = "GPU-ff1dacfa-2e1a-0504-a88b-76a3118ee48b".parse().unwrap();
+    node.health()
+        .raise(
+            &ConditionKind::Xid(79),
+            ConditionDevice::Gpu(uuid.clone()),
+            "NVRM: Xid (PCI:0000:18:00): 79, GPU has fallen off the bus.",
+        )
+        .unwrap();
+    let (status, body) = handle(&node, &request("GET", "/v1/status")).await;
+    assert_eq!(status, 200);
+    let typed: NodeStatus = serde_json::from_slice(&body).unwrap();
+    assert_eq!(typed.collections, 1);
+    assert_eq!(typed.capabilities, ["nvml"]);
+    assert_eq!(typed.conditions[0].condition.kind, ConditionKind::Xid(79));
+    assert_eq!(typed.conditions[0].class, "bus");
+    let gpu = typed.gpus.iter().find(|g| g.uuid == uuid).unwrap();
+    assert!(!gpu.healthy);
+    let keys: Vec<String> = serde_json::from_slice::<Value>(&body)
+        .unwrap()
+        .as_object()
+        .unwrap()
+        .keys()
+        .cloned()
+        .collect();
+    for key in [
+        "capabilities",
+        "inventory_hash",
+        "inventory_age_s",
+        "collections",
+        "nvidia_smi_error",
+        "gpus",
+        "conditions",
+        "sampling",
+        "problems",
+        "kubernetes",
+    ] {
+        assert!(keys.iter().any(|k| k == key), "{key} missing from {keys:?}");
+    }
+    let (status, body) = handle(&node, &request("GET", "/v1/conditions")).await;
+    assert_eq!(status, 200);
+    let list: ConditionList = serde_json::from_slice(&body).unwrap();
+    assert_eq!(list.conditions, typed.conditions);
+    let v: Value = serde_json::from_slice(&body).unwrap();
+    assert_eq!(v["conditions"][0]["kind"], "Xid79", "the stored spelling");
+    assert_eq!(v["conditions"][0]["device_id"], uuid.as_str());
 }
