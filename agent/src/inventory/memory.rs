@@ -232,6 +232,9 @@ mod tests {
     use super::*;
     use std::os::unix::fs::PermissionsExt;
 
+    const A: &str = "GPU-00000061-0000-0000-0000-000000000000";
+    const B: &str = "GPU-00000062-0000-0000-0000-000000000000";
+
     fn gpu(uuid: &str, bus: &str) -> Gpu {
         Gpu {
             bus_id: Some(bus.parse().unwrap()),
@@ -245,28 +248,14 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let memory = GpuMemory::new(dir.path());
         memory
-            .remember(&[
-                gpu(
-                    "GPU-00000061-0000-0000-0000-000000000000",
-                    "00000000:18:00.0",
-                ),
-                gpu(
-                    "GPU-00000062-0000-0000-0000-000000000000",
-                    "00000000:3B:00.0",
-                ),
-            ])
+            .remember(&[gpu(A, "00000000:18:00.0"), gpu(B, "00000000:3B:00.0")])
             .unwrap();
-        memory
-            .remember(&[gpu(
-                "GPU-00000061-0000-0000-0000-000000000000",
-                "00000000:18:00.0",
-            )])
-            .unwrap();
+        memory.remember(&[gpu(A, "00000000:18:00.0")]).unwrap();
         let known = memory.load().unwrap();
         assert_eq!(known.len(), 2);
         assert_eq!(
             memory
-                .gpu_address(&"GPU-00000062-0000-0000-0000-000000000000".parse().unwrap())
+                .gpu_address(&B.parse().unwrap())
                 .unwrap()
                 .unwrap()
                 .to_string(),
@@ -285,12 +274,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let memory = GpuMemory::new(dir.path());
         std::fs::write(memory.path(), b"{\"version\":1,\"gpus\":{").unwrap();
-        let err = memory
-            .remember(&[gpu(
-                "GPU-00000061-0000-0000-0000-000000000000",
-                "00000000:18:00.0",
-            )])
-            .unwrap_err();
+        let err = memory.remember(&[gpu(A, "00000000:18:00.0")]).unwrap_err();
         assert!(matches!(err, StateError::SetAside { .. }), "{err}");
         assert_eq!(
             memory.load().unwrap().len(),
@@ -328,23 +312,11 @@ mod tests {
         function("0000:5e:00.0", "0x030200", "vfio-pci");
         let memory = GpuMemory::new(dir.path());
         memory
-            .remember(&[
-                gpu(
-                    "GPU-00000061-0000-0000-0000-000000000000",
-                    "00000000:18:00.0",
-                ),
-                gpu(
-                    "GPU-00000062-0000-0000-0000-000000000000",
-                    "00000000:3B:00.0",
-                ),
-            ])
+            .remember(&[gpu(A, "00000000:18:00.0"), gpu(B, "00000000:3B:00.0")])
             .unwrap();
         let listed = vec![Gpu {
             index: 0,
-            ..gpu(
-                "GPU-00000061-0000-0000-0000-000000000000",
-                "00000000:18:00.0",
-            )
+            ..gpu(A, "00000000:18:00.0")
         }];
         let found = passed_through(&host, &memory.load().unwrap(), &listed);
         assert_eq!(
@@ -352,7 +324,7 @@ mod tests {
             1,
             "the never-seen 5e:00.0 and the audio function are left out"
         );
-        assert_eq!(found[0].uuid, "GPU-00000062-0000-0000-0000-000000000000");
+        assert_eq!(found[0].uuid, B);
         assert_eq!(found[0].index, 1);
         assert!(found[0].passed_through);
         assert_eq!(found[0].numa_node, Some(1));

@@ -15,3 +15,4 @@ pub mod readings;
 pub mod schema;
 pub mod service;
 pub mod shared;
+pub mod vms;

@@ -10,8 +10,9 @@ use crate::health::status::GpuStatus;
 use crate::health::Condition;
 use crate::node::metrics::SamplingState;
 
-/// `GET /v1/status`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+/// `GET /v1/status`. A key the answer lacks (a node of another version) reads as empty.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
 pub struct NodeStatus {
     /// `nvml` when `nvidia-smi` answered the last collection (a CUDA driver version).
     pub capabilities: Vec<String>,

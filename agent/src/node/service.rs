@@ -113,6 +113,7 @@ fn is_state_file(name: &str) -> bool {
         crate::health::faults::FAULTS_FILE,
         crate::inventory::memory::FILE_NAME,
         crate::runtime::journal::FILE_NAME,
+        crate::node::vms::VM_GPUS_FILE,
     ]
     .contains(&name)
 }

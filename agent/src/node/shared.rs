@@ -5,7 +5,8 @@
 //!
 //! Lock order, where two are held at once: `collecting`, then `holds`, then `latest`; the
 //! `std` mutexes (`sampling`, `problems`, `vendor_problems`, `vms`, `pods`) are held for a
-//! copy only, never across an `.await`.
+//! copy only (`vms` also for the write of its small file, so two writes keep their order),
+//! never across an `.await`.
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -161,6 +162,15 @@ impl Node {
         scheduler: SchedulerHandle,
     ) -> Self {
         let host_name = crate::node::otlp::Resource::of_host(&config.host).host_name;
+        let (vms, vms_problem) = match crate::node::vms::load(&config.data_dir) {
+            Ok(vms) => (vms, None),
+            Err(e) => (
+                BTreeMap::new(),
+                Some(format!(
+                    "the GPUs given to VMs (their metrics' vm label): {e}"
+                )),
+            ),
+        };
         let helper: Arc<dyn Helper> = Arc::new(SocketHelper::new(config.helper_socket.clone()));
         Self {
             memory: GpuMemory::new(&config.data_dir),
@@ -176,7 +186,7 @@ impl Node {
             samples: RwLock::new(Vec::new()),
             sampling: Mutex::new(SamplingState::default()),
             scheduler,
-            problems: Mutex::new(Vec::new()),
+            problems: Mutex::new(vms_problem.into_iter().collect()),
             collections: std::sync::atomic::AtomicU64::new(0),
             collecting: tokio::sync::Mutex::new(()),
             api_listener: Arc::default(),
@@ -184,7 +194,7 @@ impl Node {
             watcher,
             vendor_problems: Mutex::new(Vec::new()),
             left_out: Mutex::new(Vec::new()),
-            vms: Mutex::new(BTreeMap::new()),
+            vms: Mutex::new(vms),
             pods: Mutex::new(Vec::new()),
             host_name,
         }
@@ -646,10 +656,12 @@ impl Node {
     /// Records what a passthrough step did to the VMs' GPUs: a domain started has its GPUs
     /// (the helper's reading of its XML); a domain destroyed, and a GPU released from
     /// vfio-pci, have none. `domain` is the domain of the step (for a restore, the one its
-    /// save image names, from the helper's answer; `None` for vfio steps).
+    /// save image names, from the helper's answer; `None` for vfio steps). A change is kept
+    /// in `<data-dir>/vm-gpus.json` for the next start.
     pub fn record_passthrough(&self, report: &crate::runtime::Report, domain: Option<&str>) {
         use crate::runtime::Action;
         let Ok(mut vms) = self.vms.lock() else { return };
+        let before = vms.clone();
         match (report.action, domain) {
             (Action::VmStart | Action::VmRestore, Some(domain)) => {
                 for f in report.functions.iter().filter(|f| f.gpu) {
@@ -663,6 +675,13 @@ impl Node {
                 }
             }
             _ => {}
+        }
+        if *vms != before {
+            if let Err(e) = crate::node::vms::save(&self.config.data_dir, &vms) {
+                tracing::error!(
+                    "the GPUs given to VMs: {e}; their metrics' vm label is lost at the next start"
+                );
+            }
         }
     }
 
@@ -1014,6 +1033,15 @@ mod tests {
         );
         // A restore labels the GPUs with the domain its save image names (the helper's answer).
         node.record_passthrough(&report(Action::VmRestore), Some("win11"));
+        assert_eq!(
+            healthy_line(&node).await,
+            format!("bcd_gpu_healthy{{uuid=\"{GPU0}\",vm=\"win11\"}} 1")
+        );
+        // What broke: the label lived in memory only, so a restarted node lost it while the
+        // domain kept running. The next node on the same data folder still says it.
+        drop(node);
+        let node = test_node(dir.path());
+        node.collect_now().await;
         assert_eq!(
             healthy_line(&node).await,
             format!("bcd_gpu_healthy{{uuid=\"{GPU0}\",vm=\"win11\"}} 1")
