@@ -60,23 +60,27 @@ pub const HISTORY_BOOTS: usize = 8;
 pub struct PastBoot {
     /// That boot's id.
     pub boot_id: String,
-    /// `(GPU UUID, XID number)`, one per pair.
-    pub xids: Vec<(GpuUuid, u32)>,
+    /// `(GPU, XID number)`, one per pair (a GPU an earlier bcd stored under a UUID that names
+    /// no GPU is kept as written, and matches none).
+    pub xids: Vec<(ConditionDevice, u32)>,
 }
 
 impl PastBoot {
     /// Whether that boot saw XID `number` on `uuid`.
     pub fn has(&self, uuid: &GpuUuid, number: u32) -> bool {
-        self.xids.iter().any(|(u, n)| u == uuid && *n == number)
+        self.xids
+            .iter()
+            .any(|(d, n)| d.gpu() == Some(uuid) && *n == number)
     }
 
     /// The hardware XIDs among `conditions`, judged by the catalog (overrides are the
     /// node's present opinion, not history's).
     fn of(boot_id: &str, conditions: &[Condition]) -> Self {
         let policy = super::xid::XidPolicy::default();
-        let mut xids: Vec<(GpuUuid, u32)> = conditions
+        let mut xids: Vec<(ConditionDevice, u32)> = conditions
             .iter()
-            .filter_map(|c| Some((c.device_id.gpu()?.clone(), c.kind.xid()?)))
+            .filter(|c| c.device_id.gpu().is_some())
+            .filter_map(|c| Some((c.device_id.clone(), c.kind.xid()?)))
             .filter(|(_, n)| policy.judge(*n).is_hardware())
             .collect();
         xids.sort();
@@ -664,7 +668,7 @@ mod tests {
             store.history(),
             [PastBoot {
                 boot_id: "boot-1".into(),
-                xids: vec![(uuid(GPU_A), 48)]
+                xids: vec![(dev(GPU_A), 48)]
             }],
             "application XIDs are not history"
         );
@@ -769,16 +773,16 @@ mod tests {
             ConditionKind::Other("MemoryPressure".into())
         );
         assert_eq!(serde_json::to_value(&doc).unwrap(), stored);
-        // A device that is neither a GPU nor a switch makes the file unreadable, naming it.
-        let mut bad = stored;
-        bad["conditions"][0]["device_id"] = "GPU-a".into();
-        let err = serde_json::from_value::<Document>(bad)
-            .unwrap_err()
-            .to_string();
-        assert!(
-            err.contains("device \"GPU-a\" is neither a GPU UUID nor a PCI address"),
-            "{err}"
-        );
+        // What an earlier bcd stored for a GPU the driver could not name (it kept whatever
+        // UUID the driver printed) is kept as written, and matches no GPU.
+        let mut masked = stored;
+        let unnamed = "GPU-????????-????-????-????-????????????";
+        masked["conditions"][0]["device_id"] = unnamed.into();
+        masked["history"][0]["xids"][0][0] = unnamed.into();
+        let doc: Document = serde_json::from_value(masked.clone()).unwrap();
+        assert_eq!(doc.conditions[0].device_id.gpu(), None);
+        assert!(!doc.history[0].has(&uuid(GPU_A), 48));
+        assert_eq!(serde_json::to_value(&doc).unwrap(), masked);
     }
 
     #[test]

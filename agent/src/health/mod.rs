@@ -95,13 +95,17 @@ impl<'de> Deserialize<'de> for ConditionKind {
 }
 
 /// The device a condition is about: a GPU by UUID, or an NVSwitch by PCI address (written in
-/// NVML's form, `00000000:05:00.0`).
+/// NVML's form, `00000000:05:00.0`). A device an earlier bcd stored that is neither (it kept
+/// whatever UUID the driver printed, `GPU-????...` included) is kept as written, so nothing
+/// stored is lost; it matches no GPU.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum ConditionDevice {
     /// A GPU.
     Gpu(GpuUuid),
     /// An NVSwitch, by its PCI function.
     Switch(PciAddress),
+    /// Any other spelling, kept verbatim.
+    Other(String),
 }
 
 impl ConditionDevice {
@@ -109,8 +113,16 @@ impl ConditionDevice {
     pub fn gpu(&self) -> Option<&GpuUuid> {
         match self {
             Self::Gpu(u) => Some(u),
-            Self::Switch(_) => None,
+            Self::Switch(_) | Self::Other(_) => None,
         }
+    }
+
+    /// Reads a device as written; never fails (see [`ConditionDevice::Other`]).
+    pub fn parse(s: &str) -> Self {
+        if let Ok(u) = s.parse::<GpuUuid>() {
+            return Self::Gpu(u);
+        }
+        crate::smi::value::pci_address(s).map_or_else(|| Self::Other(s.to_owned()), Self::Switch)
     }
 }
 
@@ -125,20 +137,17 @@ impl std::fmt::Display for ConditionDevice {
         match self {
             Self::Gpu(u) => u.fmt(f),
             Self::Switch(a) => f.write_str(&a.nvml_bus_id()),
+            Self::Other(s) => f.write_str(s),
         }
     }
 }
 
 impl std::str::FromStr for ConditionDevice {
-    type Err = String;
+    type Err = std::convert::Infallible;
 
+    /// [`ConditionDevice::parse`].
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        if let Ok(u) = s.parse::<GpuUuid>() {
-            return Ok(Self::Gpu(u));
-        }
-        crate::smi::value::pci_address(s)
-            .map(Self::Switch)
-            .ok_or_else(|| format!("device {s:?} is neither a GPU UUID nor a PCI address"))
+        Ok(Self::parse(s))
     }
 }
 
@@ -150,9 +159,7 @@ impl Serialize for ConditionDevice {
 
 impl<'de> Deserialize<'de> for ConditionDevice {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        String::deserialize(d)?
-            .parse()
-            .map_err(serde::de::Error::custom)
+        Ok(Self::parse(&String::deserialize(d)?))
     }
 }
 
@@ -331,7 +338,13 @@ mod tests {
     fn xid(kind: &str, device: &str) -> Condition {
         let mut v = Vec::new();
         let kind = ConditionKind::parse(kind);
-        raise(&mut v, &kind, device.parse().unwrap(), "NVRM: Xid ...", 1);
+        raise(
+            &mut v,
+            &kind,
+            ConditionDevice::parse(device),
+            "NVRM: Xid ...",
+            1,
+        );
         v.remove(0)
     }
 
@@ -443,15 +456,17 @@ mod tests {
     }
 
     #[test]
-    fn device_ids_are_a_gpu_or_a_switch() {
-        let gpu: ConditionDevice = UUID.to_uppercase().parse().unwrap();
+    fn devices_are_a_gpu_a_switch_or_kept_as_written() {
+        let gpu = ConditionDevice::parse(&UUID.to_uppercase());
         assert_eq!(gpu.to_string(), UUID, "a GPU is named in its normal form");
-        let switch: ConditionDevice = "0000:05:00.0".parse().unwrap();
+        assert_eq!(gpu.gpu().map(GpuUuid::as_str), Some(UUID));
+        let switch = ConditionDevice::parse("0000:05:00.0");
         assert_eq!(switch.to_string(), "00000000:05:00.0");
-        let err = "GPU-a".parse::<ConditionDevice>().unwrap_err();
+        let masked = ConditionDevice::parse("GPU-????????-????-????-????-????????????");
         assert_eq!(
-            err,
-            r#"device "GPU-a" is neither a GPU UUID nor a PCI address"#
+            masked.to_string(),
+            "GPU-????????-????-????-????-????????????"
         );
+        assert_eq!(masked.gpu(), None, "it matches no GPU");
     }
 }

@@ -55,7 +55,7 @@ pub async fn collect_with(host: &Host, memory: Option<&GpuMemory>, runner: &Runn
         }],
     };
     let mut section = merge(&base, snap.as_ref());
-    let left_out = snap.as_ref().map(left_out).unwrap_or_default();
+    let left_out = left_out(&base, snap.as_ref());
     let mut memory_error = None;
     if let Some(memory) = memory {
         if snap.is_some() {

@@ -48,7 +48,38 @@ pub struct SeenGpu {
 struct SeenFile {
     version: u32,
     /// By PCI address in the kernel's form.
+    #[serde(deserialize_with = "nameable_gpus")]
     gpus: BTreeMap<PciAddress, SeenGpu>,
+}
+
+/// The remembered GPUs, without an entry whose address or UUID names nothing (an earlier bcd
+/// kept whatever UUID the driver printed, `GPU-????...` for a GPU it could not initialise):
+/// such an entry could not be named to `vfio-pci` or a VM, and one of them must not cost the
+/// file every other GPU. It is logged and left out; the next write drops it.
+fn nameable_gpus<'de, D: serde::Deserializer<'de>>(
+    d: D,
+) -> Result<BTreeMap<PciAddress, SeenGpu>, D::Error> {
+    let raw: BTreeMap<String, serde_json::Value> = BTreeMap::deserialize(d)?;
+    Ok(raw
+        .into_iter()
+        .filter_map(|(address, gpu)| {
+            let parsed = address
+                .parse::<PciAddress>()
+                .map_err(|e| e.to_string())
+                .and_then(|a| {
+                    serde_json::from_value::<SeenGpu>(gpu)
+                        .map(|g| (a, g))
+                        .map_err(|e| e.to_string())
+                });
+            parsed
+                .inspect_err(|e| {
+                    tracing::warn!(
+                        "{FILE_NAME}: the GPU remembered at {address:?} is left out: {e}"
+                    );
+                })
+                .ok()
+        })
+        .collect())
 }
 
 impl state::Versioned for SeenFile {
@@ -241,6 +272,28 @@ mod tests {
             name: Some("NVIDIA L40S".into()),
             ..Gpu::new(0, uuid.parse().unwrap())
         }
+    }
+
+    // What an earlier bcd could store: a GPU under the UUID the driver printed while it could
+    // not initialise the GPU. One such entry set the whole file aside once UUIDs were typed.
+    #[test]
+    fn a_remembered_gpu_whose_uuid_names_nothing_costs_only_itself() {
+        let dir = tempfile::tempdir().unwrap();
+        let memory = GpuMemory::new(dir.path());
+        std::fs::write(
+            memory.path(),
+            format!(
+                r#"{{"version": 1, "gpus": {{
+                    "0000:18:00.0": {{"uuid": "GPU-????????-????-????-????-????????????"}},
+                    "0000:3b:00.0": {{"uuid": "{B}", "name": "NVIDIA L40S"}}
+                }}}}"#
+            ),
+        )
+        .unwrap();
+        let known = memory.load().unwrap();
+        assert_eq!(known.len(), 1, "{known:?}");
+        assert_eq!(known[&"0000:3b:00.0".parse().unwrap()].uuid, B);
+        assert!(memory.path().exists(), "the file is not set aside");
     }
 
     #[test]

@@ -39,7 +39,7 @@ pub fn merge(base: &ProcInventory, snapshot: Option<&Snapshot>) -> GpuSection {
                 bus_id: Some(p.address),
                 numa_node: p.numa_node,
                 vbios: p.vbios.clone(),
-                ..Gpu::new(p.index, p.uuid.clone()?)
+                ..Gpu::new(p.index, uuid(p.uuid.as_deref()?)?)
             })
         })
         .collect();
@@ -81,24 +81,47 @@ fn uuid(raw: &str) -> Option<GpuUuid> {
     raw.trim().parse().ok()
 }
 
-/// Why a GPU of `snap` is missing from [`gpus_from_snapshot`]'s records, one sentence each:
-/// `nvidia-smi` printed a UUID that names no GPU (masked, or cut short).
-pub fn left_out(snap: &Snapshot) -> Vec<String> {
-    snap.xml
+/// Why a GPU the driver or `nvidia-smi` shows is missing from [`merge`]'s section, one
+/// sentence each: its UUID names no GPU (`GPU-????...` from a driver that could not
+/// initialise it, or a masked or cut-short capture). A procfs GPU whose address `nvidia-smi`
+/// reports under a good UUID is not missing.
+pub fn left_out(base: &ProcInventory, snapshot: Option<&Snapshot>) -> Vec<String> {
+    let unnamed = |raw: &str| uuid(raw).is_none();
+    let reported: Vec<PciAddress> = snapshot
+        .iter()
+        .flat_map(|s| &s.xml.gpus)
+        .filter(|x| x.uuid.as_deref().is_some_and(|u| !unnamed(u)))
+        .filter_map(|x| x.pci_bus_id)
+        .collect();
+    let mut out: Vec<String> = base
         .gpus
         .iter()
-        .filter_map(|x| {
-            let raw = x.uuid.as_deref()?;
-            uuid(raw).is_none().then(|| {
-                let at = x.pci_bus_id.map(|a| format!(" at {a}")).unwrap_or_default();
+        .filter(|p| !reported.contains(&p.address))
+        .filter_map(|p| {
+            let raw = p.uuid.as_deref()?;
+            unnamed(raw).then(|| {
                 format!(
-                    "nvidia-smi -q -x reported a GPU{at} with UUID {:?}, which is not GPU- and \
-                     8-4-4-4-12 hex digits: it is left out of the inventory",
+                    "the driver lists a GPU at {} with UUID {:?}, which names no GPU (the driver \
+                     may have failed to initialise it: dmesg | grep NVRM): it is left out of the \
+                     inventory",
+                    p.address,
                     crate::smi::escape_control(raw)
                 )
             })
         })
-        .collect()
+        .collect();
+    out.extend(snapshot.iter().flat_map(|s| &s.xml.gpus).filter_map(|x| {
+        let raw = x.uuid.as_deref()?;
+        unnamed(raw).then(|| {
+            let at = x.pci_bus_id.map(|a| format!(" at {a}")).unwrap_or_default();
+            format!(
+                "nvidia-smi -q -x reported a GPU{at} with UUID {:?}, which is not GPU- and \
+                 8-4-4-4-12 hex digits: it is left out of the inventory",
+                crate::smi::escape_control(raw)
+            )
+        })
+    }));
+    out
 }
 
 /// Every GPU of a snapshot as an inventory record, with `index` in `nvidia-smi`'s numbering.
@@ -335,7 +358,7 @@ mod tests {
         assert_eq!(g.index, 3, "-L's index, found through the other spelling");
         assert_eq!(g.compute_capability.as_deref(), Some("9.0"));
         assert_eq!(g.address(), Some("0000:18:00.0".parse().unwrap()));
-        assert!(left_out(&snap).is_empty());
+        assert!(left_out(&ProcInventory::default(), Some(&snap)).is_empty());
     }
 
     #[test]
@@ -344,9 +367,40 @@ mod tests {
         let snap = snapshot(masked, masked);
         assert!(gpus_from_snapshot(&snap).is_empty());
         assert_eq!(
-            left_out(&snap),
+            left_out(&ProcInventory::default(), Some(&snap)),
             ["nvidia-smi -q -x reported a GPU at 0000:18:00.0 with UUID \"GPU-XXX9-b02c-1c4ca42113c8\", \
               which is not GPU- and 8-4-4-4-12 hex digits: it is left out of the inventory"]
         );
+    }
+
+    // What broke: a GPU the driver could not initialise (procfs says GPU-????...) vanished
+    // from the inventory without a word once UUIDs were typed; it is said now, by address.
+    #[test]
+    fn a_gpu_the_driver_cannot_name_is_said_by_address() {
+        let masked = "GPU-????????-????-????-????-????????????";
+        let base = ProcInventory {
+            driver_version: Some("570.86.15".into()),
+            gpus: vec![crate::inventory::procfs::ProcGpu {
+                index: 0,
+                uuid: Some(masked.into()),
+                model: Some("NVIDIA H100 80GB HBM3".into()),
+                vbios: None,
+                address: "0000:18:00.0".parse().unwrap(),
+                minor: Some(0),
+                numa_node: None,
+                architecture: None,
+            }],
+        };
+        assert!(merge(&base, None).gpus.is_empty());
+        assert_eq!(
+            left_out(&base, None),
+            ["the driver lists a GPU at 0000:18:00.0 with UUID \"GPU-????????-????-????-????-????????????\", \
+              which names no GPU (the driver may have failed to initialise it: dmesg | grep NVRM): \
+              it is left out of the inventory"]
+        );
+        // nvidia-smi naming the same function under a good UUID is the GPU itself.
+        let snap = snapshot(UUID, UUID);
+        assert_eq!(merge(&base, Some(&snap)).gpus.len(), 1);
+        assert!(left_out(&base, Some(&snap)).is_empty());
     }
 }

@@ -14,8 +14,9 @@ use crate::inventory::arch::guess_architecture;
 pub struct ProcGpu {
     /// Position in bus order, as `nvidia-smi` numbers GPUs by default.
     pub index: u32,
-    /// `GPU UUID`.
-    pub uuid: Option<bcd_protocol::GpuUuid>,
+    /// `GPU UUID`, as the driver printed it (`GPU-????????-...` for a GPU it could not
+    /// initialise); the merge reads it into a UUID.
+    pub uuid: Option<String>,
     /// `Model`.
     pub model: Option<String>,
     /// `Video BIOS`.
@@ -110,7 +111,7 @@ fn read_gpu(host: &Host, dir: &Path) -> Option<ProcGpu> {
     for (key, value) in parse_information(&text) {
         let value = crate::smi::value::present(value);
         match key {
-            "GPU UUID" => gpu.uuid = value.and_then(|v| v.parse().ok()),
+            "GPU UUID" => gpu.uuid = value.map(str::to_owned),
             "Model" => gpu.model = value.map(str::to_owned),
             "Video BIOS" => gpu.vbios = value.map(str::to_owned),
             "Device Minor" => gpu.minor = value.and_then(|v| v.parse().ok()),

@@ -79,16 +79,14 @@ fn resource_of(
 }
 
 /// What one pass did to one Kubernetes hold.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Settled {
-    /// Nothing.
-    Unchanged,
-    /// Its release mark was cleared (a pod has its devices again).
-    Changed,
-    /// No pod has its devices: its release is pending from now.
-    Pending,
-    /// Released, `after` seconds without a pod.
-    Released { after: u64 },
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+struct Settled {
+    /// The store changed (a mark set or cleared, or the hold released).
+    changed: bool,
+    /// No pod has its devices since this pass: its release is pending from now.
+    pending: bool,
+    /// Released, this many seconds without a pod.
+    released_after: Option<u64>,
 }
 
 /// Marks, unmarks or releases `hold` in `store`: in use clears the mark; unused marks it
@@ -108,21 +106,23 @@ fn settle(
             false
         })
     };
+    let mut step = Settled::default();
     if in_use {
-        return if logged(store.mark_unassigned(&hold.id, None)) {
-            Settled::Changed
-        } else {
-            Settled::Unchanged
-        };
+        step.changed = logged(store.mark_unassigned(&hold.id, None));
+        return step;
     }
     let since = hold.unassigned_since.unwrap_or(now);
-    let mut step = Settled::Unchanged;
-    if hold.unassigned_since.is_none() && logged(store.mark_unassigned(&hold.id, Some(since))) {
-        step = Settled::Pending;
+    if hold.unassigned_since.is_none() {
+        step.pending = true;
+        step.changed = logged(store.mark_unassigned(&hold.id, Some(since)));
     }
-    if now.saturating_sub(since) >= grace && !processes {
+    let after = now.saturating_sub(since);
+    if after >= grace && !processes {
         match store.release(&hold.id) {
-            Ok(_) => step = Settled::Released { after: now - since },
+            Ok(_) => {
+                step.released_after = Some(after);
+                step.changed = true;
+            }
             Err(e) => tracing::error!("{e}"),
         }
     }
@@ -185,27 +185,22 @@ pub async fn pass(node: &Node, config: &KubeletConfig) {
         else {
             return;
         };
-        match step {
-            Settled::Unchanged => {}
-            Settled::Changed => changed = true,
-            Settled::Pending => {
-                tracing::info!(
-                    "Kubernetes hold {}: no pod has its devices; its release is pending",
-                    hold.id
-                );
-                changed = true;
-            }
-            Settled::Released { after } => {
-                tracing::info!(
-                    "Kubernetes hold {} released: no pod has had its devices for {after}s",
-                    hold.id
-                );
-                node.kubernetes().count(
-                    &resource_of(&hold, &inventory, node.config().gpu_slots),
-                    |c| c.releases += 1,
-                );
-                changed = true;
-            }
+        changed |= step.changed;
+        if step.pending {
+            tracing::info!(
+                "Kubernetes hold {}: no pod has its devices; its release is pending",
+                hold.id
+            );
+        }
+        if let Some(after) = step.released_after {
+            tracing::info!(
+                "Kubernetes hold {} released: no pod has had its devices for {after}s",
+                hold.id
+            );
+            node.kubernetes().count(
+                &resource_of(&hold, &inventory, node.config().gpu_slots),
+                |c| c.releases += 1,
+            );
         }
     }
     if changed {

@@ -5,8 +5,8 @@
 //!
 //! Lock order, where two are held at once: `collecting`, then `holds`, then `latest`; the
 //! `std` mutexes (`sampling`, `problems`, `vendor_problems`, `vms`, `pods`) are held for a
-//! copy only (`vms` also for the write of its small file, so two writes keep their order),
-//! never across an `.await`.
+//! copy only, never across an `.await`; `vms_file` is taken before `vms` and held for the write
+//! of `vm-gpus.json`.
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -143,6 +143,9 @@ pub struct Node {
     left_out: Mutex<Vec<String>>,
     /// GPUs given to libvirt domains through this node, by PCI address: domain name.
     vms: Mutex<BTreeMap<PciAddress, String>>,
+    /// Held while `vm-gpus.json` is written (taken before `vms`, so writes keep the order of
+    /// the changes while `vms` is held for a copy only); it guards this boot's id.
+    vms_file: Mutex<String>,
     /// The Kubernetes allocations, as the PodResources reader last handed them.
     pods: Mutex<Vec<PodAllocation>>,
     /// The host's name, for dcgm-exporter's `hostname` label.
@@ -162,14 +165,15 @@ impl Node {
         scheduler: SchedulerHandle,
     ) -> Self {
         let host_name = crate::node::otlp::Resource::of_host(&config.host).host_name;
-        let (vms, vms_problem) = match crate::node::vms::load(&config.data_dir) {
+        // Unreadable, the boot id is empty: labels then last until a change rewrites them.
+        let boot_id = crate::health::faults::read_boot_id(&config.host).unwrap_or_default();
+        let (vms, vms_problem) = match crate::node::vms::load(&config.data_dir, &boot_id) {
             Ok(vms) => (vms, None),
-            Err(e) => (
-                BTreeMap::new(),
-                Some(format!(
-                    "the GPUs given to VMs (their metrics' vm label): {e}"
-                )),
-            ),
+            Err(e) => {
+                let sentence = format!("the GPUs given to VMs (their metrics' vm label): {e}");
+                tracing::error!("{sentence}");
+                (BTreeMap::new(), Some(sentence))
+            }
         };
         let helper: Arc<dyn Helper> = Arc::new(SocketHelper::new(config.helper_socket.clone()));
         Self {
@@ -195,6 +199,7 @@ impl Node {
             vendor_problems: Mutex::new(Vec::new()),
             left_out: Mutex::new(Vec::new()),
             vms: Mutex::new(vms),
+            vms_file: Mutex::new(boot_id),
             pods: Mutex::new(Vec::new()),
             host_name,
         }
@@ -660,6 +665,9 @@ impl Node {
     /// in `<data-dir>/vm-gpus.json` for the next start.
     pub fn record_passthrough(&self, report: &crate::runtime::Report, domain: Option<&str>) {
         use crate::runtime::Action;
+        let Ok(boot_id) = self.vms_file.lock() else {
+            return;
+        };
         let Ok(mut vms) = self.vms.lock() else { return };
         let before = vms.clone();
         match (report.action, domain) {
@@ -676,8 +684,10 @@ impl Node {
             }
             _ => {}
         }
-        if *vms != before {
-            if let Err(e) = crate::node::vms::save(&self.config.data_dir, &vms) {
+        let now = vms.clone();
+        drop(vms);
+        if now != before {
+            if let Err(e) = crate::node::vms::save(&self.config.data_dir, &boot_id, &now) {
                 tracing::error!(
                     "the GPUs given to VMs: {e}; their metrics' vm label is lost at the next start"
                 );

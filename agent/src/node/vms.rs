@@ -2,8 +2,10 @@
 //! to, so the metrics' `vm` label outlives a restart of the node (the domain keeps running, and
 //! its GPUs stay on `vfio-pci`, while bcd is down).
 //!
-//! Written atomically (0600) on each change, read once at start; a file that does not parse,
-//! or of another format version, is set aside like every state file ([`crate::state`]).
+//! The file holds the boot id it was written in: no domain outlives a reboot, so a file of
+//! another boot is read as empty (and replaced at the next change). Written atomically (0600)
+//! on each change, read once at start; a file that does not parse, or of another format
+//! version, is set aside like every state file ([`crate::state`]).
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -25,6 +27,8 @@ pub type VmGpus = BTreeMap<PciAddress, String>;
 #[derive(Debug, Serialize, Deserialize)]
 struct Document {
     version: u32,
+    /// The boot the domains ran in.
+    boot_id: String,
     gpus: VmGpus,
 }
 
@@ -39,26 +43,29 @@ pub fn path(data_dir: &Path) -> PathBuf {
     data_dir.join(VM_GPUS_FILE)
 }
 
-/// What the file in `data_dir` says; empty when it is absent.
+/// What the file in `data_dir` says for boot `boot_id`; empty when it is absent or of
+/// another boot.
 ///
 /// # Errors
 /// As [`state::load_versioned`]: a link, an unreadable file, or one set aside.
-pub fn load(data_dir: &Path) -> Result<VmGpus, StateError> {
+pub fn load(data_dir: &Path, boot_id: &str) -> Result<VmGpus, StateError> {
     Ok(
         state::load_versioned::<Document>(&path(data_dir), FORMAT_VERSION)?
+            .filter(|d| d.boot_id == boot_id)
             .map(|d| d.gpus)
             .unwrap_or_default(),
     )
 }
 
-/// Writes `gpus` to the file in `data_dir`.
+/// Writes `gpus`, given to domains in boot `boot_id`, to the file in `data_dir`.
 ///
 /// # Errors
 /// [`StateError::Io`] when the file cannot be written.
-pub fn save(data_dir: &Path, gpus: &VmGpus) -> Result<(), StateError> {
+pub fn save(data_dir: &Path, boot_id: &str, gpus: &VmGpus) -> Result<(), StateError> {
     let file = path(data_dir);
     let mut bytes = serde_json::to_vec_pretty(&Document {
         version: FORMAT_VERSION,
+        boot_id: boot_id.to_owned(),
         gpus: gpus.clone(),
     })
     .map_err(|e| StateError::Io {
@@ -74,15 +81,23 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_vm_gpus_read_back_and_a_torn_file_is_set_aside() {
+    fn the_vm_gpus_read_back_in_their_boot_and_a_torn_file_is_set_aside() {
         let dir = tempfile::tempdir().unwrap();
-        assert!(load(dir.path()).unwrap().is_empty(), "no file is no GPU");
+        assert!(
+            load(dir.path(), "b1").unwrap().is_empty(),
+            "no file is no GPU"
+        );
         let gpus = VmGpus::from([("0000:3b:00.0".parse().unwrap(), "win11".to_owned())]);
-        save(dir.path(), &gpus).unwrap();
-        assert_eq!(load(dir.path()).unwrap(), gpus);
+        save(dir.path(), "b1", &gpus).unwrap();
+        assert_eq!(load(dir.path(), "b1").unwrap(), gpus);
         let text = std::fs::read_to_string(path(dir.path())).unwrap();
         assert!(text.contains("\"0000:3b:00.0\": \"win11\""), "{text}");
+        // After a reboot no domain runs: the labels are gone.
+        assert!(load(dir.path(), "b2").unwrap().is_empty());
         std::fs::write(path(dir.path()), b"{\"version\": 1, \"gpus\": {\"0000:3b").unwrap();
-        assert!(matches!(load(dir.path()), Err(StateError::SetAside { .. })));
+        assert!(matches!(
+            load(dir.path(), "b1"),
+            Err(StateError::SetAside { .. })
+        ));
     }
 }

@@ -287,7 +287,9 @@ fn clock_events(cells: &[&str]) -> ClockEvents {
 /// # Errors
 ///
 /// [`SamplesError`] when a line has the right columns but a reading that is neither a number
-/// nor a "no value" spelling, or no GPU UUID.
+/// nor a "no value" spelling, or no GPU UUID. A line whose UUID starts with `GPU-` but names
+/// no GPU (`GPU-????...` from a driver that could not initialise it, or a masked one) is
+/// skipped, so the other GPUs are still sampled; the inventory leaves that GPU out and says so.
 pub fn parse_samples(bytes: &[u8]) -> Result<SampleParse, SamplesError> {
     let text = text::decode(bytes);
     if let Some(field) = refused_field(&text) {
@@ -307,6 +309,9 @@ pub fn parse_samples(bytes: &[u8]) -> Result<SampleParse, SamplesError> {
                 found: cols.len(),
                 expected: SAMPLE_COLUMNS,
             }));
+        }
+        if cols[0].starts_with("GPU-") && cols[0].parse::<GpuUuid>().is_err() {
+            continue;
         }
         samples.push(sample(line, &cols)?);
     }
@@ -561,14 +566,20 @@ mod tests {
     }
 
     // What changed: a row's UUID only had to start with GPU-, so a cut-short or masked one
-    // ("GPU-a") became a GPU of its own that matched no inventory entry.
+    // became a GPU of its own that matched no inventory entry; it is skipped now, and the
+    // other GPUs' rows still read.
     #[test]
-    fn a_row_whose_uuid_names_no_gpu_is_an_error() {
-        let err =
-            parse_samples(b"GPU-a, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, P0, Disabled\n").unwrap_err();
+    fn a_row_whose_uuid_names_no_gpu_is_skipped() {
+        let rows = "GPU-????????-????-????-????-????????????, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, P0, Disabled\n\
+                    GPU-0000000a-0000-0000-0000-000000000000, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, P0, Disabled\n";
+        let got = samples(rows.as_bytes());
+        assert_eq!(got.len(), 1);
+        assert_eq!(got[0].uuid, "GPU-0000000a-0000-0000-0000-000000000000");
+        let err = parse_samples(b"No devices were found, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, P0, x\n")
+            .unwrap_err();
         assert_eq!(
             err.to_string(),
-            "nvidia-smi --query-gpu (samples), line 1: \"GPU-a\" is not a GPU UUID"
+            "nvidia-smi --query-gpu (samples), line 1: \"No devices were found\" is not a GPU UUID"
         );
     }
 

@@ -93,8 +93,9 @@ pub fn truth(raw: &str) -> Option<bool> {
 
 /// Reads a PCI function address in any form `nvidia-smi` or the kernel prints: NVML's
 /// `DDDDDDDD:BB:DD.F`, the kernel's `DDDD:BB:DD.F` or a bare `BB:DD.F` (domain 0), in either
-/// case. Returns `None` for anything else, and for a domain above `ffff`, which no GPU's
-/// function can be named by (sysfs names use four digits of domain).
+/// case. Returns `None` for anything else, and for a domain above `ffff` (Intel VMD's
+/// `10000:...`): bcd's `PciAddress`, the helper protocol's type, takes four-digit domains only,
+/// so such a function cannot be handed to the helper either.
 pub fn pci_address(raw: &str) -> Option<PciAddress> {
     let value = raw.trim();
     let mut parts = value.rsplitn(3, ':');

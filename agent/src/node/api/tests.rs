@@ -199,3 +199,46 @@ async fn status_and_conditions_answer_the_schemas_types() {
     assert_eq!(v["conditions"][0]["kind"], "Xid79", "the stored spelling");
     assert_eq!(v["conditions"][0]["device_id"], uuid.as_str());
 }
+
+// What broke: a reset named in upper case was answered "unknown GPU". The request's UUIDs are
+// typed now: an upper-case one names the same GPU, and a malformed one is refused as such.
+#[tokio::test]
+async fn a_reset_request_names_gpus_in_either_case_and_refuses_a_malformed_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let node = node(dir.path());
+    node.collect_now().await;
+    let gpu = "GPU-ff1dacfa-2e1a-0504-a88b-76a3118ee48b";
+    let post = |path: &str, body: Value| Request {
+        body: body.to_string().into_bytes(),
+        ..request("POST", path)
+    };
+    let (status, body) = handle(
+        &node,
+        &post(
+            "/v1/holds",
+            serde_json::json!({"id": "job", "devices": [gpu]}),
+        ),
+    )
+    .await;
+    assert_eq!(status, 201, "{}", String::from_utf8_lossy(&body));
+    let upper = format!("GPU-{}", gpu["GPU-".len()..].to_ascii_uppercase());
+    let (status, body) = handle(
+        &node,
+        &post("/v1/gpus/reset", serde_json::json!({ "gpus": [upper] })),
+    )
+    .await;
+    let v: Value = serde_json::from_slice(&body).unwrap();
+    assert_eq!((status, v["code"].as_str()), (409, Some("gpu-busy")), "{v}");
+    let (status, body) = handle(
+        &node,
+        &post("/v1/gpus/reset", serde_json::json!({ "gpus": ["GPU-a"] })),
+    )
+    .await;
+    let v: Value = serde_json::from_slice(&body).unwrap();
+    assert_eq!(status, 400, "{v}");
+    assert_eq!(v["code"], "invalid-argument");
+    assert!(
+        v["message"].as_str().unwrap().contains("invalid GPU UUID"),
+        "{v}"
+    );
+}
