@@ -217,3 +217,65 @@ pub async fn run(node: Arc<Node>, config: KubeletConfig) {
         pass(&node, &config).await;
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cdi::Holds;
+    use crate::policy::{Placed, Topology};
+
+    const GPU: &str = "GPU-ff1dacfa-2e1a-0504-a88b-76a3118ee48b";
+
+    fn store_with_a_kubernetes_hold(dir: &std::path::Path) -> (Holds, Hold) {
+        let mut store = Holds::load(dir).unwrap();
+        let device: DeviceId = GPU.parse().unwrap();
+        let placed = vec![Placed {
+            gpu: device.gpu(),
+            device,
+        }];
+        let hold = store
+            .apply("k8s-a".parse().unwrap(), placed, true, &Topology::default())
+            .unwrap()
+            .clone();
+        (store, hold)
+    }
+
+    // The release rule, one step at a time: unused marks the hold pending (said before any
+    // release), the grace with no process releases it, a process or a pod keeps it.
+    #[test]
+    fn a_kubernetes_hold_is_marked_then_released_after_the_grace_without_processes() {
+        let dir = tempfile::tempdir().unwrap();
+        let (mut store, hold) = store_with_a_kubernetes_hold(dir.path());
+        let first = settle(&mut store, &hold, false, false, 100, 30);
+        assert_eq!(
+            first,
+            Settled {
+                changed: true,
+                pending: true,
+                released_after: None
+            }
+        );
+        let marked = store.get(&hold.id).unwrap().clone();
+        assert_eq!(marked.unassigned_since, Some(100));
+        let busy = settle(&mut store, &marked, false, true, 200, 30);
+        assert_eq!(busy, Settled::default(), "a process on its GPU keeps it");
+        let back = settle(&mut store, &marked, true, false, 200, 30);
+        assert!(back.changed && back.released_after.is_none(), "{back:?}");
+        assert_eq!(store.get(&hold.id).unwrap().unassigned_since, None);
+        let gone = settle(&mut store, &marked, false, false, 130, 30);
+        assert_eq!(gone.released_after, Some(30));
+        assert!(store.get(&hold.id).is_none());
+        // A clock stepped back releases nothing early and does not wrap.
+        let other = dir.path().join("b");
+        std::fs::create_dir_all(&other).unwrap();
+        let (mut store, hold) = store_with_a_kubernetes_hold(&other);
+        let marked = {
+            settle(&mut store, &hold, false, false, 100, 30);
+            store.get(&hold.id).unwrap().clone()
+        };
+        assert_eq!(
+            settle(&mut store, &marked, false, false, 50, 30),
+            Settled::default()
+        );
+    }
+}

@@ -88,13 +88,15 @@ pub async fn call(
     if (200..300).contains(&response.status) {
         Ok(value)
     } else {
+        let refusal = serde_json::from_value::<crate::node::schema::ErrorBody>(value)
+            .unwrap_or_else(|_| crate::node::schema::ErrorBody {
+                code: String::new(),
+                message: "the service refused without saying why".to_owned(),
+            });
         Err(ApiError::Refused {
             status: response.status,
-            code: value["code"].as_str().unwrap_or_default().to_owned(),
-            message: value["message"]
-                .as_str()
-                .unwrap_or("the service refused without saying why")
-                .to_owned(),
+            code: refusal.code,
+            message: refusal.message,
         })
     }
 }

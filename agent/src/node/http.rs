@@ -147,9 +147,11 @@ impl HttpError {
 /// An error body: `{"code": "<kind>", "message": "<sentence>"}`, the one shape every error of
 /// the API and the metrics listener has.
 pub fn error_body(code: &str, message: &str) -> Vec<u8> {
-    serde_json::json!({ "code": code, "message": message })
-        .to_string()
-        .into_bytes()
+    serde_json::to_vec(&crate::node::schema::ErrorBody {
+        code: code.to_owned(),
+        message: message.to_owned(),
+    })
+    .unwrap_or_default()
 }
 
 /// A head [`check_head`] accepted.

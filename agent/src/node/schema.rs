@@ -10,6 +10,16 @@ use crate::health::status::GpuStatus;
 use crate::health::Condition;
 use crate::node::metrics::SamplingState;
 
+/// Every refusal's body, the HTTP layer's own included: `{"code": "<kind>", "message":
+/// "<sentence>"}`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ErrorBody {
+    /// The kind, for programs: `invalid-argument`, `gpu-busy`, `method-not-allowed`, ...
+    pub code: String,
+    /// The sentence, for the operator.
+    pub message: String,
+}
+
 /// `GET /v1/status`. A key the answer lacks (a node of another version) reads as empty.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(default)]
