@@ -348,6 +348,7 @@ impl Node {
             let _ = self.health.conditions();
             let _ = self.sampling.lock().map(|s| s.loop_mode);
             let _ = self.problems.lock().map(|p| p.len());
+            let _ = self.vms.lock().map(|v| v.len());
         })
         .await
         .is_ok()
