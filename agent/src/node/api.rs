@@ -1,14 +1,14 @@
 //! The node service's API: versioned paths, JSON in and out, errors as
 //! `{"code": "<kind>", "message": "<sentence>"}` (the HTTP layer's own errors too). A known
 //! path asked with another method is answered 405, an unknown one 404. Every request and
-//! answer body is a type of [`schema`] (the CLI's client reads the same types); no handler
-//! spells a key by hand.
+//! answer body is a typed value (the types of [`schema`], plus the inventory document and
+//! `DiagReport`), and the CLI's client reads the same types; no handler spells a key by hand.
 //!
 //! | method and path | does |
 //! | --- | --- |
-//! | `GET /v1/status` | capabilities, inventory hash and age, one line per GPU with health, problems, the Kubernetes holds (`kubernetes.holds`) |
+//! | `GET /v1/status` | [`schema::NodeStatus`]: capabilities, inventory hash and age, collections, `nvidia-smi`'s error, one line per GPU with health, conditions, sampling, problems, the Kubernetes holds (`kubernetes.holds`) |
 //! | `GET /v1/inventory` | the inventory document |
-//! | `GET /v1/conditions` | this boot's conditions |
+//! | `GET /v1/conditions` | this boot's conditions, each with its class and action |
 //! | `POST /v1/inventory/refresh` | asks for a collection |
 //! | `POST /v1/diag` | `diag.nvml` on a fresh collection (concurrent requests share the one in flight): `{"gpus": [...], "expected_gpus": N}` |
 //! | `POST /v1/gpus/reset` | `gpu.reset`: `{"gpus": [UUID...]}` |

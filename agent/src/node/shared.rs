@@ -4,7 +4,7 @@
 //! tasks share one [`Node`]; it imports neither of them.
 //!
 //! Lock order, where two are held at once: `collecting`, then `holds`, then `latest`; the
-//! `std` mutexes (`sampling`, `problems`, `vendor_problems`, `vms`, `pods`) are held for a
+//! `std` mutexes (`sampling`, `problems`, `vendor_problems`, `left_out`, `vms`, `pods`) are held for a
 //! copy only, never across an `.await`; `vms_file` is taken before `vms` and held for the write
 //! of `vm-gpus.json`.
 
@@ -153,7 +153,8 @@ pub struct Node {
 }
 
 impl Node {
-    /// A node's state before any task runs: no collection yet, no samples, no problems.
+    /// A node's state before any task runs: no collection yet, no samples; the VM labels are
+    /// read from `vm-gpus.json` (a failure to read it is its one problem).
     /// `inventory` publishes each collection (the XID watcher holds its receiver); `watcher`
     /// is the XID watcher's counters; `scheduler` is where collections are asked for.
     pub fn new(
