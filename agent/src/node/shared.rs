@@ -4,9 +4,9 @@
 //! tasks share one [`Node`]; it imports neither of them.
 //!
 //! Lock order, where two are held at once: `collecting`, then `holds`, then `latest`; the
-//! `std` mutexes (`sampling`, `problems`, `vendor_problems`, `left_out`, `vms`, `pods`) are held for a
-//! copy only, never across an `.await`; `vms_file` is taken before `vms` and held for the write
-//! of `vm-gpus.json`.
+//! `std` mutexes (`sampling`, `problems`, `vendor_problems`, `left_out`, `vms`, `pods`) are
+//! held for a copy only, never across an `.await`; `vms_file` is taken before `vms` and held
+//! for the write of `vm-gpus.json`.
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
