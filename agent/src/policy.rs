@@ -332,21 +332,23 @@ pub fn check_invariant(holds: &[Hold], topology: &Topology) -> Result<(), Policy
     Ok(())
 }
 
+/// The policy's test fixtures, shared with the other modules' tests that place devices: GPU 0
+/// whole (at `0000:18:00.0`) and GPU 3 in MIG mode with two MIG devices.
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::inventory::document::{Gpu, GpuSection, Mig, MigDevice};
 
-    const GPU3: &str = "GPU-b9036d74-bff6-b565-c003-dc53279ae2bd";
-    const GPU0: &str = "GPU-ff1dacfa-2e1a-0504-a88b-76a3118ee48b";
-    const MIG_A: &str = "MIG-65db3e42-f991-a575-c20e-8350d31e437c";
-    const MIG_B: &str = "MIG-0c50056c-bc70-320a-5ed7-3d189e36173c";
+    pub(crate) const GPU3: &str = "GPU-b9036d74-bff6-b565-c003-dc53279ae2bd";
+    pub(crate) const GPU0: &str = "GPU-ff1dacfa-2e1a-0504-a88b-76a3118ee48b";
+    pub(crate) const MIG_A: &str = "MIG-65db3e42-f991-a575-c20e-8350d31e437c";
+    pub(crate) const MIG_B: &str = "MIG-0c50056c-bc70-320a-5ed7-3d189e36173c";
 
-    fn dev(s: &str) -> DeviceId {
+    pub(crate) fn dev(s: &str) -> DeviceId {
         s.parse().unwrap()
     }
 
-    fn topology(slots: u32) -> Topology {
+    pub(crate) fn topology(slots: u32) -> Topology {
         let mig = Mig {
             mode: Some(true),
             devices: [MIG_A, MIG_B]
@@ -361,14 +363,12 @@ mod tests {
         let inv = Inventory::new(GpuSection {
             gpus: vec![
                 Gpu {
-                    index: 0,
                     bus_id: Some("00000000:18:00.0".parse().unwrap()),
                     ..Gpu::new(0, GPU0.parse().unwrap())
                 },
                 Gpu {
-                    index: 3,
                     mig: Some(mig),
-                    ..Gpu::new(0, GPU3.parse().unwrap())
+                    ..Gpu::new(3, GPU3.parse().unwrap())
                 },
             ],
             ..GpuSection::default()
@@ -383,7 +383,7 @@ mod tests {
         }
     }
 
-    fn hold(id: &str, devices: &[&str]) -> Hold {
+    pub(crate) fn hold(id: &str, devices: &[&str]) -> Hold {
         Hold {
             id: id.parse().unwrap(),
             devices: devices.iter().map(|d| dev(d)).collect(),

@@ -570,7 +570,6 @@ mod tests {
         use crate::inventory::document::{Gpu, GpuSection, Inventory, Mig, MigDevice};
         let inv = Inventory::new(GpuSection {
             gpus: vec![Gpu {
-                index: 3,
                 mig: Some(Mig {
                     mode: Some(true),
                     devices: vec![MigDevice {
@@ -579,7 +578,7 @@ mod tests {
                     }],
                     ..Mig::default()
                 }),
-                ..Gpu::new(0, GPU3.parse().unwrap())
+                ..Gpu::new(3, GPU3.parse().unwrap())
             }],
             ..GpuSection::default()
         });

@@ -397,7 +397,6 @@ mod tests {
 
     fn inventory() -> Inventory {
         let gpu = |i: u32, uuid: &str| Gpu {
-            index: i,
             ecc: Some(Ecc {
                 volatile: Some(EccCounts {
                     correctable: Some(0),
@@ -410,7 +409,7 @@ mod tests {
                 failure: Some(false),
                 ..RowRemap::default()
             }),
-            ..Gpu::new(0, uuid.parse().unwrap())
+            ..Gpu::new(i, uuid.parse().unwrap())
         };
         Inventory::new(GpuSection {
             driver_version: Some("570.133.20".into()),

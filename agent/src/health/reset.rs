@@ -209,7 +209,6 @@ mod tests {
 
     fn inventory() -> Inventory {
         let gpu = |i: u32, uuid: &str| Gpu {
-            index: i,
             bus_id: Some(format!("00000000:{:02x}:00.0", 0x18 + i).parse().unwrap()),
             ecc: Some(Ecc {
                 volatile: Some(EccCounts {
@@ -219,7 +218,7 @@ mod tests {
                 ..Ecc::default()
             }),
             row_remap: Some(RowRemap::default()),
-            ..Gpu::new(0, uuid.parse().unwrap())
+            ..Gpu::new(i, uuid.parse().unwrap())
         };
         let mut c = gpu(2, C);
         c.mig = Some(Mig {

@@ -617,9 +617,8 @@ mod tests {
             .iter()
             .enumerate()
             .map(|(i, (uuid, bus))| Gpu {
-                index: i as u32,
                 bus_id: Some(bus.parse().unwrap()),
-                ..Gpu::new(0, (*uuid).parse().unwrap())
+                ..Gpu::new(i as u32, (*uuid).parse().unwrap())
             })
             .collect();
         Inventory::new(GpuSection {

@@ -337,9 +337,8 @@ mod tests {
 
     fn inventory() -> Inventory {
         let gpu = |i: u32, uuid: &str, numa: u32| Gpu {
-            index: i,
             numa_node: Some(numa),
-            ..Gpu::new(0, uuid.parse().unwrap())
+            ..Gpu::new(i, uuid.parse().unwrap())
         };
         let mut g0 = gpu(0, G0, 0);
         let mut g1 = gpu(1, G1, 1);

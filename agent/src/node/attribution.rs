@@ -225,57 +225,10 @@ impl Attribution {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::inventory::document::{Gpu, GpuSection, Inventory, Mig, MigDevice};
-
-    const GPU0: &str = "GPU-ff1dacfa-2e1a-0504-a88b-76a3118ee48b";
-    const GPU3: &str = "GPU-b9036d74-bff6-b565-c003-dc53279ae2bd";
-    const MIG_A: &str = "MIG-65db3e42-f991-a575-c20e-8350d31e437c";
-    const MIG_B: &str = "MIG-0c50056c-bc70-320a-5ed7-3d189e36173c";
-
-    fn dev(s: &str) -> DeviceId {
-        s.parse().unwrap()
-    }
+    use crate::policy::tests::{dev, hold, topology as with_slots, GPU0, GPU3, MIG_A, MIG_B};
 
     fn topology() -> Topology {
-        let mig = Mig {
-            mode: Some(true),
-            devices: [MIG_A, MIG_B]
-                .iter()
-                .map(|u| MigDevice {
-                    uuid: Some((*u).into()),
-                    ..MigDevice::default()
-                })
-                .collect(),
-            ..Mig::default()
-        };
-        let gpus = vec![
-            Gpu {
-                index: 0,
-                ..Gpu::new(0, GPU0.parse().unwrap())
-            },
-            Gpu {
-                index: 3,
-                mig: Some(mig),
-                ..Gpu::new(0, GPU3.parse().unwrap())
-            },
-        ];
-        Topology::from_inventory(
-            &Inventory::new(GpuSection {
-                gpus,
-                ..GpuSection::default()
-            }),
-            4,
-        )
-    }
-
-    fn hold(id: &str, devices: &[&str]) -> Hold {
-        Hold {
-            id: id.parse().unwrap(),
-            devices: devices.iter().map(|d| dev(d)).collect(),
-            kubernetes: false,
-            gpus: BTreeMap::new(),
-            unassigned_since: None,
-        }
+        with_slots(4)
     }
 
     #[test]
