@@ -15,7 +15,7 @@
 #[allow(dead_code)]
 mod processes;
 
-use processes::{copy_host, repo, wait_for, Reaped};
+use processes::{repo, wait_for, NodeSandbox, Reaped};
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::Duration;
@@ -36,18 +36,13 @@ fn device_plugins_against_a_stand_in_kubelet() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
-    let host = copy_host(dir.path(), "hgx-h100");
-    std::fs::write(host.join("answers/record"), "").unwrap();
-    let cdi = dir.path().join("cdi");
-    std::fs::create_dir_all(&cdi).unwrap();
-    std::fs::copy(
-        repo().join("testdata/cdi/hgx-h100-uuid.json"),
-        cdi.join("nvidia.json"),
-    )
-    .unwrap();
-    let data = dir.path().join("data");
-    let helper_sock = dir.path().join("helper.sock");
-    let api_sock = dir.path().join("bcd.sock");
+    let NodeSandbox {
+        host,
+        cdi,
+        data,
+        helper_sock,
+        api_sock,
+    } = NodeSandbox::new(dir.path(), "hgx-h100");
     let plugins = dir.path().join("device-plugins");
     std::fs::create_dir_all(&plugins).unwrap();
     let pod_resources = dir.path().join("pod-resources.sock");

@@ -8,7 +8,7 @@
 #[allow(dead_code)]
 mod processes;
 
-use processes::{copy_host, free_port, repo, wait_for, Reaped};
+use processes::{free_port, wait_for, NodeSandbox, Reaped};
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -47,18 +47,13 @@ fn the_node_service_end_to_end() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
-    let host = copy_host(dir.path(), "hgx-h100");
-    std::fs::write(host.join("answers/record"), "").unwrap();
-    let cdi = dir.path().join("cdi");
-    std::fs::create_dir_all(&cdi).unwrap();
-    std::fs::copy(
-        repo().join("testdata/cdi/hgx-h100-uuid.json"),
-        cdi.join("nvidia.json"),
-    )
-    .unwrap();
-    let data = dir.path().join("data");
-    let helper_sock = dir.path().join("helper.sock");
-    let api_sock = dir.path().join("bcd.sock");
+    let NodeSandbox {
+        host,
+        cdi,
+        data,
+        helper_sock,
+        api_sock,
+    } = NodeSandbox::new(dir.path(), "hgx-h100");
 
     let uid = nix::unistd::getuid().as_raw().to_string();
     let helper_args: Vec<String> = vec![

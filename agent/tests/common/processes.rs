@@ -57,3 +57,41 @@ pub fn copy_host(dir: &Path, name: &str) -> PathBuf {
     .unwrap();
     copy
 }
+
+/// The folders and sockets of one `bcd node` under test: a recording copy of a fake host,
+/// a CDI folder holding NVIDIA's spec for the 8-GPU demo host, and the data folder and the
+/// two sockets' paths (nothing created there yet).
+pub struct NodeSandbox {
+    /// The copy of the fake host; `answers/record` lists each `nvidia-smi` run.
+    pub host: PathBuf,
+    /// The CDI folder, with `nvidia.json`.
+    pub cdi: PathBuf,
+    /// The node's data folder.
+    pub data: PathBuf,
+    /// The helper's socket.
+    pub helper_sock: PathBuf,
+    /// The node's API socket.
+    pub api_sock: PathBuf,
+}
+
+impl NodeSandbox {
+    /// A sandbox in `dir` on the fake host `name` (its NVIDIA spec is the demo host's).
+    pub fn new(dir: &Path, name: &str) -> Self {
+        let host = copy_host(dir, name);
+        std::fs::write(host.join("answers/record"), "").unwrap();
+        let cdi = dir.join("cdi");
+        std::fs::create_dir_all(&cdi).unwrap();
+        std::fs::copy(
+            repo().join("testdata/cdi/hgx-h100-uuid.json"),
+            cdi.join("nvidia.json"),
+        )
+        .unwrap();
+        Self {
+            host,
+            cdi,
+            data: dir.join("data"),
+            helper_sock: dir.join("helper.sock"),
+            api_sock: dir.join("bcd.sock"),
+        }
+    }
+}
