@@ -5,6 +5,9 @@
 
 #[path = "common/cdi_schema.rs"]
 mod cdi_schema;
+#[path = "common/processes.rs"]
+#[allow(dead_code)]
+mod processes;
 
 use std::collections::BTreeSet;
 use std::fs;
@@ -20,31 +23,13 @@ use bcd::cdi::{
 use bcd::host::Host;
 use bcd::inventory::collect::collect;
 use bcd::policy::{Placed, Topology};
+use processes::{repo, H100, H100_MIG};
 use serde_json::Value;
 
-const H100: [&str; 8] = [
-    "GPU-ff1dacfa-2e1a-0504-a88b-76a3118ee48b",
-    "GPU-a4303385-f265-4ffc-ad1b-b0bef156d59a",
-    "GPU-30e15e2f-5971-0b16-04be-39a46d1071ce",
-    "GPU-b9036d74-bff6-b565-c003-dc53279ae2bd",
-    "GPU-123a1421-1172-b334-14d9-b65b34232574",
-    "GPU-de2e2aa2-202d-33bc-abdc-234d0197d1b8",
-    "GPU-8032961a-3b38-ab58-6c00-1b9ef125ea99",
-    "GPU-70823a7e-f12c-9777-a04d-fa2e9a8cf5b8",
-];
-/// GPU 3's MIG devices: `Device 0` (GI 1) and `Device 1` (GI 2).
-const H100_MIG: [&str; 2] = [
-    "MIG-65db3e42-f991-a575-c20e-8350d31e437c",
-    "MIG-0c50056c-bc70-320a-5ed7-3d189e36173c",
-];
 const A100_GPU0: &str = "GPU-5ae30e40-78ba-e5df-4b1a-d79c2d43241b";
 const A100_MIG_1_1: &str = "MIG-0972a19e-db10-b80f-9d0a-f9e7ac76cf65";
 const WSL_GPU: &str = "GPU-47b7f1f6-b953-1755-a396-404bd55edce2";
 const VOID: &str = "NVIDIA_VISIBLE_DEVICES=void";
-
-fn repo() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")
-}
 
 /// A vendor spec of `testdata/cdi/`.
 fn vendor(file: &str) -> VendorSpec {

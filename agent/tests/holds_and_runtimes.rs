@@ -17,25 +17,8 @@ use bcd::cdi::{DeviceCatalog, DeviceId};
 use bcd::host::Host;
 use bcd::inventory::collect::collect;
 use bcd::policy::{Placed, Topology};
-use processes::{copy_host, repo, wait_for, Reaped};
+use processes::{copy_host, repo, wait_for, Reaped, H100, H100_MIG};
 use serde_json::Value;
-
-/// The 8 GPUs of `testdata/hosts/hgx-h100`; GPU 3 is in MIG mode.
-const H100: [&str; 8] = [
-    "GPU-ff1dacfa-2e1a-0504-a88b-76a3118ee48b",
-    "GPU-a4303385-f265-4ffc-ad1b-b0bef156d59a",
-    "GPU-30e15e2f-5971-0b16-04be-39a46d1071ce",
-    "GPU-b9036d74-bff6-b565-c003-dc53279ae2bd",
-    "GPU-123a1421-1172-b334-14d9-b65b34232574",
-    "GPU-de2e2aa2-202d-33bc-abdc-234d0197d1b8",
-    "GPU-8032961a-3b38-ab58-6c00-1b9ef125ea99",
-    "GPU-70823a7e-f12c-9777-a04d-fa2e9a8cf5b8",
-];
-/// GPU 3's MIG devices.
-const H100_MIG: [&str; 2] = [
-    "MIG-65db3e42-f991-a575-c20e-8350d31e437c",
-    "MIG-0c50056c-bc70-320a-5ed7-3d189e36173c",
-];
 
 fn fake_host(name: &str) -> Host {
     Host::fake(repo().join("testdata/hosts").join(name))

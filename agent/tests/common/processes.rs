@@ -1,6 +1,6 @@
 //! Test helpers shared by the tests that start `bcd node` and its peers: the repository's
-//! root, children killed when a test ends, free loopback ports, bounded waits, and copies of
-//! the fake hosts a test may edit.
+//! root, the demo host's GPU UUIDs, children killed when a test ends, free loopback ports,
+//! bounded waits, and copies of the fake hosts a test may edit.
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command};
@@ -10,6 +10,24 @@ use std::time::{Duration, Instant};
 pub fn repo() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
 }
+
+/// The 8 GPUs of `testdata/hosts/hgx-h100`; GPU 3 is in MIG mode.
+pub const H100: [&str; 8] = [
+    "GPU-ff1dacfa-2e1a-0504-a88b-76a3118ee48b",
+    "GPU-a4303385-f265-4ffc-ad1b-b0bef156d59a",
+    "GPU-30e15e2f-5971-0b16-04be-39a46d1071ce",
+    "GPU-b9036d74-bff6-b565-c003-dc53279ae2bd",
+    "GPU-123a1421-1172-b334-14d9-b65b34232574",
+    "GPU-de2e2aa2-202d-33bc-abdc-234d0197d1b8",
+    "GPU-8032961a-3b38-ab58-6c00-1b9ef125ea99",
+    "GPU-70823a7e-f12c-9777-a04d-fa2e9a8cf5b8",
+];
+
+/// GPU 3's MIG devices: `Device 0` (GI 1) and `Device 1` (GI 2).
+pub const H100_MIG: [&str; 2] = [
+    "MIG-65db3e42-f991-a575-c20e-8350d31e437c",
+    "MIG-0c50056c-bc70-320a-5ed7-3d189e36173c",
+];
 
 /// Kills a child when dropped, so a failing test leaves no process behind.
 pub struct Reaped(pub Child);
