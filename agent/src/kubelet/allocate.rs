@@ -2,9 +2,11 @@
 //! spec written before the answer, and the CDI device names the container gets.
 //!
 //! The hold's id is `k8s-` and a hash of the sorted device ids, so the kubelet asking again
-//! for the same devices (after its own restart) finds the same hold. The kubelet hands a
-//! device out again only once the pod that had it is gone: an older Kubernetes hold of one
-//! of the devices asked for is released first. A device any other hold has is refused.
+//! for the same devices (after its own restart) finds the same hold. A device a live
+//! Kubernetes hold has stays in it (the kubelet reuses an init container's devices for the
+//! pod's app containers); the kubelet hands a device out again to another pod only once the
+//! pod that had it is gone, so a pending Kubernetes hold of a device asked for is released,
+//! after the new hold is known to be allowed. A device any other hold has is refused.
 
 use sha2::{Digest, Sha256};
 
@@ -40,6 +42,72 @@ pub enum AllocateError {
     /// The spec was not written (the hold is undone).
     #[error("the hold spec {0} could not be written; see bcd status")]
     Spec(String),
+}
+
+/// Places `devices` (distinct, each offered) in `holds` for one container; returns the hold
+/// the container's devices are in and whether it was made now.
+///
+/// - A device a live Kubernetes hold has (a pod had its devices at the last release pass) is
+///   one the kubelet reuses within a pod: an init container's device goes on to an app
+///   container. It stays in that hold, whose spec already names it.
+/// - The other devices make a new Kubernetes hold. A pending one (no pod had its devices at
+///   the last pass) that has one of them is released, since the kubelet hands its devices out
+///   again, but only once the new hold is known to be allowed: a refused Allocate changes
+///   nothing.
+///
+/// # Errors
+/// [`AllocateError::Policy`] when a device is held by another hold (or passed through), and
+/// [`AllocateError::Hold`] when the store cannot be saved.
+fn place(
+    holds: &mut cdi::Holds,
+    devices: &[DeviceId],
+    topology: &crate::policy::Topology,
+) -> Result<(HoldId, bool), AllocateError> {
+    let live = |d: &DeviceId| {
+        holds
+            .list()
+            .find(|h| h.kubernetes && h.unassigned_since.is_none() && h.devices.contains(d))
+            .map(|h| h.id.clone())
+    };
+    let reused: Option<HoldId> = devices.iter().find_map(live);
+    let fresh: Vec<DeviceId> = devices
+        .iter()
+        .filter(|d| live(d).is_none())
+        .cloned()
+        .collect();
+    if fresh.is_empty() {
+        // Every device is in a live hold: the first names them.
+        return reused.map(|id| (id, false)).ok_or(AllocateError::NoDevice);
+    }
+    let id = hold_id(&fresh);
+    let placed = fresh
+        .iter()
+        .map(|d| topology.place(d))
+        .collect::<Result<Vec<_>, _>>()?;
+    let stale: Vec<HoldId> = holds
+        .list()
+        .filter(|h| {
+            h.kubernetes
+                && h.unassigned_since.is_some()
+                && h.id != id
+                && h.devices.iter().any(|d| fresh.contains(d))
+        })
+        .map(|h| h.id.clone())
+        .collect();
+    crate::policy::check_free(
+        &id,
+        &placed,
+        holds.list().filter(|h| !stale.contains(&h.id)),
+        topology,
+    )?;
+    for old in stale {
+        tracing::info!(
+            "Kubernetes hold {old} is released: the kubelet allocated its devices again"
+        );
+        holds.release(&old)?;
+    }
+    holds.apply(id.clone(), placed, true, topology)?;
+    Ok((id, true))
 }
 
 /// The id of the Kubernetes hold of `devices`.
@@ -84,39 +152,23 @@ pub async fn allocate(
     if devices.is_empty() {
         return Err(AllocateError::NoDevice);
     }
-    let id = hold_id(&devices);
     let topology = node.topology().await;
-    let placed = devices
-        .iter()
-        .map(|d| topology.place(d))
-        .collect::<Result<Vec<_>, _>>()?;
-    node.with_holds(|holds| -> Result<(), AllocateError> {
-        let stale: Vec<HoldId> = holds
-            .list()
-            .filter(|h| h.kubernetes && h.id != id && h.devices.iter().any(|d| devices.contains(d)))
-            .map(|h| h.id.clone())
-            .collect();
-        for old in stale {
-            tracing::info!(
-                "Kubernetes hold {old} is released: the kubelet allocated its devices again"
-            );
-            holds.release(&old)?;
-        }
-        holds.apply(id.clone(), placed, true, &topology)?;
-        Ok(())
-    })
-    .await
-    .ok_or(AllocateError::HoldsUnavailable)??;
-    node.converge_holds().await;
-    let spec = node.config().cdi_dir.join(id.spec_file_name());
-    if !spec.exists() {
-        // The kubelet fails the pod on this answer: a hold left behind would keep the
-        // devices from the next pod until the release pass noticed.
-        if let Some(Err(e)) = node.with_holds(|holds| holds.release(&id)).await {
-            tracing::error!("{e}");
-        }
+    let (id, fresh) = node
+        .with_holds(|holds| place(holds, &devices, &topology))
+        .await
+        .ok_or(AllocateError::HoldsUnavailable)??;
+    if fresh {
         node.converge_holds().await;
-        return Err(AllocateError::Spec(spec.display().to_string()));
+        let spec = node.config().cdi_dir.join(id.spec_file_name());
+        if !spec.exists() {
+            // The kubelet fails the pod on this answer: a hold left behind would keep the
+            // devices from the next pod until the release pass noticed.
+            if let Some(Err(e)) = node.with_holds(|holds| holds.release(&id)).await {
+                tracing::error!("{e}");
+            }
+            node.converge_holds().await;
+            return Err(AllocateError::Spec(spec.display().to_string()));
+        }
     }
     let vendor = cdi::read_vendor_specs(&cdi::vendor_dirs(
         &node.config().cdi_dir,
@@ -146,5 +198,70 @@ mod tests {
         );
         assert_ne!(hold_id(std::slice::from_ref(&a)), hold_id(&[b]));
         assert!(hold_id(&[a]).as_str().starts_with("k8s-"));
+    }
+
+    use crate::cdi::Holds;
+    use crate::policy::tests::{dev, topology, GPU0, MIG_A, MIG_B};
+
+    /// A store with the Kubernetes hold `k8s-init` of both MIG devices of GPU 3, pending
+    /// release since `pending` when given.
+    fn store(dir: &std::path::Path, pending: Option<u64>) -> (Holds, HoldId) {
+        let t = topology(0);
+        let mut holds = Holds::load(dir).unwrap();
+        let id: HoldId = "k8s-init".parse().unwrap();
+        let placed = [MIG_A, MIG_B].map(|d| t.place(&dev(d)).unwrap()).to_vec();
+        holds.apply(id.clone(), placed, true, &t).unwrap();
+        if pending.is_some() {
+            holds.mark_unassigned(&id, pending).unwrap();
+        }
+        (holds, id)
+    }
+
+    // What broke: an app container given one of its init container's devices (the kubelet
+    // reuses them within a pod) released the init container's hold, and its spec, before the
+    // init container ran; the other device was left in no hold.
+    #[test]
+    fn a_device_a_live_kubernetes_hold_has_stays_in_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let (mut holds, init) = store(dir.path(), None);
+        let (id, made) = place(&mut holds, &[dev(MIG_A)], &topology(0)).unwrap();
+        assert_eq!((id, made), (init.clone(), false));
+        assert_eq!(holds.list().count(), 1);
+        assert_eq!(holds.get(&init).unwrap().devices, [dev(MIG_A), dev(MIG_B)]);
+    }
+
+    #[test]
+    fn a_pending_kubernetes_hold_gives_way_to_a_new_pod() {
+        let dir = tempfile::tempdir().unwrap();
+        let (mut holds, init) = store(dir.path(), Some(10));
+        let (id, made) = place(&mut holds, &[dev(MIG_A)], &topology(0)).unwrap();
+        assert!(made);
+        assert_eq!(id, hold_id(&[dev(MIG_A)]));
+        assert!(holds.get(&init).is_none(), "the pending hold is released");
+        assert_eq!(holds.get(&id).unwrap().devices, [dev(MIG_A)]);
+    }
+
+    // What broke: the pending hold was released before the new one was checked, so a refused
+    // Allocate still took the old hold (and its spec) away.
+    #[test]
+    fn a_refused_allocate_releases_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let (mut holds, init) = store(dir.path(), Some(10));
+        let t = topology(0);
+        holds
+            .apply(
+                "job".parse().unwrap(),
+                vec![t.place(&dev(GPU0)).unwrap()],
+                false,
+                &t,
+            )
+            .unwrap();
+        let err = place(&mut holds, &[dev(MIG_A), dev(GPU0)], &t).unwrap_err();
+        assert!(err.to_string().contains("job"), "{err}");
+        assert!(
+            holds.get(&init).is_some(),
+            "the pending hold is still there"
+        );
+        assert_eq!(holds.list().count(), 2);
     }
 }

@@ -133,15 +133,16 @@ impl DevicePlugin for Plugin {
     ) -> Result<Response<pb::PreferredAllocationResponse>, Status> {
         let inventory = self.node.inventory().await;
         let all: Vec<DeviceId> = self.devices().into_iter().map(|d| d.id).collect();
-        let parse = |ids: &[String]| -> Vec<DeviceId> {
-            ids.iter().filter_map(|s| s.parse().ok()).collect()
-        };
+        let offered: std::collections::BTreeSet<&DeviceId> = all.iter().collect();
+        let parse = |ids: &[String]| offered_only(ids, &offered);
         let container_responses = request
             .into_inner()
             .container_requests
             .iter()
             .map(|c| {
-                let size = usize::try_from(c.allocation_size).unwrap_or(0);
+                let size = usize::try_from(c.allocation_size)
+                    .unwrap_or(0)
+                    .min(all.len());
                 let got = devices::preferred(
                     &inventory,
                     &parse(&c.available_device_i_ds),
@@ -164,8 +165,16 @@ impl DevicePlugin for Plugin {
         request: Request<pb::AllocateRequest>,
     ) -> Result<Response<pb::AllocateResponse>, Status> {
         let offered: Vec<DeviceId> = self.devices().into_iter().map(|d| d.id).collect();
+        let request = request.into_inner();
+        if let Some(twice) = asked_twice(&request.container_requests) {
+            let why = format!(
+                "{twice} is asked for by two containers of one Allocate; a device goes to one container"
+            );
+            tracing::warn!("{}: Allocate refused: {why}", self.resource);
+            return Err(Status::invalid_argument(why));
+        }
         let mut container_responses = Vec::new();
-        for c in request.into_inner().container_requests {
+        for c in request.container_requests {
             let (hold, names) =
                 super::allocate::allocate(&self.node, &self.resource, &offered, &c.devices_ids)
                     .await
@@ -414,5 +423,84 @@ fn count_transitions(node: &Node, before: &Offer, after: &Offer) {
                 });
             }
         }
+    }
+}
+
+/// The devices of `ids` this plugin offers, each once, sorted: a preferred-allocation
+/// request is bounded by the offer, not by what a (hostile) kubelet sends, so choosing among
+/// them stays cheap.
+fn offered_only(ids: &[String], offered: &std::collections::BTreeSet<&DeviceId>) -> Vec<DeviceId> {
+    let mut known: Vec<DeviceId> = ids
+        .iter()
+        .filter_map(|s| s.parse().ok())
+        .filter(|d| offered.contains(d))
+        .collect();
+    known.sort();
+    known.dedup();
+    known
+}
+
+/// A device two containers of one `Allocate` ask for, if any (by its normal form; an id that
+/// does not parse is refused later, by the container that names it).
+fn asked_twice(containers: &[pb::ContainerAllocateRequest]) -> Option<String> {
+    let mut seen = std::collections::BTreeSet::new();
+    for c in containers {
+        let mine: std::collections::BTreeSet<DeviceId> = c
+            .devices_ids
+            .iter()
+            .filter_map(|d| d.parse().ok())
+            .collect();
+        for d in mine {
+            if !seen.insert(d.clone()) {
+                return Some(d.as_str().to_owned());
+            }
+        }
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn container(ids: &[&str]) -> pb::ContainerAllocateRequest {
+        pb::ContainerAllocateRequest {
+            devices_ids: ids.iter().map(|s| (*s).to_owned()).collect(),
+        }
+    }
+
+    // What broke: a preferred-allocation request of 100,000 ids (well formed, none offered,
+    // or one offered id repeated) was chosen among as given: hours of a worker's time.
+    #[test]
+    fn a_preferred_allocation_request_is_bounded_by_the_offer() {
+        let gpu: DeviceId = "GPU-ff1dacfa-2e1a-0504-a88b-76a3118ee48b".parse().unwrap();
+        let offered = std::collections::BTreeSet::from([&gpu]);
+        let mut ids: Vec<String> = (0..100_000u32)
+            .map(|i| format!("GPU-{i:08x}-0000-0000-0000-000000000000"))
+            .collect();
+        ids.extend(std::iter::repeat_n(gpu.as_str().to_owned(), 1000));
+        assert_eq!(offered_only(&ids, &offered), [gpu]);
+    }
+
+    // What broke: two containers of one Allocate asking for one device each got it, or the
+    // second one's hold released the first's while its answer already named the device.
+    #[test]
+    fn a_device_two_containers_of_one_allocate_ask_for_is_named() {
+        let a = "GPU-ff1dacfa-2e1a-0504-a88b-76a3118ee48b";
+        let b = "GPU-a4303385-f265-4ffc-ad1b-b0bef156d59a";
+        assert_eq!(
+            asked_twice(&[container(&[a, b]), container(&[b])]),
+            Some(b.to_owned())
+        );
+        assert_eq!(
+            asked_twice(&[container(&[a]), container(&[&a.to_uppercase()])]),
+            Some(a.to_owned()),
+            "compared in their normal form"
+        );
+        assert_eq!(
+            asked_twice(&[container(&[a, a]), container(&[b])]),
+            None,
+            "one container may repeat one"
+        );
     }
 }

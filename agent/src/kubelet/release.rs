@@ -90,8 +90,11 @@ struct Settled {
 }
 
 /// Marks, unmarks or releases `hold` in `store`: in use clears the mark; unused marks it
-/// pending; pending for `grace` seconds with no process on its GPUs releases it. A store
-/// error is logged and changes nothing.
+/// pending; pending for `grace` seconds with no process on its GPUs releases it. `hold` is
+/// the pass's copy from before PodResources was read: when the store's hold is no longer
+/// that one (released, or made anew by an Allocate meanwhile), nothing is done, so a hold
+/// made during the pass is never released on the old one's clock. A store error is logged
+/// and changes nothing.
 fn settle(
     store: &mut crate::cdi::Holds,
     hold: &Hold,
@@ -107,6 +110,9 @@ fn settle(
         })
     };
     let mut step = Settled::default();
+    if store.get(&hold.id) != Some(hold) {
+        return step;
+    }
     if in_use {
         step.changed = logged(store.mark_unassigned(&hold.id, None));
         return step;
@@ -259,23 +265,47 @@ mod tests {
         assert_eq!(marked.unassigned_since, Some(100));
         let busy = settle(&mut store, &marked, false, true, 200, 30);
         assert_eq!(busy, Settled::default(), "a process on its GPU keeps it");
-        let back = settle(&mut store, &marked, true, false, 200, 30);
-        assert!(back.changed && back.released_after.is_none(), "{back:?}");
-        assert_eq!(store.get(&hold.id).unwrap().unassigned_since, None);
-        let gone = settle(&mut store, &marked, false, false, 130, 30);
-        assert_eq!(gone.released_after, Some(30));
-        assert!(store.get(&hold.id).is_none());
         // A clock stepped back releases nothing early and does not wrap.
-        let other = dir.path().join("b");
-        std::fs::create_dir_all(&other).unwrap();
-        let (mut store, hold) = store_with_a_kubernetes_hold(&other);
-        let marked = {
-            settle(&mut store, &hold, false, false, 100, 30);
-            store.get(&hold.id).unwrap().clone()
-        };
         assert_eq!(
             settle(&mut store, &marked, false, false, 50, 30),
             Settled::default()
         );
+        let gone = settle(&mut store, &marked, false, false, 130, 30);
+        assert_eq!(gone.released_after, Some(30));
+        assert!(store.get(&hold.id).is_none());
+        // A pod has its devices again: the mark goes.
+        let other = dir.path().join("b");
+        std::fs::create_dir_all(&other).unwrap();
+        let (mut store, hold) = store_with_a_kubernetes_hold(&other);
+        settle(&mut store, &hold, false, false, 100, 30);
+        let marked = store.get(&hold.id).unwrap().clone();
+        let back = settle(&mut store, &marked, true, false, 200, 30);
+        assert!(back.changed && back.released_after.is_none(), "{back:?}");
+        assert_eq!(store.get(&hold.id).unwrap().unassigned_since, None);
+    }
+
+    // What broke: the pass decided on its copy from before PodResources was read; a hold the
+    // kubelet made anew under the same id meanwhile (its clock reset) was released on the old
+    // hold's clock, its spec removed under the new pod.
+    #[test]
+    fn a_hold_changed_during_the_pass_is_left_alone() {
+        let dir = tempfile::tempdir().unwrap();
+        let (mut store, hold) = store_with_a_kubernetes_hold(dir.path());
+        settle(&mut store, &hold, false, false, 100, 30);
+        let pass_copy = store.get(&hold.id).unwrap().clone();
+        // An Allocate of the same devices during the pass: the hold is made anew.
+        let device: DeviceId = GPU.parse().unwrap();
+        let placed = vec![Placed {
+            gpu: device.gpu(),
+            device,
+        }];
+        store
+            .apply(hold.id.clone(), placed, true, &Topology::default())
+            .unwrap();
+        assert_eq!(
+            settle(&mut store, &pass_copy, false, false, 500, 30),
+            Settled::default()
+        );
+        assert_eq!(store.get(&hold.id).unwrap().unassigned_since, None);
     }
 }
