@@ -353,6 +353,37 @@ impl Holds {
         Ok(true)
     }
 
+    /// Records, for every `MIG-<uuid>` device a hold has without knowing its GPU (holds
+    /// rebuilt from their specs after holds.json was lost), the GPU `topology` places it on,
+    /// and saves the store when anything was learnt: once recorded, the device's GPU stays
+    /// busy even if the device leaves the inventory (MIG reconfigured, GPU reset). Returns
+    /// how many were learnt.
+    ///
+    /// # Errors
+    /// [`HoldError::State`] when the store cannot be saved (what was learnt is kept in
+    /// memory, and saved with the next change).
+    pub fn record_gpus(&mut self, topology: &Topology) -> Result<usize, HoldError> {
+        if self.frozen.is_some() {
+            return Ok(0);
+        }
+        let mut learnt = 0;
+        for hold in self.holds.values_mut() {
+            for device in &hold.devices {
+                if device.kind() != DeviceKind::Mig || hold.gpu_of(device).is_some() {
+                    continue;
+                }
+                if let Some(gpu) = topology.gpu_of(device) {
+                    hold.gpus.insert(device.clone(), gpu);
+                    learnt += 1;
+                }
+            }
+        }
+        if learnt > 0 {
+            self.save()?;
+        }
+        Ok(learnt)
+    }
+
     /// The hold that has `device` itself.
     pub fn holder_of(&self, device: &DeviceId) -> Option<&HoldId> {
         self.holds
@@ -711,5 +742,25 @@ mod tests {
         let mut reloaded = reloaded;
         reloaded.forget_released(&[id("a")]).unwrap();
         assert_eq!(Holds::load(dir.path()).unwrap().released().count(), 0);
+    }
+
+    // What broke: holds rebuilt from their specs (holds.json lost) did not know which GPU a
+    // MIG-<uuid> device is on; once that device left the inventory, its GPU looked free.
+    #[test]
+    fn a_rebuilt_holds_mig_device_learns_its_gpu_and_keeps_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut holds = Holds::load(dir.path()).unwrap();
+        holds
+            .apply(id("rebuilt"), on(&[MIG3]), false, &none())
+            .unwrap();
+        assert_eq!(holds.get(&id("rebuilt")).unwrap().gpu_of(&dev(MIG3)), None);
+        let t = mig_host();
+        assert_eq!(holds.record_gpus(&t).unwrap(), 1);
+        assert_eq!(holds.record_gpus(&t).unwrap(), 0, "learnt once");
+        let again = Holds::load(dir.path()).unwrap();
+        let hold = again.get(&id("rebuilt")).unwrap();
+        assert_eq!(hold.gpu_of(&dev(MIG3)), Some(dev(GPU3)), "saved");
+        // The MIG device is gone from the inventory: its GPU is still busy.
+        assert!(none().busy(&dev(GPU3), [hold]).is_some());
     }
 }

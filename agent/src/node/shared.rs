@@ -555,6 +555,14 @@ impl Node {
         let Some(holds) = holds.as_mut() else { return };
         let collected = self.latest.read().await.is_some();
         let catalog = self.device_catalog().await;
+        if collected {
+            // Holds rebuilt from their specs learn which GPU each MIG device is on.
+            match holds.record_gpus(&self.topology().await) {
+                Ok(0) => {}
+                Ok(n) => tracing::info!("holds.json: recorded the GPU of {n} MIG device(s)"),
+                Err(e) => self.problem(format!("holds.json: {e}")),
+            }
+        }
         let result = if collected {
             converge(holds, &vendor.specs, &catalog, &self.config.cdi_dir)
         } else {
