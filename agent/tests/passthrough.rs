@@ -226,6 +226,34 @@ async fn a_held_gpu_and_a_group_with_a_foreign_device_are_refused_untouched() {
     assert_eq!(rig.changes.load(Ordering::SeqCst), 0);
 }
 
+// What broke: only the GPU named was asked; a second GPU of its IOMMU group (two GPUs behind
+// one switch without ACS) moved to vfio-pci with it while a hold had it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_held_gpu_in_the_same_iommu_group_refuses_the_bind_untouched() {
+    let Some(rig) = Rig::new(5) else { return };
+    const SIBLING: &str = "0000:62:00.0";
+    rig.sysfs
+        .add_function(SIBLING, "0x10de", "0x030200", Some("nvidia"), 61);
+    let agent = rig.agent();
+    let held = |address: &PciAddress, _: Option<&GpuUuid>| {
+        (address.to_string() == SIBLING).then(|| "hold-9".to_owned())
+    };
+    let err = agent.bind(&GpuRef::Pci(pci(GPU)), &held).await.unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "GPU 0000:62:00.0 (in IOMMU group 61 with 0000:61:00.0, so it would move too) is held by \
+         hold-9: release the hold before passing the GPU to a VM"
+    );
+    assert_eq!(
+        rig.record(),
+        Vec::<String>::new(),
+        "the helper was not asked"
+    );
+    assert!(!rig.journal().path().exists());
+    assert_eq!(rig.sysfs.driver(GPU).as_deref(), Some("nvidia"));
+    assert_eq!(rig.sysfs.driver(SIBLING).as_deref(), Some("nvidia"));
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_driver_that_never_lets_go_reaches_the_operator_and_the_journal_keeps_it_on_nvidia() {
     let Some(rig) = Rig::new(1) else { return };

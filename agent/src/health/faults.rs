@@ -302,14 +302,16 @@ impl FaultStore {
         Ok(changed)
     }
 
-    /// Drops every XID condition of `uuid` (after a reset left it healthy) and writes the
-    /// file. Returns how many were dropped.
+    /// Drops the XID conditions of `uuid` last seen at or before `since` (Unix seconds: when
+    /// the reset that left it healthy began) and writes the file; one seen again after it,
+    /// during the reset or the collection after it, stays. Returns how many were dropped.
     ///
     /// # Errors
     /// [`FaultsError::State`] when the write failed; memory is cleared anyway.
-    pub fn clear_gpu(&mut self, uuid: &GpuUuid) -> Result<usize, FaultsError> {
+    pub fn clear_gpu(&mut self, uuid: &GpuUuid, since: u64) -> Result<usize, FaultsError> {
         let before = self.conditions.len();
-        self.conditions.retain(|c| !c.is_xid_of(uuid));
+        self.conditions
+            .retain(|c| !(c.is_xid_of(uuid) && c.last_seen <= since));
         let dropped = before - self.conditions.len();
         if dropped > 0 {
             self.save()?;
@@ -485,13 +487,13 @@ impl Health {
         self.change(|s| s.raise_coalesced(kind, device_id, message).map(|_| ()))
     }
 
-    /// Drops `uuid`'s XID conditions, writes the file and publishes; see
-    /// [`FaultStore::clear_gpu`].
+    /// Drops `uuid`'s XID conditions last seen at or before `since`, writes the file and
+    /// publishes; see [`FaultStore::clear_gpu`].
     ///
     /// # Errors
     /// The write's error; memory and readers are cleared anyway.
-    pub fn clear_gpu(&self, uuid: &GpuUuid) -> Result<usize, FaultsError> {
-        self.change(|s| s.clear_gpu(uuid))
+    pub fn clear_gpu(&self, uuid: &GpuUuid, since: u64) -> Result<usize, FaultsError> {
+        self.change(|s| s.clear_gpu(uuid, since))
     }
 
     fn change<T>(
@@ -735,8 +737,9 @@ mod tests {
         health
             .raise(&ConditionKind::Xid(13), dev(GPU_A), "c")
             .unwrap();
-        assert_eq!(health.clear_gpu(&uuid(GPU_A)).unwrap(), 2);
-        assert_eq!(health.clear_gpu(&uuid(GPU_A)).unwrap(), 0);
+        let after = crate::state::unix_now();
+        assert_eq!(health.clear_gpu(&uuid(GPU_A), after).unwrap(), 2);
+        assert_eq!(health.clear_gpu(&uuid(GPU_A), after).unwrap(), 0);
         let left = read_this_boot(dir.path(), "b").unwrap();
         assert_eq!(left.len(), 1);
         assert_eq!(left[0].device_id, dev(GPU_B));

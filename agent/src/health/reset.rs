@@ -132,6 +132,9 @@ where
             });
         }
     }
+    // XIDs last seen after this second are news about the reset, not the history it clears
+    // (conditions keep whole seconds).
+    let started = crate::state::unix_now();
     let mut errors = Vec::with_capacity(targets.len());
     for (_, (typed, address), _) in &targets {
         let result = helper
@@ -155,10 +158,23 @@ where
             Some(now) => reasons.extend(hardware_problems(now)),
             None => reasons.push("the inventory no longer lists it after the reset".to_owned()),
         }
+        reasons.extend(
+            health
+                .conditions()
+                .iter()
+                .filter(|c| c.is_xid_of(&gpu.uuid) && c.last_seen > started)
+                .map(|c| {
+                    format!(
+                        "{} seen again since the reset began: {}",
+                        c.kind,
+                        crate::smi::escape_control(&c.message)
+                    )
+                }),
+        );
         let healthy = reasons.is_empty();
         let mut conditions_cleared = 0;
         if healthy {
-            conditions_cleared = health.clear_gpu(&gpu.uuid).unwrap_or_else(|e| {
+            conditions_cleared = health.clear_gpu(&gpu.uuid, started).unwrap_or_else(|e| {
                 tracing::error!("{e}");
                 0
             });
@@ -381,5 +397,44 @@ mod tests {
             .map(|c| c.device_id.to_string())
             .collect();
         assert_eq!(left, [B, C]);
+    }
+
+    // What broke: a healthy reset dropped every XID condition of the GPU, those the GPU raised
+    // during the reset and the collection after it included: a fresh fault was erased.
+    #[tokio::test]
+    async fn an_xid_raised_during_the_reset_survives_it_and_says_so() {
+        let dir = tempfile::tempdir().unwrap();
+        let h = health(dir.path());
+        let r = recording(Vec::new());
+        let uuids: Vec<GpuUuid> = vec![A.parse().unwrap()];
+        let recollect = || async {
+            // The collection after the reset takes its time; the GPU faults meanwhile.
+            tokio::time::sleep(std::time::Duration::from_millis(1100)).await;
+            h.raise(
+                &ConditionKind::Xid(119),
+                A.parse().unwrap(),
+                "NVRM: Xid (PCI:0000:18:00): 119, Timeout waiting for GSP",
+            )
+            .unwrap();
+            inventory()
+        };
+        let report = reset_gpus(&uuids, &inventory(), &[], &r, recollect, &h)
+            .await
+            .unwrap();
+        let a = &report.gpus[0];
+        assert!(!a.healthy);
+        assert_eq!(a.conditions_cleared, 0);
+        assert!(
+            a.reasons[0].starts_with("Xid119 seen again since the reset began: NVRM: Xid"),
+            "{:?}",
+            a.reasons
+        );
+        let kinds: Vec<String> = h
+            .conditions()
+            .iter()
+            .filter(|c| c.device_id.to_string() == A)
+            .map(|c| c.kind.to_string())
+            .collect();
+        assert_eq!(kinds, ["Xid79", "Xid119"], "nothing of A was dropped");
     }
 }

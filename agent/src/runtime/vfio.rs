@@ -59,6 +59,22 @@ impl Passthrough {
         }
         let group = iommu::read_group(&self.host, &address)?;
         let plan = iommu::plan_bind(&group, &address)?;
+        // The plan moves every NVIDIA function of the group, other GPUs included (two GPUs
+        // behind one switch without ACS share a group): each is asked, not only the one named.
+        for other in plan
+            .iter()
+            .filter(|f| f.address != address && f.is_nvidia_gpu())
+        {
+            if let Some(hold) = held(&other.address, None) {
+                return Err(RuntimeError::Held {
+                    gpu: format!(
+                        "GPU {} (in IOMMU group {} with {address}, so it would move too)",
+                        other.address, group.id
+                    ),
+                    hold,
+                });
+            }
+        }
         let mut entry = new_entry(Intent::Bind, address, &group.id, plan.iter());
         self.journal.put(&mut entry)?;
         let mut changes = Vec::with_capacity(plan.len());
