@@ -458,6 +458,32 @@ async fn a_cut_off_bind_that_stranded_nothing_is_left_as_it_stands() {
     assert_eq!(rig.record(), Vec::<String>::new());
 }
 
+// What broke: an audio function that had no driver to begin with (no sound driver loaded)
+// counted as "stranded", so a bind cut off before anything moved was finished at the next
+// start: the GPU went to vfio-pci although nobody's bind had moved anything.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_function_that_never_had_a_driver_is_not_stranded() {
+    let Some(rig) = Rig::new(5) else { return };
+    rig.sysfs.strand(AUDIO, "");
+    let mut entry = cut_off(Intent::Bind, "nvidia", "unused", Step::Untouched);
+    entry.functions[1].original_driver = None;
+    entry.functions[1].driver = None;
+    rig.journal().put(&mut entry).unwrap();
+    let report = rig.agent().reconcile().await.unwrap();
+    assert!(report.settled, "{report}");
+    assert!(
+        report.to_string().contains(
+            "nothing of it was left on no driver, so it was left as it stands \
+             (0000:61:00.0 on nvidia, 0000:61:00.1 on no driver)"
+        ),
+        "{report}"
+    );
+    assert_eq!(rig.record(), Vec::<String>::new(), "nothing was moved");
+    assert_eq!(rig.sysfs.driver(GPU).as_deref(), Some("nvidia"));
+    let again = rig.agent().reconcile().await.unwrap();
+    assert!(again.sentences.is_empty(), "the entry is settled: {again}");
+}
+
 /// The record's lines with `virsh` runs shortened to their subcommand (the URI carries a
 /// temporary path).
 fn shortened(lines: Vec<String>) -> Vec<String> {

@@ -151,11 +151,8 @@ impl Passthrough {
                 Ok(Ok(change)) => changes.push(change),
                 Ok(Err(source)) => {
                     // A function still on vfio-pci is not stranded (a VM may well have it);
-                    // only one on no driver needs settling now.
-                    let stranded = entry
-                        .functions
-                        .iter()
-                        .any(|f| driver_of(&self.host, &f.address).is_none());
+                    // only one left on no driver needs settling now.
+                    let stranded = entry.functions.iter().any(|f| stranded(&self.host, f));
                     let notes = if stranded {
                         settle(&self.host, self.helper.as_ref(), &mut entry).await
                     } else {
@@ -371,11 +368,7 @@ fn aftermath(notes: &[String], open: bool, kept: Option<StateError>) -> String {
 async fn settle(host: &Host, helper: &dyn Helper, entry: &mut Entry) -> Vec<String> {
     let mut sentences = Vec::new();
     let mut unreachable = false;
-    let stranded = |e: &Entry| {
-        e.functions
-            .iter()
-            .any(|f| driver_of(host, &f.address).is_none())
-    };
+    let stranded = |e: &Entry| e.functions.iter().any(|f| stranded(host, f));
     if entry.intent == Intent::Bind && !stranded(entry) {
         let where_: Vec<String> = entry
             .functions
@@ -474,6 +467,14 @@ async fn settle(host: &Host, helper: &dyn Helper, entry: &mut Entry) -> Vec<Stri
     }
     entry.open = unreachable || stranded(entry);
     sentences
+}
+
+/// Whether the entry left `f` stranded: on no driver now, though it had one when the entry
+/// began and its step did not finish. A function that had no driver to begin with (a GPU's
+/// audio function where no sound driver is loaded), or that the helper moved as asked and the
+/// kernel then gave no driver, is where it belongs.
+fn stranded(host: &Host, f: &FunctionRecord) -> bool {
+    driver_of(host, &f.address).is_none() && f.original_driver.is_some() && f.step != Step::Done
 }
 
 /// Settles every open entry of `journal` against sysfs (see the rules on the module's
