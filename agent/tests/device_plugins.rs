@@ -15,7 +15,7 @@
 #[allow(dead_code)]
 mod processes;
 
-use processes::{repo, wait_for, NodeSandbox, Reaped};
+use processes::{free_port, helper_args, repo, wait_for, NodeSandbox, Reaped};
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::Duration;
@@ -46,27 +46,15 @@ fn device_plugins_against_a_stand_in_kubelet() {
     let plugins = dir.path().join("device-plugins");
     std::fs::create_dir_all(&plugins).unwrap();
     let pod_resources = dir.path().join("pod-resources.sock");
-    let metrics = {
-        // A free loopback port for the metrics listener.
-        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        l.local_addr().unwrap().to_string()
-    };
+    let metrics = free_port();
 
     let helper_bin = PathBuf::from(env!("CARGO_BIN_EXE_bcd")).with_file_name("bcd-helper");
     let _helper = if helper_bin.exists() {
-        let uid = nix::unistd::getuid().as_raw().to_string();
         let helper = Reaped(
             Command::new(&helper_bin)
                 .arg("--listen")
                 .arg(&helper_sock)
-                .args(["--allow-uid", &uid, "--no-sandbox", "--audit-log"])
-                .arg(dir.path().join("audit.log"))
-                .arg("--nvidia-smi")
-                .arg(host.join("bin/nvidia-smi"))
-                .arg("--sysfs-root")
-                .arg(host.join("root/sys"))
-                .arg("--staging-dir")
-                .arg(dir.path().join("staging"))
+                .args(helper_args(dir.path(), &host))
                 .stderr(Stdio::null())
                 .spawn()
                 .unwrap(),

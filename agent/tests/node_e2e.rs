@@ -8,7 +8,7 @@
 #[allow(dead_code)]
 mod processes;
 
-use processes::{free_port, wait_for, NodeSandbox, Reaped};
+use processes::{free_port, helper_args, wait_for, NodeSandbox, Reaped};
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -55,22 +55,8 @@ fn the_node_service_end_to_end() {
         api_sock,
     } = NodeSandbox::new(dir.path(), "hgx-h100");
 
-    let uid = nix::unistd::getuid().as_raw().to_string();
-    let helper_args: Vec<String> = vec![
-        "--idle-exit".into(),
-        "30".into(),
-        "--allow-uid".into(),
-        uid,
-        "--no-sandbox".into(),
-        "--audit-log".into(),
-        dir.path().join("audit.log").display().to_string(),
-        "--nvidia-smi".into(),
-        host.join("bin/nvidia-smi").display().to_string(),
-        "--sysfs-root".into(),
-        host.join("root/sys").display().to_string(),
-        "--staging-dir".into(),
-        dir.path().join("staging").display().to_string(),
-    ];
+    let mut helper_args = helper_args(dir.path(), &host);
+    helper_args.extend(["--idle-exit".into(), "30".into()]);
     let activator = Command::new("systemd-socket-activate")
         .arg("--help")
         .output()

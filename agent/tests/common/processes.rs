@@ -92,6 +92,25 @@ pub struct NodeSandbox {
     pub api_sock: PathBuf,
 }
 
+/// The root helper's arguments for a sandbox in `dir` on the fake host copy `host`: this
+/// uid allowed, no Landlock (the fake sysfs is not the kernel's), its audit log and staging
+/// folder in `dir`, the host's `nvidia-smi` and sysfs. The caller adds how it listens.
+pub fn helper_args(dir: &Path, host: &Path) -> Vec<String> {
+    vec![
+        "--allow-uid".into(),
+        nix::unistd::getuid().as_raw().to_string(),
+        "--no-sandbox".into(),
+        "--audit-log".into(),
+        dir.join("audit.log").display().to_string(),
+        "--nvidia-smi".into(),
+        host.join("bin/nvidia-smi").display().to_string(),
+        "--sysfs-root".into(),
+        host.join("root/sys").display().to_string(),
+        "--staging-dir".into(),
+        dir.join("staging").display().to_string(),
+    ]
+}
+
 impl NodeSandbox {
     /// A sandbox in `dir` on the fake host `name` (its NVIDIA spec is the demo host's).
     pub fn new(dir: &Path, name: &str) -> Self {
