@@ -5,12 +5,7 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-fn has(program: &str, arg: &str) -> bool {
-    Command::new(program)
-        .arg(arg)
-        .output()
-        .is_ok_and(|o| o.status.success())
-}
+use bcd_testkit::{built, require, Peer};
 
 /// What `dpkg-deb` prints for one query of the package, or the failure's words.
 fn dpkg_deb(args: &[&str], deb: &Path) -> String {
@@ -29,25 +24,17 @@ fn dpkg_deb(args: &[&str], deb: &Path) -> String {
 
 #[test]
 fn the_package_installs_the_binaries_and_units() {
-    if !has("dpkg-deb", "--version") {
-        eprintln!("skipped: dpkg-deb is not installed (Debian package dpkg)");
+    if require(Peer::DpkgDeb).is_none() {
         return;
     }
     let bin = PathBuf::from(env!("CARGO_BIN_EXE_bcd"));
     let bin_dir = bin.parent().unwrap();
-    if !bin_dir.join("bcd-helper").exists() {
-        eprintln!("skipped: bcd-helper is not built beside bcd (run cargo test --workspace)");
+    if built(&bin_dir.join("bcd-helper")).is_none() {
         return;
     }
-    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-    if !Command::new(&cargo)
-        .args(["deb", "--version"])
-        .output()
-        .is_ok_and(|o| o.status.success())
-    {
-        eprintln!("skipped: cargo-deb is not installed (cargo install cargo-deb --locked)");
+    let Some(cargo) = require(Peer::CargoDeb) else {
         return;
-    }
+    };
     let dir = tempfile::tempdir().unwrap();
     // This test's own (debug) binaries, as they are: the package's metadata is what is
     // tested, and a release build here would cost minutes. cargo-deb strips them.
@@ -137,8 +124,7 @@ fn the_package_installs_the_binaries_and_units() {
         .status()
         .unwrap();
     assert!(status.success(), "dpkg-deb -x failed");
-    if !has("systemd-analyze", "--version") {
-        eprintln!("skipped verify: systemd-analyze is not installed (Debian package systemd)");
+    if require(Peer::SystemdAnalyze).is_none() {
         return;
     }
     let system = root.join("usr/lib/systemd/system");

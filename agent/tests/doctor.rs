@@ -480,37 +480,30 @@ async fn kmsg_missing_warns() {
 }
 
 /// Runs `bcd doctor ARGS` as `nobody` (root only, through `setpriv`), from a copy of the
-/// binary in `dir` so that nobody can reach it; `None` when that cannot be done here.
+/// binary in `dir` so that nobody can reach it; `None` (skipped) when this test does not run as
+/// root, or when setpriv is missing (a failure under CI).
 fn doctor_as_nobody(dir: &Path, args: &[&str]) -> Option<String> {
     if !nix::unistd::geteuid().is_root() {
-        eprintln!("skipped: only root can run doctor as another user");
+        bcd_testkit::skip("only root can run doctor as another user");
         return None;
     }
+    let setpriv = bcd_testkit::require(bcd_testkit::Peer::Setpriv)?;
     let bin = dir.join("bcd");
     std::fs::copy(env!("CARGO_BIN_EXE_bcd"), &bin).unwrap();
     std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755)).unwrap();
-    let out = Command::new("setpriv")
+    let out = Command::new(setpriv)
         .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
         .arg(&bin)
         .arg("doctor")
         .args(args)
-        .output();
-    match out {
-        Ok(out) if out.status.code().is_some_and(|c| c <= 1) => {
-            Some(String::from_utf8_lossy(&out.stdout).into_owned())
-        }
-        Ok(out) => {
-            eprintln!(
-                "skipped: setpriv could not run doctor as nobody: {}",
-                String::from_utf8_lossy(&out.stderr).trim()
-            );
-            None
-        }
-        Err(e) => {
-            eprintln!("skipped: no setpriv ({e})");
-            None
-        }
-    }
+        .output()
+        .unwrap();
+    assert!(
+        out.status.code().is_some_and(|c| c <= 1),
+        "setpriv could not run doctor as nobody: {}",
+        String::from_utf8_lossy(&out.stderr).trim()
+    );
+    Some(String::from_utf8_lossy(&out.stdout).into_owned())
 }
 
 fn kmsg_line(text: &str) -> String {
@@ -557,7 +550,7 @@ fn kmsg_refused_by_dmesg_restrict_names_cap_syslog() {
     let restricted =
         std::fs::read_to_string("/proc/sys/kernel/dmesg_restrict").is_ok_and(|t| t.trim() == "1");
     if !restricted || !Path::new("/dev/kmsg").exists() {
-        eprintln!("skipped: this machine has no /dev/kmsg or kernel.dmesg_restrict is not 1");
+        bcd_testkit::skip("this machine has no /dev/kmsg or kernel.dmesg_restrict is not 1");
         return;
     }
     let dir = tempfile::tempdir().unwrap();

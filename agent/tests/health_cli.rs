@@ -352,8 +352,7 @@ fn diag_asks_a_running_node_and_starts_no_nvidia_smi() {
 // says what it waits for (and never when its stderr is not a terminal).
 #[test]
 fn a_command_waiting_on_nvidia_smi_says_so_on_a_terminal_only() {
-    let Ok(script) = which("script") else {
-        eprintln!("skipped: script (util-linux) is not installed");
+    let Some(script) = bcd_testkit::require(bcd_testkit::Peer::Script) else {
         return;
     };
     let dir = tempfile::tempdir().unwrap();
@@ -395,14 +394,4 @@ fn a_command_waiting_on_nvidia_smi_says_so_on_a_terminal_only() {
         .output()
         .unwrap();
     assert!(!String::from_utf8_lossy(&out.stderr).contains("waiting for"));
-}
-
-fn which(name: &str) -> Result<PathBuf, ()> {
-    std::env::var_os("PATH")
-        .and_then(|paths| {
-            std::env::split_paths(&paths)
-                .map(|d| d.join(name))
-                .find(|p| p.is_file())
-        })
-        .ok_or(())
 }

@@ -6,14 +6,12 @@ use std::time::{Duration, Instant};
 
 /// `bcd-helper` beside `bcd` in the target folder (built by `cargo test --workspace`).
 fn helper_binary() -> Option<PathBuf> {
-    let bin = PathBuf::from(env!("CARGO_BIN_EXE_bcd")).with_file_name("bcd-helper");
-    bin.exists().then_some(bin)
+    bcd_testkit::built(&PathBuf::from(env!("CARGO_BIN_EXE_bcd")).with_file_name("bcd-helper"))
 }
 
 #[test]
 fn ping_prints_the_helpers_version_and_operations() {
     let Some(helper) = helper_binary() else {
-        eprintln!("skipped: bcd-helper is not built beside bcd (run cargo test --workspace)");
         return;
     };
     let dir = tempfile::tempdir().unwrap();

@@ -3,8 +3,9 @@
 //! `opentelemetry-proto`): `bcd.gpu.memory.total` equals the fake host's `nvidia-smi` total,
 //! and a hold's id arrives as the GPU's points' `bcd.hold` attribute.
 //!
-//! The receiver's virtual environment is made once under the target folder; without
-//! `python3 -m venv` or a reachable package index the test is skipped, saying why.
+//! The receiver runs in the virtual environment `run-tests` makes under `target/peers`, with
+//! the pinned `opentelemetry-proto` (the test downloads nothing); without it the test is
+//! skipped, saying so (a failure under `CI`).
 
 #[path = "common/processes.rs"]
 #[allow(dead_code)]
@@ -12,53 +13,15 @@ mod processes;
 
 use processes::{copy_host, repo, Reaped};
 use std::io::{BufRead, BufReader};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-/// The `opentelemetry-proto` release the receiver is tested with.
-const OTLP_PROTO_PIN: &str = "opentelemetry-proto==1.45.2";
 /// The wsl2 fake host's only GPU and its `memory.total` in `answers/samples.out`, MiB.
 const WSL2_GPU: &str = "GPU-47b7f1f6-b953-1755-a396-404bd55edce2";
 const WSL2_MEMORY_TOTAL_MIB: u64 = 32607;
-
-/// The venv's python with `opentelemetry-proto` importable, made on first use; `Err` says why
-/// the test cannot run here.
-fn receiver_python() -> Result<PathBuf, String> {
-    let venv = Path::new(env!("CARGO_TARGET_TMPDIR")).join("otlp-venv");
-    let python = venv.join("bin/python");
-    let importable = |python: &Path| {
-        Command::new(python)
-            .args([
-                "-c",
-                "import opentelemetry.proto.collector.metrics.v1.metrics_service_pb2",
-            ])
-            .stderr(Stdio::null())
-            .status()
-            .is_ok_and(|s| s.success())
-    };
-    if importable(&python) {
-        return Ok(python);
-    }
-    let made = Command::new("python3")
-        .args(["-m", "venv"])
-        .arg(&venv)
-        .status()
-        .map_err(|e| format!("python3 cannot be run: {e}"))?;
-    if !made.success() {
-        return Err("python3 -m venv failed".into());
-    }
-    let pip = Command::new(venv.join("bin/pip"))
-        .args(["install", "--quiet", OTLP_PROTO_PIN])
-        .status()
-        .map_err(|e| format!("pip cannot be run: {e}"))?;
-    if !pip.success() || !importable(&python) {
-        return Err(format!("pip install {OTLP_PROTO_PIN} failed"));
-    }
-    Ok(python)
-}
 
 /// The decoded points the receiver wrote so far.
 fn points(file: &Path) -> Vec<Value> {
@@ -71,12 +34,8 @@ fn points(file: &Path) -> Vec<Value> {
 
 #[test]
 fn otlp_memory_total_equals_the_fake_hosts_nvidia_smi() {
-    let python = match receiver_python() {
-        Ok(p) => p,
-        Err(why) => {
-            eprintln!("skipped: {why}");
-            return;
-        }
+    let Some(python) = bcd_testkit::require(bcd_testkit::Peer::OtlpProto) else {
+        return;
     };
     let dir = tempfile::tempdir().unwrap();
     let host = copy_host(dir.path(), "wsl2");

@@ -505,7 +505,7 @@ async fn libvirt_start_and_destroy_turn_persistence_off_and_on_for_exactly_the_t
     let Some(binary) = helper_binary() else {
         return;
     };
-    let Some(real_virsh) = common::on_path("virsh") else {
+    let Some(real_virsh) = bcd_testkit::require(bcd_testkit::Peer::Virsh) else {
         return;
     };
     let dir = tempfile::tempdir().unwrap();

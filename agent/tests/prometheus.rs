@@ -34,12 +34,7 @@ fn get(addr: &str, path: &str) -> Option<(u16, String)> {
 
 #[test]
 fn prometheus_scrapes_the_node_and_reads_back_each_gpu() {
-    if !Command::new("prometheus")
-        .arg("--version")
-        .output()
-        .is_ok_and(|o| o.status.success())
-    {
-        eprintln!("skipped: prometheus is not installed (Debian package prometheus)");
+    if prometheus_missing() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
@@ -287,15 +282,9 @@ fn until(web: &str, promql: &str, done: impl Fn(&[Value]) -> bool) -> Vec<Value>
     }
 }
 
+/// Whether the test must return: prometheus is missing (skipped, or failed under CI).
 fn prometheus_missing() -> bool {
-    let missing = !Command::new("prometheus")
-        .arg("--version")
-        .output()
-        .is_ok_and(|o| o.status.success());
-    if missing {
-        eprintln!("skipped: prometheus is not installed (Debian package prometheus)");
-    }
-    missing
+    bcd_testkit::require(bcd_testkit::Peer::Prometheus).is_none()
 }
 
 /// One GPU's readings on the demo host, as its fake `nvidia-smi` gives them
@@ -495,8 +484,7 @@ fn promtool(text: &str) -> Option<(i32, String)> {
 // labels such as modelName, counters without _total), which dashboards depend on.
 #[test]
 fn promtool_passes_the_metrics_and_finds_only_dcgm_exporters_own_spellings() {
-    if promtool("").is_none() {
-        eprintln!("skipped: promtool is not installed (Debian package prometheus)");
+    if bcd_testkit::require(bcd_testkit::Peer::Promtool).is_none() {
         return;
     }
     let (code, said) = promtool(&scrape(&[])).unwrap();

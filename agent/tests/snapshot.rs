@@ -254,7 +254,7 @@ async fn a_failing_compute_apps_query_leaves_only_the_count_empty() {
 #[tokio::test]
 async fn live_host_gpus_are_complete_and_samples_agree() {
     if std::env::var("BCD_REAL_GPU").as_deref() != Ok("1") {
-        eprintln!("skipped: set BCD_REAL_GPU=1 on a host with an NVIDIA GPU and driver to run it");
+        bcd_testkit::skip("set BCD_REAL_GPU=1 on a host with an NVIDIA GPU and driver to run it");
         return;
     }
     let runner = Runner::new(PathBuf::from("nvidia-smi"));

@@ -11,14 +11,7 @@ fn units() -> PathBuf {
 
 /// The units with their `ExecStart=` binaries pointed at the ones this build made.
 fn staged() -> Option<tempfile::TempDir> {
-    if Command::new("systemd-analyze")
-        .arg("--version")
-        .output()
-        .is_err()
-    {
-        eprintln!("skipped: systemd-analyze is not installed (Debian package systemd)");
-        return None;
-    }
+    bcd_testkit::require(bcd_testkit::Peer::SystemdAnalyze)?;
     let bcd = PathBuf::from(env!("CARGO_BIN_EXE_bcd"));
     let helper = bcd.with_file_name("bcd-helper");
     let helper = if helper.exists() { helper } else { bcd.clone() };

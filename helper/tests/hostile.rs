@@ -223,7 +223,7 @@ fn rss_and_fds(pid: u32) -> (u64, usize) {
 fn floods_of_refused_idle_and_half_open_connections_never_lock_the_agent_out() {
     let _one = serial();
     if !is_root() {
-        eprintln!("skipped: running flooders as other uids needs root");
+        bcd_testkit::skip("running flooders as other uids needs root");
         return;
     }
     const FLOOD: Duration = Duration::from_secs(10);
@@ -331,22 +331,17 @@ fn floods_of_refused_idle_and_half_open_connections_never_lock_the_agent_out() {
 fn a_member_of_an_allowed_group_through_a_supplementary_group_is_served() {
     let _one = serial();
     if !is_root() {
-        eprintln!("skipped: changing to another uid needs root");
+        bcd_testkit::skip("changing to another uid needs root");
         return;
     }
-    let Some(setpriv) = ["/usr/bin/setpriv", "/bin/setpriv"]
-        .into_iter()
-        .map(Path::new)
-        .find(|p| p.exists())
-    else {
-        eprintln!("skipped: setpriv (util-linux) is not installed");
+    let Some(setpriv) = bcd_testkit::require(bcd_testkit::Peer::Setpriv) else {
         return;
     };
     const GROUP: u32 = 4242;
     let h = Helper::start(&["--allow-group", &GROUP.to_string()]);
     open_to_everyone(&h);
     let run = |groups: &str| {
-        Command::new(setpriv)
+        Command::new(&setpriv)
             .args([
                 "--reuid",
                 &NOBODY.to_string(),
@@ -578,7 +573,7 @@ fn content_recording_virsh(dir: &Path) -> PathBuf {
 fn a_save_image_swapped_for_a_link_never_reaches_virsh() {
     let _one = serial();
     if !is_root() {
-        eprintln!("skipped: a save folder owned by another uid needs root");
+        bcd_testkit::skip("a save folder owned by another uid needs root");
         return;
     }
     let dir = tempfile::tempdir().unwrap();
@@ -876,7 +871,7 @@ fn descriptors_left_open_by_the_parent_are_closed_at_start() {
 fn a_program_replaced_under_the_sandbox_ends_the_helper_with_a_sentence() {
     let _one = serial();
     if !is_root() {
-        eprintln!("skipped: the sandbox test runs the helper as root");
+        bcd_testkit::skip("the sandbox test runs the helper as root");
         return;
     }
     let dir = tempfile::tempdir().unwrap();
@@ -887,7 +882,8 @@ fn a_program_replaced_under_the_sandbox_ends_the_helper_with_a_sentence() {
         panic!("no pong")
     };
     if sandbox.contains("none") {
-        eprintln!("skipped: this kernel does not enforce Landlock ({sandbox})");
+        eprintln!("{sandbox}");
+        bcd_testkit::skip("this kernel does not enforce Landlock");
         return;
     }
     let op = Operation::SetPersistence {

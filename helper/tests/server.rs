@@ -106,11 +106,9 @@ fn usage_errors_are_one_sentence_and_exit_2() {
 
 #[test]
 fn socket_activation_serves_hides_the_listen_variables_and_exits_when_idle() {
-    let activate = Path::new("/usr/bin/systemd-socket-activate");
-    if !activate.exists() {
-        eprintln!("skipped: {} is not installed", activate.display());
+    let Some(activate) = bcd_testkit::require(bcd_testkit::Peer::SystemdSocketActivate) else {
         return;
-    }
+    };
     let dir = tempfile::tempdir().unwrap();
     let smi = fake_program(dir.path(), "nvidia-smi-record", "nvidia-smi");
     let sock = dir.path().join("activated.sock");
@@ -235,7 +233,7 @@ fn open_to_everyone(h: &Helper) {
 #[test]
 fn a_peer_of_another_uid_is_denied_and_audited_unless_allowed() {
     if !nix::unistd::Uid::effective().is_root() {
-        eprintln!("skipped: changing to another uid needs root");
+        bcd_testkit::skip("changing to another uid needs root");
         return;
     }
     const NOBODY: u32 = 65534;

@@ -24,32 +24,10 @@ const KERNEL_POLL: Duration = Duration::from_millis(10);
 /// How long a started helper may take to listen.
 const HELPER_START: Duration = Duration::from_secs(10);
 
-/// The `bcd-helper` binary built beside `bcd`, or `None` (with the reason printed) when it has
-/// not been built: `cargo build -p bcd-helper` first.
+/// The `bcd-helper` binary built beside `bcd`, or `None` after skipping (a failure under
+/// `CI`) when it has not been built: `cargo test --workspace` builds it.
 pub fn helper_binary() -> Option<PathBuf> {
-    let path = PathBuf::from(env!("CARGO_BIN_EXE_bcd")).with_file_name("bcd-helper");
-    if path.is_file() {
-        Some(path)
-    } else {
-        eprintln!(
-            "skipped: {} is not built (cargo build -p bcd-helper)",
-            path.display()
-        );
-        None
-    }
-}
-
-/// A program on `PATH`, or `None` with the reason printed.
-pub fn on_path(name: &str) -> Option<PathBuf> {
-    let found = std::env::var_os("PATH").and_then(|paths| {
-        std::env::split_paths(&paths)
-            .map(|p| p.join(name))
-            .find(|p| p.is_file())
-    });
-    if found.is_none() {
-        eprintln!("skipped: {name} is not installed");
-    }
-    found
+    bcd_testkit::built(&PathBuf::from(env!("CARGO_BIN_EXE_bcd")).with_file_name("bcd-helper"))
 }
 
 /// Appends one line to the record file.

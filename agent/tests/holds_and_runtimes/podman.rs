@@ -1,18 +1,37 @@
 //! A real CDI consumer: Debian's podman (4.3) runs a busybox container with hold specs that
-//! bcd's converger wrote, and the test looks inside. podman 4.3 reads specs only from
-//! `/etc/cdi` and `/var/run/cdi`, so it runs under `unshare -m` with a scratch folder bound
-//! on `/etc/cdi`; the vendor spec's device nodes are made real with `mknod` in a scratch
-//! folder. Storage is `vfs`, cgroups `cgroupfs`, events go to a file, the runtime is `runc`
-//! (crun refuses hybrid cgroup hosts) and the ulimits are set (podman as root fails
-//! `setrlimit` on some hosts otherwise). Skipped, saying why, without podman or root.
+//! bcd's converger wrote, and the test looks inside, through one [`PodmanSandbox`].
+//!
+//! podman 4.3 reads CDI specs only from `/etc/cdi` and `/var/run/cdi` (the `containers.conf`
+//! setting for spec folders is honoured only from podman 5.5), and as root it writes below
+//! `/etc`, `/var` (`/var/tmp`, `/var/lib/containers`, `/var/lib/cni`) and `/run` (`libpod`,
+//! `runc`, `containers`) whatever its configuration says. So every podman command runs under
+//! `unshare -m` in a private mount namespace where:
+//! - `/run` is a fresh tmpfs (on Debian `/var/run` is a link to it), so `/var/run/cdi` can be
+//!   made there and whatever podman and runc keep in `/run` ends with the command;
+//! - `/etc` and `/var` are overlays of themselves whose upper folders are on a tmpfs mounted in
+//!   that namespace, so `/etc/cdi` can be made without creating it on the host, and podman's
+//!   writes there vanish with the command. The uppers are on a tmpfs rather than in the
+//!   sandbox's folder because overlayfs refuses an upper folder on overlayfs (a container's
+//!   root file system), and a tmpfs works under any; the probe of that is the first command,
+//!   the image import, which fails with the mount's own words;
+//! - the sandbox's `etc-cdi` and `run-cdi` folders are bound on `/etc/cdi` and `/var/run/cdi`.
+//!
+//! Nothing of the host's `/etc`, `/var` or `/run` is created, changed or removed, so tests that
+//! run podman at once cannot pull a mount point from under each other. Storage is `vfs` in the
+//! sandbox's folder (it outlives each command: the imported image is there for the runs),
+//! cgroups `cgroupfs`, events go to a file, the runtime is `runc` (crun refuses hybrid cgroup
+//! hosts) and the ulimits are set (podman as root fails `setrlimit` on some hosts otherwise).
+//! The vendor spec's device nodes are made real with `mknod` in the sandbox's folder. Skipped
+//! without root (mknod, unshare -m), and without podman, runc or busybox (a failure under CI).
 
 use std::fs;
 use std::os::unix::fs::FileTypeExt;
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{Command, Output};
 
 use bcd::cdi::spec::{parse_spec, Format};
 use bcd::cdi::{converge, read_vendor_specs, Holds};
+use bcd_testkit::{require, Peer};
 use serde_json::Value;
 
 use super::{catalog, placed, repo, topology, H100, H100_MIG};
@@ -23,39 +42,50 @@ struct Inside {
     env: Vec<String>,
 }
 
-/// Why podman cannot run here, when it cannot.
-fn unavailable() -> Option<String> {
-    if !nix::unistd::geteuid().is_root() {
-        return Some("podman's CDI test needs root (mknod, unshare -m)".into());
-    }
-    for tool in ["podman", "runc", "unshare", "mount"] {
-        let found = Command::new("sh")
-            .args(["-c", &format!("command -v {tool}")])
-            .output()
-            .is_ok_and(|o| o.status.success());
-        if !found {
-            return Some(format!(
-                "{tool} is not installed (apt-get install podman runc busybox-static)"
-            ));
-        }
-    }
-    if !Path::new("/bin/busybox").exists() {
-        return Some("/bin/busybox is missing (apt-get install busybox-static)".into());
-    }
-    None
-}
+/// The folders of the host that the sandbox covers; its own folder must be outside them.
+const COVERED: [&str; 3] = ["/etc", "/var", "/run"];
 
-/// A scratch podman: its configuration, storage and the CDI folder it sees as `/etc/cdi`.
-struct Podman {
+/// A scratch podman in a private mount namespace per command (see the module header): its
+/// configuration, storage, and the folders it sees as `/etc/cdi` and `/var/run/cdi`.
+struct PodmanSandbox {
     dir: PathBuf,
+    podman: PathBuf,
+    unshare: PathBuf,
 }
 
-impl Podman {
-    fn new(dir: &Path) -> Self {
+impl PodmanSandbox {
+    /// A sandbox in `dir` with the busybox image imported; `None` after skipping when podman
+    /// cannot run here.
+    fn new(dir: &Path) -> Option<Self> {
+        if !nix::unistd::geteuid().is_root() {
+            bcd_testkit::skip("podman's CDI test needs root (mknod, unshare -m)");
+            return None;
+        }
+        let podman = require(Peer::Podman)?;
+        require(Peer::Runc)?;
+        require(Peer::Mount)?;
+        let unshare = require(Peer::Unshare)?;
+        let busybox = require(Peer::Busybox)?;
+        let dir = fs::canonicalize(dir).unwrap();
+        assert!(
+            !COVERED.iter().any(|c| dir.starts_with(c)),
+            "the podman sandbox's folder {} is under a folder it covers ({COVERED:?}); set TMPDIR elsewhere",
+            dir.display()
+        );
         let p = Self {
-            dir: dir.to_path_buf(),
+            dir: dir.clone(),
+            podman,
+            unshare,
         };
-        for sub in ["rootfs/bin", "graph", "run", "tmp", "cdi", "dev"] {
+        for sub in [
+            "rootfs/bin",
+            "graph",
+            "run",
+            "tmp",
+            "etc-cdi",
+            "run-cdi",
+            "dev",
+        ] {
             fs::create_dir_all(dir.join(sub)).unwrap();
         }
         fs::write(
@@ -77,33 +107,65 @@ impl Podman {
         )
         .unwrap();
         // A busybox-static rootfs, imported locally: there is no registry here.
-        fs::copy("/bin/busybox", dir.join("rootfs/bin/busybox")).unwrap();
-        for applet in ["sh", "find", "env", "sort"] {
+        fs::copy(busybox, dir.join("rootfs/bin/busybox")).unwrap();
+        for applet in ["sh", "find", "env", "sort", "cat"] {
             std::os::unix::fs::symlink("busybox", dir.join("rootfs/bin").join(applet)).unwrap();
         }
-        let import = p
-            .command("tar -C rootfs -c . | podman import - localhost/bcd-busybox >/dev/null")
-            .output()
-            .unwrap();
+        let import = p.sh("tar -C rootfs -c . | podman import - localhost/bcd-busybox >/dev/null");
         assert!(
             import.status.success(),
-            "{}",
+            "podman import in the sandbox: {}",
             String::from_utf8_lossy(&import.stderr)
         );
-        p
+        Some(p)
     }
 
+    /// The folder the containers see as `/etc/cdi`.
     fn cdi(&self) -> PathBuf {
-        self.dir.join("cdi")
+        self.dir.join("etc-cdi")
     }
 
-    fn command(&self, script: &str) -> Command {
-        let mut c = Command::new("sh");
-        c.current_dir(&self.dir)
+    /// The folder the containers see as `/var/run/cdi` (CDI's folder for specs made at run
+    /// time, where a DRA driver writes).
+    fn run_cdi(&self) -> PathBuf {
+        self.dir.join("run-cdi")
+    }
+
+    /// Runs `script` with `sh -c` in the sandbox's folder, in a private mount namespace set up
+    /// as the module header says, with podman configured to keep its state in the sandbox.
+    fn sh(&self, script: &str) -> Output {
+        let d = self.dir.display();
+        let setup = format!(
+            "set -e\n\
+             mount -t tmpfs -o mode=0755 bcd-sandbox-run /run\n\
+             mkdir -p '{d}/upper'\n\
+             mount -t tmpfs -o mode=0755 bcd-sandbox-upper '{d}/upper'\n\
+             for top in etc var; do\n\
+               mkdir -p \"{d}/upper/$top/upper\" \"{d}/upper/$top/work\"\n\
+               mount -t overlay bcd-sandbox-$top -o \"lowerdir=/$top,upperdir={d}/upper/$top/upper,workdir={d}/upper/$top/work\" \"/$top\"\n\
+             done\n\
+             mkdir -p /etc/cdi /var/run/cdi\n\
+             mount --bind '{d}/etc-cdi' /etc/cdi\n\
+             mount --bind '{d}/run-cdi' /var/run/cdi\n\
+             {script}\n"
+        );
+        Command::new(&self.unshare)
+            .args(["-m", "--propagation", "private", "sh", "-c", &setup])
+            .current_dir(&self.dir)
             .env("CONTAINERS_CONF", self.dir.join("containers.conf"))
             .env("CONTAINERS_STORAGE_CONF", self.dir.join("storage.conf"))
-            .args(["-c", script]);
-        c
+            .env("PATH", self.path_with_podman())
+            .output()
+            .unwrap()
+    }
+
+    /// `PATH` with podman's folder first, so the sandbox runs the podman that was required.
+    fn path_with_podman(&self) -> std::ffi::OsString {
+        let mut paths = vec![self.podman.parent().unwrap().to_path_buf()];
+        paths.extend(std::env::split_paths(
+            &std::env::var_os("PATH").unwrap_or_default(),
+        ));
+        std::env::join_paths(paths).unwrap()
     }
 
     /// Runs the container with `devices` (`bcd.dev/gpu=<name>`) and reports what it saw.
@@ -115,18 +177,10 @@ impl Podman {
     /// Runs the container with fully qualified CDI device names and reports what it saw.
     fn run_names(&self, names: &[String]) -> Inside {
         let flags: String = names.iter().map(|d| format!(" --device {d}")).collect();
-        let script = format!(
-            "mount --bind {cdi} /etc/cdi && exec podman run --rm --network none{flags} \
-             localhost/bcd-busybox /bin/sh -c 'find /dev -name \"nvidia*\" | sort; echo --; env'",
-            cdi = self.cdi().display()
-        );
-        let out = Command::new("unshare")
-            .args(["-m", "--propagation", "private", "sh", "-c", &script])
-            .current_dir(&self.dir)
-            .env("CONTAINERS_CONF", self.dir.join("containers.conf"))
-            .env("CONTAINERS_STORAGE_CONF", self.dir.join("storage.conf"))
-            .output()
-            .unwrap();
+        let out = self.sh(&format!(
+            "exec podman run --rm --network none{flags} localhost/bcd-busybox \
+             /bin/sh -c 'find /dev -name \"nvidia*\" | sort; echo --; env'"
+        ));
         assert!(
             out.status.success(),
             "podman run{flags}: {}",
@@ -196,12 +250,10 @@ fn runnable_vendor_spec(dev: &Path, to: &Path) {
 
 #[tokio::test]
 async fn podman_gives_a_container_exactly_the_devices_it_asked_for() {
-    if let Some(why) = unavailable() {
-        eprintln!("skipped: {why}");
-        return;
-    }
     let tmp = tempfile::tempdir().unwrap();
-    let podman = Podman::new(tmp.path());
+    let Some(podman) = PodmanSandbox::new(tmp.path()) else {
+        return;
+    };
     let cdi = podman.cdi();
     runnable_vendor_spec(&tmp.path().join("dev"), &cdi.join("nvidia.json"));
 
@@ -233,10 +285,6 @@ async fn podman_gives_a_container_exactly_the_devices_it_asked_for() {
         "{done:?}"
     );
 
-    let created_etc_cdi = !Path::new("/etc/cdi").exists();
-    if created_etc_cdi {
-        fs::create_dir_all("/etc/cdi").unwrap();
-    }
     let started = std::time::Instant::now();
     // Two of the hold's three devices: only those two, and no variable naming any.
     let two = podman.run(&[H100[0], H100[1]]);
@@ -306,9 +354,6 @@ async fn podman_gives_a_container_exactly_the_devices_it_asked_for() {
         s.nodes
     );
     assert!(!s.nodes.contains(&"/dev/nvidia0".to_owned()));
-    if created_etc_cdi {
-        let _ = fs::remove_dir("/etc/cdi");
-    }
     eprintln!("podman run with two hold devices took {took:?}");
 }
 
@@ -317,12 +362,10 @@ async fn podman_gives_a_container_exactly_the_devices_it_asked_for() {
 // device, a slot (its GPU's).
 #[tokio::test]
 async fn the_cdi_names_of_an_allocation_give_exactly_the_allocated_devices() {
-    if let Some(why) = unavailable() {
-        eprintln!("skipped: {why}");
-        return;
-    }
     let tmp = tempfile::tempdir().unwrap();
-    let podman = Podman::new(tmp.path());
+    let Some(podman) = PodmanSandbox::new(tmp.path()) else {
+        return;
+    };
     let cdi = podman.cdi();
     runnable_vendor_spec(&tmp.path().join("dev"), &cdi.join("nvidia.json"));
     let vendor = read_vendor_specs(std::slice::from_ref(&cdi)).specs;
@@ -333,10 +376,6 @@ async fn the_cdi_names_of_an_allocation_give_exactly_the_allocated_devices() {
             .map(|d| bcd::kubelet::devices::cdi_name(&d.parse().unwrap(), &vendor, &catalog))
             .collect()
     };
-    let created_etc_cdi = !Path::new("/etc/cdi").exists();
-    if created_etc_cdi {
-        fs::create_dir_all("/etc/cdi").unwrap();
-    }
     let two = names(&[H100[1], H100[6]]);
     assert_eq!(two[0], format!("nvidia.com/gpu={}", H100[1]));
     let inside = podman.run_names(&two);
@@ -361,7 +400,70 @@ async fn the_cdi_names_of_an_allocation_give_exactly_the_allocated_devices() {
         .filter(|n| n.trim_start_matches("/dev/nvidia").parse::<u32>().is_ok())
         .collect();
     assert_eq!(gpus, ["/dev/nvidia4"], "{:?}", slot.nodes);
-    if created_etc_cdi {
-        let _ = fs::remove_dir("/etc/cdi");
+}
+
+/// A spec of kind `bcd.test/<kind>` with one device, `probe`, that only sets `<var>=1`.
+fn probe_spec(to: &Path, kind: &str, var: &str) {
+    let spec = serde_json::json!({
+        "cdiVersion": "0.5.0",
+        "kind": format!("bcd.test/{kind}"),
+        "devices": [{ "name": "probe", "containerEdits": { "env": [format!("{var}=1")] } }],
+    });
+    fs::write(to, serde_json::to_vec_pretty(&spec).unwrap()).unwrap();
+}
+
+// Two podman tests made /etc/cdi when it was missing and removed it when they ended, so the
+// first to end pulled the mount point from under the other (1 green run in 8 where /etc/cdi
+// did not exist). Each podman command now sees /etc/cdi and /var/run/cdi in a mount namespace
+// of its own, and the host's folders are neither made nor removed.
+#[test]
+fn podman_runs_at_once_need_no_etc_cdi_on_the_host_and_leave_it_as_it_was() {
+    let host_had = || {
+        (
+            Path::new("/etc/cdi").exists(),
+            Path::new("/var/run/cdi").exists(),
+        )
+    };
+    let before = host_had();
+    let tmp = [tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap()];
+    let mut sandboxes = Vec::new();
+    for dir in &tmp {
+        let Some(sandbox) = PodmanSandbox::new(dir.path()) else {
+            return;
+        };
+        probe_spec(&sandbox.cdi().join("etc.json"), "etc", "FROM_ETC_CDI");
+        probe_spec(
+            &sandbox.run_cdi().join("run.json"),
+            "run",
+            "FROM_VAR_RUN_CDI",
+        );
+        sandboxes.push(sandbox);
     }
+    let names = [
+        "bcd.test/etc=probe".to_owned(),
+        "bcd.test/run=probe".to_owned(),
+    ];
+    std::thread::scope(|scope| {
+        let runs: Vec<_> = sandboxes
+            .iter()
+            .map(|sandbox| {
+                scope.spawn(|| {
+                    (0..3)
+                        .map(|_| sandbox.run_names(&names).env)
+                        .collect::<Vec<_>>()
+                })
+            })
+            .collect();
+        for run in runs {
+            for env in run.join().unwrap() {
+                assert!(env.contains(&"FROM_ETC_CDI=1".to_owned()), "{env:?}");
+                assert!(env.contains(&"FROM_VAR_RUN_CDI=1".to_owned()), "{env:?}");
+            }
+        }
+    });
+    assert_eq!(
+        host_had(),
+        before,
+        "(/etc/cdi, /var/run/cdi) on the host changed"
+    );
 }

@@ -31,17 +31,9 @@ fn save_file(path: &Path) -> SaveFile {
     path.to_str().unwrap().parse().unwrap()
 }
 
-/// The `virsh` on `PATH`, or `None` after printing why the test is skipped.
+/// The `virsh` on `PATH`, or `None` after skipping (a failure under CI).
 fn real_virsh() -> Option<PathBuf> {
-    let found = std::env::var_os("PATH").and_then(|paths| {
-        std::env::split_paths(&paths)
-            .map(|dir| dir.join("virsh"))
-            .find(|p| p.is_file())
-    });
-    if found.is_none() {
-        println!("skipped: virsh is not installed (Debian: apt-get install libvirt-clients)");
-    }
-    found
+    bcd_testkit::require(bcd_testkit::Peer::Virsh)
 }
 
 /// A [`Libvirt`] on libvirt's test driver loaded from `testdata/libvirt/test-node.xml`.
@@ -125,7 +117,9 @@ fn invalid_what(result: Result<impl std::fmt::Debug, HelperError>) -> String {
 fn real_domain_xml_gives_every_pci_source_address() {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/fixtures/real/libvirt");
     if !dir.is_dir() {
-        println!("skipped: {} is not there", dir.display());
+        bcd_testkit::skip(
+            "the real domain XML (../shared/fixtures/real/libvirt) is not beside this checkout",
+        );
         return;
     }
     let read = |name: &str| pci_hostdevs(&std::fs::read_to_string(dir.join(name)).unwrap());

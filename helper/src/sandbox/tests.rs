@@ -272,7 +272,8 @@ fn sandboxed_child() {
 fn landlock_confines_the_helper_and_the_programs_it_runs() {
     let (out, text) = run_sandboxed_child();
     if out.status.code() == Some(EXIT_NO_LANDLOCK) {
-        println!("skipped: this kernel does not enforce Landlock\n{text}");
+        println!("{text}");
+        bcd_testkit::skip("this kernel does not enforce Landlock");
         return;
     }
     assert!(out.status.success(), "the sandboxed child failed:\n{text}");
@@ -336,16 +337,17 @@ fn a_programs_loader_and_a_scripts_interpreter_are_the_only_executables_added() 
 #[test]
 fn nvidia_smi_runs_under_the_sandbox() {
     let Some(smi) = on_path("nvidia-smi") else {
-        println!("skipped: nvidia-smi is not installed");
+        bcd_testkit::skip("no real GPU here: nvidia-smi is not installed");
         return;
     };
     if !Path::new("/dev/nvidiactl").exists() {
-        println!("skipped: no NVIDIA driver loaded (/dev/nvidiactl is missing)");
+        bcd_testkit::skip("no real GPU here: no NVIDIA driver loaded (/dev/nvidiactl is missing)");
         return;
     }
     let (out, text) = run_sandboxed_child_with(Some(&smi));
     if out.status.code() == Some(EXIT_NO_LANDLOCK) {
-        println!("skipped: this kernel does not enforce Landlock\n{text}");
+        println!("{text}");
+        bcd_testkit::skip("this kernel does not enforce Landlock");
         return;
     }
     assert!(out.status.success(), "the sandboxed child failed:\n{text}");
@@ -355,7 +357,7 @@ fn nvidia_smi_runs_under_the_sandbox() {
 #[test]
 fn only_the_kept_capabilities_remain() {
     if !nix::unistd::geteuid().is_root() {
-        println!("skipped: capabilities can only be dropped, and so checked, as root");
+        bcd_testkit::skip("capabilities can only be dropped, and so checked, as root");
         return;
     }
     let (out, text) = run_sandboxed_child();
