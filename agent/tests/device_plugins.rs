@@ -94,6 +94,7 @@ fn device_plugins_against_a_stand_in_kubelet() {
         .env("PLUGIN_DIR", &plugins)
         .env("POD_RESOURCES_SOCKET", &pod_resources)
         .env("PROTO_DIR", repo().join("agent/proto"))
+        .env("STUBS_DIR", dir.path().join("stubs"))
         .env("KMSG", host.join("root/dev/kmsg"))
         .env("CDI_DIR", &cdi)
         .env("HOST", &host)

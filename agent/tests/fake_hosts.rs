@@ -180,22 +180,17 @@ fn unknown_arguments_fail_with_exit_2() {
     );
 }
 
-/// A scratch answers folder, removed on drop.
-struct Scratch(PathBuf);
+/// A scratch answers folder of its own, removed on drop. It was `<tmp>/bcd-fake-hosts-<name>-
+/// <pid>`, removed first if there: a name another run of the same pid could share.
+struct Scratch(PathBuf, #[allow(dead_code)] tempfile::TempDir);
 
 impl Scratch {
     fn new(name: &str) -> Self {
-        let dir =
-            std::env::temp_dir().join(format!("bcd-fake-hosts-{name}-{}", std::process::id()));
-        let _ = fs::remove_dir_all(&dir);
-        fs::create_dir_all(&dir).expect("create scratch");
-        Scratch(dir)
-    }
-}
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        let _ = fs::remove_dir_all(&self.0);
+        let dir = tempfile::Builder::new()
+            .prefix(&format!("bcd-fake-hosts-{name}-"))
+            .tempdir()
+            .expect("create scratch");
+        Scratch(dir.path().to_path_buf(), dir)
     }
 }
 

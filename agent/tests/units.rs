@@ -3,15 +3,21 @@
 //! `bcd-helper.service` at most 4.0.
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 fn units() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../packaging/systemd")
 }
 
+/// `systemd-analyze`, with a private `/run` (it writes `/run/systemd/systemd-units-load`).
+fn analyze() -> Option<std::process::Command> {
+    bcd_testkit::with_private_run(Path::new("systemd-analyze"))
+}
+
 /// The units with their `ExecStart=` binaries pointed at the ones this build made.
 fn staged() -> Option<tempfile::TempDir> {
     bcd_testkit::require(bcd_testkit::Peer::SystemdAnalyze)?;
+    // Checked here, so that each run below can expect it.
+    analyze()?;
     let bcd = PathBuf::from(env!("CARGO_BIN_EXE_bcd"));
     let helper = bcd.with_file_name("bcd-helper");
     let helper = if helper.exists() { helper } else { bcd.clone() };
@@ -30,7 +36,8 @@ fn staged() -> Option<tempfile::TempDir> {
 #[test]
 fn the_units_verify() {
     let Some(dir) = staged() else { return };
-    let out = Command::new("systemd-analyze")
+    let out = analyze()
+        .expect("checked by staged()")
         .arg("verify")
         .args(
             ["bcd.service", "bcd-helper.service", "bcd-helper.socket"].map(|u| dir.path().join(u)),
@@ -45,7 +52,8 @@ fn the_units_verify() {
 }
 
 fn exposure(dir: &Path, unit: &str) -> f64 {
-    let out = Command::new("systemd-analyze")
+    let out = analyze()
+        .expect("checked by staged()")
         .args(["security", "--offline=yes", "--no-pager"])
         .arg(dir.join(unit))
         .output()

@@ -8,4 +8,4 @@
 
 pub mod peers;
 
-pub use peers::{built, require, skip, Peer};
+pub use peers::{built, require, skip, with_private_run, Peer};

@@ -200,6 +200,31 @@ pub fn built(path: &Path) -> Option<PathBuf> {
     None
 }
 
+/// A command running `program` with a fresh tmpfs of its own on `/run`, so that what it writes
+/// there ends with it: `systemd-analyze` records `/run/systemd/systemd-units-load` on the host
+/// otherwise. Only root can write `/run` and make a mount namespace, so for another user it is
+/// the plain command; as root it needs `unshare` ([`require`]: `None` after skipping).
+pub fn with_private_run(program: &Path) -> Option<Command> {
+    // SAFETY-free check of the effective uid: /proc/self/status's Uid line, field 2.
+    let euid = std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("Uid:"))
+                .and_then(|ids| ids.split_whitespace().nth(1).map(str::to_owned))
+        });
+    if euid.as_deref() != Some("0") {
+        return Some(Command::new(program));
+    }
+    let unshare = require(Peer::Unshare)?;
+    let mut cmd = Command::new(unshare);
+    cmd.args(["-m", "--propagation", "private", "sh", "-c"])
+        .arg("mount -t tmpfs -o mode=0755 bcd-private-run /run && exec \"$@\"")
+        .arg("sh")
+        .arg(program);
+    Some(cmd)
+}
+
 /// Skips for a condition no install can give (a real GPU, the shared captures, Landlock,
 /// root): prints `skipped: <reason>` and records it, also under `CI`. The caller returns.
 /// Keep `reason` the same from run to run (no temporary paths), so the summary counts alike
@@ -229,9 +254,12 @@ pub fn peers_dir() -> Option<PathBuf> {
     target_dir().map(|t| t.join(PEERS_DIR))
 }
 
-/// The skip record: `<target>/tmp/bcd-skips.log`.
+/// The skip record: `<target>/tmp/bcd-skips.log`, or the file `BCD_SKIP_LOG` names (the
+/// tests of this module record their children's skips apart).
 pub fn skip_log() -> Option<PathBuf> {
-    target_dir().map(|t| t.join("tmp").join(SKIP_LOG))
+    std::env::var_os("BCD_SKIP_LOG")
+        .map(PathBuf::from)
+        .or_else(|| target_dir().map(|t| t.join("tmp").join(SKIP_LOG)))
 }
 
 fn missing_peer(sentence: &str) {
@@ -323,10 +351,85 @@ mod tests {
     }
 
     #[test]
-    fn a_test_binary_finds_its_target_folder_and_skip_record() {
+    fn a_test_binary_finds_its_target_folder() {
         let target = target_dir().expect("cargo writes CACHEDIR.TAG in the target folder");
         assert!(std::env::current_exe().unwrap().starts_with(&target));
-        assert_eq!(skip_log().unwrap(), target.join("tmp/bcd-skips.log"));
+    }
+
+    /// Run by [`a_missing_peer_fails_under_ci_and_is_a_recorded_skip_otherwise`] in a child
+    /// whose `PATH` has no podman; does nothing in a plain run.
+    #[test]
+    fn child_requires_podman() {
+        if std::env::var_os("BCD_TESTKIT_CHILD").is_some() {
+            assert_eq!(require(Peer::Podman), None);
+        }
+    }
+
+    // A test whose peer was missing printed "skipped" and passed, also in CI, so the tests
+    // against real peers could vanish from CI without a trace.
+    #[test]
+    fn a_missing_peer_fails_under_ci_and_is_a_recorded_skip_otherwise() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path();
+        let log = dir.join("skips.log");
+        let child = |ci: Option<&str>| {
+            let mut cmd = Command::new(std::env::current_exe().unwrap());
+            cmd.args([
+                "--exact",
+                "peers::tests::child_requires_podman",
+                "--nocapture",
+            ])
+            .env("BCD_TESTKIT_CHILD", "1")
+            .env("BCD_SKIP_LOG", &log)
+            .env("PATH", dir)
+            .env_remove("CI");
+            if let Some(ci) = ci {
+                cmd.env("CI", ci);
+            }
+            cmd.output().unwrap()
+        };
+        let failed = child(Some("true"));
+        let said = String::from_utf8_lossy(&failed.stdout).into_owned()
+            + &String::from_utf8_lossy(&failed.stderr);
+        assert!(!failed.status.success(), "{said}");
+        assert!(
+            said.contains(
+                "podman is missing (Debian package podman; run-tests installs it); under CI"
+            ),
+            "{said}"
+        );
+        assert!(!log.exists(), "a failure is not a skip");
+        for ci in [None, Some("false"), Some("")] {
+            let skipped = child(ci);
+            let said = String::from_utf8_lossy(&skipped.stderr);
+            assert!(skipped.status.success(), "CI={ci:?}: {said}");
+            assert!(said.contains("skipped: podman is missing"), "{said}");
+        }
+        let records = std::fs::read_to_string(&log).unwrap();
+        let lines: Vec<&str> = records.lines().collect();
+        assert_eq!(lines.len(), 3, "{records}");
+        for line in lines {
+            assert_eq!(
+                line,
+                format!(
+                    "{}\tbcd_testkit::peers::tests::child_requires_podman",
+                    Peer::Podman.missing()
+                )
+            );
+        }
+    }
+
+    #[test]
+    fn a_private_run_runs_the_program_with_its_arguments() {
+        let Some(mut cmd) = with_private_run(Path::new("/bin/sh")) else {
+            return;
+        };
+        let out = cmd
+            .args(["-c", "echo \"$1\"", "sh", "two words"])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{out:?}");
+        assert_eq!(String::from_utf8_lossy(&out.stdout), "two words\n");
     }
 
     #[test]

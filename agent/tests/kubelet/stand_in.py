@@ -23,7 +23,6 @@ import os
 import urllib.request
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from concurrent import futures
@@ -32,7 +31,9 @@ import grpc
 from grpc_tools import protoc
 
 PROTO_DIR = os.environ["PROTO_DIR"]
-STUBS = tempfile.mkdtemp(prefix="bcd-stubs-")
+# In the test's own temporary folder (a mkdtemp here was left behind in /tmp by every run).
+STUBS = os.environ["STUBS_DIR"]
+os.makedirs(STUBS, exist_ok=True)
 for proto in ("deviceplugin/v1beta1/api.proto", "podresources/v1/api.proto"):
     if protoc.main(["protoc", f"-I{PROTO_DIR}", f"--python_out={STUBS}",
                     f"--grpc_python_out={STUBS}", os.path.join(PROTO_DIR, proto)]) != 0:
