@@ -239,23 +239,27 @@ pub fn ci() -> bool {
     std::env::var("CI").is_ok_and(|v| !matches!(v.trim(), "" | "0" | "false" | "FALSE"))
 }
 
-/// The target folder this test binary was built in: the nearest folder above it that holds
-/// cargo's `CACHEDIR.TAG`.
+/// The target folder this test binary was built in: the folder above the profile's `deps`
+/// (`<target>/debug/deps/<test binary>`). Cargo's `CACHEDIR.TAG` is no guide: cargo writes it
+/// only into a target folder it made itself.
 pub fn target_dir() -> Option<PathBuf> {
     let exe = std::env::current_exe().ok()?;
-    exe.ancestors()
-        .skip(1)
-        .find(|dir| dir.join("CACHEDIR.TAG").is_file())
-        .map(Path::to_path_buf)
+    let deps = exe
+        .ancestors()
+        .find(|dir| dir.file_name().is_some_and(|n| n == "deps"))?;
+    deps.parent()?.parent().map(Path::to_path_buf)
 }
 
-/// Where `run-tests` puts the peers that are not system packages: `<target>/peers`.
+/// Where `run-tests` puts the peers that are not system packages: the folder `BCD_TEST_PEERS`
+/// names (`run-tests` sets it), else `<target>/peers`.
 pub fn peers_dir() -> Option<PathBuf> {
-    target_dir().map(|t| t.join(PEERS_DIR))
+    std::env::var_os("BCD_TEST_PEERS")
+        .map(PathBuf::from)
+        .or_else(|| target_dir().map(|t| t.join(PEERS_DIR)))
 }
 
-/// The skip record: `<target>/tmp/bcd-skips.log`, or the file `BCD_SKIP_LOG` names (the
-/// tests of this module record their children's skips apart).
+/// The skip record: the file `BCD_SKIP_LOG` names (`run-tests` sets it; the tests of this
+/// module record their children's skips apart), else `<target>/tmp/bcd-skips.log`.
 pub fn skip_log() -> Option<PathBuf> {
     std::env::var_os("BCD_SKIP_LOG")
         .map(PathBuf::from)
@@ -350,10 +354,18 @@ mod tests {
         }
     }
 
+    // The target folder was found by cargo's CACHEDIR.TAG, which cargo does not write into a
+    // target folder it did not make (run-tests made target/peers first): every peer of
+    // target/peers was then "missing".
     #[test]
-    fn a_test_binary_finds_its_target_folder() {
-        let target = target_dir().expect("cargo writes CACHEDIR.TAG in the target folder");
-        assert!(std::env::current_exe().unwrap().starts_with(&target));
+    fn a_test_binary_finds_its_target_folder_without_cargos_tag() {
+        let target = target_dir().expect("a test binary lives in <target>/<profile>/deps");
+        let exe = std::env::current_exe().unwrap();
+        assert_eq!(
+            exe.parent().unwrap().parent().unwrap().parent(),
+            Some(&*target)
+        );
+        assert!(target.join("debug").is_dir() || target.join("release").is_dir());
     }
 
     /// Run by [`a_missing_peer_fails_under_ci_and_is_a_recorded_skip_otherwise`] in a child
