@@ -87,6 +87,15 @@ pub struct Holds {
     frozen: Option<String>,
 }
 
+/// A hold as it was before a change, for [`Holds::restore`]: the change is undone when what
+/// must follow it (its CDI spec) could not be written.
+#[derive(Debug, Clone)]
+pub struct Before {
+    id: HoldId,
+    hold: Option<Hold>,
+    released: bool,
+}
+
 /// What [`Holds::open`] found.
 #[derive(Debug)]
 pub struct Opened {
@@ -271,6 +280,50 @@ impl Holds {
             return Err(e);
         }
         Ok(&self.holds[&id])
+    }
+
+    /// The hold `id` as it is now (absent, or its devices; released or not), for
+    /// [`Holds::restore`].
+    pub fn before(&self, id: &HoldId) -> Before {
+        Before {
+            id: id.clone(),
+            hold: self.holds.get(id).cloned(),
+            released: self.released.contains(id),
+        }
+    }
+
+    /// Puts the hold back as `before` recorded it and saves the store.
+    ///
+    /// # Errors
+    /// [`HoldError::Frozen`]; [`HoldError::State`] when the store cannot be saved: the store
+    /// then stays as it was before this call, in memory as on disk.
+    pub fn restore(&mut self, before: Before) -> Result<(), HoldError> {
+        if let Some(why) = &self.frozen {
+            return Err(HoldError::Frozen(why.clone()));
+        }
+        let Before { id, hold, released } = before;
+        let now = match hold {
+            Some(h) => self.holds.insert(id.clone(), h),
+            None => self.holds.remove(&id),
+        };
+        let was_released = if released {
+            !self.released.insert(id.clone())
+        } else {
+            self.released.remove(&id)
+        };
+        if let Err(e) = self.save() {
+            match now {
+                Some(h) => self.holds.insert(id.clone(), h),
+                None => self.holds.remove(&id),
+            };
+            if was_released {
+                self.released.insert(id);
+            } else {
+                self.released.remove(&id);
+            }
+            return Err(e);
+        }
+        Ok(())
     }
 
     /// Releases the hold `id` and saves the store; `Ok(None)` when there was no such hold.

@@ -89,6 +89,7 @@ async fn allocate_makes_a_kubernetes_hold_and_refuses_a_held_gpu() {
     let (_tx, rx) = watch::channel(super::offer_now(&node).await);
     let gpus = plugin(&node, "bcd.dev/gpu", rx);
     // What broke: a spec that could not be written left its hold behind after the refusal.
+    std::fs::remove_dir(&node.config().cdi_dir).unwrap();
     let err = allocate(&gpus, &[GPU0]).await.unwrap_err();
     assert!(
         err.message().contains("could not be written"),

@@ -24,13 +24,14 @@ use serde::{Deserialize, Serialize};
 
 use bcd_protocol::{GpuRef, GpuUuid};
 
-use crate::cdi::{DeviceId, HoldError, HoldId};
+use crate::cdi::{ConvergeError, DeviceId, HoldError, HoldId};
 use crate::health::diag::{diag_nvml, link_widths, DiagRequest, NvmlState};
 use crate::health::reset::reset_gpus;
 use crate::inventory::scheduler::Trigger;
 use crate::node::http::Request;
 use crate::node::schema::{self, HoldList, HoldView, Summary};
-use crate::node::shared::Node;
+use crate::node::shared::{ApplyHoldError, Node};
+use crate::state::StateError;
 
 /// An answer: status code and JSON body.
 pub type Answer = (u16, Vec<u8>);
@@ -331,32 +332,57 @@ async fn apply_hold(node: &Node, request: &Request) -> Result<Answer, Answer> {
         .map(|d| topology.place(d))
         .collect::<Result<Vec<_>, _>>()
         .map_err(|e| policy_refusal(&e))?;
-    let answer = {
-        let spec = node.config().cdi_dir.join(id.spec_file_name());
-        let applied = node
-            .with_holds(|holds| {
-                holds
-                    .apply(id, placed, asked.kubernetes, &topology)
-                    .map(HoldView::from)
-            })
-            .await
-            .ok_or_else(holds_unavailable)?;
-        match applied {
-            Ok(view) => {
-                let view = HoldView {
-                    spec: Some(spec.to_string_lossy().into_owned()),
-                    ..view
-                };
-                typed(201, &view)
-            }
-            Err(HoldError::Policy(e)) => return Err(policy_refusal(&e)),
-            Err(e @ HoldError::NoDevices(_)) => return Err(error(400, "invalid-argument", e)),
-            Err(e @ HoldError::Frozen(_)) => return Err(error(503, "holds-unavailable", e)),
-            Err(e) => return Err(error(500, "state", e)),
+    let spec = node.config().cdi_dir.join(id.spec_file_name());
+    // 201 only once the hold and its spec are on disk; a spec that cannot be written undoes
+    // the hold (it was acknowledged before, and appeared only at some later change).
+    match node
+        .apply_hold(id, placed, asked.kubernetes, &topology)
+        .await
+    {
+        Ok(hold) => Ok(typed(
+            201,
+            &HoldView {
+                spec: Some(spec.to_string_lossy().into_owned()),
+                ..HoldView::from(&hold)
+            },
+        )),
+        Err(ApplyHoldError::Unavailable) => Err(holds_unavailable()),
+        Err(ApplyHoldError::Hold(HoldError::Policy(e))) => Err(policy_refusal(&e)),
+        Err(ApplyHoldError::Hold(e @ HoldError::NoDevices(_))) => {
+            Err(error(400, "invalid-argument", e))
         }
-    };
-    node.converge_holds().await;
-    Ok(answer)
+        Err(ApplyHoldError::Hold(e @ HoldError::Frozen(_))) => {
+            Err(error(503, "holds-unavailable", e))
+        }
+        Err(ApplyHoldError::Hold(HoldError::State(e))) => {
+            Err(state_refusal(&e, format!("the hold store: {e}")))
+        }
+        Err(e @ ApplyHoldError::Spec { .. }) => {
+            let sentence = e.to_string();
+            match e {
+                ApplyHoldError::Spec {
+                    source: ConvergeError::Write { source, .. },
+                    ..
+                } => Err(state_refusal(&source, sentence)),
+                _ => Err(error(500, "state", sentence)),
+            }
+        }
+    }
+}
+
+/// A state file that could not be written, as the API answers it: 507 `insufficient-storage`
+/// when its disk or quota is full (the sentence names the file), else 500 `state`.
+fn state_refusal(e: &StateError, sentence: String) -> Answer {
+    let full = matches!(
+        e,
+        StateError::Io { source, .. }
+            if matches!(source.raw_os_error(), Some(libc::ENOSPC | libc::EDQUOT))
+    );
+    if full {
+        error(507, "insufficient-storage", sentence)
+    } else {
+        error(500, "state", sentence)
+    }
 }
 
 /// A policy refusal as the API answers it.
@@ -378,6 +404,7 @@ async fn release_hold(node: &Node, id: &str) -> Result<Answer, Answer> {
         .ok_or_else(holds_unavailable)?
         .map_err(|e| match e {
             HoldError::Frozen(_) => error(503, "holds-unavailable", e),
+            HoldError::State(s) => state_refusal(&s, format!("the hold store: {s}")),
             e => error(500, "state", e),
         })?;
     node.converge_holds().await;

@@ -183,6 +183,14 @@ pub async fn run(config: NodeConfig) -> Result<(), NodeError> {
             None
         }
     };
+    // Hold specs go there; a hold whose spec cannot be written is refused, so a missing
+    // folder is made (the package makes /etc/cdi, group-writable for bcd) or said at once.
+    if let Err(e) = std::fs::create_dir_all(&config.cdi_dir) {
+        problems.push(format!(
+            "the CDI folder {} cannot be made: {e}; holds are refused until it exists",
+            config.cdi_dir.display()
+        ));
+    }
     let (health, holds) = open_state(&config, &mut problems);
     let (api_listener, api_identity) = bind_api(&config)?;
     let metrics_listener = match config.metrics_listen {

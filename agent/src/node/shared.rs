@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::{watch, RwLock};
 
-use crate::cdi::{self, converge, DeviceCatalog, Holds};
+use crate::cdi::{self, converge, DeviceCatalog, Hold, HoldError, HoldId, Holds};
 use crate::health::faults::Health;
 use crate::health::verdict::{judge, Evidence, Verdict};
 use crate::health::watcher::WatcherStats;
@@ -32,11 +32,29 @@ use crate::node::attribution::{Attribution, PodAllocation};
 use crate::node::listen;
 use crate::node::metrics::{self, SamplingState};
 use crate::node::otlp::OtlpEndpoint;
+use crate::policy::{Placed, Topology};
 use crate::runtime::Passthrough;
 use crate::smi::list::ListedGpu;
 use crate::smi::samples::GpuSample;
 use crate::smi::snapshot::QueryRecord;
 use bcd_protocol::{GpuUuid, PciAddress};
+
+/// Why [`Node::apply_hold`] did not apply a hold. `Display` is the operator's sentence.
+#[derive(Debug, thiserror::Error)]
+pub enum ApplyHoldError {
+    /// The store could not be read at start.
+    #[error("holds.json could not be read when bcd node started; see bcd status")]
+    Unavailable,
+    /// The store refused the hold or could not save it (nothing changed).
+    #[error(transparent)]
+    Hold(#[from] HoldError),
+    /// The hold's spec could not be written, so the hold was put back as it was.
+    #[error("hold {id} was not applied: {source}")]
+    Spec {
+        id: HoldId,
+        source: cdi::ConvergeError,
+    },
+}
 
 /// The shortest sample interval: `nvidia-smi` costs driver time on every GPU.
 pub const MIN_SAMPLE_INTERVAL: Duration = Duration::from_secs(5);
@@ -541,7 +559,55 @@ impl Node {
     /// Writes every hold's spec and removes those of released holds; before the first
     /// collection, writes only the specs that are missing.
     pub async fn converge_holds(&self) {
-        // Read (and reported in status) even while the holds cannot be.
+        let vendor = self.read_vendor_specs();
+        let mut holds = self.holds.lock().await;
+        let Some(holds) = holds.as_mut() else { return };
+        self.converge_locked(holds, &vendor).await;
+    }
+
+    /// Applies the hold `id` (create or replace) and writes its CDI spec under one holds lock:
+    /// `Ok` only once both are on disk. When the spec cannot be written the hold is put back
+    /// as it was (absent, or its earlier devices), so nothing is acknowledged that a runtime
+    /// cannot read.
+    ///
+    /// # Errors
+    /// [`ApplyHoldError`]: the store unavailable, the hold refused or not saved, or its spec
+    /// not written (naming the file and the system's words).
+    pub async fn apply_hold(
+        &self,
+        id: HoldId,
+        placed: Vec<Placed>,
+        kubernetes: bool,
+        topology: &Topology,
+    ) -> Result<Hold, ApplyHoldError> {
+        let vendor = self.read_vendor_specs();
+        let mut holds = self.holds.lock().await;
+        let holds = holds.as_mut().ok_or(ApplyHoldError::Unavailable)?;
+        let before = holds.before(&id);
+        let hold = holds
+            .apply(id.clone(), placed, kubernetes, topology)?
+            .clone();
+        let done = self.converge_locked(holds, &vendor).await;
+        let failed = done
+            .errors
+            .into_iter()
+            .find(|e| matches!(e, cdi::ConvergeError::Write { hold, .. } if *hold == id));
+        let Some(failed) = failed else {
+            return Ok(hold);
+        };
+        if let Err(e) = holds.restore(before) {
+            tracing::error!(
+                "hold {id}: its spec could not be written and the change not undone: {e}"
+            );
+        }
+        // A spec of the earlier devices may be due again; others' specs are unaffected.
+        self.converge_locked(holds, &vendor).await;
+        Err(ApplyHoldError::Spec { id, source: failed })
+    }
+
+    /// NVIDIA's specs, their problems reported (in status, and logged once each) even while
+    /// the holds cannot be read.
+    fn read_vendor_specs(&self) -> cdi::vendor::VendorSpecs {
         let vendor =
             cdi::read_vendor_specs(&cdi::vendor_dirs(&self.config.cdi_dir, &self.config.host));
         let sentences: Vec<String> = vendor.problems.iter().map(ToString::to_string).collect();
@@ -551,8 +617,15 @@ impl Node {
             }
             *kept = sentences;
         }
-        let mut holds = self.holds.lock().await;
-        let Some(holds) = holds.as_mut() else { return };
+        vendor
+    }
+
+    /// [`Node::converge_holds`] on a store already locked.
+    async fn converge_locked(
+        &self,
+        holds: &mut Holds,
+        vendor: &cdi::vendor::VendorSpecs,
+    ) -> cdi::Convergence {
         let collected = self.latest.read().await.is_some();
         let catalog = self.device_catalog().await;
         if collected {
@@ -573,6 +646,7 @@ impl Node {
         }
         // Holds or the inventory changed: the device plugins' lists are computed again.
         self.kubernetes.touch();
+        result
     }
 
     /// Per GPU UUID, the verdict on the latest inventory, the driver's readings and this
@@ -778,6 +852,7 @@ pub(crate) fn test_node(dir: &std::path::Path) -> Node {
 pub(crate) fn test_node_on(dir: &std::path::Path, host: Host) -> Node {
     let data = dir.join("data");
     std::fs::create_dir_all(&data).unwrap();
+    std::fs::create_dir_all(dir.join("cdi")).unwrap();
     let config = NodeConfig {
         host,
         data_dir: data.clone(),

@@ -242,3 +242,93 @@ async fn a_reset_request_names_gpus_in_either_case_and_refuses_a_malformed_one()
         "{v}"
     );
 }
+
+// With the CDI folder unwritable (full, in the report), POST /v1/holds answered 201 with a
+// spec path although the spec could not be written: the hold was acknowledged and only
+// appeared at some later change. Now the hold is refused, naming the file, and not applied; a
+// replaced hold keeps its earlier devices.
+#[tokio::test]
+async fn a_hold_whose_spec_cannot_be_written_is_refused_and_not_applied() {
+    let dir = tempfile::tempdir().unwrap();
+    let node = node(dir.path());
+    node.collect_now().await;
+    let gpus = [
+        "GPU-ff1dacfa-2e1a-0504-a88b-76a3118ee48b",
+        "GPU-a4303385-f265-4ffc-ad1b-b0bef156d59a",
+    ];
+    let cdi = dir.path().join("cdi");
+    let post = |devices: &[&str]| Request {
+        body: serde_json::json!({"id": "job", "devices": devices})
+            .to_string()
+            .into_bytes(),
+        ..request("POST", "/v1/holds")
+    };
+    // A file where the folder belongs: no spec can be written there.
+    std::fs::remove_dir(&cdi).unwrap();
+    std::fs::write(&cdi, "").unwrap();
+    let (status, body) = handle(&node, &post(&gpus[..1])).await;
+    let v: Value = serde_json::from_slice(&body).unwrap();
+    assert_eq!((status, v["code"].as_str()), (500, Some("state")), "{v}");
+    let message = v["message"].as_str().unwrap();
+    assert!(
+        message.starts_with("hold job was not applied: cannot write the CDI spec of hold job: "),
+        "{message}"
+    );
+    assert!(message.contains(&cdi.display().to_string()), "{message}");
+    assert_eq!(held(&node).await, serde_json::json!([]));
+    let stored = std::fs::read_to_string(dir.path().join("data/holds.json")).unwrap_or_default();
+    assert!(!stored.contains("\"job\""), "{stored}");
+
+    std::fs::remove_file(&cdi).unwrap();
+    std::fs::create_dir(&cdi).unwrap();
+    let (status, _) = handle(&node, &post(&gpus[..1])).await;
+    assert_eq!(status, 201);
+    let spec = cdi.join("bcd-job.json");
+    let written = std::fs::read_to_string(&spec).unwrap();
+    assert!(written.contains(gpus[0]) && !written.contains(gpus[1]));
+
+    // Replacing it while no spec can be written keeps the earlier devices, in the store and
+    // in the spec.
+    std::fs::rename(&cdi, dir.path().join("cdi.kept")).unwrap();
+    std::fs::write(&cdi, "").unwrap();
+    let (status, _) = handle(&node, &post(&gpus)).await;
+    assert_eq!(status, 500);
+    let holds = held(&node).await;
+    assert_eq!(holds[0]["devices"], serde_json::json!([gpus[0]]), "{holds}");
+    let kept = std::fs::read_to_string(dir.path().join("cdi.kept/bcd-job.json")).unwrap();
+    assert_eq!(kept, written);
+}
+
+// A full disk was answered 500 `state`; it is 507 `insufficient-storage`, naming the file.
+#[test]
+fn a_full_disk_is_insufficient_storage() {
+    let full = crate::state::StateError::Io {
+        path: "/var/lib/bcd/holds.json".into(),
+        source: std::io::Error::from_raw_os_error(libc::ENOSPC),
+    };
+    let (status, body) = super::state_refusal(&full, full.to_string());
+    let v: Value = serde_json::from_slice(&body).unwrap();
+    assert_eq!(
+        (status, v["code"].as_str()),
+        (507, Some("insufficient-storage"))
+    );
+    assert!(
+        v["message"]
+            .as_str()
+            .unwrap()
+            .starts_with("/var/lib/bcd/holds.json: "),
+        "{v}"
+    );
+    let denied = crate::state::StateError::Io {
+        path: "/var/lib/bcd/holds.json".into(),
+        source: std::io::Error::from_raw_os_error(libc::EACCES),
+    };
+    assert_eq!(super::state_refusal(&denied, String::new()).0, 500);
+}
+
+/// The holds `GET /v1/holds` lists.
+async fn held(node: &Node) -> Value {
+    let (_, body) = handle(node, &request("GET", "/v1/holds")).await;
+    let v: Value = serde_json::from_slice(&body).unwrap();
+    v["holds"].clone()
+}
