@@ -42,6 +42,15 @@ pub enum AllocateError {
     /// The spec was not written (the hold is undone).
     #[error("the hold spec {0} could not be written; see bcd status")]
     Spec(String),
+    /// The device's GPU may not take work now (the stream may not have said so yet).
+    #[error("{device} is on GPU {gpu}, which is {state}: {reason}; the pod fails with UnexpectedAdmissionError and is not retried: {action}")]
+    Unhealthy {
+        device: DeviceId,
+        gpu: DeviceId,
+        state: &'static str,
+        reason: String,
+        action: String,
+    },
 }
 
 /// Places `devices` (distinct, each offered) in `holds` for one container; returns the hold
@@ -153,6 +162,30 @@ pub async fn allocate(
         return Err(AllocateError::NoDevice);
     }
     let topology = node.topology().await;
+    // The verdict again, now: the stream's last word may be older than an XID.
+    let verdicts = node.verdicts().await;
+    for device in &devices {
+        let Some(gpu) = topology.gpu_of(device) else {
+            continue;
+        };
+        let verdict = verdicts
+            .iter()
+            .find(|(uuid, _)| DeviceId::from(*uuid) == gpu);
+        let schedulable = verdict.is_some_and(|(_, v)| v.healthy());
+        if !schedulable {
+            let reason = verdict.and_then(|(_, v)| v.reasons.first());
+            return Err(AllocateError::Unhealthy {
+                device: device.clone(),
+                gpu,
+                state: verdict.map_or("unknown", |(_, v)| v.health.name()),
+                reason: reason.map_or_else(
+                    || "nvidia-smi has not reported it".to_owned(),
+                    |r| r.message.clone(),
+                ),
+                action: reason.map_or_else(|| "see bcd status".to_owned(), |r| r.action.clone()),
+            });
+        }
+    }
     let (id, fresh) = node
         .with_holds(|holds| place(holds, &devices, &topology))
         .await

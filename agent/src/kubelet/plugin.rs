@@ -8,7 +8,7 @@
 //! within 2 s.
 
 use std::collections::BTreeSet;
-use std::os::unix::fs::MetadataExt;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::pin::Pin;
 use std::sync::Arc;
@@ -223,8 +223,13 @@ fn identity(path: &Path) -> Option<(u64, u64)> {
         .map(|m| (m.dev(), m.ino()))
 }
 
-/// Binds the plugin's socket, replacing a stale socket file (never anything else).
-fn bind(path: &Path) -> std::io::Result<tokio::net::UnixListener> {
+/// The mode of a plugin's socket, set explicitly (never the umask's): its one client is the
+/// kubelet, which runs as root; [`incoming`] checks each peer as well.
+pub const SOCKET_MODE: u32 = 0o600;
+
+/// Binds the plugin's socket, replacing a stale socket file (never anything else), with mode
+/// [`SOCKET_MODE`].
+pub(super) fn bind(path: &Path) -> std::io::Result<tokio::net::UnixListener> {
     if let Ok(m) = std::fs::symlink_metadata(path) {
         if std::os::unix::fs::FileTypeExt::is_socket(&m.file_type()) {
             std::fs::remove_file(path)?;
@@ -235,7 +240,37 @@ fn bind(path: &Path) -> std::io::Result<tokio::net::UnixListener> {
             ));
         }
     }
-    tokio::net::UnixListener::bind(path)
+    let listener = tokio::net::UnixListener::bind(path)?;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(SOCKET_MODE))?;
+    Ok(listener)
+}
+
+/// The connections of `listener` whose peer is root (the kubelet) or bcd's own uid; any other
+/// peer is dropped before a byte is read, and logged (once per uid and minute).
+pub(super) fn incoming(
+    listener: tokio::net::UnixListener,
+    resource: &str,
+) -> impl tokio_stream::Stream<Item = std::io::Result<tokio::net::UnixStream>> {
+    use tokio_stream::StreamExt;
+    let resource = resource.to_owned();
+    let own = nix::unistd::geteuid().as_raw();
+    let mut said: Option<(u32, std::time::Instant)> = None;
+    UnixListenerStream::new(listener).filter(move |conn| {
+        let Ok(stream) = conn else { return true };
+        let uid = stream.peer_cred().map(|c| c.uid()).ok();
+        if matches!(uid, Some(u) if u == 0 || u == own) {
+            return true;
+        }
+        let uid = uid.unwrap_or(u32::MAX);
+        let quiet = said.is_some_and(|(u, at)| u == uid && at.elapsed() < Duration::from_secs(60));
+        if !quiet {
+            tracing::warn!(
+                "{resource}: refused a connection from uid {uid}: only the kubelet (root) may use a device plugin's socket"
+            );
+            said = Some((uid, std::time::Instant::now()));
+        }
+        false
+    })
 }
 
 /// Removes the plugin's socket file when its server stops (the node stops or serves anew),
@@ -316,9 +351,12 @@ async fn run_plugin(plugin: Plugin, dir: PathBuf) {
         let server = tokio::spawn(
             tonic::transport::Server::builder()
                 .add_service(DevicePluginServer::new(plugin.clone()))
-                .serve_with_incoming_shutdown(UnixListenerStream::new(listener), async {
-                    let _ = stop_rx.await;
-                }),
+                .serve_with_incoming_shutdown(
+                    incoming(listener, plugin.resource.as_str()),
+                    async {
+                        let _ = stop_rx.await;
+                    },
+                ),
         );
         // Registered with the kubelet whose socket had this identity.
         let mut registered: Option<(u64, u64)> = None;

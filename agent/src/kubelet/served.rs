@@ -198,3 +198,94 @@ async fn a_hold_no_pod_has_is_pending_then_released_and_an_unreadable_kubelet_re
     assert!(!node.config().cdi_dir.join(hold.spec_file_name()).exists());
     assert_eq!(node.kubernetes().counters()["bcd.dev/gpu"].releases, 1);
 }
+
+// A GPU the stream had just reported Unhealthy (Xid 79) was allocated: Allocate trusted the
+// offer it was built with. It asks for the verdict again and refuses with its reason.
+#[tokio::test]
+async fn allocate_refuses_a_gpu_whose_verdict_turned_since_the_offer() {
+    use crate::health::{ConditionDevice, ConditionKind};
+    let dir = tempfile::tempdir().unwrap();
+    let node = collected(dir.path()).await;
+    // The offer as the stream last sent it: both GPUs healthy.
+    let (_tx, rx) = watch::channel(super::offer_now(&node).await);
+    let gpus = plugin(&node, "bcd.dev/gpu", rx);
+    node.health()
+        .raise(
+            &ConditionKind::Xid(79),
+            ConditionDevice::Gpu(GPU0.parse().unwrap()),
+            "NVRM: Xid (PCI:0000:18:00): 79, GPU has fallen off the bus.",
+        )
+        .unwrap();
+    let err = allocate(&gpus, &[GPU0]).await.unwrap_err();
+    let message = err.message();
+    assert!(
+        message.starts_with(&format!("{GPU0} is on GPU {GPU0}, which is unhealthy: ")),
+        "{message}"
+    );
+    assert!(message.contains("UnexpectedAdmissionError"), "{message}");
+    assert!(node.holds_now().await.is_empty(), "nothing was held");
+    allocate(&gpus, &[GPU1])
+        .await
+        .expect("the other GPU is healthy");
+}
+
+// Plugin sockets took their mode from the umask (0777 under umask 000) and had no peer check:
+// uid 65534 allocated a GPU. They are 0600 now, and a peer that is neither root (the kubelet)
+// nor bcd's own uid is dropped before a byte is read.
+#[tokio::test]
+async fn a_plugin_socket_is_0600_and_refuses_a_peer_of_another_uid() {
+    use std::os::unix::fs::PermissionsExt;
+    use tokio::io::AsyncWriteExt;
+    use tokio_stream::StreamExt;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("bcd-gpu.sock");
+    let listener = super::plugin::bind(&path).unwrap();
+    let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, super::plugin::SOCKET_MODE, "{mode:o}");
+    assert_eq!(mode, 0o600);
+    if !nix::unistd::geteuid().is_root() {
+        bcd_testkit::skip("connecting as another uid needs root");
+        return;
+    }
+    let Some(setpriv) = bcd_testkit::require(bcd_testkit::Peer::Setpriv) else {
+        return;
+    };
+    // Open to everyone, so that only the peer check stands in the way; the folder too.
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o666)).unwrap();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let mut incoming = Box::pin(super::plugin::incoming(listener, "bcd.dev/gpu"));
+    tokio::spawn(async move {
+        while let Some(Ok(mut stream)) = incoming.next().await {
+            let _ = stream.write_all(b"served").await;
+        }
+    });
+    let client = move |as_nobody: bool| {
+        // Debian's essential perl (perl-base): nobody may run it, unlike a user's python.
+        let script = "use IO::Socket::UNIX; my $s = IO::Socket::UNIX->new(Peer => $ARGV[0]) \
+                      or die \"connect: $!\"; my $n = sysread($s, my $b, 16); print($n ? $b : 'closed')";
+        let mut cmd = if as_nobody {
+            let mut c = std::process::Command::new(&setpriv);
+            c.args([
+                "--reuid=65534",
+                "--regid=65534",
+                "--clear-groups",
+                "/usr/bin/perl",
+            ]);
+            c
+        } else {
+            std::process::Command::new("/usr/bin/perl")
+        };
+        let out = cmd.args(["-e", script]).arg(&path).output().unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).unwrap().trim().to_owned()
+    };
+    let (own, nobody) = tokio::task::spawn_blocking(move || (client(false), client(true)))
+        .await
+        .unwrap();
+    assert_eq!(own, "served");
+    assert_eq!(nobody, "closed");
+}
