@@ -16,6 +16,7 @@
 pub mod allocate;
 pub mod devices;
 pub mod grpc;
+pub mod names;
 pub mod plugin;
 pub mod release;
 
@@ -82,6 +83,9 @@ pub struct KubeState {
     changed: watch::Sender<u64>,
     counters: Mutex<BTreeMap<String, ResourceCounters>>,
     problem: Mutex<Option<String>>,
+    /// PodResources containers whose names were not Kubernetes names, and when that was
+    /// last logged.
+    dropped: Mutex<(u64, Option<std::time::Instant>)>,
 }
 
 impl Default for KubeState {
@@ -90,9 +94,13 @@ impl Default for KubeState {
             changed: watch::channel(0).0,
             counters: Mutex::new(BTreeMap::new()),
             problem: Mutex::new(None),
+            dropped: Mutex::new((0, None)),
         }
     }
 }
+
+/// How often dropped PodResources names are logged at most.
+const DROPPED_LOG_EVERY: std::time::Duration = std::time::Duration::from_secs(60);
 
 impl KubeState {
     /// Says that the holds or the inventory changed: the plugins' device lists are computed
@@ -130,6 +138,26 @@ impl KubeState {
         }
     }
 
+    /// Counts `n` PodResources containers whose names were not Kubernetes names (logged at
+    /// most once a minute).
+    pub fn dropped_names(&self, n: u64) {
+        if let Ok(mut d) = self.dropped.lock() {
+            d.0 = d.0.saturating_add(n);
+            if d.1.is_none_or(|at| at.elapsed() >= DROPPED_LOG_EVERY) {
+                tracing::warn!(
+                    "the kubelet's PodResources answer named {n} container(s) with names that are not Kubernetes names; their devices count as in use, their names are not kept ({} so far)",
+                    d.0
+                );
+                d.1 = Some(std::time::Instant::now());
+            }
+        }
+    }
+
+    /// How many PodResources containers were dropped for their names.
+    pub fn dropped_total(&self) -> u64 {
+        self.dropped.lock().map(|d| d.0).unwrap_or(0)
+    }
+
     /// What is degraded on the Kubernetes side now.
     pub fn problem(&self) -> Option<String> {
         self.problem.lock().ok().and_then(|p| p.clone())
@@ -138,10 +166,18 @@ impl KubeState {
     /// The counters in Prometheus' text format.
     pub fn metrics_text(&self) -> String {
         let counters = self.counters();
-        if counters.is_empty() {
-            return String::new();
-        }
+        let dropped = self.dropped_total();
         let mut out = String::new();
+        if dropped > 0 {
+            out.push_str(&format!(
+                "# HELP bcd_kubernetes_podresources_dropped_total PodResources containers whose names were not Kubernetes names (their devices still count as in use).\n\
+                 # TYPE bcd_kubernetes_podresources_dropped_total counter\n\
+                 bcd_kubernetes_podresources_dropped_total {dropped}\n"
+            ));
+        }
+        if counters.is_empty() {
+            return out;
+        }
         let mut family =
             |name: &str,
              help: &str,

@@ -14,7 +14,7 @@ use super::devices::DOMAIN;
 use super::proto::podresources::{
     pod_resources_lister_client::PodResourcesListerClient, ListPodResourcesRequest,
 };
-use super::{grpc, KubeletConfig};
+use super::{grpc, names, KubeletConfig};
 use crate::cdi::{DeviceId, Hold};
 use crate::node::attribution::{PodAllocation, PodRef};
 use crate::node::shared::Node;
@@ -22,12 +22,27 @@ use crate::node::shared::Node;
 /// How often PodResources is read while a Kubernetes hold exists.
 pub const POLL_EVERY: Duration = Duration::from_secs(1);
 
-/// The devices of bcd's resources that pods have now, with the container that has each,
-/// from PodResources `List`.
+/// What PodResources `List` said of bcd's devices.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Listed {
+    /// Every known device of bcd's resources that a container has, also one whose names are
+    /// malformed: a release never hinges on a name.
+    pub in_use: BTreeSet<DeviceId>,
+    /// One record per container with known devices and valid names, for the labels.
+    pub containers: Vec<PodAllocation>,
+    /// Containers with known devices whose names are not valid Kubernetes names (see
+    /// [`super::names`]): their devices count as in use, their names are not kept.
+    pub dropped: u64,
+}
+
+/// PodResources `List`, read from `socket`: see [`read_list`].
 ///
 /// # Errors
 /// The sentence: the socket could not be reached or `List` failed.
-pub async fn allocations(socket: &std::path::Path) -> Result<Vec<PodAllocation>, String> {
+pub async fn allocations(
+    socket: &std::path::Path,
+    known: impl Fn(&DeviceId) -> bool,
+) -> Result<Listed, String> {
     let channel = grpc::dial(socket).await.map_err(|e| e.to_string())?;
     let mut client = PodResourcesListerClient::new(channel);
     let list = client
@@ -35,29 +50,55 @@ pub async fn allocations(socket: &std::path::Path) -> Result<Vec<PodAllocation>,
         .await
         .map_err(|s| format!("PodResources List failed: {}", s.message()))?
         .into_inner();
+    Ok(read_list(&list, known))
+}
+
+/// The devices of bcd's resources that containers have, kept only where `known` says the
+/// device is one of bcd's (offered, or in a Kubernetes hold): an answer naming 200,000 ids or
+/// 1 MiB names costs what the node's own devices cost.
+pub fn read_list(
+    list: &super::proto::podresources::ListPodResourcesResponse,
+    known: impl Fn(&DeviceId) -> bool,
+) -> Listed {
     let prefix = format!("{DOMAIN}/");
-    let mut out = Vec::new();
+    let mut out = Listed::default();
     for p in &list.pod_resources {
         for c in &p.containers {
+            let mut devices: Vec<DeviceId> = Vec::new();
             let ids = c
                 .devices
                 .iter()
                 .filter(|d| d.resource_name.starts_with(&prefix))
                 .flat_map(|d| &d.device_ids)
-                .filter_map(|id| id.parse::<DeviceId>().ok());
+                .filter_map(|id| id.parse::<DeviceId>().ok())
+                .filter(|d| known(d));
             for device in ids {
-                out.push(PodAllocation {
-                    device,
-                    pod: PodRef {
-                        namespace: p.namespace.clone(),
-                        pod: p.name.clone(),
-                        container: c.name.clone(),
-                    },
-                });
+                if !devices.contains(&device) {
+                    devices.push(device);
+                }
             }
+            if devices.is_empty() {
+                continue;
+            }
+            out.in_use.extend(devices.iter().cloned());
+            let named = names::is_label(&p.namespace)
+                && names::is_subdomain(&p.name)
+                && names::is_label(&c.name);
+            if !named {
+                out.dropped += 1;
+                continue;
+            }
+            out.containers.push(PodAllocation {
+                devices,
+                pod: PodRef {
+                    namespace: p.namespace.clone(),
+                    pod: p.name.clone(),
+                    container: c.name.clone(),
+                },
+            });
         }
     }
-    Ok(out)
+    out
 }
 
 /// The resource a hold's first device belongs to, for the counters.
@@ -149,13 +190,26 @@ pub async fn pass(node: &Node, config: &KubeletConfig) {
         node.set_pod_allocations(Vec::new());
         return;
     }
-    let assigned: BTreeSet<DeviceId> = match allocations(&config.pod_resources_socket).await {
-        Ok(a) => {
+    // bcd's devices: those offered now, and those of its Kubernetes holds (a GPU gone from
+    // the inventory may still be a pod's).
+    let offered: BTreeSet<DeviceId> = super::offer_now(node)
+        .await
+        .into_values()
+        .flatten()
+        .map(|o| o.id)
+        .chain(kubernetes.iter().flat_map(|h| h.devices.iter().cloned()))
+        .collect();
+    let known = |d: &DeviceId| offered.contains(d);
+    let assigned: BTreeSet<DeviceId> = match allocations(&config.pod_resources_socket, known).await
+    {
+        Ok(listed) => {
             node.kubernetes().set_problem(None);
-            let devices = a.iter().map(|p| p.device.clone()).collect();
+            if listed.dropped > 0 {
+                node.kubernetes().dropped_names(listed.dropped);
+            }
             // The metrics' namespace/pod/container labels (see node::attribution).
-            node.set_pod_allocations(a);
-            devices
+            node.set_pod_allocations(listed.containers);
+            listed.in_use
         }
         Err(e) => {
             node.kubernetes().set_problem(Some(format!(
@@ -228,6 +282,7 @@ pub async fn run(node: Arc<Node>, config: KubeletConfig) {
 mod tests {
     use super::*;
     use crate::cdi::Holds;
+    use crate::kubelet::proto::podresources as pr;
     use crate::policy::{Placed, Topology};
 
     const GPU: &str = "GPU-ff1dacfa-2e1a-0504-a88b-76a3118ee48b";
@@ -307,5 +362,73 @@ mod tests {
             Settled::default()
         );
         assert_eq!(store.get(&hold.id).unwrap().unassigned_since, None);
+    }
+
+    fn container(name: &str, ids: &[&str]) -> pr::ContainerResources {
+        pr::ContainerResources {
+            name: name.into(),
+            devices: vec![pr::ContainerDevices {
+                resource_name: "bcd.dev/gpu".into(),
+                device_ids: ids.iter().map(|s| (*s).to_owned()).collect(),
+                topology: None,
+            }],
+            cpu_ids: vec![],
+        }
+    }
+
+    fn pod(
+        namespace: &str,
+        name: &str,
+        containers: Vec<pr::ContainerResources>,
+    ) -> pr::PodResources {
+        pr::PodResources {
+            name: name.into(),
+            namespace: namespace.into(),
+            containers,
+        }
+    }
+
+    // 1 MiB pod, namespace and container names gave a 135 MB /metrics and a 282 MB peak RSS,
+    // and every id in an answer was kept, one record per device. Now only bcd's devices are
+    // kept, one record per container, and a container whose names are not Kubernetes names
+    // keeps its devices in use but not its names.
+    #[test]
+    fn podresources_keeps_only_bcds_devices_and_kubernetes_names_once_per_container() {
+        const GPU0: &str = "GPU-ff1dacfa-2e1a-0504-a88b-76a3118ee48b";
+        const GPU1: &str = "GPU-a4303385-f265-4ffc-ad1b-b0bef156d59a";
+        const STRANGER: &str = "GPU-00000000-0000-0000-0000-000000000000";
+        let huge = "a".repeat(1 << 20);
+        let many: Vec<String> = (0..200_000)
+            .map(|n| format!("GPU-{n:08x}-0000-0000-0000-000000000000"))
+            .collect();
+        let many: Vec<&str> = many.iter().map(String::as_str).collect();
+        let list = pr::ListPodResourcesResponse {
+            pod_resources: vec![
+                pod(
+                    "ml",
+                    "trainer-0",
+                    vec![container("cuda", &[GPU0, STRANGER, GPU0])],
+                ),
+                pod("ml", &huge, vec![container("cuda", &[GPU1])]),
+                pod("other", "flood", vec![container("c", &many)]),
+            ],
+        };
+        let known = |d: &DeviceId| [GPU0, GPU1].iter().any(|g| d.as_str() == *g);
+        let listed = read_list(&list, known);
+        let in_use: BTreeSet<&str> = listed.in_use.iter().map(DeviceId::as_str).collect();
+        assert_eq!(in_use, BTreeSet::from([GPU0, GPU1]));
+        assert_eq!(listed.dropped, 1, "the pod with a 1 MiB name");
+        assert_eq!(listed.containers.len(), 1, "{:?}", listed.containers);
+        let kept = &listed.containers[0];
+        assert_eq!(
+            (
+                kept.pod.namespace.as_str(),
+                kept.pod.pod.as_str(),
+                kept.pod.container.as_str()
+            ),
+            ("ml", "trainer-0", "cuda")
+        );
+        let devices: Vec<&str> = kept.devices.iter().map(DeviceId::as_str).collect();
+        assert_eq!(devices, [GPU0], "each device once");
     }
 }

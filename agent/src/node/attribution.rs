@@ -63,12 +63,13 @@ pub struct PodRef {
     pub container: String,
 }
 
-/// One device given to one container: what the Kubernetes hook takes.
+/// The devices given to one container: what the Kubernetes hook takes (one record per
+/// container, so its names are kept once, not once per device).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PodAllocation {
-    /// The device (a GPU, MIG device or slot).
-    pub device: DeviceId,
-    /// Who has it.
+    /// The devices (GPUs, MIG devices, slots).
+    pub devices: Vec<DeviceId>,
+    /// Who has them.
     pub pod: PodRef,
 }
 
@@ -183,11 +184,13 @@ impl Attribution {
         self.claim(gpu, gpu.gpu()).vm = Some(domain.to_owned());
     }
 
-    /// The Kubernetes hook: `device` is allocated to `pod`'s container; `topology` places a
-    /// MIG device on its GPU. A later allocation of the same device replaces the earlier.
+    /// The Kubernetes hook: the devices are allocated to `pod`'s container; `topology` places
+    /// a MIG device on its GPU. A later allocation of the same device replaces the earlier.
     pub fn add_pod(&mut self, allocation: &PodAllocation, topology: &Topology) {
-        let gpu = topology.gpu_of(&allocation.device);
-        self.claim(&allocation.device, gpu).pod = Some(allocation.pod.clone());
+        for device in &allocation.devices {
+            let gpu = topology.gpu_of(device);
+            self.claim(device, gpu).pod = Some(allocation.pod.clone());
+        }
     }
 
     /// The labels of one device's own series (a MIG device's, a slot's): its own claim only.
@@ -274,7 +277,7 @@ mod tests {
         let mut a = Attribution::new();
         a.add_pod(
             &PodAllocation {
-                device: dev(MIG_A),
+                devices: vec![dev(MIG_A)],
                 pod: PodRef {
                     namespace: "ml".into(),
                     pod: "trainer-0".into(),

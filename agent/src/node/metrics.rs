@@ -894,7 +894,7 @@ mod tests {
         };
         view.attribution.add_pod(
             &PodAllocation {
-                device: crate::cdi::DeviceId::from(&samples[0].uuid),
+                devices: vec![crate::cdi::DeviceId::from(&samples[0].uuid)],
                 pod: PodRef {
                     namespace: "ns".into(),
                     pod: hostile.into(),

@@ -1078,7 +1078,7 @@ mod tests {
         let node = test_node(dir.path());
         node.collect_now().await;
         node.set_pod_allocations(vec![PodAllocation {
-            device: GPU0.parse().unwrap(),
+            devices: vec![GPU0.parse().unwrap()],
             pod: PodRef {
                 namespace: "ml".into(),
                 pod: "trainer-0".into(),
