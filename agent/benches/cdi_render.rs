@@ -101,7 +101,12 @@ fn holds_bench(c: &mut Criterion) {
             let id: HoldId = format!("h{n}").parse().unwrap();
             let started = std::time::Instant::now();
             holds
-                .apply(id, vec![place(made_up(n))], false, &topology)
+                .apply(
+                    id,
+                    vec![place(made_up(n))],
+                    bcd::cdi::HoldOwner::Operator,
+                    &topology,
+                )
                 .unwrap();
             let done = converge(&mut holds, &vendor, &catalog, dir.path());
             took.push(started.elapsed());
@@ -119,7 +124,12 @@ fn holds_bench(c: &mut Criterion) {
     for n in 0..1000 {
         let id: HoldId = format!("h{n}").parse().unwrap();
         holds
-            .apply(id, vec![place(made_up(n))], false, &topology)
+            .apply(
+                id,
+                vec![place(made_up(n))],
+                bcd::cdi::HoldOwner::Operator,
+                &topology,
+            )
             .unwrap();
     }
     converge(&mut holds, &vendor, &catalog, dir.path());

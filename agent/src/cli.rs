@@ -200,14 +200,15 @@ pub enum HoldCommand {
         /// GPU (GPU-...) or MIG device (MIG-...) UUIDs, or slots (GPU-...::N).
         #[arg(required = true)]
         devices: Vec<String>,
-        /// A Kubernetes binding: the spec carries no NVIDIA edits.
-        #[arg(long)]
-        kubernetes: bool,
     },
     /// Release a hold and remove its CDI spec.
     Release {
         /// The hold's id.
         id: String,
+        /// Release a Kubernetes hold although a pod still has its devices (the pod keeps
+        /// running on devices bcd may then hand to someone else).
+        #[arg(long)]
+        force: bool,
     },
     /// List the holds.
     List,

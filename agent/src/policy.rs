@@ -388,6 +388,7 @@ pub(crate) mod tests {
             id: id.parse().unwrap(),
             devices: devices.iter().map(|d| dev(d)).collect(),
             kubernetes: false,
+            owner: None,
             gpus: Default::default(),
             unassigned_since: None,
         }

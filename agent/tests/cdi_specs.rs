@@ -599,14 +599,29 @@ async fn the_converger_writes_holds_removes_orphans_and_reconciles_after_a_resta
     let t = topology("hgx-h100", 0).await;
     let mut holds = Holds::load(&data).unwrap();
     holds
-        .apply(hold("train"), placed(&t, &[H100[0], H100[1]]), false, &t)
+        .apply(
+            hold("train"),
+            placed(&t, &[H100[0], H100[1]]),
+            bcd::cdi::HoldOwner::Operator,
+            &t,
+        )
         .unwrap();
     holds
-        .apply(hold("infer"), placed(&t, &[H100_MIG[0]]), false, &t)
+        .apply(
+            hold("infer"),
+            placed(&t, &[H100_MIG[0]]),
+            bcd::cdi::HoldOwner::Operator,
+            &t,
+        )
         .unwrap();
     // A device of another hold is refused, naming the holder.
     let err = holds
-        .apply(hold("greedy"), placed(&t, &[H100[1]]), false, &t)
+        .apply(
+            hold("greedy"),
+            placed(&t, &[H100[1]]),
+            bcd::cdi::HoldOwner::Operator,
+            &t,
+        )
         .unwrap_err();
     assert!(
         err.to_string().contains("already held by hold train"),
@@ -665,7 +680,12 @@ async fn the_converger_writes_holds_removes_orphans_and_reconciles_after_a_resta
     );
     // The device is free for another hold now.
     holds
-        .apply(hold("greedy"), placed(&t, &[H100[1]]), false, &t)
+        .apply(
+            hold("greedy"),
+            placed(&t, &[H100[1]]),
+            bcd::cdi::HoldOwner::Operator,
+            &t,
+        )
         .unwrap();
 }
 
@@ -678,7 +698,12 @@ async fn the_converger_logs_held_devices_nvidias_spec_does_not_name() {
     let t = topology("hgx-h100", 0).await;
     let mut holds = Holds::load(tmp.path()).unwrap();
     holds
-        .apply(hold("stale"), placed(&t, &[H100[5]]), false, &t)
+        .apply(
+            hold("stale"),
+            placed(&t, &[H100[5]]),
+            bcd::cdi::HoldOwner::Operator,
+            &t,
+        )
         .unwrap();
     let captured = Captured::default();
     let writer = captured.clone();

@@ -27,15 +27,59 @@ use super::{HOLD_SPEC_PREFIX, HOLD_SPEC_SUFFIX};
 /// The store's file name in the data folder.
 pub const HOLDS_FILE: &str = "holds.json";
 
+/// Who made a hold, and so who may change or release it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum HoldOwner {
+    /// An operator, through `bcd hold` or the API.
+    Operator,
+    /// The kubelet, through a device plugin's `Allocate` (ids `k8s-...`).
+    DevicePlugin,
+    /// A DRA claim (ids `dra-...`).
+    Dra,
+}
+
+impl HoldOwner {
+    /// Whether its holds are Kubernetes bindings (their specs carry no vendor edits; the
+    /// release pass reads PodResources for them).
+    pub fn is_kubernetes(self) -> bool {
+        self != Self::Operator
+    }
+
+    /// The prefix of the ids this owner's holds get, which no other owner may take.
+    pub fn id_prefix(self) -> Option<&'static str> {
+        match self {
+            Self::Operator => None,
+            Self::DevicePlugin => Some("k8s-"),
+            Self::Dra => Some("dra-"),
+        }
+    }
+
+    /// The owner in words: "an operator", "the device plugins", "a DRA claim".
+    pub fn words(self) -> &'static str {
+        match self {
+            Self::Operator => "an operator",
+            Self::DevicePlugin => "the kubelet's device plugins",
+            Self::Dra => "a DRA claim",
+        }
+    }
+}
+
 /// One hold.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Hold {
     pub id: HoldId,
     /// Distinct, in the order they were asked for.
     pub devices: Vec<DeviceId>,
-    /// A Kubernetes binding: its spec carries no vendor edits.
+    /// A Kubernetes binding: its spec carries no vendor edits. Kept in the file beside
+    /// `owner` (an older bcd reads only this); the truth is [`Hold::owner`].
     #[serde(default)]
     pub kubernetes: bool,
+    /// Who made it. A file of an older bcd, and a hold rebuilt from its spec, have none: a
+    /// Kubernetes binding is the owner its id is reserved for (the device plugins' when none
+    /// is), any other hold the operator's, whatever its id.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub owner: Option<HoldOwner>,
     /// The GPU of each `MIG-<uuid>` device, as the inventory said when the hold was made,
     /// so that the policy's invariant can be checked before any collection.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
@@ -48,6 +92,17 @@ pub struct Hold {
 }
 
 impl Hold {
+    /// Who made it (see the field's note for a file of an older bcd).
+    pub fn owner(&self) -> HoldOwner {
+        self.owner.unwrap_or(if self.kubernetes {
+            self.id
+                .reserved_for()
+                .unwrap_or(crate::cdi::HoldOwner::DevicePlugin)
+        } else {
+            crate::cdi::HoldOwner::Operator
+        })
+    }
+
     /// The GPU `device` is on, as its id or this hold's record says.
     pub fn gpu_of(&self, device: &DeviceId) -> Option<DeviceId> {
         device.gpu().or_else(|| self.gpus.get(device).cloned())
@@ -75,6 +130,12 @@ pub enum HoldError {
     /// The store could not be read as it is; it is used read-only until it is fixed.
     #[error("holds are not changed until holds.json is fixed: {0}")]
     Frozen(String),
+    /// Another owner made the hold: it is theirs to change.
+    #[error("hold {id} was made by {}; it is theirs to change or release: choose another id", owner.words())]
+    OtherOwner { id: HoldId, owner: HoldOwner },
+    /// The id is of a form only another owner's holds take.
+    #[error("hold ids starting {} are reserved for {}; choose another id", owner.id_prefix().unwrap_or_default(), owner.words())]
+    ReservedId { id: HoldId, owner: HoldOwner },
 }
 
 /// The holds, and the file they are kept in.
@@ -228,23 +289,41 @@ impl Holds {
         self.frozen.as_deref()
     }
 
-    /// Creates the hold `id`, or replaces its devices, and saves the store. `devices` come
-    /// placed by [`Topology::place`]; `topology` places the other holds' devices.
+    /// Creates the hold `id` for `owner`, or replaces its devices, and saves the store.
+    /// `devices` come placed by [`Topology::place`]; `topology` places the other holds'
+    /// devices. An owner never replaces another owner's hold, and a new hold's id must not be
+    /// one reserved for another owner ([`HoldId::reserved_for`]); an operator's hold stored
+    /// under such an id by an older bcd stays the operator's.
     ///
     /// # Errors
     /// [`HoldError::Policy`] naming the holder when another hold has a conflicting device
-    /// (nothing changes); [`HoldError::NoDevices`]; [`HoldError::Frozen`];
-    /// [`HoldError::State`] when the store cannot be saved (the change is then undone in
-    /// memory too).
+    /// (nothing changes); [`HoldError::OtherOwner`], [`HoldError::ReservedId`];
+    /// [`HoldError::NoDevices`]; [`HoldError::Frozen`]; [`HoldError::State`] when the store
+    /// cannot be saved (the change is then undone in memory too).
     pub fn apply(
         &mut self,
         id: HoldId,
         devices: Vec<Placed>,
-        kubernetes: bool,
+        owner: HoldOwner,
         topology: &Topology,
     ) -> Result<&Hold, HoldError> {
         if let Some(why) = &self.frozen {
             return Err(HoldError::Frozen(why.clone()));
+        }
+        match self.holds.get(&id).map(Hold::owner) {
+            Some(theirs) if theirs != owner => {
+                return Err(HoldError::OtherOwner { id, owner: theirs });
+            }
+            Some(_) => {}
+            None => match id.reserved_for() {
+                Some(reserved) if reserved != owner => {
+                    return Err(HoldError::ReservedId {
+                        id,
+                        owner: reserved,
+                    });
+                }
+                _ => {}
+            },
         }
         let mut distinct: Vec<Placed> = Vec::with_capacity(devices.len());
         for d in devices {
@@ -264,7 +343,8 @@ impl Holds {
                 .filter_map(|p| Some((p.device.clone(), p.gpu.clone()?)))
                 .collect(),
             devices: distinct.into_iter().map(|p| p.device).collect(),
-            kubernetes,
+            kubernetes: owner.is_kubernetes(),
+            owner: Some(owner),
             unassigned_since: None,
         };
         let previous = self.holds.insert(id.clone(), hold);
@@ -518,6 +598,7 @@ pub fn rebuild_from_specs(cdi_dir: &Path) -> (Vec<Hold>, Vec<String>) {
             id,
             devices,
             kubernetes: spec.container_edits.is_empty(),
+            owner: None,
             gpus: BTreeMap::new(),
             unassigned_since: None,
         });
@@ -563,9 +644,21 @@ mod tests {
         let mut holds = Holds::load(dir.path()).unwrap();
         assert_eq!(holds.list().count(), 0);
         holds
-            .apply(id("a"), on(&[GPU0, GPU0]), false, &none())
+            .apply(
+                id("a"),
+                on(&[GPU0, GPU0]),
+                crate::cdi::HoldOwner::Operator,
+                &none(),
+            )
             .unwrap();
-        holds.apply(id("k"), on(&[GPU1]), true, &none()).unwrap();
+        holds
+            .apply(
+                id("k"),
+                on(&[GPU1]),
+                crate::cdi::HoldOwner::DevicePlugin,
+                &none(),
+            )
+            .unwrap();
         let path = dir.path().join(HOLDS_FILE);
         let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o777;
         assert_eq!(mode, 0o600);
@@ -581,10 +674,20 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let mut holds = Holds::load(dir.path()).unwrap();
         holds
-            .apply(id("first"), on(&[GPU0]), false, &none())
+            .apply(
+                id("first"),
+                on(&[GPU0]),
+                crate::cdi::HoldOwner::Operator,
+                &none(),
+            )
             .unwrap();
         let err = holds
-            .apply(id("second"), on(&[GPU1, GPU0]), false, &none())
+            .apply(
+                id("second"),
+                on(&[GPU1, GPU0]),
+                crate::cdi::HoldOwner::Operator,
+                &none(),
+            )
             .unwrap_err();
         assert_eq!(
             err.to_string(),
@@ -593,14 +696,24 @@ mod tests {
         assert!(holds.get(&id("second")).is_none(), "nothing changed");
         // The same hold may be applied again, with other devices.
         holds
-            .apply(id("first"), on(&[GPU0, GPU1]), false, &none())
+            .apply(
+                id("first"),
+                on(&[GPU0, GPU1]),
+                crate::cdi::HoldOwner::Operator,
+                &none(),
+            )
             .unwrap();
         assert_eq!(holds.released_then(&id("first")), 2);
         holds
-            .apply(id("second"), on(&[GPU0]), false, &none())
+            .apply(
+                id("second"),
+                on(&[GPU0]),
+                crate::cdi::HoldOwner::Operator,
+                &none(),
+            )
             .unwrap();
         assert!(matches!(
-            holds.apply(id("none"), vec![], false, &none()),
+            holds.apply(id("none"), vec![], crate::cdi::HoldOwner::Operator, &none()),
             Err(HoldError::NoDevices(_))
         ));
     }
@@ -641,7 +754,12 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let mut holds = Holds::load(&dir.path().join("missing-folder")).unwrap();
         assert!(matches!(
-            holds.apply(id("a"), on(&[GPU0]), false, &none()),
+            holds.apply(
+                id("a"),
+                on(&[GPU0]),
+                crate::cdi::HoldOwner::Operator,
+                &none()
+            ),
             Err(HoldError::State(_))
         ));
         assert_eq!(holds.list().count(), 0);
@@ -689,15 +807,33 @@ mod tests {
         let t = mig_host();
         let mut holds = Holds::load(dir.path()).unwrap();
         let place = |d: &str| vec![t.place(&dev(d)).unwrap()];
-        holds.apply(id("whole"), place(GPU3), false, &t).unwrap();
-        let err = holds.apply(id("part"), place(MIG3), false, &t).unwrap_err();
+        holds
+            .apply(
+                id("whole"),
+                place(GPU3),
+                crate::cdi::HoldOwner::Operator,
+                &t,
+            )
+            .unwrap();
+        let err = holds
+            .apply(id("part"), place(MIG3), crate::cdi::HoldOwner::Operator, &t)
+            .unwrap_err();
         assert_eq!(
             err.to_string(),
             format!("{MIG3} is already held by hold whole ({GPU3} on the same GPU); release that hold first")
         );
         holds.release(&id("whole")).unwrap();
-        holds.apply(id("part"), place(MIG3), false, &t).unwrap();
-        assert!(holds.apply(id("whole"), place(GPU3), false, &t).is_err());
+        holds
+            .apply(id("part"), place(MIG3), crate::cdi::HoldOwner::Operator, &t)
+            .unwrap();
+        assert!(holds
+            .apply(
+                id("whole"),
+                place(GPU3),
+                crate::cdi::HoldOwner::Operator,
+                &t
+            )
+            .is_err());
         // The MIG device's GPU is recorded, so a reload checks it without an inventory.
         let again = Holds::load(dir.path()).unwrap();
         assert_eq!(
@@ -788,7 +924,14 @@ mod tests {
     fn a_release_is_remembered_until_its_spec_is_gone() {
         let dir = tempfile::tempdir().unwrap();
         let mut holds = Holds::load(dir.path()).unwrap();
-        holds.apply(id("a"), on(&[GPU0]), false, &none()).unwrap();
+        holds
+            .apply(
+                id("a"),
+                on(&[GPU0]),
+                crate::cdi::HoldOwner::Operator,
+                &none(),
+            )
+            .unwrap();
         holds.release(&id("a")).unwrap();
         let reloaded = Holds::load(dir.path()).unwrap();
         assert_eq!(reloaded.released().collect::<Vec<_>>(), [&id("a")]);
@@ -804,7 +947,12 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let mut holds = Holds::load(dir.path()).unwrap();
         holds
-            .apply(id("rebuilt"), on(&[MIG3]), false, &none())
+            .apply(
+                id("rebuilt"),
+                on(&[MIG3]),
+                crate::cdi::HoldOwner::Operator,
+                &none(),
+            )
             .unwrap();
         assert_eq!(holds.get(&id("rebuilt")).unwrap().gpu_of(&dev(MIG3)), None);
         let t = mig_host();

@@ -46,6 +46,15 @@ impl HoldId {
         &self.0
     }
 
+    /// The owner that makes holds with ids of this form: `k8s-` ids are the device plugins',
+    /// `dra-` ids DRA claims'; `None` for every other id (the operator's to choose).
+    pub fn reserved_for(&self) -> Option<super::holds::HoldOwner> {
+        use super::holds::HoldOwner;
+        [HoldOwner::DevicePlugin, HoldOwner::Dra]
+            .into_iter()
+            .find(|o| o.id_prefix().is_some_and(|p| self.0.starts_with(p)))
+    }
+
     /// The name of this hold's CDI spec file: `bcd-<id>.json`.
     pub fn spec_file_name(&self) -> String {
         format!(

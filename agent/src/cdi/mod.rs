@@ -20,7 +20,7 @@ pub mod spec;
 pub mod vendor;
 
 pub use converge::{converge, write_missing, ConvergeError, Convergence};
-pub use holds::{Before, Hold, HoldError, Holds, Opened};
+pub use holds::{Before, Hold, HoldError, HoldOwner, Holds, Opened};
 pub use ids::{DeviceId, HoldId, IdError};
 pub use render::{render, HoldRequest, Rendered};
 pub use vendor::{read_vendor_specs, DeviceCatalog, VendorSpec, VendorSpecs};

@@ -102,15 +102,11 @@ fn render_hold(hold: &HoldView) -> String {
 /// `bcd hold apply|release|list`.
 pub async fn hold(global: &Global, cmd: &HoldCommand) -> ExitCode {
     match cmd {
-        HoldCommand::Apply {
-            id,
-            devices,
-            kubernetes,
-        } => {
+        HoldCommand::Apply { id, devices } => {
             let request = HoldRequest {
                 id: id.clone(),
                 devices: devices.clone(),
-                kubernetes: *kubernetes,
+                kubernetes: false,
             };
             through_service(
                 global,
@@ -128,11 +124,12 @@ pub async fn hold(global: &Global, cmd: &HoldCommand) -> ExitCode {
             )
             .await
         }
-        HoldCommand::Release { id } => {
+        HoldCommand::Release { id, force } => {
+            let force = if *force { "?force=1" } else { "" };
             through_service(
                 global,
                 "DELETE",
-                &format!("/v1/holds/{id}"),
+                &format!("/v1/holds/{id}{force}"),
                 None::<&()>,
                 |v: &HoldView| format!("released {}", render_hold(v)),
             )

@@ -270,6 +270,7 @@ mod tests {
             id: id.parse().unwrap(),
             devices: vec![device.parse().unwrap()],
             kubernetes: false,
+            owner: None,
             gpus: Default::default(),
             unassigned_since: None,
         }

@@ -10,7 +10,7 @@
 
 use sha2::{Digest, Sha256};
 
-use crate::cdi::{self, DeviceId, HoldError, HoldId};
+use crate::cdi::{self, DeviceId, HoldError, HoldId, HoldOwner};
 use crate::node::shared::Node;
 use crate::policy::PolicyError;
 
@@ -88,7 +88,7 @@ fn place(
         // Every device is in a live hold: the first names them.
         return reused.map(|id| (id, false)).ok_or(AllocateError::NoDevice);
     }
-    let id = hold_id(&fresh);
+    let id = free_hold_id(holds, hold_id(&fresh));
     let placed = fresh
         .iter()
         .map(|d| topology.place(d))
@@ -115,8 +115,26 @@ fn place(
         );
         holds.release(&old)?;
     }
-    holds.apply(id.clone(), placed, true, topology)?;
+    holds.apply(id.clone(), placed, HoldOwner::DevicePlugin, topology)?;
     Ok((id, true))
+}
+
+/// `base`, or when another owner's hold has that id (an operator's, stored by an older bcd
+/// before `k8s-` ids were reserved), the first of `base-1`, `base-2`, ... that is free or the
+/// device plugins' own: Allocate never replaces or changes a hold it did not make.
+fn free_hold_id(holds: &cdi::Holds, base: HoldId) -> HoldId {
+    let ours = |id: &HoldId| {
+        holds
+            .get(id)
+            .is_none_or(|h| h.owner() == HoldOwner::DevicePlugin)
+    };
+    if ours(&base) {
+        return base;
+    }
+    (1..)
+        .filter_map(|n| format!("{base}-{n}").parse::<HoldId>().ok())
+        .find(|id| ours(id))
+        .expect("a store holds finitely many ids")
 }
 
 /// The id of the Kubernetes hold of `devices`.
@@ -234,7 +252,7 @@ mod tests {
     }
 
     use crate::cdi::Holds;
-    use crate::policy::tests::{dev, topology, GPU0, MIG_A, MIG_B};
+    use crate::policy::tests::{dev, topology, GPU0, GPU3, MIG_A, MIG_B};
 
     /// A store with the Kubernetes hold `k8s-init` of both MIG devices of GPU 3, pending
     /// release since `pending` when given.
@@ -243,7 +261,9 @@ mod tests {
         let mut holds = Holds::load(dir).unwrap();
         let id: HoldId = "k8s-init".parse().unwrap();
         let placed = [MIG_A, MIG_B].map(|d| t.place(&dev(d)).unwrap()).to_vec();
-        holds.apply(id.clone(), placed, true, &t).unwrap();
+        holds
+            .apply(id.clone(), placed, HoldOwner::DevicePlugin, &t)
+            .unwrap();
         if pending.is_some() {
             holds.mark_unassigned(&id, pending).unwrap();
         }
@@ -261,6 +281,42 @@ mod tests {
         assert_eq!((id, made), (init.clone(), false));
         assert_eq!(holds.list().count(), 1);
         assert_eq!(holds.get(&init).unwrap().devices, [dev(MIG_A), dev(MIG_B)]);
+    }
+
+    // An operator hold whose id was the predictable k8s-<sha256 of the devices> was silently
+    // replaced by Allocate, and its GPU then went to a third hold. Allocate now never changes
+    // a hold it did not make: it takes the next free id, and the operator's hold stays.
+    #[test]
+    fn allocate_never_replaces_an_operator_hold_with_its_predictable_id() {
+        let dir = tempfile::tempdir().unwrap();
+        let t = topology(0);
+        let predictable = hold_id(&[dev(GPU0)]);
+        // As an older bcd stored it: an operator's hold (no owner, not Kubernetes).
+        std::fs::write(
+            dir.path().join(crate::cdi::holds::HOLDS_FILE),
+            format!(
+                "{{\"holds\": [{{\"id\": \"{predictable}\", \"devices\": [\"{MIG_A}\"], \"gpus\": {{\"{MIG_A}\": \"{GPU3}\"}}}}]}}"
+            ),
+        )
+        .unwrap();
+        let mut holds = Holds::load(dir.path()).unwrap();
+        assert_eq!(
+            holds.get(&predictable).unwrap().owner(),
+            HoldOwner::Operator
+        );
+        let (id, fresh) = place(&mut holds, &[dev(GPU0)], &t).unwrap();
+        assert!(fresh);
+        assert_eq!(id.as_str(), format!("{predictable}-1"));
+        let operator = holds.get(&predictable).unwrap();
+        assert_eq!(
+            operator.devices,
+            [dev(MIG_A)],
+            "the operator's hold is unchanged"
+        );
+        assert_eq!(operator.owner(), HoldOwner::Operator);
+        assert_eq!(holds.get(&id).unwrap().owner(), HoldOwner::DevicePlugin);
+        // Asked again for the same device, the kubelet finds the same hold.
+        assert_eq!(place(&mut holds, &[dev(GPU0)], &t).unwrap(), (id, false));
     }
 
     #[test]
@@ -285,7 +341,7 @@ mod tests {
             .apply(
                 "job".parse().unwrap(),
                 vec![t.place(&dev(GPU0)).unwrap()],
-                false,
+                HoldOwner::Operator,
                 &t,
             )
             .unwrap();

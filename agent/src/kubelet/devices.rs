@@ -377,6 +377,7 @@ mod tests {
             id: id.parse().unwrap(),
             devices: devices.iter().map(|d| dev(d)).collect(),
             kubernetes,
+            owner: None,
             gpus: Default::default(),
             unassigned_since: None,
         }

@@ -281,7 +281,9 @@ mod tests {
             gpu: Some(dev),
         }];
         let id: crate::cdi::HoldId = "k8s-a".parse().unwrap();
-        holds.apply(id.clone(), placed, true, &t).unwrap();
+        holds
+            .apply(id.clone(), placed, crate::cdi::HoldOwner::DevicePlugin, &t)
+            .unwrap();
         assert_eq!(
             status_lines(dir.path()),
             "kubernetes k8s-a GPU-11111111-1111-1111-1111-111111111111\n"

@@ -295,7 +295,12 @@ mod tests {
             device,
         }];
         let hold = store
-            .apply("k8s-a".parse().unwrap(), placed, true, &Topology::default())
+            .apply(
+                "k8s-a".parse().unwrap(),
+                placed,
+                crate::cdi::HoldOwner::DevicePlugin,
+                &Topology::default(),
+            )
             .unwrap()
             .clone();
         (store, hold)
@@ -355,7 +360,12 @@ mod tests {
             device,
         }];
         store
-            .apply(hold.id.clone(), placed, true, &Topology::default())
+            .apply(
+                hold.id.clone(),
+                placed,
+                crate::cdi::HoldOwner::DevicePlugin,
+                &Topology::default(),
+            )
             .unwrap();
         assert_eq!(
             settle(&mut store, &pass_copy, false, false, 500, 30),

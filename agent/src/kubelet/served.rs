@@ -113,7 +113,7 @@ async fn allocate_makes_a_kubernetes_hold_and_refuses_a_held_gpu() {
             .apply(
                 "job".parse().unwrap(),
                 vec![t.place(&GPU1.parse().unwrap()).unwrap()],
-                false,
+                crate::cdi::HoldOwner::Operator,
                 &t,
             )
             .unwrap();

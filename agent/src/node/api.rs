@@ -24,7 +24,7 @@ use serde::{Deserialize, Serialize};
 
 use bcd_protocol::{GpuRef, GpuUuid};
 
-use crate::cdi::{ConvergeError, DeviceId, HoldError, HoldId};
+use crate::cdi::{ConvergeError, DeviceId, HoldError, HoldId, HoldOwner};
 use crate::health::diag::{diag_nvml, link_widths, DiagRequest, NvmlState};
 use crate::health::reset::reset_gpus;
 use crate::inventory::scheduler::Trigger;
@@ -154,7 +154,7 @@ pub async fn handle(node: &Node, request: &Request) -> Answer {
         Ok(Route::Reset) => reset(node, request).await,
         Ok(Route::ListHolds) => Ok(list_holds(node).await),
         Ok(Route::ApplyHold) => apply_hold(node, request).await,
-        Ok(Route::ReleaseHold(id)) => release_hold(node, id).await,
+        Ok(Route::ReleaseHold(id)) => release_hold(node, id, request).await,
         Ok(Route::Passthrough(path)) => passthrough(node, path, request).await,
         Err(answer) => Err(answer),
     };
@@ -326,6 +326,13 @@ async fn apply_hold(node: &Node, request: &Request) -> Result<Answer, Answer> {
         .map(|d| d.parse::<DeviceId>())
         .collect::<Result<Vec<_>, _>>()
         .map_err(|e| error(400, "invalid-argument", e))?;
+    if asked.kubernetes {
+        return Err(error(
+            403,
+            "reserved",
+            "only the kubelet's device plugins (and DRA claims) make Kubernetes holds; apply the hold without \"kubernetes\"",
+        ));
+    }
     let topology = node.topology().await;
     let placed = devices
         .iter()
@@ -336,7 +343,7 @@ async fn apply_hold(node: &Node, request: &Request) -> Result<Answer, Answer> {
     // 201 only once the hold and its spec are on disk; a spec that cannot be written undoes
     // the hold (it was acknowledged before, and appeared only at some later change).
     match node
-        .apply_hold(id, placed, asked.kubernetes, &topology)
+        .apply_hold(id, placed, HoldOwner::Operator, &topology)
         .await
     {
         Ok(hold) => Ok(typed(
@@ -354,6 +361,9 @@ async fn apply_hold(node: &Node, request: &Request) -> Result<Answer, Answer> {
         Err(ApplyHoldError::Hold(e @ HoldError::Frozen(_))) => {
             Err(error(503, "holds-unavailable", e))
         }
+        Err(ApplyHoldError::Hold(
+            e @ (HoldError::OtherOwner { .. } | HoldError::ReservedId { .. }),
+        )) => Err(error(403, "reserved", e)),
         Err(ApplyHoldError::Hold(HoldError::State(e))) => {
             Err(state_refusal(&e, format!("the hold store: {e}")))
         }
@@ -396,12 +406,44 @@ fn policy_refusal(e: &crate::policy::PolicyError) -> Answer {
     }
 }
 
-async fn release_hold(node: &Node, id: &str) -> Result<Answer, Answer> {
+/// `DELETE /v1/holds/ID[?force=1]`. A Kubernetes hold a pod still has (its release is not
+/// pending) is refused, naming the pod, unless `force` is given.
+async fn release_hold(node: &Node, id: &str, request: &Request) -> Result<Answer, Answer> {
     let id: HoldId = id.parse().map_err(|e| error(400, "invalid-argument", e))?;
+    let force = request
+        .query
+        .split('&')
+        .any(|p| matches!(p, "force" | "force=1" | "force=true"));
+    let pods = node.pods_now();
     let released = node
-        .with_holds(|holds| holds.release(&id))
+        .with_holds(|holds| match holds.get(&id) {
+            Some(hold)
+                if !force && hold.owner().is_kubernetes() && hold.unassigned_since.is_none() =>
+            {
+                let mut who: Vec<String> = pods
+                    .iter()
+                    .filter(|p| p.devices.iter().any(|d| hold.devices.contains(d)))
+                    .map(|p| format!("{}/{} (container {})", p.pod.namespace, p.pod.pod, p.pod.container))
+                    .collect();
+                who.dedup();
+                let who = if who.is_empty() {
+                    "a pod the kubelet allocated it to (PodResources has not said otherwise yet)".to_owned()
+                } else {
+                    format!("pod {}", who.join(", "))
+                };
+                Err(error(
+                    409,
+                    "hold-in-use",
+                    format!(
+                        "hold {id} is {}'s and {who} still has its devices; it is released once no pod has them, or now with bcd hold release --force {id}",
+                        hold.owner().words()
+                    ),
+                ))
+            }
+            _ => Ok(holds.release(&id)),
+        })
         .await
-        .ok_or_else(holds_unavailable)?
+        .ok_or_else(holds_unavailable)??
         .map_err(|e| match e {
             HoldError::Frozen(_) => error(503, "holds-unavailable", e),
             HoldError::State(s) => state_refusal(&s, format!("the hold store: {s}")),

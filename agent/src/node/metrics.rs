@@ -1016,6 +1016,7 @@ mod tests {
                 id: "infer-2".parse().unwrap(),
                 devices: vec!["MIG-65db3e42-f991-a575-c20e-8350d31e437c".parse().unwrap()],
                 kubernetes: false,
+                owner: None,
                 gpus: BTreeMap::new(),
                 unassigned_since: None,
             }],

@@ -101,6 +101,9 @@ pub struct HoldView {
     /// Whether a Kubernetes binding made it.
     #[serde(default)]
     pub kubernetes: bool,
+    /// Who made it: `operator`, `device-plugin` or `dra` (absent in an older node's answer).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub owner: Option<crate::cdi::HoldOwner>,
     /// The spec file the node wrote for it (in the answer to an apply).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub spec: Option<String>,
@@ -112,6 +115,7 @@ impl From<&crate::cdi::Hold> for HoldView {
             id: hold.id.as_str().to_owned(),
             devices: hold.devices.iter().map(|d| d.as_str().to_owned()).collect(),
             kubernetes: hold.kubernetes,
+            owner: Some(hold.owner()),
             spec: None,
         }
     }
@@ -138,7 +142,8 @@ pub struct HoldRequest {
     pub id: String,
     /// The devices to hold.
     pub devices: Vec<String>,
-    /// Whether a Kubernetes binding asks.
+    /// Whether a Kubernetes binding asks: refused, since only the device plugins (and DRA
+    /// claims) make Kubernetes holds; kept so that such a request is refused by name.
     #[serde(default)]
     pub kubernetes: bool,
 }
@@ -188,6 +193,7 @@ mod tests {
             id: "job1".into(),
             devices: vec!["GPU-00000061-0000-0000-0000-000000000000".into()],
             kubernetes: false,
+            owner: Some(crate::cdi::HoldOwner::Operator),
             spec: None,
         };
         let text = serde_json::to_string(&hold).unwrap();

@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::{watch, RwLock};
 
-use crate::cdi::{self, converge, DeviceCatalog, Hold, HoldError, HoldId, Holds};
+use crate::cdi::{self, converge, DeviceCatalog, Hold, HoldError, HoldId, HoldOwner, Holds};
 use crate::health::faults::Health;
 use crate::health::verdict::{judge, Evidence, Verdict};
 use crate::health::watcher::WatcherStats;
@@ -577,16 +577,14 @@ impl Node {
         &self,
         id: HoldId,
         placed: Vec<Placed>,
-        kubernetes: bool,
+        owner: HoldOwner,
         topology: &Topology,
     ) -> Result<Hold, ApplyHoldError> {
         let vendor = self.read_vendor_specs();
         let mut holds = self.holds.lock().await;
         let holds = holds.as_mut().ok_or(ApplyHoldError::Unavailable)?;
         let before = holds.before(&id);
-        let hold = holds
-            .apply(id.clone(), placed, kubernetes, topology)?
-            .clone();
+        let hold = holds.apply(id.clone(), placed, owner, topology)?.clone();
         let done = self.converge_locked(holds, &vendor).await;
         let failed = done
             .errors
@@ -740,6 +738,11 @@ impl Node {
         if let Ok(mut pods) = self.pods.lock() {
             *pods = allocations;
         }
+    }
+
+    /// The Kubernetes allocations last handed to [`Node::set_pod_allocations`].
+    pub fn pods_now(&self) -> Vec<PodAllocation> {
+        self.pods.lock().map(|p| p.clone()).unwrap_or_default()
     }
 
     /// Records what a passthrough step did to the VMs' GPUs: a domain started has its GPUs

@@ -264,19 +264,29 @@ async fn podman_gives_a_container_exactly_the_devices_it_asked_for() {
     let mut holds = Holds::load(&data).unwrap();
     let three = [H100[0], H100[1], H100[2]];
     holds
-        .apply("three".parse().unwrap(), placed(&t, &three), false, &t)
+        .apply(
+            "three".parse().unwrap(),
+            placed(&t, &three),
+            bcd::cdi::HoldOwner::Operator,
+            &t,
+        )
         .unwrap();
     holds
         .apply(
             "mig".parse().unwrap(),
             placed(&t, &[H100_MIG[0]]),
-            false,
+            bcd::cdi::HoldOwner::Operator,
             &t,
         )
         .unwrap();
     let slot = format!("{}::2", H100[5]);
     holds
-        .apply("slot".parse().unwrap(), placed(&t, &[&slot]), false, &t)
+        .apply(
+            "slot".parse().unwrap(),
+            placed(&t, &[&slot]),
+            bcd::cdi::HoldOwner::Operator,
+            &t,
+        )
         .unwrap();
     let vendor = read_vendor_specs(std::slice::from_ref(&cdi)).specs;
     let done = converge(&mut holds, &vendor, &catalog("hgx-h100").await, &cdi);

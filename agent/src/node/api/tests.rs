@@ -332,3 +332,135 @@ async fn held(node: &Node) -> Value {
     let v: Value = serde_json::from_slice(&body).unwrap();
     v["holds"].clone()
 }
+
+/// A `POST /v1/holds` of `body`.
+fn post_hold(body: Value) -> Request {
+    Request {
+        body: body.to_string().into_bytes(),
+        ..request("POST", "/v1/holds")
+    }
+}
+
+// Hold ids mixed owners: the API replaced a live Kubernetes hold's devices (turning
+// `kubernetes` off), released a hold a pod still had, and let any client make `kubernetes:
+// true` holds or take a `k8s-` id. Ids `k8s-` and `dra-` are reserved now, a hold is changed
+// only by its owner, and releasing a Kubernetes hold a pod has is refused naming the pod.
+#[tokio::test]
+async fn kubernetes_hold_ids_are_reserved_and_a_live_kubernetes_hold_is_not_the_apis() {
+    use crate::cdi::HoldOwner;
+    use crate::node::attribution::{PodAllocation, PodRef};
+    let dir = tempfile::tempdir().unwrap();
+    let node = node(dir.path());
+    node.collect_now().await;
+    let gpus = [
+        "GPU-ff1dacfa-2e1a-0504-a88b-76a3118ee48b",
+        "GPU-a4303385-f265-4ffc-ad1b-b0bef156d59a",
+    ];
+    let answer = |(status, body): (u16, Vec<u8>)| {
+        let v: Value = serde_json::from_slice(&body).unwrap();
+        (status, v)
+    };
+    for (id, kubernetes) in [("k8s-mine", false), ("dra-mine", false), ("job", true)] {
+        let (status, v) = answer(
+            handle(
+                &node,
+                &post_hold(
+                    serde_json::json!({"id": id, "devices": [gpus[1]], "kubernetes": kubernetes}),
+                ),
+            )
+            .await,
+        );
+        assert_eq!(
+            (status, v["code"].as_str()),
+            (403, Some("reserved")),
+            "{id}: {v}"
+        );
+    }
+    assert_eq!(held(&node).await, serde_json::json!([]));
+
+    // A device plugin's hold, which a pod has.
+    let topology = node.topology().await;
+    let k8s: crate::cdi::HoldId = "k8s-0123456789abcdef".parse().unwrap();
+    let placed = vec![topology.place(&gpus[0].parse().unwrap()).unwrap()];
+    node.apply_hold(k8s.clone(), placed, HoldOwner::DevicePlugin, &topology)
+        .await
+        .unwrap();
+    node.set_pod_allocations(vec![PodAllocation {
+        devices: vec![gpus[0].parse().unwrap()],
+        pod: PodRef {
+            namespace: "ml".into(),
+            pod: "trainer-0".into(),
+            container: "cuda".into(),
+        },
+    }]);
+    let (status, v) = answer(
+        handle(
+            &node,
+            &post_hold(serde_json::json!({"id": k8s.as_str(), "devices": [gpus[1]]})),
+        )
+        .await,
+    );
+    assert_eq!((status, v["code"].as_str()), (403, Some("reserved")), "{v}");
+    assert!(
+        v["message"]
+            .as_str()
+            .unwrap()
+            .contains("made by the kubelet's device plugins"),
+        "{v}"
+    );
+    let holds = held(&node).await;
+    assert_eq!(
+        holds[0]["devices"],
+        serde_json::json!([gpus[0]]),
+        "unchanged: {holds}"
+    );
+    assert_eq!(holds[0]["kubernetes"], true);
+    assert_eq!(holds[0]["owner"], "device-plugin");
+
+    let delete = |query: &str| Request {
+        query: query.to_owned(),
+        ..request("DELETE", &format!("/v1/holds/{k8s}"))
+    };
+    let (status, v) = answer(handle(&node, &delete("")).await);
+    assert_eq!(
+        (status, v["code"].as_str()),
+        (409, Some("hold-in-use")),
+        "{v}"
+    );
+    let message = v["message"].as_str().unwrap();
+    assert!(
+        message.contains("pod ml/trainer-0 (container cuda)"),
+        "{message}"
+    );
+    assert!(message.contains("bcd hold release --force"), "{message}");
+    assert_eq!(held(&node).await.as_array().unwrap().len(), 1);
+    let (status, v) = answer(handle(&node, &delete("force=1")).await);
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(held(&node).await, serde_json::json!([]));
+}
+
+// An operator's hold stored under a k8s- id by an older bcd (before the ids were reserved)
+// is kept and stays the operator's: the operator may still change and release it.
+#[tokio::test]
+async fn an_operator_hold_stored_under_a_reserved_id_stays_the_operators() {
+    let dir = tempfile::tempdir().unwrap();
+    let gpu = "GPU-ff1dacfa-2e1a-0504-a88b-76a3118ee48b";
+    std::fs::create_dir_all(dir.path().join("data")).unwrap();
+    std::fs::write(
+        dir.path().join("data/holds.json"),
+        format!("{{\"holds\": [{{\"id\": \"k8s-legacy\", \"devices\": [\"{gpu}\"]}}]}}"),
+    )
+    .unwrap();
+    let node = node(dir.path());
+    node.collect_now().await;
+    assert_eq!(held(&node).await[0]["owner"], "operator");
+    let other = "GPU-a4303385-f265-4ffc-ad1b-b0bef156d59a";
+    let (status, body) = handle(
+        &node,
+        &post_hold(serde_json::json!({"id": "k8s-legacy", "devices": [other]})),
+    )
+    .await;
+    assert_eq!(status, 201, "{}", String::from_utf8_lossy(&body));
+    let (status, _) = handle(&node, &request("DELETE", "/v1/holds/k8s-legacy")).await;
+    assert_eq!(status, 200);
+}
