@@ -5,8 +5,10 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use bcd_protocol::{HelperError, Operation, Outcome, PciAddress, PersistenceNote};
-use common::{fake_program, FakeSysfs, Helper};
+use bcd_protocol::{
+    ClientFrame, HelperError, Operation, Outcome, PciAddress, PersistenceNote, Request,
+};
+use common::{alive, fake_program, wait_gone, wait_lines, FakeSysfs, Helper};
 
 const GPU: &str = "0000:18:00.0";
 const NIC: &str = "0000:19:00.0";
@@ -432,4 +434,49 @@ fn sigterm_lets_a_running_operation_finish_before_exiting() {
     let log = std::fs::read_to_string(h.path("log")).unwrap();
     assert!(log.contains("end "), "{log}");
     assert!(!sock.exists(), "the --listen socket was left behind");
+}
+
+/// A helper whose `nvidia-smi` hangs (`nvidia-smi-hang`: a `sh` that waits on a `sleep 1000`
+/// it started in its group), started with `extra`, and a reset of [`GPU`] sent to it and
+/// running: returns the helper, the client that sent it, and the pids of the `sh` (the
+/// helper's child) and of its `sleep` (a grandchild).
+fn hung_reset(extra: &[&str]) -> (Helper, common::RawClient, i32, i32) {
+    let dir = tempfile::tempdir().unwrap();
+    let smi = fake_program(dir.path(), "nvidia-smi-hang", "nvidia-smi");
+    let mut args = vec!["--nvidia-smi", smi.to_str().unwrap()];
+    args.extend_from_slice(extra);
+    let h = Helper::start_in(dir, &args);
+    let mut c = h.client();
+    c.send(&ClientFrame::Request(Request {
+        id: 1,
+        op: Operation::ResetGpu { gpu: pci(GPU) },
+    }));
+    let pids = wait_lines(&h.path("pids"), 2, Duration::from_secs(10));
+    let grandchild: i32 = pids[0].trim().parse().unwrap();
+    let child: i32 = pids[1].trim().parse().unwrap();
+    (h, c, child, grandchild)
+}
+
+/// Kills what is left of the hung fake's process group (its `sleep`), and waits for it.
+fn end_group(leader: i32, member: i32) {
+    let _ = nix::sys::signal::killpg(
+        nix::unistd::Pid::from_raw(leader),
+        nix::sys::signal::Signal::SIGKILL,
+    );
+    assert!(
+        wait_gone(member, Duration::from_secs(5)),
+        "{member} survived"
+    );
+}
+
+// A helper killed with SIGKILL left its nvidia-smi running: nothing tied a child to the
+// helper's life (now PR_SET_PDEATHSIG, set in the child by the thread that spawns it).
+#[test]
+fn a_child_dies_with_a_helper_killed_by_sigkill() {
+    let (mut h, _c, child, grandchild) = hung_reset(&[]);
+    assert!(alive(child));
+    h.kill_9();
+    let gone = wait_gone(child, Duration::from_secs(5));
+    end_group(child, grandchild);
+    assert!(gone, "the helper's child {child} outlived the helper");
 }
