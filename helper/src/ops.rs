@@ -192,6 +192,16 @@ pub fn audit_arguments(op: &Operation) -> Vec<(&'static str, String)> {
     }
 }
 
+/// Whether an operation changes something on the host (a GPU's mode, a driver, a domain),
+/// and so is audited before it runs as well as when it ends (see [`crate::audit`]): every
+/// operation but `Ping` and the read-only queries of a domain's or save image's GPUs.
+pub fn changes_host(op: &Operation) -> bool {
+    !matches!(
+        op,
+        Operation::Ping | Operation::LibvirtDomainGpus { .. } | Operation::LibvirtImageGpus { .. }
+    )
+}
+
 impl Ops {
     /// Runs one operation to its answer.
     ///

@@ -480,3 +480,75 @@ fn a_child_dies_with_a_helper_killed_by_sigkill() {
     end_group(child, grandchild);
     assert!(gone, "the helper's child {child} outlived the helper");
 }
+
+// An operation the helper died in left no audit line at all: lines were written only when
+// an operation ended.
+#[test]
+fn a_helper_killed_during_an_operation_leaves_its_started_line() {
+    let (mut h, _c, child, grandchild) = hung_reset(&[]);
+    h.kill_9();
+    end_group(child, grandchild);
+    let lines = h.audit_lines();
+    let started: Vec<&String> = lines
+        .iter()
+        .filter(|l| {
+            l.contains("\"operation\":\"gpu.reset\"")
+                && l.contains("\"gpu\":\"0000:18:00.0\"")
+                && l.contains("\"outcome\":\"started\"")
+        })
+        .collect();
+    assert_eq!(started.len(), 1, "{lines:?}");
+}
+
+// An operation ran although its audit line could not be written: the line came only when it
+// ended, and the failure was noticed after the fact. The helper's file size limit makes the
+// append fail (EFBIG, SIGXFSZ ignored), which works as root, where an unwritable mode does not.
+#[test]
+fn an_operation_whose_started_line_cannot_be_written_is_refused_untouched() {
+    const LIMIT: u64 = 4096;
+    let dir = tempfile::tempdir().unwrap();
+    let smi = fake_program(dir.path(), "nvidia-smi-record", "nvidia-smi");
+    let audit = dir.path().join("audit.log");
+    let mut full = "x".repeat(LIMIT as usize - 1);
+    full.push('\n');
+    std::fs::write(&audit, full).unwrap();
+    std::fs::set_permissions(&audit, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
+    let h = Helper::start_with(dir, &["--nvidia-smi", smi.to_str().unwrap()], |cmd| {
+        // SAFETY: setrlimit and signal are async-signal-safe; the helper execs right after.
+        unsafe {
+            std::os::unix::process::CommandExt::pre_exec(cmd, || {
+                let lim = libc::rlimit {
+                    rlim_cur: LIMIT,
+                    rlim_max: LIMIT,
+                };
+                if libc::setrlimit(libc::RLIMIT_FSIZE, &lim) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                // Ignored signals stay ignored across exec: a write past the limit is EFBIG.
+                libc::signal(libc::SIGXFSZ, libc::SIG_IGN);
+                Ok(())
+            });
+        }
+    });
+    // No Ping first: its own line would fail, and the log would be known broken before.
+    let mut c = h.client();
+    let err = c
+        .request(
+            1,
+            Operation::SetPersistence {
+                gpu: pci(GPU),
+                enabled: true,
+            },
+        )
+        .unwrap_err();
+    let HelperError::Failed { message, .. } = &err else {
+        panic!("{err:?}")
+    };
+    assert!(
+        message.contains(&format!("the audit log {}", audit.display()))
+            && message.contains("cannot be written"),
+        "{message}"
+    );
+    assert_eq!(calls(&h), "", "nvidia-smi ran without its audit line");
+    assert_eq!(std::fs::metadata(&audit).unwrap().len(), LIMIT);
+}
