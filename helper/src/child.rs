@@ -1,6 +1,7 @@
 //! Running a fixed program as a bounded child: no shell, a cleared environment, its own
 //! process group, a timeout after which the whole group is killed, bounded output, and a
-//! life tied to the helper's: the child is sent `SIGKILL` when the helper dies (see [`run`]).
+//! life tied to the helper's: the child is sent `SIGKILL` when the helper dies (see
+//! [`run_holding`]).
 //!
 //! A child also inherits the descriptors of its operation's device lock files (and no other
 //! descriptor of the helper): see [`run_holding`] and [`crate::lockfile`].
@@ -114,9 +115,11 @@ pub enum ChildError {
 }
 
 /// Runs `cmd` to completion or to its timeout, holding no lock file; see [`run_holding`].
+/// Only the tests need it: every child of the helper runs for an operation that holds locks.
 ///
 /// # Errors
 /// As [`run_holding`].
+#[cfg(test)]
 pub async fn run(cmd: &Command) -> Result<Output, ChildError> {
     run_holding(cmd, &[]).await
 }

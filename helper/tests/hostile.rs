@@ -835,6 +835,8 @@ fn descriptors_left_open_by_the_parent_are_closed_at_start() {
         .arg(common::fake_gpus(dir.path()))
         .arg("--staging-dir")
         .arg(dir.path().join("staging"))
+        .arg("--lock-dir")
+        .arg(dir.path().join("locks"))
         .stdout(Stdio::null());
     // SAFETY: dup2 and fcntl are async-signal-safe; the child execs right after.
     unsafe {

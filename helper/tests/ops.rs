@@ -552,3 +552,70 @@ fn an_operation_whose_started_line_cannot_be_written_is_refused_untouched() {
     assert_eq!(calls(&h), "", "nvidia-smi ran without its audit line");
     assert_eq!(std::fs::metadata(&audit).unwrap().len(), LIMIT);
 }
+
+// A restarted helper started a second reset of a GPU whose earlier nvidia-smi (here its
+// grandchild, which SIGKILL of the helper does not reach, as a reset inside the driver would
+// not die) still ran: the per-GPU lock lived only in the killed helper's memory.
+#[test]
+fn a_restarted_helper_refuses_a_gpu_an_earlier_operations_process_still_holds() {
+    let locks = tempfile::tempdir().unwrap();
+    let lock_dir = locks.path().join("locks");
+    let lock_dir = lock_dir.to_str().unwrap();
+    let (mut first, _c, child, grandchild) = hung_reset(&["--lock-dir", lock_dir]);
+    first.kill_9();
+    assert!(wait_gone(child, Duration::from_secs(5)));
+    assert!(alive(grandchild));
+
+    let dir = tempfile::tempdir().unwrap();
+    let smi = fake_program(dir.path(), "nvidia-smi-record", "nvidia-smi");
+    let second = Helper::start_in(
+        dir,
+        &[
+            "--nvidia-smi",
+            smi.to_str().unwrap(),
+            "--lock-dir",
+            lock_dir,
+        ],
+    );
+    let mut c = second.client();
+    let reset = |gpu: &str| Operation::ResetGpu { gpu: pci(gpu) };
+    let refused = c.request(1, reset(GPU));
+    let still = c.request(2, reset(GPU));
+    // Another GPU is not held up.
+    let other = c.request(3, reset("0000:11:00.0"));
+    let calls_while_held = calls(&second);
+    end_group(child, grandchild);
+    let served = c.request(4, reset(GPU));
+
+    let Err(HelperError::Busy { what }) = &refused else {
+        panic!("{refused:?}")
+    };
+    assert!(
+        what.contains(GPU) && what.contains("an earlier operation on it may still be running"),
+        "{what}"
+    );
+    assert!(matches!(still, Err(HelperError::Busy { .. })), "{still:?}");
+    assert!(other.is_ok(), "{other:?}");
+    assert_eq!(calls_while_held, "--gpu-reset -i 00000000:11:00.0\n");
+    assert!(served.is_ok(), "{served:?}");
+    assert!(
+        calls(&second).ends_with("--gpu-reset -i 00000000:18:00.0\n"),
+        "{}",
+        calls(&second)
+    );
+}
+
+// Guards the hand-over: a child holds its own device's lock file, and no other's (a lock
+// file of another operation reaching a child would hold that device for as long).
+#[test]
+fn a_child_holds_its_own_devices_lock_file_and_no_other() {
+    let dir = tempfile::tempdir().unwrap();
+    let smi = fake_program(dir.path(), "nvidia-smi-record", "nvidia-smi");
+    let h = Helper::start_in(dir, &["--nvidia-smi", smi.to_str().unwrap()]);
+    let mut c = h.client();
+    c.request(1, Operation::ResetGpu { gpu: pci(GPU) }).unwrap();
+    let fds = std::fs::read_to_string(h.path("fds")).unwrap();
+    let locks: Vec<&str> = fds.lines().filter(|l| l.contains(".lock")).collect();
+    assert_eq!(locks.len(), 1, "{fds}");
+    assert!(locks[0].ends_with("/0000:18:00.0.lock"), "{fds}");
+}

@@ -39,7 +39,8 @@ impl Helper {
 
     /// As [`Helper::start`], in a folder the test has already filled (fake programs, sysfs).
     /// Without `--sysfs-root` in `extra`, the helper gets a fake PCI tree with the GPUs of
-    /// [`fake_gpus`]; without `--staging-dir`, a staging folder of its own.
+    /// [`fake_gpus`]; without `--staging-dir` or `--lock-dir`, a staging folder and a lock
+    /// folder of its own (`locks`).
     pub fn start_in(dir: tempfile::TempDir, extra: &[&str]) -> Self {
         Self::start_with(dir, extra, |_| {})
     }
@@ -57,6 +58,10 @@ impl Helper {
         if !extra.contains(&"--sysfs-root") {
             defaults.push("--sysfs-root".into());
             defaults.push(fake_gpus(dir.path()).display().to_string());
+        }
+        if !extra.contains(&"--lock-dir") {
+            defaults.push("--lock-dir".into());
+            defaults.push(dir.path().join("locks").display().to_string());
         }
         if !extra.contains(&"--staging-dir") {
             defaults.push("--staging-dir".into());
