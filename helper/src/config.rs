@@ -169,8 +169,10 @@ Usage: bcd-helper [FLAGS]
   --allow-uid UID|USER      serve this user as well as root (repeatable)
   --allow-group GID|GROUP   serve peers in this group, primary or supplementary
                             (repeatable)
-  --audit-log FILE          append one JSON line per request to FILE (created 0600; a
-                            regular file owned by root with one link, or it is refused)
+  --audit-log FILE          append JSON lines to FILE: one per request, and one more
+                            before an operation that changes something acts (created
+                            0600; a regular file owned by root with one link, or it is
+                            refused)
   --audit-max-bytes N       past this size only operations are audited, refusals are
                             counted (default 67108864)
   --nvidia-smi PATH         nvidia-smi to run (default /usr/bin/nvidia-smi)

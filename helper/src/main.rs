@@ -1,12 +1,13 @@
 //! `bcd-helper`: bcd's root helper. It runs only the privileged steps bcd needs
 //! (`nvidia-smi -pm`, `nvidia-smi --gpu-reset`, vfio-pci bind/release through sysfs, `virsh
 //! start/restore/destroy` with persistence mode around them) for peers whose kernel-reported
-//! credentials it allows, with arguments the protocol has already validated, and writes one
-//! audit line for each.
+//! credentials it allows, with arguments the protocol has already validated, and audits each
+//! (an operation that changes something: a line before it acts and one when it ends).
 //!
 //! It must never: run a shell; take a path, a program or a command line from its peer; decide
 //! by a peer's pid; parse more than a domain's `<hostdev>` addresses; panic on bytes from the
-//! socket; or act while it cannot write its audit log (only `Ping` is answered then).
+//! socket; act while it cannot write its audit log (only `Ping` is answered then); or act on a
+//! PCI function without holding its lock file.
 //!
 //! Start-up order matters: the socket-activation variables are read and removed and every
 //! inherited descriptor but systemd's is closed before any thread exists, the socket is bound,
