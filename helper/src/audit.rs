@@ -1,8 +1,16 @@
 //! The audit trail: one JSON line per request, appended to the audit log and sent to the
 //! journal through `tracing`; refused connections and frames are aggregated.
 //!
-//! A root helper that cannot write its audit log must not act: while the log is unwritable
-//! every operation but `Ping` is refused with `Failed` (see [`Audit::health`]). The journal
+//! An operation that changes something (every one but `Ping` and the read-only
+//! `libvirt.gpus`) gets two lines, as sudo logs a command before running it: one with the
+//! outcome `started` before anything is done (see [`Audit::started`]), and one with its
+//! outcome when it ends. An operation the helper died in (killed, or a crash) still has its
+//! `started` line; a `started` line with no later line for the same operation, arguments and
+//! peer pid is one.
+//!
+//! A root helper that cannot write its audit log must not act: an operation whose `started`
+//! line cannot be appended is refused with `Failed` and never runs, and while the log is known
+//! to be unwritable every operation but `Ping` is refused (see [`Audit::health`]). The journal
 //! still gets every line.
 //!
 //! It must not be floodable: a refusal (a denied peer, a busy answer, a bad frame) is written
@@ -58,6 +66,8 @@ pub enum Verdict {
     Failed,
     /// Not offered.
     Unsupported,
+    /// Accepted and about to run: the line written before an operation acts.
+    Started,
 }
 
 impl Verdict {
@@ -71,6 +81,7 @@ impl Verdict {
             Verdict::Timeout => "timeout",
             Verdict::Failed => "failed",
             Verdict::Unsupported => "unsupported",
+            Verdict::Started => "started",
         }
     }
 
@@ -172,12 +183,29 @@ impl Audit {
     /// marks the log broken (see [`Audit::health`]); a later successful one clears it.
     pub fn write(&self, record: &Record<'_>) {
         let line = render(record, SystemTime::now());
-        if record.verdict == Verdict::Ok {
+        if matches!(record.verdict, Verdict::Ok | Verdict::Started) {
             tracing::info!(target: "bcd_helper::audit", "{line}");
         } else {
             tracing::warn!(target: "bcd_helper::audit", "{line}");
         }
-        self.append(line, false);
+        let _ = self.append(line, false);
+    }
+
+    /// Writes the line of an operation about to run (its verdict is [`Verdict::Started`]) to
+    /// the journal and the log, and says whether the log has it: the operation may run only
+    /// on `Ok`. Without a configured log the journal's copy is the record, and this is `Ok`.
+    ///
+    /// # Errors
+    /// The sentence saying the audit log cannot be written (naming it and why), when the
+    /// append failed or the log was refused at start; the log is then marked broken.
+    pub fn started(&self, record: &Record<'_>) -> Result<(), String> {
+        let record = Record {
+            verdict: Verdict::Started,
+            ..record.clone()
+        };
+        let line = render(&record, SystemTime::now());
+        tracing::info!(target: "bcd_helper::audit", "{line}");
+        self.append(line, false)
     }
 
     /// Records a refusal that belongs to no operation (a denied or busy connection, a frame
@@ -202,7 +230,7 @@ impl Audit {
         }
         let line = render(record, SystemTime::now());
         tracing::warn!(target: "bcd_helper::audit", "{line}");
-        self.append(line, true);
+        let _ = self.append(line, true);
     }
 
     /// Ends the windows older than [`AGGREGATE_WINDOW`], writing one summary line for each
@@ -230,14 +258,17 @@ impl Audit {
             }
             let line = render_summary(uid, operation, outcome, c.more, c.since.elapsed());
             tracing::warn!(target: "bcd_helper::audit", "{line}");
-            self.append(line, true);
+            let _ = self.append(line, true);
         }
     }
 
-    /// Appends one line. A refusal line past the size bound is dropped and counted; the count
-    /// rides on the next line that is written.
-    fn append(&self, mut line: String, refusal: bool) {
-        let Some(path) = &self.path else { return };
+    /// Appends one line. A refusal line past the size bound is dropped and counted (and is
+    /// `Ok`); the count rides on the next line that is written. `Err` is the sentence for a
+    /// log that does not have the line.
+    fn append(&self, mut line: String, refusal: bool) -> Result<(), String> {
+        let Some(path) = &self.path else {
+            return Ok(());
+        };
         let mut state = lock(&self.state);
         if refusal && state.size >= self.max_bytes {
             state.dropped += 1;
@@ -249,7 +280,7 @@ impl Audit {
                     state.dropped
                 );
             }
-            return;
+            return Ok(());
         }
         if state.dropped > 0 && line.ends_with('}') {
             line.pop();
@@ -257,18 +288,25 @@ impl Audit {
         }
         line.push('\n');
         // A log refused at start stays refused, with the reason found then.
-        let Some(f) = state.file.as_mut() else { return };
+        let Some(f) = state.file.as_mut() else {
+            return Err(state
+                .broken
+                .clone()
+                .unwrap_or_else(|| format!("the audit log {} cannot be written", path.display())));
+        };
         let result = f.write_all(line.as_bytes());
         match result {
             Ok(()) => {
                 state.size += line.len() as u64;
                 state.dropped = 0;
                 state.broken = None;
+                Ok(())
             }
             Err(e) => {
                 let why = format!("the audit log {} cannot be written: {e}", path.display());
                 tracing::error!("{why}");
-                state.broken = Some(why);
+                state.broken = Some(why.clone());
+                Err(why)
             }
         }
     }
@@ -455,6 +493,29 @@ mod tests {
         let mut s = String::new();
         json_string(&mut s, "a\"b\\c\n\u{1}\u{7f}é");
         assert_eq!(s, "\"a\\\"b\\\\c\\u000a\\u0001\\u007fé\"");
+    }
+
+    // Guards append's early return: a log refused at start has no file, and `started` must
+    // say so (naming it) rather than let the operation run.
+    #[test]
+    fn a_started_line_for_a_log_refused_at_start_is_an_error_naming_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("no-such-folder/audit.log");
+        let audit = Audit::open(Some(&path), DEFAULT_MAX_BYTES);
+        let peer = Peer::default();
+        let record = Record {
+            peer: &peer,
+            operation: "gpu.reset",
+            arguments: &[],
+            verdict: Verdict::Started,
+            message: None,
+            duration: Duration::ZERO,
+        };
+        let why = audit.started(&record).unwrap_err();
+        assert!(why.contains(&path.display().to_string()), "{why}");
+        assert!(Audit::open(None, DEFAULT_MAX_BYTES)
+            .started(&record)
+            .is_ok());
     }
 
     #[test]

@@ -1,7 +1,13 @@
 //! Running a fixed program as a bounded child: no shell, a cleared environment, its own
-//! process group, a timeout after which the whole group is killed, and bounded output.
+//! process group, a timeout after which the whole group is killed, bounded output, and a
+//! life tied to the helper's: the child is sent `SIGKILL` when the helper dies (see
+//! [`run_holding`]).
+//!
+//! A child also inherits the descriptors of its operation's device lock files (and no other
+//! descriptor of the helper): see [`run_holding`] and [`crate::lockfile`].
 
 use std::ffi::OsString;
+use std::os::fd::{AsRawFd, BorrowedFd, RawFd};
 use std::path::PathBuf;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
@@ -108,14 +114,60 @@ pub enum ChildError {
     },
 }
 
-/// Runs `cmd` to completion or to its timeout.
+/// Runs `cmd` to completion or to its timeout, holding no lock file; see [`run_holding`].
+/// Only the tests need it: every child of the helper runs for an operation that holds locks.
+///
+/// # Errors
+/// As [`run_holding`].
+#[cfg(test)]
+pub async fn run(cmd: &Command) -> Result<Output, ChildError> {
+    run_holding(cmd, &[]).await
+}
+
+/// Runs `cmd` to completion or to its timeout; the child inherits `hold` (its operation's
+/// lock files, open in the helper with close-on-exec: only this child gets them, never a
+/// child of another operation started at the same moment), so each lock lives as long as the
+/// last process that holds it, even past the helper's death.
+///
+/// The child is killed when the helper dies (`PR_SET_PDEATHSIG` with `SIGKILL`, set in the
+/// child before it runs the program): a helper killed with SIGKILL runs no drop and no bound,
+/// and outside systemd's control group nothing else would end its children. The kernel sends
+/// that signal when the *thread* that started the child ends, so children are started only
+/// from the runtime's worker threads, which live as long as the runtime (operations run in
+/// tasks; the helper never calls `block_in_place` and never spawns from `spawn_blocking`).
+/// Only the child itself gets the signal: what it started (its process group) is killed by
+/// the helper when the child ends or times out, and, if the helper died first, keeps the lock
+/// files it inherited until it ends.
 ///
 /// # Errors
 /// [`ChildError::Spawn`] when it cannot start, [`ChildError::Timeout`] when it runs too long;
 /// then every process of its group has been sent `SIGKILL` and the child reaped.
-pub async fn run(cmd: &Command) -> Result<Output, ChildError> {
+pub async fn run_holding(cmd: &Command, hold: &[BorrowedFd<'_>]) -> Result<Output, ChildError> {
     let started = Instant::now();
-    let mut child = tokio::process::Command::new(&cmd.program)
+    let parent = i32::try_from(std::process::id()).unwrap_or(0);
+    let inherit: Vec<RawFd> = hold.iter().map(AsRawFd::as_raw_fd).collect();
+    let mut command = tokio::process::Command::new(&cmd.program);
+    // SAFETY: between fork and exec the closure calls only fcntl, prctl and getppid, which are
+    // async-signal-safe, and allocates nothing (`inherit` was built before the fork).
+    unsafe {
+        command.pre_exec(move || {
+            for fd in &inherit {
+                // Only in the child: the helper's descriptor stays close-on-exec.
+                if libc::fcntl(*fd, libc::F_SETFD, 0) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+            }
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            // The helper died before the prctl: nothing would send the signal now.
+            if libc::getppid() != parent {
+                return Err(std::io::Error::from_raw_os_error(libc::ESRCH));
+            }
+            Ok(())
+        });
+    }
+    let mut child = command
         .args(&cmd.args)
         .env_clear()
         .env("PATH", CHILD_PATH)

@@ -74,6 +74,8 @@ pub struct Config {
     pub audit_max_bytes: u64,
     /// `--staging-dir`.
     pub staging_dir: PathBuf,
+    /// `--lock-dir`: where each PCI function's lock file is (see [`crate::lockfile`]).
+    pub lock_dir: PathBuf,
     /// `--save-owner`: owners besides root a save file and its folders may have.
     pub save_owners: Vec<u32>,
     /// `--allow-unconfined`: serve every operation even where Landlock cannot confine.
@@ -104,6 +106,7 @@ impl Default for Config {
             lock_wait: crate::ops::DEVICE_LOCK_WAIT,
             audit_max_bytes: crate::audit::DEFAULT_MAX_BYTES,
             staging_dir: PathBuf::from(DEFAULT_STAGING_DIR),
+            lock_dir: PathBuf::from(crate::lockfile::DEFAULT_LOCK_DIR),
             save_owners: nix::unistd::User::from_name(DEFAULT_SAVE_OWNER)
                 .ok()
                 .flatten()
@@ -166,8 +169,10 @@ Usage: bcd-helper [FLAGS]
   --allow-uid UID|USER      serve this user as well as root (repeatable)
   --allow-group GID|GROUP   serve peers in this group, primary or supplementary
                             (repeatable)
-  --audit-log FILE          append one JSON line per request to FILE (created 0600; a
-                            regular file owned by root with one link, or it is refused)
+  --audit-log FILE          append JSON lines to FILE: one per request, and one more
+                            before an operation that changes something acts (created
+                            0600; a regular file owned by root with one link, or it is
+                            refused)
   --audit-max-bytes N       past this size only operations are audited, refusals are
                             counted (default 67108864)
   --nvidia-smi PATH         nvidia-smi to run (default /usr/bin/nvidia-smi)
@@ -182,6 +187,10 @@ Usage: bcd-helper [FLAGS]
                             (repeatable; default libvirt-qemu where that user exists)
   --staging-dir DIR         root-only folder save images are copied to before virsh
                             reads them (default /var/lib/bcd-helper/restore)
+  --lock-dir DIR            root-only folder of the per-device lock files, which the
+                            children of an operation hold, so that a device stays locked
+                            while they run, even past a killed helper
+                            (default /var/lib/bcd-helper/locks)
   --unbind-timeout SECONDS  how long a driver may take to let go of a function (default 30)
   --max-connections N       connections served at once (default 16)
   --max-connections-per-uid N
@@ -218,6 +227,7 @@ pub fn parse<I: IntoIterator<Item = String>>(args: I) -> Result<Parsed, UsageErr
             "--max-connections-per-uid" => "--max-connections-per-uid",
             "--audit-max-bytes" => "--audit-max-bytes",
             "--staging-dir" => "--staging-dir",
+            "--lock-dir" => "--lock-dir",
             "--lock-wait" => "--lock-wait",
             "--save-owner" => "--save-owner",
             "--listen" => "--listen",
@@ -278,6 +288,7 @@ pub fn parse<I: IntoIterator<Item = String>>(args: I) -> Result<Parsed, UsageErr
                 )?;
             }
             "--staging-dir" => c.staging_dir = absolute(flag_name, &value)?,
+            "--lock-dir" => c.lock_dir = absolute(flag_name, &value)?,
             "--lock-wait" => c.lock_wait = seconds(flag_name, &value, false)?,
             "--save-owner" => c.save_owners.push(id(flag_name, &value)?),
             _ => unreachable!("every flag name above is handled"),

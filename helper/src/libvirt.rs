@@ -12,6 +12,7 @@
 //! agent: `virsh`, the URI and the save folder are the helper's own configuration.
 
 use std::ffi::OsString;
+use std::os::fd::BorrowedFd;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
@@ -89,7 +90,7 @@ impl Libvirt {
         image: &Staged,
     ) -> Result<(Vec<PciAddress>, Option<DomainName>), HelperError> {
         let out = self
-            .virsh_os(vec!["save-image-dumpxml".into(), image.path().into()])
+            .virsh_os(vec!["save-image-dumpxml".into(), image.path().into()], &[])
             .await?;
         let xml = String::from_utf8_lossy(&out);
         Ok((pci_hostdevs(&xml)?, domain_name(&xml)))
@@ -100,8 +101,12 @@ impl Libvirt {
     /// # Errors
     /// [`HelperError::Failed`] with `virsh`'s message (an unknown domain reads
     /// `error: failed to get domain 'NAME'`), [`HelperError::Timeout`].
-    pub async fn start(&self, domain: &DomainName) -> Result<(), HelperError> {
-        self.virsh(&["start", "--domain", domain.as_str()])
+    pub async fn start(
+        &self,
+        domain: &DomainName,
+        hold: &[BorrowedFd<'_>],
+    ) -> Result<(), HelperError> {
+        self.virsh_holding(&["start", "--domain", domain.as_str()], hold)
             .await
             .map(drop)
     }
@@ -110,8 +115,12 @@ impl Libvirt {
     ///
     /// # Errors
     /// [`HelperError::Failed`], [`HelperError::Timeout`] as for [`Libvirt::start`].
-    pub async fn restore(&self, image: &Staged) -> Result<(), HelperError> {
-        self.virsh_os(vec!["restore".into(), image.path().into()])
+    pub async fn restore(
+        &self,
+        image: &Staged,
+        hold: &[BorrowedFd<'_>],
+    ) -> Result<(), HelperError> {
+        self.virsh_os(vec!["restore".into(), image.path().into()], hold)
             .await
             .map(drop)
     }
@@ -120,19 +129,36 @@ impl Libvirt {
     ///
     /// # Errors
     /// As for [`Libvirt::start`].
-    pub async fn destroy(&self, domain: &DomainName) -> Result<(), HelperError> {
-        self.virsh(&["destroy", "--domain", domain.as_str()])
+    pub async fn destroy(
+        &self,
+        domain: &DomainName,
+        hold: &[BorrowedFd<'_>],
+    ) -> Result<(), HelperError> {
+        self.virsh_holding(&["destroy", "--domain", domain.as_str()], hold)
             .await
             .map(drop)
     }
 
     async fn virsh(&self, args: &[&str]) -> Result<Vec<u8>, HelperError> {
-        self.virsh_os(args.iter().map(OsString::from).collect())
+        self.virsh_holding(args, &[]).await
+    }
+
+    async fn virsh_holding(
+        &self,
+        args: &[&str],
+        hold: &[BorrowedFd<'_>],
+    ) -> Result<Vec<u8>, HelperError> {
+        self.virsh_os(args.iter().map(OsString::from).collect(), hold)
             .await
     }
 
-    /// Runs `virsh -c URI ARGS...` and returns its standard output when it exits 0.
-    async fn virsh_os(&self, args: Vec<OsString>) -> Result<Vec<u8>, HelperError> {
+    /// Runs `virsh -c URI ARGS...`, holding `hold` (the GPUs' lock files, see
+    /// [`crate::child::run_holding`]), and returns its standard output when it exits 0.
+    async fn virsh_os(
+        &self,
+        args: Vec<OsString>,
+        hold: &[BorrowedFd<'_>],
+    ) -> Result<Vec<u8>, HelperError> {
         let mut all: Vec<OsString> = vec!["-c".into(), self.uri.clone().into()];
         all.extend(args);
         let cmd = child::Command {
@@ -140,7 +166,7 @@ impl Libvirt {
             args: all,
             timeout: self.timeout,
         };
-        match child::run(&cmd).await {
+        match child::run_holding(&cmd, hold).await {
             Ok(out) if out.success() => Ok(out.stdout),
             Ok(out) => Err(HelperError::Failed {
                 exit_code: out.exit_code,

@@ -1,23 +1,26 @@
 //! `bcd-helper`: bcd's root helper. It runs only the privileged steps bcd needs
 //! (`nvidia-smi -pm`, `nvidia-smi --gpu-reset`, vfio-pci bind/release through sysfs, `virsh
 //! start/restore/destroy` with persistence mode around them) for peers whose kernel-reported
-//! credentials it allows, with arguments the protocol has already validated, and writes one
-//! audit line for each.
+//! credentials it allows, with arguments the protocol has already validated, and audits each
+//! (an operation that changes something: a line before it acts and one when it ends).
 //!
 //! It must never: run a shell; take a path, a program or a command line from its peer; decide
 //! by a peer's pid; parse more than a domain's `<hostdev>` addresses; panic on bytes from the
-//! socket; or act while it cannot write its audit log (only `Ping` is answered then).
+//! socket; act while it cannot write its audit log (only `Ping` is answered then); or act on a
+//! PCI function without holding its lock file.
 //!
 //! Start-up order matters: the socket-activation variables are read and removed and every
 //! inherited descriptor but systemd's is closed before any thread exists, the socket is bound,
-//! the audit log and the staging folder are opened, the sandbox is applied (so every thread
-//! inherits it), and only then is the async runtime built.
+//! the audit log, the staging folder and the lock folder are opened, the sandbox is applied (so
+//! every thread inherits it), and only then is the async runtime built (children are started
+//! from its worker threads, whose end would kill them: see [`child::run_holding`]).
 
 mod audit;
 mod budget;
 mod child;
 mod config;
 mod libvirt;
+mod lockfile;
 mod ops;
 mod sandbox;
 mod savefile;
@@ -213,6 +216,7 @@ fn sandbox_paths(c: &Config, sysfs: &sysfs::Sysfs) -> sandbox::SandboxPaths {
         exec: vec![c.nvidia_smi.clone(), c.virsh.clone()],
         write_files: sandbox::sysfs_write_files(sysfs),
         read_write: vec![c.staging_dir.clone()],
+        lock_dirs: vec![c.lock_dir.clone()],
         read: vec![c.save_dir.clone(), c.sysfs_root.clone()],
         devices: sandbox::nvidia_device_nodes(std::path::Path::new("/dev")),
     }
@@ -276,6 +280,8 @@ fn start(config: &Config, activation: &Activation) -> Result<(), StartError> {
     if let Err(why) = saves.prepare_staging() {
         tracing::warn!("save images cannot be restored: {why}");
     }
+    // Made and checked before the sandbox, which allows only opening files in it.
+    let lock_files = lockfile::LockDir::open(&config.lock_dir);
     let late_audit = audit.clone();
     let sysfs = sysfs::Sysfs::new(&config.sysfs_root).on_late_write(Arc::new(
         move |device: &bcd_protocol::PciAddress, sentence: String| {
@@ -338,7 +344,7 @@ fn start(config: &Config, activation: &Activation) -> Result<(), StartError> {
                 ops::spawn_failure(confined, &spawn_restart, program, source)
             }),
         },
-        locks: ops::DeviceLocks::default(),
+        locks: ops::DeviceLocks::new(lock_files),
         lock_wait: config.lock_wait,
         confined,
         restart_needed,

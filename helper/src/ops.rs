@@ -4,11 +4,15 @@
 //! Every operation first takes the lock of each device it touches (see [`DeviceLocks`]), so
 //! two operations on one GPU never overlap while operations on different GPUs run at once.
 //! GPUs are named by PCI address only (the protocol allows nothing else for operations that
-//! change state), so one GPU has exactly one lock. A function with a sysfs write still pending
-//! in the kernel is refused `Busy` by every operation, whatever its lock says.
+//! change state), so one GPU has exactly one lock. A PCI function's lock is also a lock file
+//! ([`crate::lockfile`]) that every child of the operation inherits, so a device stays locked
+//! while anything the operation started runs, even past this helper's death: a function whose
+//! file another process holds is refused `Busy` at once. A function with a sysfs write still
+//! pending in the kernel is refused `Busy` by every operation, whatever its lock says.
 
 use std::collections::HashMap;
 use std::fmt;
+use std::os::fd::{AsFd, BorrowedFd};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -21,6 +25,7 @@ use tokio::sync::OwnedMutexGuard;
 
 use crate::child::{self, ChildError, Command};
 use crate::libvirt::Libvirt;
+use crate::lockfile::{LockDir, LockFile};
 use crate::sysfs::{NotDone, Sysfs, NVIDIA_DRIVER, VFIO_DRIVER};
 
 /// How long an operation waits for a device another operation holds before answering `Busy`
@@ -39,6 +44,9 @@ const MAX_IDLE_LOCKS: usize = 1024;
 
 /// What one operation locks. Domains and save files sort before functions, and every
 /// operation that takes both takes them in that order, so lock waits cannot form a cycle.
+/// A function's lock file is taken right after its in-process lock and never waited for (a
+/// holder outside this process is refused after [`crate::lockfile::HELD_ELSEWHERE_GRACE`]),
+/// so it adds no wait to the order.
 ///
 /// Every GPU is a PCI function here: the protocol names GPUs by address for every operation
 /// that changes them, and domain names can never be a domain's id or UUID (which `virsh`
@@ -72,10 +80,11 @@ struct Entry {
     users: AtomicUsize,
 }
 
-/// One async mutex per device, created on first use.
-#[derive(Debug, Default)]
+/// One async mutex per device, created on first use, and each PCI function's lock file.
+#[derive(Debug)]
 pub struct DeviceLocks {
     map: Mutex<HashMap<DeviceKey, Arc<Entry>>>,
+    files: LockDir,
 }
 
 /// Counts an operation among a lock's users while it holds or waits for it.
@@ -87,8 +96,16 @@ impl Drop for Using {
     }
 }
 
-/// Held device locks; dropping it frees them.
-pub struct Held(#[allow(dead_code)] Vec<(OwnedMutexGuard<()>, Using)>);
+/// One held device lock: the in-process mutex and, for a PCI function, its lock file.
+struct HeldOne {
+    _guard: OwnedMutexGuard<()>,
+    _using: Using,
+    file: Option<LockFile>,
+}
+
+/// Held device locks; dropping it frees them (a lock file stays locked while a child that
+/// inherited it runs).
+pub struct Held(Vec<HeldOne>);
 
 impl fmt::Debug for Held {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -96,12 +113,33 @@ impl fmt::Debug for Held {
     }
 }
 
+impl Held {
+    /// The lock files held, for the children of the operation to inherit.
+    pub fn files(&self) -> Vec<BorrowedFd<'_>> {
+        self.0
+            .iter()
+            .filter_map(|h| h.file.as_ref().map(AsFd::as_fd))
+            .collect()
+    }
+}
+
 impl DeviceLocks {
-    /// Takes every key's lock, in order, waiting at most `wait` in all.
+    /// No lock taken yet; PCI functions' lock files in `files`.
+    pub fn new(files: LockDir) -> Self {
+        Self {
+            map: Mutex::default(),
+            files,
+        }
+    }
+
+    /// Takes every key's lock, in order, waiting at most `wait` in all, and each PCI
+    /// function's lock file right after its lock.
     ///
     /// # Errors
     /// `Busy` naming the device still held when the wait ran out, and how many operations
-    /// were ahead of this one in its queue.
+    /// were ahead of this one in its queue; the lock file's refusal
+    /// ([`crate::lockfile::LockError`]: `Busy` when another process holds it, `Failed` when
+    /// it cannot be used). Locks taken before the refusal are freed.
     pub async fn acquire(
         &self,
         mut keys: Vec<DeviceKey>,
@@ -124,7 +162,17 @@ impl DeviceLocks {
             let using = Using(entry.clone());
             let left = deadline.saturating_duration_since(Instant::now());
             match tokio::time::timeout(left, entry.mutex.clone().lock_owned()).await {
-                Ok(guard) => held.push((guard, using)),
+                Ok(guard) => {
+                    let file = match &key {
+                        DeviceKey::Pci(addr) => Some(self.files.lock(addr).await?),
+                        DeviceKey::Domain(_) | DeviceKey::SaveFile(_) => None,
+                    };
+                    held.push(HeldOne {
+                        _guard: guard,
+                        _using: using,
+                        file,
+                    });
+                }
                 Err(_) => {
                     let queued = ahead.saturating_sub(1);
                     return Err(HelperError::Busy {
@@ -192,6 +240,16 @@ pub fn audit_arguments(op: &Operation) -> Vec<(&'static str, String)> {
     }
 }
 
+/// Whether an operation changes something on the host (a GPU's mode, a driver, a domain),
+/// and so is audited before it runs as well as when it ends (see [`crate::audit`]): every
+/// operation but `Ping` and the read-only queries of a domain's or save image's GPUs.
+pub fn changes_host(op: &Operation) -> bool {
+    !matches!(
+        op,
+        Operation::Ping | Operation::LibvirtDomainGpus { .. } | Operation::LibvirtImageGpus { .. }
+    )
+}
+
 impl Ops {
     /// Runs one operation to its answer.
     ///
@@ -204,28 +262,30 @@ impl Ops {
                 sandbox: self.sandbox.clone(),
             }),
             Operation::SetPersistence { gpu, enabled } => {
-                let _held = self.lock(vec![DeviceKey::Pci(*gpu)]).await?;
+                let held = self.lock(vec![DeviceKey::Pci(*gpu)]).await?;
                 self.sysfs.check_gpu(gpu)?;
                 let mode = if *enabled { "1" } else { "0" };
-                self.smi(&["-i", &gpu.nvml_bus_id(), "-pm", mode]).await?;
+                self.smi(&held, &["-i", &gpu.nvml_bus_id(), "-pm", mode])
+                    .await?;
                 Ok(Outcome::Persistence {
                     gpu: *gpu,
                     enabled: *enabled,
                 })
             }
             Operation::ResetGpu { gpu } => {
-                let _held = self.lock(vec![DeviceKey::Pci(*gpu)]).await?;
+                let held = self.lock(vec![DeviceKey::Pci(*gpu)]).await?;
                 self.sysfs.check_gpu(gpu)?;
-                self.smi(&["--gpu-reset", "-i", &gpu.nvml_bus_id()]).await?;
+                self.smi(&held, &["--gpu-reset", "-i", &gpu.nvml_bus_id()])
+                    .await?;
                 Ok(Outcome::Reset { gpu: *gpu })
             }
             Operation::VfioBind { device } => {
-                let _held = self.lock(vec![DeviceKey::Pci(*device)]).await?;
-                self.vfio_bind(device).await
+                let held = self.lock(vec![DeviceKey::Pci(*device)]).await?;
+                self.vfio_bind(&held, device).await
             }
             Operation::VfioRelease { device } => {
-                let _held = self.lock(vec![DeviceKey::Pci(*device)]).await?;
-                self.vfio_release(device).await
+                let held = self.lock(vec![DeviceKey::Pci(*device)]).await?;
+                self.vfio_release(&held, device).await
             }
             Operation::LibvirtStart { domain } => self.libvirt_start(domain).await,
             Operation::LibvirtRestore { file } => self.libvirt_restore(file).await,
@@ -259,10 +319,11 @@ impl Ops {
         Ok(held)
     }
 
-    /// Runs `nvidia-smi` with these arguments under its bound.
-    async fn smi(&self, args: &[&str]) -> Result<(), HelperError> {
+    /// Runs `nvidia-smi` with these arguments under its bound, holding the operation's lock
+    /// files.
+    async fn smi(&self, held: &Held, args: &[&str]) -> Result<(), HelperError> {
         let cmd = Command::new(&self.nvidia_smi, args, self.smi_timeout);
-        let result = child::run(&cmd).await;
+        let result = child::run_holding(&cmd, &held.files()).await;
         if let Ok(out) = &result {
             tracing::debug!(
                 "{} exited with {:?} after {} ms",
@@ -295,9 +356,12 @@ impl Ops {
     }
 
     /// Best-effort persistence mode for a function, by NVML's bus id: never fails the caller.
-    async fn persistence(&self, addr: &PciAddress, enabled: bool) -> PersistenceNote {
+    async fn persistence(&self, held: &Held, addr: &PciAddress, enabled: bool) -> PersistenceNote {
         let mode = if enabled { "1" } else { "0" };
-        match self.smi(&["-i", &addr.nvml_bus_id(), "-pm", mode]).await {
+        match self
+            .smi(held, &["-i", &addr.nvml_bus_id(), "-pm", mode])
+            .await
+        {
             Ok(()) => PersistenceNote::Set { enabled },
             Err(e) => {
                 tracing::warn!("persistence mode for {addr}: {e}");
@@ -400,7 +464,7 @@ impl Ops {
         )
     }
 
-    async fn vfio_bind(&self, addr: &PciAddress) -> Result<Outcome, HelperError> {
+    async fn vfio_bind(&self, held: &Held, addr: &PciAddress) -> Result<Outcome, HelperError> {
         self.sysfs.check_passthrough(addr)?;
         let before = self.sysfs.driver(addr);
         if before.as_deref() == Some(VFIO_DRIVER) {
@@ -413,7 +477,7 @@ impl Ops {
         }
         // nvidia-persistenced holds the GPU open and the driver's unbind waits for it.
         let persistence = if before.as_deref() == Some(NVIDIA_DRIVER) {
-            self.persistence(addr, false).await
+            self.persistence(held, addr, false).await
         } else {
             PersistenceNote::NotTouched
         };
@@ -438,7 +502,7 @@ impl Ops {
                 // wait on the same driver), so persistence is left as it is then.
                 let restored =
                     if matches!(persistence, PersistenceNote::Set { .. }) && !still_in_kernel {
-                        format!("; {}", self.persistence(addr, true).await)
+                        format!("; {}", self.persistence(held, addr, true).await)
                     } else {
                         String::new()
                     };
@@ -495,7 +559,7 @@ impl Ops {
         })
     }
 
-    async fn vfio_release(&self, addr: &PciAddress) -> Result<Outcome, HelperError> {
+    async fn vfio_release(&self, held: &Held, addr: &PciAddress) -> Result<Outcome, HelperError> {
         self.sysfs.check_passthrough(addr)?;
         let before = self.sysfs.driver(addr);
         if before.as_deref() != Some(VFIO_DRIVER) {
@@ -541,7 +605,7 @@ impl Ops {
             .wait_driver(addr, Instant::now() + PROBE_SETTLE, |d| d.is_some())
             .await;
         let persistence = if after.as_deref() == Some(NVIDIA_DRIVER) {
-            self.persistence(addr, true).await
+            self.persistence(held, addr, true).await
         } else {
             PersistenceNote::NotTouched
         };
@@ -566,12 +630,13 @@ impl Ops {
 
     async fn persistence_all(
         &self,
+        held: &Held,
         gpus: &[PciAddress],
         enabled: bool,
     ) -> Vec<(PciAddress, PersistenceNote)> {
         let mut notes = Vec::with_capacity(gpus.len());
         for gpu in gpus {
-            notes.push((*gpu, self.persistence(gpu, enabled).await));
+            notes.push((*gpu, self.persistence(held, gpu, enabled).await));
         }
         notes
     }
@@ -581,11 +646,11 @@ impl Ops {
             .lock(vec![DeviceKey::Domain(domain.to_string())])
             .await?;
         let gpus = self.gpus_of(self.libvirt.domain_hostdevs(domain).await?);
-        let _gpus = self
+        let held = self
             .lock(gpus.iter().copied().map(DeviceKey::Pci).collect())
             .await?;
-        let persistence = self.persistence_all(&gpus, false).await;
-        self.libvirt.start(domain).await?;
+        let persistence = self.persistence_all(&held, &gpus, false).await;
+        self.libvirt.start(domain, &held.files()).await?;
         Ok(Outcome::Libvirt {
             gpus,
             persistence,
@@ -601,11 +666,11 @@ impl Ops {
         let image = self.libvirt.saves.stage(file)?;
         let (hostdevs, domain) = self.libvirt.save_image_devices(&image).await?;
         let gpus = self.gpus_of(hostdevs);
-        let _gpus = self
+        let held = self
             .lock(gpus.iter().copied().map(DeviceKey::Pci).collect())
             .await?;
-        let persistence = self.persistence_all(&gpus, false).await;
-        self.libvirt.restore(&image).await?;
+        let persistence = self.persistence_all(&held, &gpus, false).await;
+        self.libvirt.restore(&image, &held.files()).await?;
         Ok(Outcome::Libvirt {
             gpus,
             persistence,
@@ -618,10 +683,10 @@ impl Ops {
             .lock(vec![DeviceKey::Domain(domain.to_string())])
             .await?;
         let gpus = self.gpus_of(self.libvirt.domain_hostdevs(domain).await?);
-        let _gpus = self
+        let held = self
             .lock(gpus.iter().copied().map(DeviceKey::Pci).collect())
             .await?;
-        self.libvirt.destroy(domain).await?;
+        self.libvirt.destroy(domain, &held.files()).await?;
         // libvirt gives managed hostdevs back on its own schedule; wait a little for each.
         let deadline = Instant::now() + DESTROY_SETTLE;
         let mut persistence = Vec::with_capacity(gpus.len());
@@ -631,7 +696,7 @@ impl Ops {
                 .wait_driver(gpu, deadline, |d| d == Some(NVIDIA_DRIVER))
                 .await;
             let note = if back {
-                self.persistence(gpu, true).await
+                self.persistence(&held, gpu, true).await
             } else {
                 PersistenceNote::NotTouched
             };

@@ -25,6 +25,7 @@
 //! | `/dev/null` | read, write | the standard input of every child |
 //! | `SandboxPaths::write_files` | write (and truncate) those files only | each NVIDIA GPU's (and GPU audio function's) `driver_override`, the `bind`/`unbind` of the drivers they move between, `drivers_probe`: no other device's sysfs file |
 //! | `SandboxPaths::read_write` | read, write, create, remove (no execute, no device ioctls) | the root-only folder save images are copied to |
+//! | `SandboxPaths::lock_dirs` | read and create files (no write, no remove) | the per-device lock files, opened read-only to `flock` them (see [`crate::lockfile`]) |
 //! | `SandboxPaths::read` | read | e.g. the save folder (checked, never written) |
 //! | `SandboxPaths::devices` | read, write, device ioctls | `/dev/nvidia*`: `nvidia-smi` breaks without ioctls on them (V5+) |
 //!
@@ -89,6 +90,8 @@ pub enum Allow {
     Device,
     /// Write (and truncate, as `>` does) one file.
     WriteFile,
+    /// Read and create files in a folder; nothing written, nothing removed.
+    LockFiles,
 }
 
 impl Allow {
@@ -111,6 +114,7 @@ impl Allow {
                 AccessFs::ReadFile | AccessFs::WriteFile | AccessFs::ReadDir | AccessFs::IoctlDev
             }
             Allow::WriteFile => AccessFs::WriteFile | AccessFs::Truncate,
+            Allow::LockFiles => AccessFs::ReadFile | AccessFs::MakeReg,
         };
         wanted & AccessFs::from_all(abi)
     }
@@ -145,6 +149,8 @@ pub struct SandboxPaths {
     pub write_files: Vec<PathBuf>,
     /// Folders the helper writes in: the save images' staging folder.
     pub read_write: Vec<PathBuf>,
+    /// Folders of lock files the helper opens (creating them) but never writes: `--lock-dir`.
+    pub lock_dirs: Vec<PathBuf>,
     /// Trees the helper only reads, e.g. the save folder.
     pub read: Vec<PathBuf>,
     /// Device nodes (or folders of them) opened with ioctls: `/dev/nvidia*`, see
@@ -320,6 +326,7 @@ fn apply_landlock(paths: &SandboxPaths) -> Result<String, String> {
         (&exec, Allow::Exec),
         (&paths.write_files, Allow::WriteFile),
         (&paths.read_write, Allow::ReadWrite),
+        (&paths.lock_dirs, Allow::LockFiles),
         (&paths.read, Allow::Read),
         (&paths.devices, Allow::Device),
     ]

@@ -23,7 +23,7 @@ use tokio::net::{UnixListener, UnixStream};
 
 use crate::audit::{Audit, Peer, Record, Verdict};
 use crate::budget::{Budget, Slot};
-use crate::ops::{audit_arguments, Ops};
+use crate::ops::{audit_arguments, changes_host, Ops};
 
 /// How long a connection may sit quiet between requests. Longer than a frame's bound (an agent
 /// may keep its connection for a while) but bounded; an idle connection also gives way at once
@@ -538,19 +538,37 @@ async fn run_request(shared: &Shared, peer: &Peer, request: Request, started: In
     let kind = op.kind();
     shared.in_flight.fetch_add(1, Ordering::SeqCst);
     let _in_flight = InFlight(&shared.in_flight);
-    let result = match (&op, shared.audit.health(), &shared.ping_only) {
-        (Operation::Ping, _, _) => shared.ops.run(&op).await,
+    let arguments = audit_arguments(&op);
+    let refuse = |message: String| {
+        Err(HelperError::Failed {
+            exit_code: None,
+            message,
+        })
+    };
+    let result = if matches!(op, Operation::Ping) {
+        shared.ops.run(&op).await
+    } else if let Some(why) = &shared.ping_only {
         // A helper that runs unconfined does nothing privileged unless root said so.
-        (_, _, Some(why)) => Err(HelperError::Failed {
-            exit_code: None,
-            message: why.clone(),
-        }),
-        // A helper that cannot leave a trace does nothing privileged.
-        (_, Ok(()), None) => shared.ops.run(&op).await,
-        (_, Err(why), None) => Err(HelperError::Failed {
-            exit_code: None,
-            message: why,
-        }),
+        refuse(why.clone())
+    } else if changes_host(&op) {
+        // A helper that cannot leave a trace does nothing privileged; the trace comes first.
+        let started_line = shared.audit.started(&Record {
+            peer,
+            operation: kind.name(),
+            arguments: &arguments,
+            verdict: Verdict::Started,
+            message: None,
+            duration: started.elapsed(),
+        });
+        match started_line {
+            Ok(()) => shared.ops.run(&op).await,
+            Err(why) => refuse(why),
+        }
+    } else {
+        match shared.audit.health() {
+            Ok(()) => shared.ops.run(&op).await,
+            Err(why) => refuse(why),
+        }
     };
     let (verdict, message) = match &result {
         Ok(_) => (Verdict::Ok, None),
@@ -559,7 +577,7 @@ async fn run_request(shared: &Shared, peer: &Peer, request: Request, started: In
     shared.audit.write(&Record {
         peer,
         operation: kind.name(),
-        arguments: &audit_arguments(&op),
+        arguments: &arguments,
         verdict,
         message,
         duration: started.elapsed(),

@@ -804,7 +804,14 @@ fn refusals_past_the_audit_bound_are_counted_and_operations_still_run() {
     let lines = h.audit_lines();
     let last = lines.last().unwrap();
     assert!(last.contains("\"operation\":\"persistence\""), "{lines:?}");
-    assert!(last.contains("\"dropped_refusal_lines\":"), "{last}");
+    // The count rides on the next line written: the operation's `started` line.
+    let started = &lines[lines.len() - 2];
+    assert!(
+        started.contains("\"operation\":\"persistence\"")
+            && started.contains("\"outcome\":\"started\""),
+        "{lines:?}"
+    );
+    assert!(started.contains("\"dropped_refusal_lines\":"), "{started}");
     assert!(
         !lines
             .iter()
@@ -832,6 +839,8 @@ fn descriptors_left_open_by_the_parent_are_closed_at_start() {
         .arg(common::fake_gpus(dir.path()))
         .arg("--staging-dir")
         .arg(dir.path().join("staging"))
+        .arg("--lock-dir")
+        .arg(dir.path().join("locks"))
         .stdout(Stdio::null());
     // SAFETY: dup2 and fcntl are async-signal-safe; the child execs right after.
     unsafe {

@@ -5,8 +5,10 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use bcd_protocol::{HelperError, Operation, Outcome, PciAddress, PersistenceNote};
-use common::{fake_program, FakeSysfs, Helper};
+use bcd_protocol::{
+    ClientFrame, HelperError, Operation, Outcome, PciAddress, PersistenceNote, Request,
+};
+use common::{alive, fake_program, wait_gone, wait_lines, FakeSysfs, Helper};
 
 const GPU: &str = "0000:18:00.0";
 const NIC: &str = "0000:19:00.0";
@@ -432,4 +434,188 @@ fn sigterm_lets_a_running_operation_finish_before_exiting() {
     let log = std::fs::read_to_string(h.path("log")).unwrap();
     assert!(log.contains("end "), "{log}");
     assert!(!sock.exists(), "the --listen socket was left behind");
+}
+
+/// A helper whose `nvidia-smi` hangs (`nvidia-smi-hang`: a `sh` that waits on a `sleep 1000`
+/// it started in its group), started with `extra`, and a reset of [`GPU`] sent to it and
+/// running: returns the helper, the client that sent it, and the pids of the `sh` (the
+/// helper's child) and of its `sleep` (a grandchild).
+fn hung_reset(extra: &[&str]) -> (Helper, common::RawClient, i32, i32) {
+    let dir = tempfile::tempdir().unwrap();
+    let smi = fake_program(dir.path(), "nvidia-smi-hang", "nvidia-smi");
+    let mut args = vec!["--nvidia-smi", smi.to_str().unwrap()];
+    args.extend_from_slice(extra);
+    let h = Helper::start_in(dir, &args);
+    let mut c = h.client();
+    c.send(&ClientFrame::Request(Request {
+        id: 1,
+        op: Operation::ResetGpu { gpu: pci(GPU) },
+    }));
+    let pids = wait_lines(&h.path("pids"), 2, Duration::from_secs(10));
+    let grandchild: i32 = pids[0].trim().parse().unwrap();
+    let child: i32 = pids[1].trim().parse().unwrap();
+    (h, c, child, grandchild)
+}
+
+/// Kills what is left of the hung fake's process group (its `sleep`), and waits for it.
+fn end_group(leader: i32, member: i32) {
+    let _ = nix::sys::signal::killpg(
+        nix::unistd::Pid::from_raw(leader),
+        nix::sys::signal::Signal::SIGKILL,
+    );
+    assert!(
+        wait_gone(member, Duration::from_secs(5)),
+        "{member} survived"
+    );
+}
+
+// A helper killed with SIGKILL left its nvidia-smi running: nothing tied a child to the
+// helper's life (now PR_SET_PDEATHSIG, set in the child by the thread that spawns it).
+#[test]
+fn a_child_dies_with_a_helper_killed_by_sigkill() {
+    let (mut h, _c, child, grandchild) = hung_reset(&[]);
+    assert!(alive(child));
+    h.kill_9();
+    let gone = wait_gone(child, Duration::from_secs(5));
+    end_group(child, grandchild);
+    assert!(gone, "the helper's child {child} outlived the helper");
+}
+
+// An operation the helper died in left no audit line at all: lines were written only when
+// an operation ended.
+#[test]
+fn a_helper_killed_during_an_operation_leaves_its_started_line() {
+    let (mut h, _c, child, grandchild) = hung_reset(&[]);
+    h.kill_9();
+    end_group(child, grandchild);
+    let lines = h.audit_lines();
+    let started: Vec<&String> = lines
+        .iter()
+        .filter(|l| {
+            l.contains("\"operation\":\"gpu.reset\"")
+                && l.contains("\"gpu\":\"0000:18:00.0\"")
+                && l.contains("\"outcome\":\"started\"")
+        })
+        .collect();
+    assert_eq!(started.len(), 1, "{lines:?}");
+}
+
+// An operation ran although its audit line could not be written: the line came only when it
+// ended, and the failure was noticed after the fact. The helper's file size limit makes the
+// append fail (EFBIG, SIGXFSZ ignored), which works as root, where an unwritable mode does not.
+#[test]
+fn an_operation_whose_started_line_cannot_be_written_is_refused_untouched() {
+    const LIMIT: u64 = 4096;
+    let dir = tempfile::tempdir().unwrap();
+    let smi = fake_program(dir.path(), "nvidia-smi-record", "nvidia-smi");
+    let audit = dir.path().join("audit.log");
+    let mut full = "x".repeat(LIMIT as usize - 1);
+    full.push('\n');
+    std::fs::write(&audit, full).unwrap();
+    std::fs::set_permissions(&audit, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
+    let h = Helper::start_with(dir, &["--nvidia-smi", smi.to_str().unwrap()], |cmd| {
+        // SAFETY: setrlimit and signal are async-signal-safe; the helper execs right after.
+        unsafe {
+            std::os::unix::process::CommandExt::pre_exec(cmd, || {
+                let lim = libc::rlimit {
+                    rlim_cur: LIMIT,
+                    rlim_max: LIMIT,
+                };
+                if libc::setrlimit(libc::RLIMIT_FSIZE, &lim) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                // Ignored signals stay ignored across exec: a write past the limit is EFBIG.
+                libc::signal(libc::SIGXFSZ, libc::SIG_IGN);
+                Ok(())
+            });
+        }
+    });
+    // No Ping first: its own line would fail, and the log would be known broken before.
+    let mut c = h.client();
+    let err = c
+        .request(
+            1,
+            Operation::SetPersistence {
+                gpu: pci(GPU),
+                enabled: true,
+            },
+        )
+        .unwrap_err();
+    let HelperError::Failed { message, .. } = &err else {
+        panic!("{err:?}")
+    };
+    assert!(
+        message.contains(&format!("the audit log {}", audit.display()))
+            && message.contains("cannot be written"),
+        "{message}"
+    );
+    assert_eq!(calls(&h), "", "nvidia-smi ran without its audit line");
+    assert_eq!(std::fs::metadata(&audit).unwrap().len(), LIMIT);
+}
+
+// A restarted helper started a second reset of a GPU whose earlier nvidia-smi (here its
+// grandchild, which SIGKILL of the helper does not reach, as a reset inside the driver would
+// not die) still ran: the per-GPU lock lived only in the killed helper's memory.
+#[test]
+fn a_restarted_helper_refuses_a_gpu_an_earlier_operations_process_still_holds() {
+    let locks = tempfile::tempdir().unwrap();
+    let lock_dir = locks.path().join("locks");
+    let lock_dir = lock_dir.to_str().unwrap();
+    let (mut first, _c, child, grandchild) = hung_reset(&["--lock-dir", lock_dir]);
+    first.kill_9();
+    assert!(wait_gone(child, Duration::from_secs(5)));
+    assert!(alive(grandchild));
+
+    let dir = tempfile::tempdir().unwrap();
+    let smi = fake_program(dir.path(), "nvidia-smi-record", "nvidia-smi");
+    let second = Helper::start_in(
+        dir,
+        &[
+            "--nvidia-smi",
+            smi.to_str().unwrap(),
+            "--lock-dir",
+            lock_dir,
+        ],
+    );
+    let mut c = second.client();
+    let reset = |gpu: &str| Operation::ResetGpu { gpu: pci(gpu) };
+    let refused = c.request(1, reset(GPU));
+    let still = c.request(2, reset(GPU));
+    // Another GPU is not held up.
+    let other = c.request(3, reset("0000:11:00.0"));
+    let calls_while_held = calls(&second);
+    end_group(child, grandchild);
+    let served = c.request(4, reset(GPU));
+
+    let Err(HelperError::Busy { what }) = &refused else {
+        panic!("{refused:?}")
+    };
+    assert!(
+        what.contains(GPU) && what.contains("an earlier operation on it may still be running"),
+        "{what}"
+    );
+    assert!(matches!(still, Err(HelperError::Busy { .. })), "{still:?}");
+    assert!(other.is_ok(), "{other:?}");
+    assert_eq!(calls_while_held, "--gpu-reset -i 00000000:11:00.0\n");
+    assert!(served.is_ok(), "{served:?}");
+    assert!(
+        calls(&second).ends_with("--gpu-reset -i 00000000:18:00.0\n"),
+        "{}",
+        calls(&second)
+    );
+}
+
+// Guards the hand-over: a child holds its own device's lock file, and no other's (a lock
+// file of another operation reaching a child would hold that device for as long).
+#[test]
+fn a_child_holds_its_own_devices_lock_file_and_no_other() {
+    let dir = tempfile::tempdir().unwrap();
+    let smi = fake_program(dir.path(), "nvidia-smi-record", "nvidia-smi");
+    let h = Helper::start_in(dir, &["--nvidia-smi", smi.to_str().unwrap()]);
+    let mut c = h.client();
+    c.request(1, Operation::ResetGpu { gpu: pci(GPU) }).unwrap();
+    let fds = std::fs::read_to_string(h.path("fds")).unwrap();
+    let locks: Vec<&str> = fds.lines().filter(|l| l.contains(".lock")).collect();
+    assert_eq!(locks.len(), 1, "{fds}");
+    assert!(locks[0].ends_with("/0000:18:00.0.lock"), "{fds}");
 }

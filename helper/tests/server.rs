@@ -126,6 +126,8 @@ fn socket_activation_serves_hides_the_listen_variables_and_exits_when_idle() {
         .arg(common::fake_gpus(dir.path()))
         .arg("--staging-dir")
         .arg(dir.path().join("staging"))
+        .arg("--lock-dir")
+        .arg(dir.path().join("locks"))
         .env("BCD_HELPER_LOG", "warn")
         .stdin(Stdio::null())
         .stdout(Stdio::null())

@@ -238,8 +238,8 @@ async fn start_and_destroy_succeed_on_the_test_driver() {
     let Some(virsh) = real_virsh() else { return };
     let save_dir = tempfile::tempdir().unwrap();
     let lv = test_driver(virsh, save_dir.path());
-    lv.start(&domain("gpu-vm")).await.unwrap();
-    lv.destroy(&domain("running-vm")).await.unwrap();
+    lv.start(&domain("gpu-vm"), &[]).await.unwrap();
+    lv.destroy(&domain("running-vm"), &[]).await.unwrap();
 }
 
 #[tokio::test]
@@ -248,8 +248,8 @@ async fn an_unknown_domain_fails_with_virshs_words() {
     let save_dir = tempfile::tempdir().unwrap();
     let lv = test_driver(virsh, save_dir.path());
     for result in [
-        lv.start(&domain("nope")).await,
-        lv.destroy(&domain("nope")).await,
+        lv.start(&domain("nope"), &[]).await,
+        lv.destroy(&domain("nope"), &[]).await,
         lv.domain_hostdevs(&domain("nope")).await.map(drop),
     ] {
         match result {
@@ -277,7 +277,7 @@ async fn a_save_image_is_read_and_restored_on_the_test_driver() {
         lv.save_image_devices(&staged).await.unwrap().0,
         addrs(&["0000:3b:00.0"])
     );
-    lv.restore(&staged).await.unwrap();
+    lv.restore(&staged, &[]).await.unwrap();
 }
 
 // ---- fake virsh: arguments, missing binary, timeout ----
@@ -290,10 +290,10 @@ async fn virsh_gets_the_uri_first_and_the_domain_after_its_option() {
     std::fs::write(&image, b"image").unwrap();
     let (script, ran) = recording_virsh(dir.path(), "<domain/>");
     let lv = fake(script, save_dir.path());
-    lv.start(&domain("vm-1")).await.unwrap();
-    lv.destroy(&domain("vm-1")).await.unwrap();
+    lv.start(&domain("vm-1"), &[]).await.unwrap();
+    lv.destroy(&domain("vm-1"), &[]).await.unwrap();
     let staged = lv.saves.stage(&save_file(&image)).unwrap();
-    lv.restore(&staged).await.unwrap();
+    lv.restore(&staged, &[]).await.unwrap();
     lv.domain_hostdevs(&domain("vm-1")).await.unwrap();
     lv.save_image_devices(&staged).await.unwrap();
     // virsh sees the checked copy, never the path the agent named.
@@ -314,7 +314,7 @@ async fn virsh_gets_the_uri_first_and_the_domain_after_its_option() {
 async fn a_missing_virsh_says_which_package_to_install() {
     let dir = tempfile::tempdir().unwrap();
     let lv = fake(dir.path().join("no-virsh-here"), dir.path());
-    match lv.start(&domain("vm")).await {
+    match lv.start(&domain("vm"), &[]).await {
         Err(HelperError::Failed {
             exit_code: None,
             message,
@@ -335,7 +335,7 @@ async fn a_hung_virsh_is_a_timeout() {
     std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
     let mut lv = fake(script, dir.path());
     lv.timeout = Duration::from_millis(300);
-    match lv.destroy(&domain("vm")).await {
+    match lv.destroy(&domain("vm"), &[]).await {
         Err(HelperError::Timeout { after_s }) => assert_eq!(after_s, 1),
         other => panic!("expected Timeout, got {other:?}"),
     }

@@ -118,6 +118,7 @@ fn sandboxed_child() {
             .collect(),
         write_files: sysfs_write_files(&sysfs),
         read_write: vec![allowed.clone()],
+        lock_dirs: vec![],
         read: vec![],
         devices: nvidia_device_nodes(Path::new("/dev")),
     };

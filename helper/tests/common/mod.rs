@@ -39,14 +39,29 @@ impl Helper {
 
     /// As [`Helper::start`], in a folder the test has already filled (fake programs, sysfs).
     /// Without `--sysfs-root` in `extra`, the helper gets a fake PCI tree with the GPUs of
-    /// [`fake_gpus`]; without `--staging-dir`, a staging folder of its own.
+    /// [`fake_gpus`]; without `--staging-dir` or `--lock-dir`, a staging folder and a lock
+    /// folder of its own (`locks`).
     pub fn start_in(dir: tempfile::TempDir, extra: &[&str]) -> Self {
+        Self::start_with(dir, extra, |_| {})
+    }
+
+    /// As [`Helper::start_in`], letting `configure` change the command first (limits, a
+    /// `pre_exec`).
+    pub fn start_with(
+        dir: tempfile::TempDir,
+        extra: &[&str],
+        configure: impl FnOnce(&mut Command),
+    ) -> Self {
         let sock = dir.path().join("helper.sock");
         let audit = dir.path().join("audit.log");
         let mut defaults: Vec<String> = Vec::new();
         if !extra.contains(&"--sysfs-root") {
             defaults.push("--sysfs-root".into());
             defaults.push(fake_gpus(dir.path()).display().to_string());
+        }
+        if !extra.contains(&"--lock-dir") {
+            defaults.push("--lock-dir".into());
+            defaults.push(dir.path().join("locks").display().to_string());
         }
         if !extra.contains(&"--staging-dir") {
             defaults.push("--staging-dir".into());
@@ -57,8 +72,8 @@ impl Helper {
         } else {
             Some("--no-sandbox")
         };
-        let child = Command::new(HELPER)
-            .arg("--listen")
+        let mut cmd = Command::new(HELPER);
+        cmd.arg("--listen")
             .arg(&sock)
             .arg("--audit-log")
             .arg(&audit)
@@ -68,9 +83,9 @@ impl Helper {
             .env("BCD_HELPER_LOG", "warn")
             .stdin(Stdio::null())
             .stdout(Stdio::null())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .unwrap();
+            .stderr(Stdio::inherit());
+        configure(&mut cmd);
+        let child = cmd.spawn().unwrap();
         let h = Self {
             child,
             dir,
@@ -105,6 +120,49 @@ impl Helper {
     /// A path in the helper's folder.
     pub fn path(&self, name: &str) -> PathBuf {
         self.dir.path().join(name)
+    }
+
+    /// Kills the helper with SIGKILL (no drop, no drain, no bound runs) and reaps it.
+    pub fn kill_9(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Whether a process runs (a zombie, or a pid that is gone, does not).
+pub fn alive(pid: i32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .map(|s| !s.contains(") Z ") && !s.contains(") X "))
+        .unwrap_or(false)
+}
+
+/// Waits up to `bound` for a process to stop running; whether it did.
+pub fn wait_gone(pid: i32, bound: Duration) -> bool {
+    let start = Instant::now();
+    while alive(pid) {
+        if start.elapsed() > bound {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    true
+}
+
+/// Waits up to `bound` for `path` to hold at least `n` lines, and returns them.
+pub fn wait_lines(path: &Path, n: usize, bound: Duration) -> Vec<String> {
+    let start = Instant::now();
+    loop {
+        let text = std::fs::read_to_string(path).unwrap_or_default();
+        let lines: Vec<String> = text.lines().map(str::to_owned).collect();
+        if lines.len() >= n && text.ends_with('\n') {
+            return lines;
+        }
+        assert!(
+            start.elapsed() < bound,
+            "{} did not get {n} lines: {text:?}",
+            path.display()
+        );
+        std::thread::sleep(Duration::from_millis(10));
     }
 }
 
