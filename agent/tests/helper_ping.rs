@@ -20,6 +20,9 @@ fn ping_prints_the_helpers_version_and_operations() {
         .arg("--listen")
         .arg(&socket)
         .arg("--no-sandbox")
+        // Never the host's /var/lib/bcd-helper/locks.
+        .arg("--lock-dir")
+        .arg(dir.path().join("locks"))
         .arg("--allow-uid")
         .arg(nix::unistd::getuid().as_raw().to_string())
         .stderr(Stdio::null())

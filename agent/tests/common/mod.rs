@@ -99,6 +99,9 @@ impl Helper {
             // Save images are copied next to the audit log, never into the host's folder.
             .arg("--staging-dir")
             .arg(audit.with_file_name("staging"))
+            // Never the host's /var/lib/bcd-helper/locks.
+            .arg("--lock-dir")
+            .arg(audit.with_file_name("locks"))
             .args(extra)
             .env("BCD_HELPER_LOG", "warn")
             .stdin(Stdio::null())

@@ -108,6 +108,9 @@ pub fn helper_args(dir: &Path, host: &Path) -> Vec<String> {
         host.join("root/sys").display().to_string(),
         "--staging-dir".into(),
         dir.join("staging").display().to_string(),
+        // Never the host's /var/lib/bcd-helper/locks.
+        "--lock-dir".into(),
+        dir.join("locks").display().to_string(),
     ]
 }
 
