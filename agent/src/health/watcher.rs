@@ -236,11 +236,16 @@ impl WatcherStats {
     }
 }
 
-/// The XID log's rate limit: per GPU, one line for the first XID of a [`LOG_WINDOW`], one
-/// summary line for the others when the window ends.
+/// What a kernel log line is about, for [`KmsgLogLimit`]: its kind in the plural ("XIDs",
+/// "SXids", ...) and the device (a GPU's UUID, a switch's or an unknown bus's address).
+pub type LogKey = (&'static str, String);
+
+/// The rate limit of every line the kernel log makes bcd write: per kind and device, one line
+/// for the first record of a [`LOG_WINDOW`], one summary line for the others when the window
+/// ends. Lines are the caller's, already escaped to one line ([`crate::smi::escape_line`]).
 #[derive(Debug, Default)]
-pub struct XidLogLimit {
-    gpus: std::collections::BTreeMap<GpuUuid, LogWindow>,
+pub struct KmsgLogLimit {
+    windows: std::collections::BTreeMap<LogKey, LogWindow>,
 }
 
 #[derive(Debug)]
@@ -250,19 +255,19 @@ struct LogWindow {
     latest: String,
 }
 
-impl XidLogLimit {
-    /// An XID on `uuid` described by `line`: returns the lines to log now (the summary of the
-    /// window that ended, then `line` when it opens a window).
-    pub fn record(&mut self, uuid: &GpuUuid, line: String, now: std::time::Instant) -> Vec<String> {
-        let mut out = self.ended(now, Some(uuid));
-        match self.gpus.get_mut(uuid) {
+impl KmsgLogLimit {
+    /// A record of `key` described by `line`: returns the lines to log now (the summary of
+    /// the window that ended, then `line` when it opens a window).
+    pub fn record(&mut self, key: LogKey, line: String, now: std::time::Instant) -> Vec<String> {
+        let mut out = self.ended(now, Some(&key));
+        match self.windows.get_mut(&key) {
             Some(w) => {
                 w.more += 1;
                 w.latest = line;
             }
             None => {
-                self.gpus.insert(
-                    uuid.clone(),
+                self.windows.insert(
+                    key,
                     LogWindow {
                         started: now,
                         more: 0,
@@ -275,16 +280,17 @@ impl XidLogLimit {
         out
     }
 
-    /// The summaries of the windows that ended by `now` (all GPUs, or only `only`).
-    pub fn ended(&mut self, now: std::time::Instant, only: Option<&GpuUuid>) -> Vec<String> {
+    /// The summaries of the windows that ended by `now` (all keys, or only `only`).
+    pub fn ended(&mut self, now: std::time::Instant, only: Option<&LogKey>) -> Vec<String> {
         let mut out = Vec::new();
-        self.gpus.retain(|uuid, w| {
-            let done =
-                now.duration_since(w.started) >= LOG_WINDOW && only.is_none_or(|o| o == uuid);
+        self.windows.retain(|key, w| {
+            let done = now.duration_since(w.started) >= LOG_WINDOW && only.is_none_or(|o| o == key);
             if done && w.more > 0 {
                 out.push(format!(
-                    "{} more XIDs on {uuid} in the last {}s; the latest: {}",
+                    "{} more {} on {} in the last {}s; the latest: {}",
                     w.more,
+                    key.0,
+                    key.1,
                     LOG_WINDOW.as_secs(),
                     w.latest
                 ));
@@ -296,8 +302,13 @@ impl XidLogLimit {
 
     /// When the next window ends, if one is open.
     pub fn next_end(&self) -> Option<std::time::Instant> {
-        self.gpus.values().map(|w| w.started + LOG_WINDOW).min()
+        self.windows.values().map(|w| w.started + LOG_WINDOW).min()
     }
+}
+
+/// The key of a GPU's XIDs.
+fn xid_key(uuid: &GpuUuid) -> LogKey {
+    ("XIDs", uuid.to_string())
 }
 
 type Opener = Box<dyn Fn() -> io::Result<KmsgReader> + Send + Sync>;
@@ -312,7 +323,7 @@ pub struct XidWatcher {
     stats: Arc<WatcherStats>,
     last_sequence: Option<u64>,
     lost: bool,
-    log: XidLogLimit,
+    log: KmsgLogLimit,
 }
 
 impl std::fmt::Debug for XidWatcher {
@@ -345,7 +356,7 @@ impl XidWatcher {
             stats: Arc::default(),
             last_sequence: None,
             lost: false,
-            log: XidLogLimit::default(),
+            log: KmsgLogLimit::default(),
         }
     }
 
@@ -470,16 +481,24 @@ impl XidWatcher {
         }
     }
 
+    /// Logs `line` about `key` through the rate limit.
+    fn warn(&mut self, key: LogKey, line: String) {
+        for line in self.log.record(key, line, std::time::Instant::now()) {
+            tracing::warn!("{line}");
+        }
+    }
+
     /// An SXid is the switch's condition: its device is the switch's PCI address.
     fn raise_sxid(&mut self, sxid: &SXid) {
         self.stats.xids.fetch_add(1, Ordering::Relaxed);
-        tracing::warn!(
+        let line = format!(
             "SXid {} ({}) on NVSwitch {}: {}",
             sxid.number,
             if sxid.fatal { "fatal" } else { "non-fatal" },
             sxid.address,
-            sxid.text
+            crate::smi::escape_line(&sxid.text)
         );
+        self.warn(("SXids", sxid.address.to_string()), line);
         if let Err(e) = self.health.raise(
             &ConditionKind::SXid(sxid.number),
             ConditionDevice::Switch(sxid.address),
@@ -494,12 +513,15 @@ impl XidWatcher {
             let inventory = self.inventory.borrow();
             gpu_at(&inventory, address).map(|g| g.uuid.clone())
         };
+        let shown = crate::smi::escape_line(text);
         let Some(uuid) = uuid else {
             self.stats.unknown_bus.fetch_add(1, Ordering::Relaxed);
-            tracing::warn!("a GPU the inventory does not list fell off the bus: {text}");
+            let line = format!("a GPU the inventory does not list fell off the bus: {shown}");
+            self.warn(("fallen-off-the-bus records", address.to_string()), line);
             return;
         };
-        tracing::warn!("GPU {uuid} fell off the bus: {text}");
+        let line = format!("GPU {uuid} fell off the bus: {shown}");
+        self.warn(("fallen-off-the-bus records", uuid.to_string()), line);
         if let Err(e) = self
             .health
             .raise(&ConditionKind::FellOffTheBus, uuid.into(), text)
@@ -516,23 +538,22 @@ impl XidWatcher {
         };
         let Some(uuid) = uuid else {
             self.stats.unknown_bus.fetch_add(1, Ordering::Relaxed);
-            tracing::warn!(
+            let line = format!(
                 "Xid {} on {}, a bus the inventory does not list: {}",
                 xid.number,
                 xid.bus_id(),
-                crate::smi::escape_control(&xid.text)
+                crate::smi::escape_line(&xid.text)
             );
+            self.warn(("XIDs", xid.bus_id().to_string()), line);
             return;
         };
         self.stats.xids.fetch_add(1, Ordering::Relaxed);
         let line = format!(
             "Xid {} on GPU {uuid}: {}",
             xid.number,
-            crate::smi::escape_control(&xid.text)
+            crate::smi::escape_line(&xid.text)
         );
-        for line in self.log.record(&uuid, line, std::time::Instant::now()) {
-            tracing::warn!("{line}");
-        }
+        self.warn(xid_key(&uuid), line);
         if let Err(e) = self
             .health
             .raise(&ConditionKind::Xid(xid.number), uuid.into(), &xid.text)
@@ -561,13 +582,13 @@ mod tests {
     // What broke: every XID of a storm logged its own WARN line.
     #[test]
     fn an_xid_storm_logs_one_line_then_a_count() {
-        let mut log = XidLogLimit::default();
+        let mut log = KmsgLogLimit::default();
         let t0 = Instant::now();
         let gpu: GpuUuid = "GPU-ff1dacfa-2e1a-0504-a88b-76a3118ee48b".parse().unwrap();
         let mut lines = Vec::new();
         for i in 0..1000u64 {
             lines.extend(log.record(
-                &gpu,
+                xid_key(&gpu),
                 format!("Xid 13 on GPU {gpu}: n={i}"),
                 t0 + Duration::from_millis(i),
             ));
@@ -583,10 +604,81 @@ mod tests {
         );
         // The next XID after the window opens a new one and is logged in full.
         assert_eq!(
-            log.record(&gpu, "again".into(), t0 + LOG_WINDOW * 2).len(),
+            log.record(xid_key(&gpu), "again".into(), t0 + LOG_WINDOW * 2)
+                .len(),
             1
         );
     }
+    /// What `tracing` writes while `f` runs on this thread, one string per line.
+    fn logged(f: impl FnOnce()) -> Vec<String> {
+        #[derive(Clone, Default)]
+        struct Buffer(Arc<std::sync::Mutex<Vec<u8>>>);
+        impl io::Write for Buffer {
+            fn write(&mut self, b: &[u8]) -> io::Result<usize> {
+                self.0.lock().unwrap().extend_from_slice(b);
+                Ok(b.len())
+            }
+            fn flush(&mut self) -> io::Result<()> {
+                Ok(())
+            }
+        }
+        let buffer = Buffer::default();
+        let out = buffer.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_writer(move || out.clone())
+            .with_ansi(false)
+            .without_time()
+            .finish();
+        tracing::subscriber::with_default(subscriber, f);
+        let text = String::from_utf8(buffer.0.lock().unwrap().clone()).unwrap();
+        text.lines().map(str::to_owned).collect()
+    }
+
+    // 5,000 SXid records gave 10,000 log lines (the XID path: 1), and a `\x0a` in a record
+    // forged a line each time: kmsg text was decoded and logged raw, without the limiter.
+    // Every kmsg-derived line goes through the limiter now, escaped to one line.
+    #[test]
+    fn an_sxid_or_fallen_off_storm_logs_one_escaped_line_per_device() {
+        let mut s = setup();
+        let lines = logged(|| {
+            for n in 0..5000u64 {
+                let record = format!(
+                    "4,{},1,-;nvidia-nvswitch0: SXid (PCI:0000:05:00.0): 20034, Fatal, Link 30 LTSSM Fault Up\\x0aNVRM: Xid (PCI:0000:18:00): 79, forged {n}\n",
+                    10 + n
+                );
+                s.watcher.handle(record.as_bytes());
+                let record = format!(
+                    "4,{},1,-;NVRM: GPU 0000:2a:00.0: GPU has fallen off the bus.\\x0aforged {n}\n",
+                    10_000 + n
+                );
+                s.watcher.handle(record.as_bytes());
+            }
+        });
+        let ours: Vec<&String> = lines
+            .iter()
+            .filter(|l| l.contains("SXid") || l.contains("fell off") || l.contains("forged"))
+            .collect();
+        assert_eq!(ours.len(), 2, "{ours:#?}");
+        assert!(
+            ours.iter().all(|l| l.contains("\\x0a")),
+            "the line feed stays escaped: {ours:#?}"
+        );
+        assert!(
+            !lines
+                .iter()
+                .any(|l| l.starts_with("NVRM") || l.starts_with("forged")),
+            "a forged line: {lines:#?}"
+        );
+        // The switch's condition and the GPU's are both kept, whatever was logged.
+        let kinds: Vec<String> = s
+            .health
+            .conditions()
+            .iter()
+            .map(|c| c.kind.to_string())
+            .collect();
+        assert_eq!(kinds.len(), 2, "{kinds:?}");
+    }
+
     use crate::health::faults::FaultStore;
     use crate::health::Condition;
     use crate::inventory::document::GpuSection;

@@ -11,6 +11,25 @@ pub(crate) fn decode(bytes: &[u8]) -> Cow<'_, str> {
     String::from_utf8_lossy(bytes)
 }
 
+/// Escapes every control character, `\n` and `\t` too, as [`escape_control`] does the others:
+/// for a kernel log record, which is one line however its text was written (the kernel
+/// escapes a line feed as `\x0a`; bcd decodes that to match the driver's text, and a raw line
+/// feed logged back would forge a second line).
+pub fn escape_line(text: &str) -> Cow<'_, str> {
+    if !text.chars().any(char::is_control) {
+        return Cow::Borrowed(text);
+    }
+    let mut out = String::with_capacity(text.len() + 8);
+    for c in text.chars() {
+        match c {
+            c if !c.is_control() => out.push(c),
+            c if (c as u32) < 0x80 => out.push_str(&format!("\\x{:02x}", c as u32)),
+            c => out.push_str(&format!("\\u{{{:x}}}", c as u32)),
+        }
+    }
+    Cow::Owned(out)
+}
+
 /// Escapes control characters (C0 but `\n` and `\t`, DEL, C1) as `\x1b` / `\u{9b}`, so
 /// text `nvidia-smi` printed (an error, a GPU's name) can be shown on a terminal or written to
 /// the log without moving the cursor, recolouring the screen or forging a line. Everything a
