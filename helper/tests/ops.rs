@@ -514,6 +514,10 @@ fn an_operation_whose_started_line_cannot_be_written_is_refused_untouched() {
     std::fs::write(&audit, full).unwrap();
     std::fs::set_permissions(&audit, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
     let h = Helper::start_with(dir, &["--nvidia-smi", smi.to_str().unwrap()], |cmd| {
+        // The limit holds for every regular file the helper writes: a stderr inherited from
+        // a run whose output goes to a file past 4 KiB (run-tests > log, as CI may run it)
+        // made its first log line fail, and it never listened.
+        cmd.stderr(std::process::Stdio::null());
         // SAFETY: setrlimit and signal are async-signal-safe; the helper execs right after.
         unsafe {
             std::os::unix::process::CommandExt::pre_exec(cmd, || {
