@@ -10,7 +10,7 @@
 
 use sha2::{Digest, Sha256};
 
-use crate::cdi::{self, DeviceId, HoldError, HoldId, HoldOwner};
+use crate::cdi::{self, Before, DeviceId, HoldError, HoldId, HoldOwner};
 use crate::node::shared::Node;
 use crate::policy::PolicyError;
 
@@ -54,7 +54,8 @@ pub enum AllocateError {
 }
 
 /// Places `devices` (distinct, each offered) in `holds` for one container; returns the hold
-/// the container's devices are in and whether it was made now.
+/// the container's devices are in and whether it was made now. Each change is recorded in
+/// `journal` before it is made, so the caller can undo the whole request.
 ///
 /// - A device a live Kubernetes hold has (a pod had its devices at the last release pass) is
 ///   one the kubelet reuses within a pod: an init container's device goes on to an app
@@ -71,6 +72,7 @@ fn place(
     holds: &mut cdi::Holds,
     devices: &[DeviceId],
     topology: &crate::policy::Topology,
+    journal: &mut Vec<Before>,
 ) -> Result<(HoldId, bool), AllocateError> {
     let live = |d: &DeviceId| {
         holds
@@ -113,8 +115,10 @@ fn place(
         tracing::info!(
             "Kubernetes hold {old} is released: the kubelet allocated its devices again"
         );
+        journal.push(holds.before(&old));
         holds.release(&old)?;
     }
+    journal.push(holds.before(&id));
     holds.apply(id.clone(), placed, HoldOwner::DevicePlugin, topology)?;
     Ok((id, true))
 }
@@ -150,18 +154,12 @@ pub fn hold_id(devices: &[DeviceId]) -> HoldId {
         .expect("k8s-<hex> is a valid hold id")
 }
 
-/// Allocates `asked` (device ids of `resource`, as the kubelet sent them) to one container:
-/// returns the hold and the CDI device names, one per device.
-///
-/// # Errors
-/// [`AllocateError`]: a device not offered by this plugin, a policy refusal (held by a
-/// non-Kubernetes hold, passed through, ...), or the hold or its spec not saved.
-pub async fn allocate(
-    node: &Node,
+/// The distinct devices of one container's request, each offered by this plugin.
+fn devices_of(
     resource: &Resource,
     offered: &[DeviceId],
     asked: &[String],
-) -> Result<(HoldId, Vec<String>), AllocateError> {
+) -> Result<Vec<DeviceId>, AllocateError> {
     let mut devices: Vec<DeviceId> = Vec::with_capacity(asked.len());
     for raw in asked {
         let device = raw
@@ -179,10 +177,43 @@ pub async fn allocate(
     if devices.is_empty() {
         return Err(AllocateError::NoDevice);
     }
+    Ok(devices)
+}
+
+/// Undoes, newest first, the changes `journal` recorded.
+fn undo(holds: &mut cdi::Holds, journal: Vec<Before>) {
+    for before in journal.into_iter().rev() {
+        if let Err(e) = holds.restore(before) {
+            tracing::error!("a refused Allocate could not be undone in holds.json: {e}");
+        }
+    }
+}
+
+/// Allocates every container of one `Allocate` (device ids of `resource`, as the kubelet
+/// sent them), all or none: every container is checked first (offered, healthy now), then
+/// each container's devices are placed (one Kubernetes hold per container, see [`place`])
+/// and the specs written, and a refusal of any container undoes every change the request
+/// made (a pending hold keeps its grace clock). Returns, per container, its hold and the CDI
+/// device names, one per device.
+///
+/// # Errors
+/// [`AllocateError`]: a device not offered by this plugin, a GPU not schedulable now, a
+/// policy refusal (held by a non-Kubernetes hold, passed through, ...), or a hold or its spec
+/// not saved.
+pub async fn allocate_all(
+    node: &Node,
+    resource: &Resource,
+    offered: &[DeviceId],
+    containers: &[Vec<String>],
+) -> Result<Vec<(HoldId, Vec<String>)>, AllocateError> {
+    let requests = containers
+        .iter()
+        .map(|asked| devices_of(resource, offered, asked))
+        .collect::<Result<Vec<_>, _>>()?;
     let topology = node.topology().await;
     // The verdict again, now: the stream's last word may be older than an XID.
     let verdicts = node.verdicts().await;
-    for device in &devices {
+    for device in requests.iter().flatten() {
         let Some(gpu) = topology.gpu_of(device) else {
             continue;
         };
@@ -204,19 +235,35 @@ pub async fn allocate(
             });
         }
     }
-    let (id, fresh) = node
-        .with_holds(|holds| place(holds, &devices, &topology))
+    let placed = node
+        .with_holds(|holds| {
+            let mut journal = Vec::new();
+            let mut placed = Vec::with_capacity(requests.len());
+            for devices in &requests {
+                match place(holds, devices, &topology, &mut journal) {
+                    Ok(p) => placed.push(p),
+                    Err(e) => {
+                        undo(holds, journal);
+                        return Err(e);
+                    }
+                }
+            }
+            Ok((placed, journal))
+        })
         .await
-        .ok_or(AllocateError::HoldsUnavailable)??;
-    if fresh {
+        .ok_or(AllocateError::HoldsUnavailable)?;
+    let (placed, journal) = placed?;
+    if placed.iter().any(|(_, fresh)| *fresh) {
         node.converge_holds().await;
-        let spec = node.config().cdi_dir.join(id.spec_file_name());
-        if !spec.exists() {
+        let missing = placed
+            .iter()
+            .filter(|(_, fresh)| *fresh)
+            .map(|(id, _)| node.config().cdi_dir.join(id.spec_file_name()))
+            .find(|spec| !spec.exists());
+        if let Some(spec) = missing {
             // The kubelet fails the pod on this answer: a hold left behind would keep the
             // devices from the next pod until the release pass noticed.
-            if let Some(Err(e)) = node.with_holds(|holds| holds.release(&id)).await {
-                tracing::error!("{e}");
-            }
+            node.with_holds(|holds| undo(holds, journal)).await;
             node.converge_holds().await;
             return Err(AllocateError::Spec(spec.display().to_string()));
         }
@@ -226,13 +273,20 @@ pub async fn allocate(
         &node.config().host,
     ));
     let catalog = node.device_catalog().await;
-    let names = devices
-        .iter()
-        .map(|d| cdi_name(d, &vendor.specs, &catalog))
-        .collect();
+    let answers = placed
+        .into_iter()
+        .zip(&requests)
+        .map(|((id, _), devices)| {
+            let names = devices
+                .iter()
+                .map(|d| cdi_name(d, &vendor.specs, &catalog))
+                .collect();
+            (id, names)
+        })
+        .collect::<Vec<_>>();
     node.kubernetes()
-        .count(resource.as_str(), |c| c.allocations += 1);
-    Ok((id, names))
+        .count(resource.as_str(), |c| c.allocations += answers.len() as u64);
+    Ok(answers)
 }
 
 #[cfg(test)]
@@ -277,7 +331,7 @@ mod tests {
     fn a_device_a_live_kubernetes_hold_has_stays_in_it() {
         let dir = tempfile::tempdir().unwrap();
         let (mut holds, init) = store(dir.path(), None);
-        let (id, made) = place(&mut holds, &[dev(MIG_A)], &topology(0)).unwrap();
+        let (id, made) = place(&mut holds, &[dev(MIG_A)], &topology(0), &mut Vec::new()).unwrap();
         assert_eq!((id, made), (init.clone(), false));
         assert_eq!(holds.list().count(), 1);
         assert_eq!(holds.get(&init).unwrap().devices, [dev(MIG_A), dev(MIG_B)]);
@@ -304,7 +358,7 @@ mod tests {
             holds.get(&predictable).unwrap().owner(),
             HoldOwner::Operator
         );
-        let (id, fresh) = place(&mut holds, &[dev(GPU0)], &t).unwrap();
+        let (id, fresh) = place(&mut holds, &[dev(GPU0)], &t, &mut Vec::new()).unwrap();
         assert!(fresh);
         assert_eq!(id.as_str(), format!("{predictable}-1"));
         let operator = holds.get(&predictable).unwrap();
@@ -316,14 +370,17 @@ mod tests {
         assert_eq!(operator.owner(), HoldOwner::Operator);
         assert_eq!(holds.get(&id).unwrap().owner(), HoldOwner::DevicePlugin);
         // Asked again for the same device, the kubelet finds the same hold.
-        assert_eq!(place(&mut holds, &[dev(GPU0)], &t).unwrap(), (id, false));
+        assert_eq!(
+            place(&mut holds, &[dev(GPU0)], &t, &mut Vec::new()).unwrap(),
+            (id, false)
+        );
     }
 
     #[test]
     fn a_pending_kubernetes_hold_gives_way_to_a_new_pod() {
         let dir = tempfile::tempdir().unwrap();
         let (mut holds, init) = store(dir.path(), Some(10));
-        let (id, made) = place(&mut holds, &[dev(MIG_A)], &topology(0)).unwrap();
+        let (id, made) = place(&mut holds, &[dev(MIG_A)], &topology(0), &mut Vec::new()).unwrap();
         assert!(made);
         assert_eq!(id, hold_id(&[dev(MIG_A)]));
         assert!(holds.get(&init).is_none(), "the pending hold is released");
@@ -345,7 +402,7 @@ mod tests {
                 &t,
             )
             .unwrap();
-        let err = place(&mut holds, &[dev(MIG_A), dev(GPU0)], &t).unwrap_err();
+        let err = place(&mut holds, &[dev(MIG_A), dev(GPU0)], &t, &mut Vec::new()).unwrap_err();
         assert!(err.to_string().contains("job"), "{err}");
         assert!(
             holds.get(&init).is_some(),

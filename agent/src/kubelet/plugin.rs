@@ -173,19 +173,23 @@ impl DevicePlugin for Plugin {
             tracing::warn!("{}: Allocate refused: {why}", self.resource);
             return Err(Status::invalid_argument(why));
         }
-        let mut container_responses = Vec::new();
-        for c in request.container_requests {
-            let (hold, names) =
-                super::allocate::allocate(&self.node, &self.resource, &offered, &c.devices_ids)
-                    .await
-                    .map_err(|e| {
-                        tracing::warn!("{}: Allocate refused: {e}", self.resource);
-                        Status::failed_precondition(e.to_string())
-                    })?;
+        let asked: Vec<Vec<String>> = request
+            .container_requests
+            .into_iter()
+            .map(|c| c.devices_ids)
+            .collect();
+        let allocated = super::allocate::allocate_all(&self.node, &self.resource, &offered, &asked)
+            .await
+            .map_err(|e| {
+                tracing::warn!("{}: Allocate refused: {e}", self.resource);
+                Status::failed_precondition(e.to_string())
+            })?;
+        let mut container_responses = Vec::with_capacity(allocated.len());
+        for ((hold, names), ids) in allocated.into_iter().zip(&asked) {
             tracing::info!(
                 "{}: allocated {} as Kubernetes hold {hold}",
                 self.resource,
-                c.devices_ids.join(",")
+                ids.join(",")
             );
             container_responses.push(pb::ContainerAllocateResponse {
                 cdi_devices: names

@@ -289,3 +289,67 @@ async fn a_plugin_socket_is_0600_and_refuses_a_peer_of_another_uid() {
     assert_eq!(own, "served");
     assert_eq!(nobody, "closed");
 }
+
+// A refused multi-container Allocate was not all-or-nothing: containers 1..k-1 kept their
+// new holds when container k was refused (their GPUs busy for the grace period), and a pending
+// hold asked for again had its grace clock restarted. A refused request changes nothing now.
+#[tokio::test]
+async fn a_refused_multi_container_allocate_changes_no_hold() {
+    use crate::cdi::HoldOwner;
+    const GPU2: &str = "GPU-30e15e2f-5971-0b16-04be-39a46d1071ce";
+    let dir = tempfile::tempdir().unwrap();
+    let node = collected(dir.path()).await;
+    let (_tx, rx) = watch::channel(super::offer_now(&node).await);
+    let gpus = plugin(&node, "bcd.dev/gpu", rx);
+    let topology = node.topology().await;
+    let op: crate::cdi::HoldId = "op".parse().unwrap();
+    let placed = vec![topology.place(&GPU1.parse().unwrap()).unwrap()];
+    node.apply_hold(op, placed, HoldOwner::Operator, &topology)
+        .await
+        .unwrap();
+    // A Kubernetes hold of GPU2 whose release is pending since 100.
+    allocate(&gpus, &[GPU2]).await.unwrap();
+    let pending = node
+        .holds_now()
+        .await
+        .into_iter()
+        .find(|h| h.owner() == HoldOwner::DevicePlugin)
+        .unwrap();
+    node.with_holds(|h| h.mark_unassigned(&pending.id, Some(100)).unwrap())
+        .await
+        .unwrap();
+    let before = node.holds_now().await;
+    let two = |first: &str| pb::AllocateRequest {
+        container_requests: vec![
+            pb::ContainerAllocateRequest {
+                devices_ids: vec![first.to_owned()],
+            },
+            pb::ContainerAllocateRequest {
+                devices_ids: vec![GPU1.to_owned()],
+            },
+        ],
+    };
+    for first in [GPU0, GPU2] {
+        let err = gpus.allocate(Request::new(two(first))).await.unwrap_err();
+        assert!(
+            err.message().contains("op"),
+            "the operator's hold is named: {}",
+            err.message()
+        );
+        assert_eq!(
+            node.holds_now().await,
+            before,
+            "after a refusal with {first} first"
+        );
+    }
+    let specs: Vec<String> = std::fs::read_dir(&node.config().cdi_dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with("bcd-"))
+        .collect();
+    assert_eq!(
+        specs.len(),
+        2,
+        "only op's and the pending hold's specs: {specs:?}"
+    );
+}
