@@ -24,7 +24,13 @@
 //! (the kubelet's PodResources API says so) is kept until its grace period is over and its
 //! GPUs show no compute process, and until then the reason is that pending release.
 //!
-//! This module is pure: it reads the inventory and the holds it is handed, never a file.
+//! Claims: a step the node runs on a GPU for seconds (a reset, a vfio bind, a VM start) claims
+//! it, under the holds lock, when its busy check passes; the claim is never a hold and never
+//! in `holds.json`, but until it goes the GPU is busy for every other hold, allocation and
+//! step ([`Busy::Claimed`], [`PolicyError::Claimed`]).
+//!
+//! This module is pure: it reads the inventory, the holds and the claims it is handed, never
+//! a file.
 
 use bcd_protocol::PciAddress;
 
@@ -50,6 +56,13 @@ pub enum PolicyError {
     /// The device's GPU is on `vfio-pci`.
     #[error("{0} is passed through to a VM; release it first (bcd vfio release)")]
     PassedThrough(DeviceId),
+    /// A step of the node's runs on the device's GPU now.
+    #[error("{device} is on GPU {gpu}, on which {} runs now; try again when it is done", kind.words())]
+    Claimed {
+        device: DeviceId,
+        gpu: DeviceId,
+        kind: ClaimKind,
+    },
     /// Another hold has a device that conflicts with this one.
     #[error("{device} is already held by hold {holder} ({held}); release that hold first")]
     Conflict {
@@ -95,9 +108,50 @@ pub struct Placed {
     pub gpu: Option<DeviceId>,
 }
 
+/// A step the node runs on a whole GPU that no hold or allocation may meet.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum ClaimKind {
+    /// `gpu.reset`, until the collection after it.
+    Reset,
+    /// A vfio-pci bind or release.
+    Vfio,
+    /// A VM start or restore.
+    VmStart,
+}
+
+impl ClaimKind {
+    /// The step in words: "a reset", ...
+    pub fn words(self) -> &'static str {
+        match self {
+            Self::Reset => "a reset",
+            Self::Vfio => "a vfio-pci step",
+            Self::VmStart => "a VM start",
+        }
+    }
+}
+
+/// The GPUs claimed now, and by what: shared by the node (which claims) and the hold store
+/// (which refuses a hold on a claimed GPU). A claim is made under the holds lock; it may go at
+/// any time (that only frees a GPU).
+pub type ClaimSet =
+    std::sync::Arc<std::sync::Mutex<std::collections::BTreeMap<DeviceId, ClaimKind>>>;
+
+/// The claim on `gpu` in `claims`, if any.
+pub fn claim_of(claims: &ClaimSet, gpu: &DeviceId) -> Option<ClaimKind> {
+    claims
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .get(gpu)
+        .copied()
+}
+
 /// What makes a GPU busy.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Busy {
+    /// A step of the node's runs on it now.
+    Claimed(ClaimKind),
+    /// The holds were being changed at the very moment a step that cannot wait asked.
+    Changing,
     /// It is on `vfio-pci`, given to a VM.
     PassedThrough,
     /// A hold has it, one of its MIG devices or one of its slots.
@@ -114,6 +168,8 @@ pub enum Busy {
 impl std::fmt::Display for Busy {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
+            Busy::Claimed(kind) => write!(f, "{} runs on it now", kind.words()),
+            Busy::Changing => f.write_str("the holds were being changed at that moment; try again"),
             Busy::PassedThrough => f.write_str("passed through to a VM"),
             Busy::Held { hold, device } => match device.kind() {
                 DeviceKind::Gpu => write!(f, "held by {hold}"),

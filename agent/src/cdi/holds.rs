@@ -17,7 +17,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use crate::policy::{self, Placed, PolicyError, Topology};
+use crate::policy::{self, ClaimSet, Placed, PolicyError, Topology};
 use crate::state::{self, StateError, PRIVATE_MODE};
 
 use super::ids::{DeviceId, DeviceKind, HoldId};
@@ -146,6 +146,8 @@ pub struct Holds {
     released: BTreeSet<HoldId>,
     /// Why the store may not change (and is not converged), when it may not.
     frozen: Option<String>,
+    /// The GPUs a step of the node's has claimed (never saved): no hold may take them.
+    claims: ClaimSet,
 }
 
 /// A hold as it was before a change, for [`Holds::restore`]: the change is undone when what
@@ -196,6 +198,7 @@ impl Holds {
             holds,
             released,
             frozen: None,
+            claims: ClaimSet::default(),
         };
         store.check_invariant()?;
         Ok((store, found))
@@ -270,7 +273,18 @@ impl Holds {
             holds: BTreeMap::new(),
             released: BTreeSet::new(),
             frozen: None,
+            claims: ClaimSet::default(),
         }
+    }
+
+    /// The claim set the node's steps put their GPUs in, which [`Holds::apply`] respects.
+    pub fn claims(&self) -> &ClaimSet {
+        &self.claims
+    }
+
+    /// The store, sharing `claims` with the node that claims GPUs for its steps.
+    pub fn with_claims(self, claims: ClaimSet) -> Self {
+        Self { claims, ..self }
     }
 
     /// The holds of a file the invariant refused, to be used read-only.
@@ -333,6 +347,17 @@ impl Holds {
         }
         if distinct.is_empty() {
             return Err(HoldError::NoDevices(id));
+        }
+        for placed in &distinct {
+            let gpu = placed.gpu.clone().unwrap_or_else(|| placed.device.clone());
+            if let Some(kind) = policy::claim_of(&self.claims, &gpu) {
+                return Err(PolicyError::Claimed {
+                    device: placed.device.clone(),
+                    gpu,
+                    kind,
+                }
+                .into());
+            }
         }
         policy::check_free(&id, &distinct, self.holds.values(), topology)?;
         let hold = Hold {

@@ -223,7 +223,13 @@ pub async fn gpus_taking_work(node: &Node) -> BTreeMap<bcd_protocol::GpuUuid, bo
 pub async fn offer_now(node: &Node) -> devices::Offer {
     let inventory = node.inventory().await;
     let holds = node.holds_now().await;
-    let verdict = gpus_taking_work(node).await;
+    let mut verdict = gpus_taking_work(node).await;
+    // A GPU a step of the node's has claimed (a reset, a vfio step) takes no work meanwhile.
+    for gpu in node.claimed() {
+        if let Ok(uuid) = gpu.as_str().parse::<bcd_protocol::GpuUuid>() {
+            verdict.insert(uuid, false);
+        }
+    }
     devices::offer(&inventory, node.config().gpu_slots, &holds, &verdict)
 }
 

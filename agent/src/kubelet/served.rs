@@ -353,3 +353,125 @@ async fn a_refused_multi_container_allocate_changes_no_hold() {
         "only op's and the pending hold's specs: {specs:?}"
     );
 }
+
+/// A helper whose resets take `delay`; every other operation succeeds at once.
+#[derive(Debug)]
+struct SlowReset {
+    inner: crate::helper_client::fake::RecordingHelper,
+    delay: Duration,
+}
+
+impl crate::helper_client::Helper for SlowReset {
+    fn socket(&self) -> &std::path::Path {
+        std::path::Path::new("/nonexistent/slow-helper.sock")
+    }
+
+    fn ping(
+        &self,
+    ) -> crate::helper_client::BoxFuture<
+        '_,
+        Result<crate::helper_client::Pong, crate::helper_client::ClientError>,
+    > {
+        self.inner.ping()
+    }
+
+    fn run(
+        &self,
+        op: bcd_protocol::Operation,
+    ) -> crate::helper_client::BoxFuture<
+        '_,
+        Result<bcd_protocol::Outcome, crate::helper_client::ClientError>,
+    > {
+        Box::pin(async move {
+            if matches!(op, bcd_protocol::Operation::ResetGpu { .. }) {
+                tokio::time::sleep(self.delay).await;
+            }
+            self.inner.run(op).await
+        })
+    }
+}
+
+// A GPU was allocated while it was being reset: the reset checked "busy" on a snapshot and
+// held no claim while nvidia-smi --gpu-reset and the collection after it ran. With a slow
+// reset, an Allocate of that GPU and a hold of another GPU under reset both succeeded and the
+// stream showed both Healthy. The reset now claims its GPUs under the holds lock until the
+// collection after it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gpu_under_reset_is_neither_allocated_nor_held_and_streams_unhealthy() {
+    use crate::node::api::handle;
+    use crate::node::http::Request as HttpRequest;
+    let dir = tempfile::tempdir().unwrap();
+    let node = Arc::new(test_node(dir.path()).with_helper(Arc::new(SlowReset {
+        inner: crate::helper_client::fake::RecordingHelper::new(),
+        delay: Duration::from_millis(1500),
+    })));
+    node.collect_now().await;
+    let (_tx, rx) = watch::channel(super::offer_now(&node).await);
+    let gpus = plugin(&node, "bcd.dev/gpu", rx);
+    let post = |path: &str, body: serde_json::Value| HttpRequest {
+        method: "POST".into(),
+        path: path.into(),
+        query: String::new(),
+        body: body.to_string().into_bytes(),
+    };
+    let resetting = node.clone();
+    let reset_request = post(
+        "/v1/gpus/reset",
+        serde_json::json!({ "gpus": [GPU0, GPU1] }),
+    );
+    let reset = tokio::spawn(async move { handle(&resetting, &reset_request).await });
+    let started = std::time::Instant::now();
+    while node.claimed().len() < 2 {
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "the reset claimed nothing"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let err = allocate(&gpus, &[GPU0]).await.unwrap_err();
+    assert!(
+        err.message().contains("a reset runs now"),
+        "{}",
+        err.message()
+    );
+    let (status, body) = handle(
+        &node,
+        &post(
+            "/v1/holds",
+            serde_json::json!({"id": "job", "devices": [GPU1]}),
+        ),
+    )
+    .await;
+    assert_eq!(status, 409, "{}", String::from_utf8_lossy(&body));
+    assert!(String::from_utf8_lossy(&body).contains("a reset runs now"));
+    let offer = super::offer_now(&node).await;
+    let healthy = |id: &str| {
+        offer["bcd.dev/gpu".parse::<Resource>().as_ref().unwrap()]
+            .iter()
+            .find(|o| o.id.as_str() == id)
+            .unwrap()
+            .healthy
+    };
+    assert!(
+        !healthy(GPU0) && !healthy(GPU1),
+        "streamed Unhealthy during the reset"
+    );
+    // A second reset of a GPU under reset is refused as busy.
+    let (status, body) = handle(
+        &node,
+        &post("/v1/gpus/reset", serde_json::json!({ "gpus": [GPU1] })),
+    )
+    .await;
+    assert_eq!(status, 409, "{}", String::from_utf8_lossy(&body));
+    assert!(node.holds_now().await.is_empty());
+
+    let (status, body) = reset.await.unwrap();
+    assert_eq!(status, 200, "{}", String::from_utf8_lossy(&body));
+    assert!(
+        node.claimed().is_empty(),
+        "the claim goes after the collection"
+    );
+    allocate(&gpus, &[GPU0])
+        .await
+        .expect("free again after the reset");
+}

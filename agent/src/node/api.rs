@@ -273,6 +273,23 @@ async fn diag(node: &Node, request: &Request) -> Result<Answer, Answer> {
 
 async fn reset(node: &Node, request: &Request) -> Result<Answer, Answer> {
     let asked: schema::ResetRequest = body(request)?;
+    // The GPUs are claimed from the busy check until after the collection that follows the
+    // reset (the claim drops with this function, also on an error or a dropped request): no
+    // hold or Allocate takes one meanwhile, and the device plugins stream it Unhealthy.
+    let gpus: Vec<DeviceId> = asked.gpus.iter().map(DeviceId::from).collect();
+    let _claim = node
+        .claim(&gpus, crate::policy::ClaimKind::Reset)
+        .await
+        .map_err(|(gpu, busy)| {
+            let e = crate::health::reset::ResetError::Busy {
+                uuid: gpu
+                    .as_str()
+                    .parse()
+                    .unwrap_or_else(|_| asked.gpus[0].clone()),
+                holder: busy.to_string(),
+            };
+            error(409, e.code(), e)
+        })?;
     let inventory = node.inventory().await;
     let holds = node.holds_now().await;
     let result = reset_gpus(
@@ -400,7 +417,7 @@ fn policy_refusal(e: &crate::policy::PolicyError) -> Answer {
     use crate::policy::PolicyError as P;
     match e {
         P::Conflict { .. } | P::Invariant { .. } => error(409, "device-held", e),
-        P::PassedThrough(_) => error(409, "gpu-busy", e),
+        P::PassedThrough(_) | P::Claimed { .. } => error(409, "gpu-busy", e),
         P::UnknownDevice(_) => error(422, "unknown-device", e),
         P::NoSuchSlot { .. } | P::SlotInMigMode { .. } => error(422, "refused", e),
     }
@@ -480,19 +497,39 @@ async fn passthrough(node: &Node, path: &str, request: &Request) -> Result<Answe
     // For the metrics' `vm` label, once the step has run.
     let domain = asked.domain.clone();
     let topology = node.topology().await;
-    let holds = node.holds_now().await;
+    let kind = if path.starts_with("/v1/vfio/") {
+        crate::policy::ClaimKind::Vfio
+    } else {
+        crate::policy::ClaimKind::VmStart
+    };
+    // Each GPU the step will touch is claimed as the runtime asks about it (under the holds
+    // lock) and stays claimed until the step is done: no hold, Allocate or other step takes
+    // it meanwhile. The claims drop with this function.
+    let claims = std::sync::Mutex::new(Vec::new());
     // The policy's busy rule, asked by address (the inventory's) or by UUID.
     let held = |address: &bcd_protocol::PciAddress, uuid: Option<&GpuUuid>| -> Option<String> {
         let gpu = topology
             .gpu_at(address)
             .map(|g| g.uuid.clone())
             .or_else(|| uuid.and_then(|u| u.as_str().parse().ok()))?;
-        match topology.busy(&gpu, &holds)? {
+        let busy = match node.claim_now(&gpu, kind, &topology) {
+            Ok(claim) => {
+                if let Ok(mut c) = claims.lock() {
+                    c.push(claim);
+                }
+                return None;
+            }
+            Err(busy) => busy,
+        };
+        match busy {
             crate::policy::Busy::Held { hold, device } if device == gpu => Some(hold.to_string()),
             crate::policy::Busy::Held { hold, device } => Some(format!("{hold} ({device})")),
             crate::policy::Busy::PendingRelease { hold, device, .. } => Some(format!(
                 "{hold} ({device}; its Kubernetes release is pending)"
             )),
+            b @ (crate::policy::Busy::Claimed(_) | crate::policy::Busy::Changing) => {
+                Some(b.to_string())
+            }
             // Already on vfio-pci: the runtime itself says what is wrong with that.
             crate::policy::Busy::PassedThrough => None,
         }

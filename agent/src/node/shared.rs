@@ -16,7 +16,9 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::{watch, RwLock};
 
-use crate::cdi::{self, converge, DeviceCatalog, Hold, HoldError, HoldId, HoldOwner, Holds};
+use crate::cdi::{
+    self, converge, DeviceCatalog, DeviceId, Hold, HoldError, HoldId, HoldOwner, Holds,
+};
 use crate::health::faults::Health;
 use crate::health::verdict::{judge, Evidence, Verdict};
 use crate::health::watcher::WatcherStats;
@@ -32,12 +34,32 @@ use crate::node::attribution::{Attribution, PodAllocation};
 use crate::node::listen;
 use crate::node::metrics::{self, SamplingState};
 use crate::node::otlp::OtlpEndpoint;
-use crate::policy::{Placed, Topology};
+use crate::policy::{Busy, ClaimKind, ClaimSet, Placed, Topology};
 use crate::runtime::Passthrough;
 use crate::smi::list::ListedGpu;
 use crate::smi::samples::GpuSample;
 use crate::smi::snapshot::QueryRecord;
 use bcd_protocol::{GpuUuid, PciAddress};
+
+/// GPUs claimed by [`Node::claim`] for a step; free again when this is dropped (also when the
+/// step failed, or its request was dropped halfway).
+#[derive(Debug)]
+pub struct Claim {
+    claims: ClaimSet,
+    gpus: Vec<DeviceId>,
+    kubernetes: Arc<crate::kubelet::KubeState>,
+}
+
+impl Drop for Claim {
+    fn drop(&mut self) {
+        if let Ok(mut claimed) = self.claims.lock() {
+            for gpu in &self.gpus {
+                claimed.remove(gpu);
+            }
+        }
+        self.kubernetes.touch();
+    }
+}
 
 /// Why [`Node::apply_hold`] did not apply a hold. `Display` is the operator's sentence.
 #[derive(Debug, thiserror::Error)]
@@ -145,7 +167,9 @@ pub struct Node {
     /// The root helper, shared with the passthrough runtimes.
     helper: Arc<dyn Helper>,
     /// The Kubernetes side: its change signal, counters and problem.
-    kubernetes: crate::kubelet::KubeState,
+    kubernetes: Arc<crate::kubelet::KubeState>,
+    /// The GPUs the node's steps (a reset, a vfio step) have claimed; the hold store shares it.
+    claims: ClaimSet,
     /// Held while a collection runs: the scheduler, diag and reset all collect, and two
     /// collections must never run at once.
     collecting: tokio::sync::Mutex<()>,
@@ -195,17 +219,19 @@ impl Node {
             }
         };
         let helper: Arc<dyn Helper> = Arc::new(SocketHelper::new(config.helper_socket.clone()));
+        let claims = ClaimSet::default();
         Self {
             memory: GpuMemory::new(&config.data_dir),
             passthrough: Passthrough::new(config.host.clone(), &config.data_dir, helper.clone())
                 .with_scheduler(scheduler.clone()),
             helper,
             config,
-            kubernetes: crate::kubelet::KubeState::default(),
+            kubernetes: Arc::default(),
+            claims: claims.clone(),
             latest: RwLock::new(None),
             inventory_tx: inventory,
             health,
-            holds: tokio::sync::Mutex::new(holds),
+            holds: tokio::sync::Mutex::new(holds.map(|h| h.with_claims(claims.clone()))),
             samples: RwLock::new(Vec::new()),
             sampling: Mutex::new(SamplingState::default()),
             scheduler,
@@ -738,6 +764,106 @@ impl Node {
         if let Ok(mut pods) = self.pods.lock() {
             *pods = allocations;
         }
+    }
+
+    /// Claims `gpus` for a step of `kind` (a reset, a vfio step) when none of them is busy, as
+    /// one decision under the holds lock: until the returned [`Claim`] is dropped, no hold or
+    /// allocation may take them, no other step may claim them, and the device plugins stream
+    /// them `Unhealthy`. The lock is not held while the step runs.
+    ///
+    /// # Errors
+    /// The first GPU that is busy, and why (another claim, a hold, a pending release,
+    /// passthrough).
+    pub async fn claim(
+        &self,
+        gpus: &[DeviceId],
+        kind: ClaimKind,
+    ) -> Result<Claim, (DeviceId, Busy)> {
+        let topology = self.topology().await;
+        let holds = self.holds.lock().await;
+        self.claim_locked(holds.as_ref(), &topology, gpus, kind, false)
+    }
+
+    /// [`Node::claim`] of one GPU from code that cannot wait (the passthrough runtime's
+    /// lookup, called as it decides): the holds lock is only tried, and a store being changed
+    /// at this moment answers [`Busy::Changing`] (try again). A GPU passed through to a VM is
+    /// claimed too (a VM start needs it there); whether it may move is the runtime's to say.
+    ///
+    /// # Errors
+    /// As [`Node::claim`].
+    pub fn claim_now(
+        &self,
+        gpu: &DeviceId,
+        kind: ClaimKind,
+        topology: &Topology,
+    ) -> Result<Claim, Busy> {
+        let holds = self.holds.try_lock().map_err(|_| Busy::Changing)?;
+        self.claim_locked(
+            holds.as_ref(),
+            topology,
+            std::slice::from_ref(gpu),
+            kind,
+            true,
+        )
+        .map_err(|(_, busy)| busy)
+    }
+
+    /// The claim, decided while the caller holds the holds lock (`holds` is its store).
+    fn claim_locked(
+        &self,
+        holds: Option<&Holds>,
+        topology: &Topology,
+        gpus: &[DeviceId],
+        kind: ClaimKind,
+        passed_through_ok: bool,
+    ) -> Result<Claim, (DeviceId, Busy)> {
+        let list: Vec<&Hold> = holds.map(|h| h.list().collect()).unwrap_or_default();
+        {
+            let mut claimed = self
+                .claims
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            for gpu in gpus {
+                if let Some(theirs) = claimed.get(gpu) {
+                    return Err((gpu.clone(), Busy::Claimed(*theirs)));
+                }
+                match topology.busy(gpu, list.iter().copied()) {
+                    None => {}
+                    Some(Busy::PassedThrough) if passed_through_ok => {}
+                    Some(busy) => return Err((gpu.clone(), busy)),
+                }
+            }
+            for gpu in gpus {
+                claimed.insert(gpu.clone(), kind);
+            }
+        }
+        self.kubernetes.touch();
+        Ok(Claim {
+            claims: self.claims.clone(),
+            gpus: gpus.to_vec(),
+            kubernetes: self.kubernetes.clone(),
+        })
+    }
+
+    /// The node with `helper` in place of the socket's (tests hand in fakes).
+    #[cfg(test)]
+    pub(crate) fn with_helper(mut self, helper: Arc<dyn Helper>) -> Self {
+        self.passthrough = Passthrough::new(
+            self.config.host.clone(),
+            &self.config.data_dir,
+            helper.clone(),
+        )
+        .with_scheduler(self.scheduler.clone());
+        self.helper = helper;
+        self
+    }
+
+    /// The GPUs claimed now.
+    pub fn claimed(&self) -> Vec<DeviceId> {
+        self.claims
+            .lock()
+            .map(|c| c.keys().cloned().collect())
+            .unwrap_or_default()
     }
 
     /// The Kubernetes allocations last handed to [`Node::set_pod_allocations`].
