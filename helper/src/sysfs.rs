@@ -518,3 +518,122 @@ fn write_now(path: &Path, value: &str) -> std::io::Result<()> {
     // One write call: a sysfs attribute takes its value in one write.
     f.write_all(value.as_bytes())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn addr(bus: u8) -> PciAddress {
+        format!("0000:{bus:02x}:00.0").parse().unwrap()
+    }
+
+    /// A tree under `root` with `gpus` NVIDIA GPUs at buses 0x10 onwards.
+    fn tree(root: &Path, gpus: u8) -> Sysfs {
+        for bus in 0x10..0x10 + gpus {
+            let dir = root.join("bus/pci/devices").join(addr(bus).sysfs_name());
+            std::fs::create_dir_all(&dir).unwrap();
+            std::fs::write(dir.join("vendor"), "0x10de\n").unwrap();
+            std::fs::write(dir.join("class"), "0x030200\n").unwrap();
+        }
+        std::fs::create_dir_all(root.join("bus/pci/devices")).unwrap();
+        Sysfs::new(root)
+    }
+
+    fn held(sysfs: &Sysfs) -> usize {
+        lock(&sysfs.bound).held
+    }
+
+    fn soon() -> Instant {
+        Instant::now() + Duration::from_secs(5)
+    }
+
+    // Guards the global cap: sized from the functions at start-up with a floor, and a refusal
+    // when it is used up reserves nothing.
+    #[test]
+    fn the_cap_is_a_share_per_function_and_a_refusal_reserves_nothing() {
+        let small = tempfile::tempdir().unwrap();
+        let sysfs = tree(small.path(), 2);
+        assert_eq!(sysfs.write_cap(), MIN_FUNCTIONS * FUNCTION_SHARE);
+        let big = tempfile::tempdir().unwrap();
+        assert_eq!(tree(big.path(), 12).write_cap(), 12 * FUNCTION_SHARE);
+
+        let taken: Vec<Writes> = (0..MIN_FUNCTIONS as u8)
+            .map(|i| sysfs.reserve(&addr(0x40 + i), FUNCTION_SHARE).unwrap())
+            .collect();
+        let err = sysfs.reserve(&addr(0x10), 1).unwrap_err();
+        assert!(matches!(err, Refused::Full { .. }), "{err}");
+        let sentence = err.to_string();
+        assert!(
+            sentence.starts_with("0000:10:00.0: all 40 sysfs writes")
+                && sentence.contains("nothing was done to 0000:10:00.0"),
+            "{sentence}"
+        );
+        assert_eq!(
+            held(&sysfs),
+            sysfs.write_cap(),
+            "the refusal reserved nothing"
+        );
+        drop(taken);
+        assert_eq!(held(&sysfs), 0, "unused writes go back at drop");
+        assert!(sysfs.reserve(&addr(0x10), FUNCTION_SHARE).is_ok());
+    }
+
+    // Guards the per-function limit: a function whose write the kernel holds gets no new
+    // reservation (naming it and the write), keeps its place in the bound until the kernel
+    // returns, and never stops another function's reservation.
+    #[tokio::test]
+    async fn a_function_with_a_write_in_the_kernel_gets_no_reservation_and_others_do() {
+        let dir = tempfile::tempdir().unwrap();
+        let sysfs = tree(dir.path(), 2);
+        let fifo = dir.path().join("unbind");
+        nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
+        let stuck = addr(0x10);
+        let mut writes = sysfs.reserve(&stuck, FUNCTION_SHARE).unwrap();
+        let deadline = Instant::now() + Duration::from_millis(200);
+        let done = writes.write("an unbind", &fifo, "x", deadline).await;
+        assert_eq!(done.unwrap_err(), NotDone::Pending);
+        drop(writes);
+        assert_eq!(held(&sysfs), 1, "the write in the kernel keeps its place");
+
+        let err = sysfs.reserve(&stuck, 1).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "an unbind of 0000:10:00.0 is still pending in the kernel (its driver has not let \
+             go), so nothing was done to 0000:10:00.0: do not retry until it finishes"
+        );
+        let other = dir.path().join("driver_override");
+        std::fs::write(&other, "").unwrap();
+        let mut healthy = sysfs.reserve(&addr(0x11), FUNCTION_SHARE).unwrap();
+        let wrote = healthy.write("a write", &other, "vfio-pci", soon()).await;
+        assert!(matches!(wrote, Ok(Ok(()))), "{wrote:?}");
+        drop(healthy);
+
+        // The kernel lets go: the place and the function are free again.
+        let reader = std::thread::spawn(move || std::fs::read_to_string(fifo).unwrap());
+        assert_eq!(reader.join().unwrap(), "x");
+        let until = soon();
+        while sysfs.pending(&stuck).is_some() {
+            assert!(Instant::now() < until, "the write never returned");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert_eq!(held(&sysfs), 0);
+        assert!(sysfs.reserve(&stuck, FUNCTION_SHARE).is_ok());
+    }
+
+    // Guards the reservation's size: a write past it is not performed.
+    #[tokio::test]
+    async fn a_write_past_the_reservation_is_not_performed() {
+        let dir = tempfile::tempdir().unwrap();
+        let sysfs = tree(dir.path(), 1);
+        let file = dir.path().join("driver_override");
+        std::fs::write(&file, "").unwrap();
+        let mut writes = sysfs.reserve(&addr(0x10), 1).unwrap();
+        assert!(matches!(
+            writes.write("a write", &file, "first", soon()).await,
+            Ok(Ok(()))
+        ));
+        let second = writes.write("a write", &file, "second", soon()).await;
+        assert_eq!(second.unwrap_err(), NotDone::Unreserved);
+        assert_eq!(std::fs::read_to_string(&file).unwrap(), "first");
+    }
+}
