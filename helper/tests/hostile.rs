@@ -585,13 +585,13 @@ fn binds_of_stuck_functions_never_strand_an_override_nor_starve_a_healthy_gpu() 
     let refusals_took = started.elapsed();
     eprintln!(
         "{} binds of stuck functions answered in {} ms; a healthy GPU's bind meanwhile in {} ms; \
-         {} refusals of stuck functions in {} ms ({} ms each)",
+         {} refusals of stuck functions in {} ms ({} µs each)",
         stuck.len(),
         binds_took.as_millis(),
         healthy_took.as_millis(),
         stuck.len(),
         refusals_took.as_millis(),
-        refusals_took.as_millis() / stuck.len() as u128
+        refusals_took.as_micros() / stuck.len() as u128
     );
 
     // (a) The kernel lets go: every blocked unbind returns, and no refused bind leaves
