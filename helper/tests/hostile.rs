@@ -628,6 +628,80 @@ fn binds_of_stuck_functions_never_strand_an_override_nor_starve_a_healthy_gpu() 
     drop(h);
 }
 
+// A bind that found no writer had already turned persistence off and written
+// driver_override=vfio-pci; refused for want of writes, it now leaves the function as it was.
+#[test]
+fn a_bind_refused_for_want_of_writes_touches_nothing() {
+    let _one = serial();
+    let dir = tempfile::tempdir().unwrap();
+    let smi = fake_program(dir.path(), "nvidia-smi-record", "nvidia-smi");
+    let calls = dir.path().join("calls");
+    let (sysfs, fifo) = stuck_unbind_sysfs(dir.path());
+    let root = sysfs.root.display().to_string();
+    let h = Helper::start_in(
+        dir,
+        &[
+            "--sysfs-root",
+            &root,
+            "--nvidia-smi",
+            smi.to_str().unwrap(),
+            "--unbind-timeout",
+            "1",
+            "--max-connections",
+            "32",
+            "--max-connections-per-uid",
+            "32",
+        ],
+    );
+    // GPUs that appear after start-up, beyond the floor the bound was sized for (8 functions
+    // of 5 writes): all of them at once cannot have their writes.
+    let added: Vec<String> = (0x20..0x30).map(|b| format!("0000:{b:02x}:00.0")).collect();
+    for a in &added {
+        sysfs.add_function(a, "0x10de", "0x030200", "nvidia");
+    }
+    let binds: Vec<_> = added
+        .iter()
+        .map(|a| {
+            let (sock, device) = (h.sock.clone(), pci(a));
+            std::thread::spawn(move || {
+                exchange(
+                    &sock,
+                    Operation::VfioBind { device },
+                    Duration::from_secs(30),
+                )
+            })
+        })
+        .collect();
+    let answers: Vec<String> = binds
+        .into_iter()
+        .map(|b| b.join().unwrap().unwrap_err())
+        .collect();
+    let smi_calls = std::fs::read_to_string(&calls).unwrap_or_default();
+    let mut refused = 0;
+    for (a, err) in added.iter().zip(&answers) {
+        let nvml = format!("-i {} -pm 0", pci(a).nvml_bus_id());
+        if err.contains("sysfs writes bcd-helper allows at once") {
+            refused += 1;
+            assert!(err.contains(&format!("nothing was done to {a}")), "{err}");
+            assert!(!smi_calls.contains(&nvml), "{a}'s persistence was changed");
+        } else {
+            assert!(err.contains("still pending in the kernel"), "{a}: {err}");
+            assert!(smi_calls.contains(&nvml), "{a}: {smi_calls}");
+        }
+        assert_eq!(sysfs.driver_override(a).trim(), "", "{a}: {err}");
+    }
+    assert!(refused > 0, "no bind was refused: {answers:?}");
+    eprintln!(
+        "{refused} of {} binds refused for want of writes",
+        added.len()
+    );
+    let mut reader = std::fs::File::open(&fifo).unwrap();
+    let mut got = String::new();
+    reader.read_to_string(&mut got).unwrap();
+    drop(sysfs);
+    drop(h);
+}
+
 // A queue of short operations made a caller wait 30 s and then told it one operation "has held
 // it for more than 30s"; Busy now says how many were queued ahead.
 #[test]
