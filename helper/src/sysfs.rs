@@ -385,6 +385,10 @@ impl Writes {
     /// # Errors
     /// `Ok(Err(io))` when the write failed; `Err(NotDone)` when it did not complete in time
     /// (still pending in the kernel, or never started) or none of the reserved writes was left.
+    ///
+    /// # Cancel safety
+    /// Dropping the future leaves a started write to its thread, which keeps its place in the
+    /// bound and the function's pending mark until the kernel returns.
     pub async fn write(
         &mut self,
         what: &'static str,
