@@ -295,6 +295,12 @@ fn start(config: &Config, activation: &Activation) -> Result<(), StartError> {
             });
         },
     ));
+    tracing::info!(
+        "sysfs writes: at most {} reserved or in the kernel at once ({} per operation on a \
+         function)",
+        sysfs.write_cap(),
+        sysfs::FUNCTION_SHARE
+    );
     let (sandbox_words, ping_only) = if config.no_sandbox {
         tracing::warn!("--no-sandbox: running with every capability and no Landlock");
         ("none: --no-sandbox".to_owned(), None)

@@ -9,6 +9,11 @@
 //! while anything the operation started runs, even past this helper's death: a function whose
 //! file another process holds is refused `Busy` at once. A function with a sysfs write still
 //! pending in the kernel is refused `Busy` by every operation, whatever its lock says.
+//!
+//! A vfio bind or release reserves every sysfs write it may need ([`BIND_WRITES`],
+//! [`RELEASE_WRITES`], rollback included) after its checks and before it changes anything
+//! (persistence mode included), so it either has a writer for each step or is refused
+//! `Busy` with the function exactly as it was.
 
 use std::collections::HashMap;
 use std::fmt;
@@ -26,7 +31,7 @@ use tokio::sync::OwnedMutexGuard;
 use crate::child::{self, ChildError, Command};
 use crate::libvirt::Libvirt;
 use crate::lockfile::{LockDir, LockFile};
-use crate::sysfs::{NotDone, Sysfs, NVIDIA_DRIVER, VFIO_DRIVER};
+use crate::sysfs::{NotDone, Sysfs, Writes, FUNCTION_SHARE, NVIDIA_DRIVER, VFIO_DRIVER};
 
 /// How long an operation waits for a device another operation holds before answering `Busy`
 /// (the default of `--lock-wait`). Waiting (rather than answering `Busy` at once) lets the
@@ -39,6 +44,13 @@ pub const SYSFS_WRITE_TIMEOUT: Duration = Duration::from_secs(10);
 pub const PROBE_SETTLE: Duration = Duration::from_secs(2);
 /// How long, after `virsh destroy`, to wait for libvirt to give a GPU back to `nvidia`.
 pub const DESTROY_SETTLE: Duration = Duration::from_secs(5);
+/// The sysfs writes a bind may need: `driver_override`, the unbind, the probe, and when the
+/// kernel does not bind vfio-pci, clearing `driver_override` and probing back (a failed unbind
+/// needs only the clearing, which fits in the same count).
+pub const BIND_WRITES: usize = 5;
+/// The sysfs writes a release may need: the unbind, clearing `driver_override`, the probe.
+pub const RELEASE_WRITES: usize = 3;
+const _: () = assert!(BIND_WRITES <= FUNCTION_SHARE && RELEASE_WRITES <= FUNCTION_SHARE);
 /// Lock entries kept before idle ones are dropped (peers choose GPU UUIDs freely).
 const MAX_IDLE_LOCKS: usize = 1024;
 
@@ -373,44 +385,30 @@ impl Ops {
         }
     }
 
-    /// Writes a value to a small sysfs attribute of `addr` under [`SYSFS_WRITE_TIMEOUT`].
+    /// Writes a value to a small sysfs attribute of the reserved function under
+    /// [`SYSFS_WRITE_TIMEOUT`].
     async fn write_attr(
         &self,
-        addr: &PciAddress,
+        writes: &mut Writes,
         what: &'static str,
         path: &std::path::Path,
         value: &str,
     ) -> Result<(), String> {
-        match self
-            .sysfs
-            .write(
-                addr,
-                what,
-                path,
-                value,
-                Instant::now() + SYSFS_WRITE_TIMEOUT,
-            )
+        match writes
+            .write(what, path, value, Instant::now() + SYSFS_WRITE_TIMEOUT)
             .await
         {
             Ok(Ok(())) => Ok(()),
             Ok(Err(e)) => Err(format!("writing {} failed: {e}", path.display())),
-            Err(NotDone::Pending) => Err(format!(
-                "writing {} did not finish within {}s and is still pending in the kernel",
-                path.display(),
-                SYSFS_WRITE_TIMEOUT.as_secs()
-            )),
-            Err(NotDone::Skipped | NotDone::NoWriter) => Err(format!(
-                "{} was not written: {} sysfs writes are already waiting in the kernel",
-                path.display(),
-                crate::sysfs::MAX_WRITERS
-            )),
+            Err(why) => Err(not_done(&path.display().to_string(), why)),
         }
     }
 
-    /// Asks the kernel to bind the function to a driver (its override, else its own).
-    async fn probe(&self, addr: &PciAddress) -> Result<(), String> {
+    /// Asks the kernel to bind the reserved function to a driver (its override, else its own).
+    async fn probe(&self, writes: &mut Writes) -> Result<(), String> {
+        let addr = writes.device();
         self.write_attr(
-            addr,
+            writes,
             "a probe",
             &self.sysfs.probe_file(),
             &addr.sysfs_name(),
@@ -418,14 +416,14 @@ impl Ops {
         .await
     }
 
-    /// Unbinds the function from its driver and waits, up to the unbind timeout in all, for the
-    /// `driver` link to go. `Err` carries the reason when it did not.
-    async fn unbind(&self, addr: &PciAddress) -> Result<(), UnbindFailure> {
+    /// Unbinds the reserved function from its driver and waits, up to the unbind timeout in all,
+    /// for the `driver` link to go. `Err` carries the reason when it did not.
+    async fn unbind(&self, writes: &mut Writes) -> Result<(), UnbindFailure> {
+        let addr = &writes.device();
         let deadline = Instant::now() + self.unbind_timeout;
         let unbind = self.sysfs.device_dir(addr).join("driver/unbind");
-        match self
-            .sysfs
-            .write(addr, "an unbind", &unbind, &addr.sysfs_name(), deadline)
+        match writes
+            .write("an unbind", &unbind, &addr.sysfs_name(), deadline)
             .await
         {
             Ok(Ok(())) => {}
@@ -438,11 +436,10 @@ impl Ops {
                 )))
             }
             Err(NotDone::Pending) => return Err(UnbindFailure::StillInKernel),
-            Err(NotDone::Skipped | NotDone::NoWriter) => {
-                return Err(UnbindFailure::Write(format!(
-                    "{} was not written: {} sysfs writes are already waiting in the kernel",
-                    unbind.display(),
-                    crate::sysfs::MAX_WRITERS
+            Err(why @ (NotDone::Skipped | NotDone::Unreserved)) => {
+                return Err(UnbindFailure::Write(not_done(
+                    &unbind.display().to_string(),
+                    why,
                 )))
             }
         }
@@ -475,6 +472,8 @@ impl Ops {
                 persistence: PersistenceNote::NotTouched,
             });
         }
+        // Every write this bind may need, before anything changes: refused, it touched nothing.
+        let mut writes = self.sysfs.reserve(addr, BIND_WRITES)?;
         // nvidia-persistenced holds the GPU open and the driver's unbind waits for it.
         let persistence = if before.as_deref() == Some(NVIDIA_DRIVER) {
             self.persistence(held, addr, false).await
@@ -487,15 +486,15 @@ impl Ops {
             message,
         };
         let over = dir.join("driver_override");
-        self.write_attr(addr, "a driver_override write", &over, VFIO_DRIVER)
+        self.write_attr(&mut writes, "a driver_override write", &over, VFIO_DRIVER)
             .await
             .map_err(failed)?;
         if before.is_some() {
-            if let Err(why) = self.unbind(addr).await {
+            if let Err(why) = self.unbind(&mut writes).await {
                 // Never strand a GPU: with the override cleared, the function stays (or, once
                 // probed, goes back) with its own driver.
                 let cleared = self
-                    .write_attr(addr, "a driver_override write", &over, "\n")
+                    .write_attr(&mut writes, "a driver_override write", &over, "\n")
                     .await;
                 let still_in_kernel = matches!(why, UnbindFailure::StillInKernel);
                 // While the unbind is pending the GPU must not be touched (nvidia-smi would
@@ -526,7 +525,7 @@ impl Ops {
                 return Err(failed(format!("{reason}; {override_note}{restored}")));
             }
         }
-        self.probe(addr).await.map_err(failed)?;
+        self.probe(&mut writes).await.map_err(failed)?;
         let deadline = Instant::now() + PROBE_SETTLE;
         let (after, bound) = self
             .sysfs
@@ -535,16 +534,9 @@ impl Ops {
         if !bound {
             // Give it back to the kernel's choice rather than leave it driverless.
             let _ = self
-                .write_attr(addr, "a driver_override write", &over, "\n")
+                .write_attr(&mut writes, "a driver_override write", &over, "\n")
                 .await;
-            let _ = self
-                .write_attr(
-                    addr,
-                    "a probe",
-                    &self.sysfs.probe_file(),
-                    &addr.sysfs_name(),
-                )
-                .await;
+            let _ = self.probe(&mut writes).await;
             return Err(failed(format!(
                 "the kernel did not bind {addr} to vfio-pci (its driver is {}; is the vfio-pci \
                  module loaded?); driver_override was cleared and the function probed again",
@@ -574,7 +566,8 @@ impl Ops {
             exit_code: None,
             message,
         };
-        if let Err(why) = self.unbind(addr).await {
+        let mut writes = self.sysfs.reserve(addr, RELEASE_WRITES)?;
+        if let Err(why) = self.unbind(&mut writes).await {
             return Err(failed(match why {
                 UnbindFailure::Held => format!(
                     "vfio-pci has not let go after {}s: a VM or process still has the device open",
@@ -592,14 +585,14 @@ impl Ops {
         }
         let dir = self.sysfs.device_dir(addr);
         self.write_attr(
-            addr,
+            &mut writes,
             "a driver_override write",
             &dir.join("driver_override"),
             "\n",
         )
         .await
         .map_err(failed)?;
-        self.probe(addr).await.map_err(failed)?;
+        self.probe(&mut writes).await.map_err(failed)?;
         let (after, _) = self
             .sysfs
             .wait_driver(addr, Instant::now() + PROBE_SETTLE, |d| d.is_some())
@@ -707,6 +700,26 @@ impl Ops {
             persistence,
             domain: Some(domain.clone()),
         })
+    }
+}
+
+/// The sentence for a small write to `path` that did not complete under
+/// [`SYSFS_WRITE_TIMEOUT`].
+fn not_done(path: &str, why: NotDone) -> String {
+    match why {
+        NotDone::Pending => format!(
+            "writing {path} did not finish within {}s and is still pending in the kernel",
+            SYSFS_WRITE_TIMEOUT.as_secs()
+        ),
+        NotDone::Skipped => format!(
+            "{path} was not written: its deadline passed before its thread could start (the \
+             host is overloaded)"
+        ),
+        // Only a miscounted reservation gets here: BIND_WRITES and RELEASE_WRITES cover every
+        // path through the operation.
+        NotDone::Unreserved => {
+            format!("{path} was not written: the operation had used every sysfs write it reserved")
+        }
     }
 }
 

@@ -6,8 +6,17 @@
 //! the kernel has it, so it is never abandoned: its function is marked pending until the
 //! kernel returns ([`Sysfs::pending`]; every operation on that function answers `Busy` until
 //! then), a write whose deadline passed before its thread could start is skipped (never
-//! performed late), at most [`MAX_WRITERS`] writes are in the kernel at once, and a write
-//! that returns after its operation was answered is logged and audited as what it did.
+//! performed late), and a write that returns after its operation was answered is logged and
+//! audited as what it did.
+//!
+//! An operation writes only through [`Writes`], reserved with [`Sysfs::reserve`] before its
+//! first write and covering every write it may need, its rollback's included: it either has a
+//! writer for each step or is refused touching nothing (a bind that wrote `driver_override`
+//! and then found no writer to clear it left the function on its way to vfio-pci). A function
+//! with a write still in the kernel gets no reservation, so it holds at most
+//! [`FUNCTION_SHARE`] writes, and the bound on all writes at once is that share times the
+//! functions a VM may be given at start-up (at least [`MIN_FUNCTIONS`]): functions whose
+//! driver does not let go use up only their own shares, never a healthy function's.
 
 use std::collections::HashMap;
 use std::fs::OpenOptions;
@@ -25,8 +34,12 @@ pub const NVIDIA_VENDOR: &str = "0x10de";
 pub const GPU_CLASSES: [&str; 2] = ["0x0300", "0x0302"];
 /// An HD audio function (a GPU's HDMI/DP audio sits at another function of its slot).
 pub const AUDIO_CLASS: &str = "0x0403";
-/// Most sysfs writes in the kernel at once (each on its own thread).
-pub const MAX_WRITERS: usize = 32;
+/// Most writes one operation on one function reserves (a bind's: `driver_override`, the
+/// unbind, the probe, and its rollback's clearing of `driver_override` and probe back).
+pub const FUNCTION_SHARE: usize = 5;
+/// The fewest functions the bound on writes is sized for, whatever the tree had at start-up
+/// (a function hot-plugged later, a host read before its GPUs appeared).
+pub const MIN_FUNCTIONS: usize = 8;
 /// The driver a passed-through function sits on.
 pub const VFIO_DRIVER: &str = "vfio-pci";
 /// NVIDIA's kernel driver.
@@ -41,8 +54,7 @@ pub type LateWrite = Arc<dyn Fn(&PciAddress, String) + Send + Sync>;
 #[derive(Clone)]
 pub struct Sysfs {
     root: PathBuf,
-    /// Writes still in the kernel, by function: what each is ("an unbind").
-    pending: Arc<Mutex<HashMap<PciAddress, Vec<&'static str>>>>,
+    bound: Arc<Mutex<Bound>>,
     late: Option<LateWrite>,
 }
 
@@ -52,6 +64,66 @@ impl std::fmt::Debug for Sysfs {
     }
 }
 
+/// The kernel-write bound, shared by every operation.
+#[derive(Debug, Default)]
+struct Bound {
+    /// Most writes reserved or in the kernel at once.
+    cap: usize,
+    /// Writes reserved and not yet started, plus writes whose thread has not ended.
+    held: usize,
+    /// Writes still in the kernel, by function: what each is ("an unbind").
+    pending: HashMap<PciAddress, Vec<&'static str>>,
+}
+
+/// Why an operation got no writes. `Display` is the operator's sentence.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Refused {
+    /// An earlier write to the function has not returned from the kernel.
+    #[error(
+        "{what} of {device} is still pending in the kernel (its driver has not let go), so \
+         nothing was done to {device}: do not retry until it finishes"
+    )]
+    Stuck {
+        /// The function.
+        device: PciAddress,
+        /// The write the kernel holds ("an unbind").
+        what: &'static str,
+    },
+    /// Every write of the bound is reserved or in the kernel (more functions than at start-up).
+    #[error(
+        "{device}: all {cap} sysfs writes bcd-helper allows at once are reserved or still in \
+         the kernel ({stuck} functions have writes the kernel holds; the bound was sized at \
+         start-up for the GPUs then on the bus); nothing was done to {device}: retry when they \
+         finish, or restart bcd-helper to size it for a GPU added since"
+    )]
+    Full {
+        /// The function.
+        device: PciAddress,
+        /// The bound.
+        cap: usize,
+        /// Functions with a write still in the kernel.
+        stuck: usize,
+    },
+}
+
+impl From<Refused> for HelperError {
+    fn from(e: Refused) -> Self {
+        HelperError::Busy {
+            what: e.to_string(),
+        }
+    }
+}
+
+/// The writes one operation reserved for one function: each [`Writes::write`] uses one, and
+/// what is left goes back to the bound when this is dropped. A write still in the kernel then
+/// keeps its place until the kernel returns.
+#[derive(Debug)]
+pub struct Writes {
+    sysfs: Sysfs,
+    addr: PciAddress,
+    left: usize,
+}
+
 /// A write that did not complete within its bound.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum NotDone {
@@ -59,18 +131,60 @@ pub enum NotDone {
     Pending,
     /// The deadline passed before the write started: it was not performed.
     Skipped,
-    /// [`MAX_WRITERS`] writes are already in the kernel: it was not performed.
-    NoWriter,
+    /// The operation had used every write it reserved: it was not performed.
+    Unreserved,
 }
 
 impl Sysfs {
-    /// The tree under `root` (`/sys` on a host, a temporary folder in tests).
+    /// The tree under `root` (`/sys` on a host, a temporary folder in tests), with the bound
+    /// on writes sized for the functions a VM may be given there now (see the module doc).
     pub fn new(root: impl Into<PathBuf>) -> Self {
-        Self {
+        let sysfs = Self {
             root: root.into(),
-            pending: Arc::default(),
+            bound: Arc::default(),
             late: None,
+        };
+        let functions = sysfs.passthrough_functions().len().max(MIN_FUNCTIONS);
+        lock(&sysfs.bound).cap = functions * FUNCTION_SHARE;
+        sysfs
+    }
+
+    /// Most writes reserved or in the kernel at once.
+    pub fn write_cap(&self) -> usize {
+        lock(&self.bound).cap
+    }
+
+    /// Reserves `count` writes (at most [`FUNCTION_SHARE`]) for one operation on `addr`, before
+    /// its first write: enough for every step and its rollback.
+    ///
+    /// # Errors
+    /// [`Refused::Stuck`] when a write to `addr` is still in the kernel, [`Refused::Full`] when
+    /// the bound has not `count` writes left. Nothing is reserved then.
+    pub fn reserve(&self, addr: &PciAddress, count: usize) -> Result<Writes, Refused> {
+        debug_assert!(
+            count <= FUNCTION_SHARE,
+            "{count} writes exceed a function's share"
+        );
+        let mut bound = lock(&self.bound);
+        if let Some(what) = bound.pending.get(addr).and_then(|w| w.first()) {
+            return Err(Refused::Stuck {
+                device: *addr,
+                what,
+            });
         }
+        if bound.held + count > bound.cap {
+            return Err(Refused::Full {
+                device: *addr,
+                cap: bound.cap,
+                stuck: bound.pending.len(),
+            });
+        }
+        bound.held += count;
+        Ok(Writes {
+            sysfs: self.clone(),
+            addr: *addr,
+            left: count,
+        })
     }
 
     /// Calls `late` for every write that returns from the kernel after its operation stopped
@@ -83,24 +197,26 @@ impl Sysfs {
     /// What is still pending in the kernel for `addr` ("an unbind"), if anything. While
     /// something is, no operation may touch the function.
     pub fn pending(&self, addr: &PciAddress) -> Option<&'static str> {
-        lock(&self.pending)
+        lock(&self.bound)
+            .pending
             .get(addr)
             .and_then(|w| w.first().copied())
     }
 
     /// Whether any write is still in the kernel.
     pub fn any_pending(&self) -> bool {
-        !lock(&self.pending).is_empty()
+        !lock(&self.bound).pending.is_empty()
     }
 
     /// The `Busy` answer for a function with a write still in the kernel.
-    pub fn busy_if_pending(&self, addr: &PciAddress) -> Result<(), HelperError> {
+    ///
+    /// # Errors
+    /// [`Refused::Stuck`] naming the function and the write.
+    pub fn busy_if_pending(&self, addr: &PciAddress) -> Result<(), Refused> {
         match self.pending(addr) {
-            Some(what) => Err(HelperError::Busy {
-                what: format!(
-                    "{what} of {addr} is still pending in the kernel (its driver has not let go); \
-                     do not retry until it finishes"
-                ),
+            Some(what) => Err(Refused::Stuck {
+                device: *addr,
+                what,
             }),
             None => Ok(()),
         }
@@ -251,45 +367,62 @@ impl Sysfs {
             tokio::time::sleep(POLL_INTERVAL.min(deadline - Instant::now())).await;
         }
     }
+}
 
-    /// Writes `value` to a sysfs file of function `addr` on a thread of its own, waiting at
-    /// most until `deadline`. `what` names the write for messages ("an unbind").
+impl Writes {
+    /// The function these writes were reserved for (every write marks it pending).
+    pub fn device(&self) -> PciAddress {
+        self.addr
+    }
+
+    /// Writes `value` to a sysfs file of this function on a thread of its own, using one of the
+    /// reserved writes, waiting at most until `deadline`. `what` names the write for messages
+    /// ("an unbind").
     ///
     /// The function is marked pending from the moment the thread starts until the kernel
     /// returns, whether or not anyone still waits: see [`Sysfs::pending`].
     ///
     /// # Errors
     /// `Ok(Err(io))` when the write failed; `Err(NotDone)` when it did not complete in time
-    /// (still pending in the kernel, or never started).
+    /// (still pending in the kernel, or never started) or none of the reserved writes was left.
+    ///
+    /// # Cancel safety
+    /// Dropping the future leaves a started write to its thread, which keeps its place in the
+    /// bound and the function's pending mark until the kernel returns.
     pub async fn write(
-        &self,
-        addr: &PciAddress,
+        &mut self,
         what: &'static str,
         path: &Path,
         value: &str,
         deadline: Instant,
     ) -> Result<std::io::Result<()>, NotDone> {
-        let in_kernel: usize = lock(&self.pending).values().map(Vec::len).sum();
-        if in_kernel >= MAX_WRITERS {
-            return Err(NotDone::NoWriter);
+        if self.left == 0 {
+            return Err(NotDone::Unreserved);
         }
+        // The reserved place moves to the write's thread, which gives it back when it ends.
+        self.left -= 1;
+        let addr = self.addr;
         let (tx, rx) = tokio::sync::oneshot::channel();
         let job = Job {
-            addr: *addr,
+            addr,
             what,
             path: path.to_path_buf(),
             value: value.to_owned(),
             deadline,
-            pending: self.pending.clone(),
-            late: self.late.clone(),
+            bound: self.sysfs.bound.clone(),
+            late: self.sysfs.late.clone(),
         };
         // Marked before the thread exists, so no operation can slip in between.
-        lock(&self.pending).entry(*addr).or_default().push(what);
+        lock(&self.sysfs.bound)
+            .pending
+            .entry(addr)
+            .or_default()
+            .push(what);
         let spawned = std::thread::Builder::new()
             .name("sysfs-write".to_owned())
             .spawn(move || job.run(tx));
         if let Err(e) = spawned {
-            unmark(&self.pending, addr, what);
+            finish(&self.sysfs.bound, &addr, what);
             return Ok(Err(e));
         }
         let left = deadline.saturating_duration_since(Instant::now());
@@ -302,6 +435,13 @@ impl Sysfs {
     }
 }
 
+impl Drop for Writes {
+    fn drop(&mut self) {
+        let mut bound = lock(&self.sysfs.bound);
+        bound.held = bound.held.saturating_sub(self.left);
+    }
+}
+
 /// One write on its thread.
 struct Job {
     addr: PciAddress,
@@ -309,16 +449,16 @@ struct Job {
     path: PathBuf,
     value: String,
     deadline: Instant,
-    pending: Arc<Mutex<HashMap<PciAddress, Vec<&'static str>>>>,
+    bound: Arc<Mutex<Bound>>,
     late: Option<LateWrite>,
 }
 
 impl Job {
     /// Performs the write unless its deadline passed first (`None`), then unmarks the
-    /// function and reports a late return.
+    /// function, gives its place back to the bound and reports a late return.
     fn run(self, tx: tokio::sync::oneshot::Sender<Option<std::io::Result<()>>>) {
         let result = (Instant::now() < self.deadline).then(|| write_now(&self.path, &self.value));
-        unmark(&self.pending, &self.addr, self.what);
+        finish(&self.bound, &self.addr, self.what);
         let done = match &result {
             Some(Ok(())) => "succeeded".to_owned(),
             Some(Err(e)) => format!("failed ({e})"),
@@ -340,18 +480,16 @@ impl Job {
     }
 }
 
-fn unmark(
-    pending: &Mutex<HashMap<PciAddress, Vec<&'static str>>>,
-    addr: &PciAddress,
-    what: &'static str,
-) {
-    let mut map = lock(pending);
-    if let Some(list) = map.get_mut(addr) {
+/// A write's end: its function is unmarked and its place in the bound given back.
+fn finish(bound: &Mutex<Bound>, addr: &PciAddress, what: &'static str) {
+    let mut bound = lock(bound);
+    bound.held = bound.held.saturating_sub(1);
+    if let Some(list) = bound.pending.get_mut(addr) {
         if let Some(i) = list.iter().position(|w| *w == what) {
             list.remove(i);
         }
         if list.is_empty() {
-            map.remove(addr);
+            bound.pending.remove(addr);
         }
     }
 }
@@ -383,4 +521,123 @@ fn write_now(path: &Path, value: &str) -> std::io::Result<()> {
         .open(path)?;
     // One write call: a sysfs attribute takes its value in one write.
     f.write_all(value.as_bytes())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn addr(bus: u8) -> PciAddress {
+        format!("0000:{bus:02x}:00.0").parse().unwrap()
+    }
+
+    /// A tree under `root` with `gpus` NVIDIA GPUs at buses 0x10 onwards.
+    fn tree(root: &Path, gpus: u8) -> Sysfs {
+        for bus in 0x10..0x10 + gpus {
+            let dir = root.join("bus/pci/devices").join(addr(bus).sysfs_name());
+            std::fs::create_dir_all(&dir).unwrap();
+            std::fs::write(dir.join("vendor"), "0x10de\n").unwrap();
+            std::fs::write(dir.join("class"), "0x030200\n").unwrap();
+        }
+        std::fs::create_dir_all(root.join("bus/pci/devices")).unwrap();
+        Sysfs::new(root)
+    }
+
+    fn held(sysfs: &Sysfs) -> usize {
+        lock(&sysfs.bound).held
+    }
+
+    fn soon() -> Instant {
+        Instant::now() + Duration::from_secs(5)
+    }
+
+    // Guards the global cap: sized from the functions at start-up with a floor, and a refusal
+    // when it is used up reserves nothing.
+    #[test]
+    fn the_cap_is_a_share_per_function_and_a_refusal_reserves_nothing() {
+        let small = tempfile::tempdir().unwrap();
+        let sysfs = tree(small.path(), 2);
+        assert_eq!(sysfs.write_cap(), MIN_FUNCTIONS * FUNCTION_SHARE);
+        let big = tempfile::tempdir().unwrap();
+        assert_eq!(tree(big.path(), 12).write_cap(), 12 * FUNCTION_SHARE);
+
+        let taken: Vec<Writes> = (0..MIN_FUNCTIONS as u8)
+            .map(|i| sysfs.reserve(&addr(0x40 + i), FUNCTION_SHARE).unwrap())
+            .collect();
+        let err = sysfs.reserve(&addr(0x10), 1).unwrap_err();
+        assert!(matches!(err, Refused::Full { .. }), "{err}");
+        let sentence = err.to_string();
+        assert!(
+            sentence.starts_with("0000:10:00.0: all 40 sysfs writes")
+                && sentence.contains("nothing was done to 0000:10:00.0"),
+            "{sentence}"
+        );
+        assert_eq!(
+            held(&sysfs),
+            sysfs.write_cap(),
+            "the refusal reserved nothing"
+        );
+        drop(taken);
+        assert_eq!(held(&sysfs), 0, "unused writes go back at drop");
+        assert!(sysfs.reserve(&addr(0x10), FUNCTION_SHARE).is_ok());
+    }
+
+    // Guards the per-function limit: a function whose write the kernel holds gets no new
+    // reservation (naming it and the write), keeps its place in the bound until the kernel
+    // returns, and never stops another function's reservation.
+    #[tokio::test]
+    async fn a_function_with_a_write_in_the_kernel_gets_no_reservation_and_others_do() {
+        let dir = tempfile::tempdir().unwrap();
+        let sysfs = tree(dir.path(), 2);
+        let fifo = dir.path().join("unbind");
+        nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
+        let stuck = addr(0x10);
+        let mut writes = sysfs.reserve(&stuck, FUNCTION_SHARE).unwrap();
+        let deadline = Instant::now() + Duration::from_millis(200);
+        let done = writes.write("an unbind", &fifo, "x", deadline).await;
+        assert_eq!(done.unwrap_err(), NotDone::Pending);
+        drop(writes);
+        assert_eq!(held(&sysfs), 1, "the write in the kernel keeps its place");
+
+        let err = sysfs.reserve(&stuck, 1).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "an unbind of 0000:10:00.0 is still pending in the kernel (its driver has not let \
+             go), so nothing was done to 0000:10:00.0: do not retry until it finishes"
+        );
+        let other = dir.path().join("driver_override");
+        std::fs::write(&other, "").unwrap();
+        let mut healthy = sysfs.reserve(&addr(0x11), FUNCTION_SHARE).unwrap();
+        let wrote = healthy.write("a write", &other, "vfio-pci", soon()).await;
+        assert!(matches!(wrote, Ok(Ok(()))), "{wrote:?}");
+        drop(healthy);
+
+        // The kernel lets go: the place and the function are free again.
+        let reader = std::thread::spawn(move || std::fs::read_to_string(fifo).unwrap());
+        assert_eq!(reader.join().unwrap(), "x");
+        let until = soon();
+        while sysfs.pending(&stuck).is_some() {
+            assert!(Instant::now() < until, "the write never returned");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert_eq!(held(&sysfs), 0);
+        assert!(sysfs.reserve(&stuck, FUNCTION_SHARE).is_ok());
+    }
+
+    // Guards the reservation's size: a write past it is not performed.
+    #[tokio::test]
+    async fn a_write_past_the_reservation_is_not_performed() {
+        let dir = tempfile::tempdir().unwrap();
+        let sysfs = tree(dir.path(), 1);
+        let file = dir.path().join("driver_override");
+        std::fs::write(&file, "").unwrap();
+        let mut writes = sysfs.reserve(&addr(0x10), 1).unwrap();
+        assert!(matches!(
+            writes.write("a write", &file, "first", soon()).await,
+            Ok(Ok(()))
+        ));
+        let second = writes.write("a write", &file, "second", soon()).await;
+        assert_eq!(second.unwrap_err(), NotDone::Unreserved);
+        assert_eq!(std::fs::read_to_string(&file).unwrap(), "first");
+    }
 }

@@ -496,6 +496,212 @@ fn an_unbind_the_kernel_still_holds_is_never_abandoned() {
     assert!(out.is_ok(), "{out:?}");
 }
 
+/// How many functions the issue's host had whose unbind the kernel held, besides `18:00.0`.
+const MORE_STUCK: u8 = 72;
+
+// Binds wrote driver_override=vfio-pci and then found no writer left for the unbind or for
+// clearing it: with 72 stuck functions 8 of 73 refused binds kept vfio-pci once the kernel let
+// go, and a healthy GPU's bind was refused while 32 writes waited.
+#[test]
+fn binds_of_stuck_functions_never_strand_an_override_nor_starve_a_healthy_gpu() {
+    let _one = serial();
+    let dir = tempfile::tempdir().unwrap();
+    let smi = fake_program(dir.path(), "nvidia-smi-record", "nvidia-smi");
+    let (sysfs, fifo) = stuck_unbind_sysfs(dir.path());
+    let mut stuck = vec!["0000:18:00.0".to_owned()];
+    for bus in 0x20..0x20 + MORE_STUCK {
+        let addr = format!("0000:{bus:02x}:00.0");
+        sysfs.add_function(&addr, "0x10de", "0x030200", "nvidia");
+        stuck.push(addr);
+    }
+    let root = sysfs.root.display().to_string();
+    let slots = (stuck.len() + 8).to_string();
+    let h = Helper::start_in(
+        dir,
+        &[
+            "--sysfs-root",
+            &root,
+            "--nvidia-smi",
+            smi.to_str().unwrap(),
+            "--unbind-timeout",
+            "1",
+            "--max-connections",
+            &slots,
+            "--max-connections-per-uid",
+            &slots,
+        ],
+    );
+    // Every stuck function's bind at once, as an agent moving a whole host would.
+    let started = Instant::now();
+    let binds: Vec<_> = stuck
+        .iter()
+        .map(|a| {
+            let (sock, device) = (h.sock.clone(), pci(a));
+            std::thread::spawn(move || {
+                exchange(
+                    &sock,
+                    Operation::VfioBind { device },
+                    Duration::from_secs(30),
+                )
+            })
+        })
+        .collect();
+    let answers: Vec<Result<Outcome, String>> =
+        binds.into_iter().map(|b| b.join().unwrap()).collect();
+    let binds_took = started.elapsed();
+
+    // (b) A healthy GPU is served while every one of those unbinds waits in the kernel.
+    let started = Instant::now();
+    let healthy = exchange(
+        &h.sock,
+        Operation::VfioBind {
+            device: pci("0000:19:00.0"),
+        },
+        Duration::from_secs(30),
+    );
+    let healthy_took = started.elapsed();
+    assert!(
+        matches!(healthy, Ok(Outcome::Vfio { .. })),
+        "a healthy GPU's bind was refused while stuck writes waited: {healthy:?}"
+    );
+    assert_eq!(sysfs.driver("0000:19:00.0").as_deref(), Some("vfio-pci"));
+
+    // A stuck function's next bind is refused at once, naming the stuck write, untouched.
+    let started = Instant::now();
+    for a in &stuck {
+        let again = exchange(
+            &h.sock,
+            Operation::VfioBind { device: pci(a) },
+            Duration::from_secs(30),
+        );
+        let err = again.unwrap_err();
+        assert!(
+            err.contains(&format!("an unbind of {a} is still pending in the kernel"))
+                && err.contains("do not retry"),
+            "{err}"
+        );
+        assert_eq!(sysfs.driver_override(a).trim(), "", "{a} was touched");
+    }
+    let refusals_took = started.elapsed();
+    eprintln!(
+        "{} binds of stuck functions answered in {} ms; a healthy GPU's bind meanwhile in {} ms; \
+         {} refusals of stuck functions in {} ms ({} µs each)",
+        stuck.len(),
+        binds_took.as_millis(),
+        healthy_took.as_millis(),
+        stuck.len(),
+        refusals_took.as_millis(),
+        refusals_took.as_micros() / stuck.len() as u128
+    );
+
+    // (a) The kernel lets go: every blocked unbind returns, and no refused bind leaves
+    // driver_override=vfio-pci behind.
+    let mut reader = std::fs::File::open(&fifo).unwrap();
+    let mut got = String::new();
+    reader.read_to_string(&mut got).unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    let stranded: Vec<&String> = stuck
+        .iter()
+        .filter(|a| sysfs.driver_override(a).trim() == "vfio-pci")
+        .collect();
+    assert!(
+        stranded.is_empty(),
+        "{} of {} refused binds left driver_override=vfio-pci: {stranded:?}",
+        stranded.len(),
+        stuck.len()
+    );
+    for (a, answer) in stuck.iter().zip(&answers) {
+        let err = answer.as_ref().unwrap_err();
+        assert!(
+            err.contains("still pending in the kernel")
+                && err.contains("driver_override was cleared"),
+            "{a}: {err}"
+        );
+    }
+    assert_eq!(
+        got.matches("0000:").count(),
+        stuck.len(),
+        "every stuck function's unbind reached the kernel: {got}"
+    );
+    // The fake kernel stops before the helper's folder, which holds its tree, is removed.
+    drop(sysfs);
+    drop(h);
+}
+
+// A bind that found no writer had already turned persistence off and written
+// driver_override=vfio-pci; refused for want of writes, it now leaves the function as it was.
+#[test]
+fn a_bind_refused_for_want_of_writes_touches_nothing() {
+    let _one = serial();
+    let dir = tempfile::tempdir().unwrap();
+    let smi = fake_program(dir.path(), "nvidia-smi-record", "nvidia-smi");
+    let calls = dir.path().join("calls");
+    let (sysfs, fifo) = stuck_unbind_sysfs(dir.path());
+    let root = sysfs.root.display().to_string();
+    let h = Helper::start_in(
+        dir,
+        &[
+            "--sysfs-root",
+            &root,
+            "--nvidia-smi",
+            smi.to_str().unwrap(),
+            "--unbind-timeout",
+            "1",
+            "--max-connections",
+            "32",
+            "--max-connections-per-uid",
+            "32",
+        ],
+    );
+    // GPUs that appear after start-up, beyond the floor the bound was sized for (8 functions
+    // of 5 writes): all of them at once cannot have their writes.
+    let added: Vec<String> = (0x20..0x30).map(|b| format!("0000:{b:02x}:00.0")).collect();
+    for a in &added {
+        sysfs.add_function(a, "0x10de", "0x030200", "nvidia");
+    }
+    let binds: Vec<_> = added
+        .iter()
+        .map(|a| {
+            let (sock, device) = (h.sock.clone(), pci(a));
+            std::thread::spawn(move || {
+                exchange(
+                    &sock,
+                    Operation::VfioBind { device },
+                    Duration::from_secs(30),
+                )
+            })
+        })
+        .collect();
+    let answers: Vec<String> = binds
+        .into_iter()
+        .map(|b| b.join().unwrap().unwrap_err())
+        .collect();
+    let smi_calls = std::fs::read_to_string(&calls).unwrap_or_default();
+    let mut refused = 0;
+    for (a, err) in added.iter().zip(&answers) {
+        let nvml = format!("-i {} -pm 0", pci(a).nvml_bus_id());
+        if err.contains("sysfs writes bcd-helper allows at once") {
+            refused += 1;
+            assert!(err.contains(&format!("nothing was done to {a}")), "{err}");
+            assert!(!smi_calls.contains(&nvml), "{a}'s persistence was changed");
+        } else {
+            assert!(err.contains("still pending in the kernel"), "{a}: {err}");
+            assert!(smi_calls.contains(&nvml), "{a}: {smi_calls}");
+        }
+        assert_eq!(sysfs.driver_override(a).trim(), "", "{a}: {err}");
+    }
+    assert!(refused > 0, "no bind was refused: {answers:?}");
+    eprintln!(
+        "{refused} of {} binds refused for want of writes",
+        added.len()
+    );
+    let mut reader = std::fs::File::open(&fifo).unwrap();
+    let mut got = String::new();
+    reader.read_to_string(&mut got).unwrap();
+    drop(sysfs);
+    drop(h);
+}
+
 // A queue of short operations made a caller wait 30 s and then told it one operation "has held
 // it for more than 30s"; Busy now says how many were queued ahead.
 #[test]
