@@ -285,6 +285,7 @@ pub async fn status_within(
         samples: &samples,
         // One collection: no rate between two.
         correctable: None,
+        board: inventory.as_ref().map_or(&[][..], |i| &i.gpu.gpus),
     };
     Ok(StatusReport {
         gpus: gpu_statuses(&samples, inventory.as_ref(), &evidence),

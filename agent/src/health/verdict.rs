@@ -130,6 +130,9 @@ pub struct Evidence<'a> {
     /// The volatile correctable ECC error rates between collections; `None` where no two
     /// collections were compared (`bcd status`).
     pub correctable: Option<&'a CorrectableRates>,
+    /// Every GPU of the inventory: which NVSwitch a GPU's NVLinks reach is known only by
+    /// looking at them all (see [`switch_fault`]).
+    pub board: &'a [Gpu],
 }
 
 /// Volatile correctable ECC errors per hour above which a GPU is degraded. Correctable errors
@@ -233,6 +236,8 @@ pub mod kind {
     pub const ECC: &str = "EccUncorrectable";
     /// Correctable ECC errors at a high rate.
     pub const ECC_CORRECTABLE_RATE: &str = "EccCorrectableRate";
+    /// A fatal SXid on an NVSwitch this GPU's NVLinks reach.
+    pub const SWITCH_FATAL: &str = "NvSwitchFatal";
 }
 
 /// The action for a GPU that nvidia-smi does not answer for.
@@ -294,6 +299,7 @@ pub fn judge(gpu: &Gpu, ev: &Evidence<'_>) -> Verdict {
         ));
     }
     xids(gpu, ev, &mut out);
+    switch_fault(gpu, ev, &mut out);
     if !gpu.passed_through {
         match (ev.silent, ev.driver) {
             (Some(why), _) => out.push(reason(
@@ -324,6 +330,59 @@ pub fn judge(gpu: &Gpu, ev: &Evidence<'_>) -> Verdict {
         }
     }
     Verdict::of(out)
+}
+
+/// A fatal SXid stops its NVSwitch's NVLinks: until the next boot, every GPU whose NVLinks
+/// reach that switch is unhealthy with the SXid's action. Which GPUs those are is known from
+/// `nvlink -R` (a link whose far end is `nvswitch:<its bus id>`). Where no GPU's links name the
+/// switch (no `nvlink -R` answer, or one whose switches do not match the SXid's address), every
+/// GPU with an NVLink to any NVSwitch counts (a link whose far end is a switch, or, far ends
+/// unknown, any NVLink at all): on HGX boards, every GPU. A non-fatal SXid changes nothing
+/// here (the switch's condition says "watch").
+fn switch_fault(gpu: &Gpu, ev: &Evidence<'_>, out: &mut Vec<Reason>) {
+    let fatal = ev
+        .conditions
+        .iter()
+        .filter(|c| c.status && matches!(c.kind, ConditionKind::SXid(_)))
+        .filter_map(|c| {
+            super::kmsg::parse_sxid(&c.message)
+                .filter(|s| s.fatal)
+                .map(|s| (c, s))
+        });
+    for (c, sxid) in fatal {
+        let switch = format!("nvswitch:{}", sxid.address.nvml_bus_id());
+        let names = |g: &Gpu| {
+            g.nvlinks
+                .iter()
+                .any(|l| l.remote.as_deref() == Some(&switch))
+        };
+        let reached = if ev.board.iter().any(names) {
+            names(gpu)
+        } else {
+            let to_switch = gpu.nvlinks.iter().any(|l| {
+                l.remote
+                    .as_deref()
+                    .is_some_and(|r| r.starts_with("nvswitch:"))
+            });
+            let far_ends_unknown = gpu.nvlinks.iter().all(|l| l.remote.is_none());
+            let any_nvlink =
+                !gpu.nvlinks.is_empty() || gpu.topology.values().any(|t| t.starts_with("NV"));
+            to_switch || (far_ends_unknown && any_nvlink)
+        };
+        if reached {
+            out.push(reason(
+                HealthState::Unhealthy,
+                kind::SWITCH_FATAL,
+                format!(
+                    "fatal SXid {} on NVSwitch {}, which this GPU's NVLinks reach: {}",
+                    sxid.number,
+                    sxid.address,
+                    crate::smi::escape_line(&c.message)
+                ),
+                super::kmsg::sxid_action(true),
+            ));
+        }
+    }
 }
 
 fn counters(gpu: &Gpu, out: &mut Vec<Reason>) {
@@ -550,6 +609,95 @@ mod tests {
             }),
             ..Gpu::new(0, UUID.parse().unwrap())
         }
+    }
+
+    /// A GPU with one active NVLink whose far end is `remote` (`None`: not known).
+    fn linked(index: u32, uuid: &str, remote: Option<&str>) -> Gpu {
+        Gpu {
+            nvlinks: vec![crate::inventory::document::NvLink {
+                link: 0,
+                state: "active".into(),
+                remote: remote.map(str::to_owned),
+            }],
+            ..Gpu::new(index, uuid.parse().unwrap())
+        }
+    }
+
+    fn sxid(severity: &str) -> Condition {
+        Condition {
+            kind: ConditionKind::SXid(20034),
+            status: true,
+            device_id: super::super::ConditionDevice::Switch("0000:05:00.0".parse().unwrap()),
+            message: format!(
+                "nvidia-nvswitch0: SXid (PCI:0000:05:00.0): 20034, {severity}, Link 30 LTSSM Fault Up"
+            ),
+            first_seen: 1,
+            last_seen: 1,
+            count: 1,
+        }
+    }
+
+    // A fatal NVSwitch SXid was recorded on the switch with "stop the jobs on this board's
+    // GPUs, then reboot the node", yet every GPU stayed healthy and took new pods. The GPUs
+    // whose NVLinks reach the switch are unhealthy now, every NVLinked GPU when no link names
+    // it; a non-fatal SXid changes no GPU.
+    #[test]
+    fn a_fatal_sxid_makes_the_gpus_its_switch_reaches_unhealthy() {
+        const OTHER: &str = "GPU-a4303385-f265-4ffc-ad1b-b0bef156d59a";
+        let fatal = [sxid("Fatal")];
+        // No nvlink -R: every GPU with an NVLink, and not one without.
+        let board = [linked(0, UUID, None), Gpu::new(1, OTHER.parse().unwrap())];
+        let ev = Evidence {
+            conditions: &fatal,
+            board: &board,
+            ..Evidence::default()
+        };
+        let v = judge(&board[0], &ev);
+        assert_eq!(v.health, HealthState::Unhealthy, "{v:?}");
+        assert_eq!(v.reasons[0].kind, kind::SWITCH_FATAL);
+        assert!(
+            v.reasons[0]
+                .message
+                .contains("fatal SXid 20034 on NVSwitch 0000:05:00.0"),
+            "{v:?}"
+        );
+        assert!(v.reasons[0]
+            .action
+            .starts_with("stop the jobs on this board's GPUs, then reboot"));
+        assert_eq!(
+            judge(&board[1], &ev).health,
+            HealthState::Healthy,
+            "no NVLink"
+        );
+        // Links naming switches: only the GPU whose link names this one.
+        let board = [
+            linked(0, UUID, Some("nvswitch:00000000:05:00.0")),
+            linked(1, OTHER, Some("nvswitch:00000000:06:00.0")),
+        ];
+        let ev = Evidence {
+            board: &board,
+            ..ev
+        };
+        assert_eq!(judge(&board[0], &ev).health, HealthState::Unhealthy);
+        assert_eq!(judge(&board[1], &ev).health, HealthState::Healthy);
+        // Links naming switches, none this one (an address spelt otherwise): every GPU
+        // linked to a switch.
+        let board = [
+            linked(0, UUID, Some("nvswitch:00000000:07:00.0")),
+            linked(1, OTHER, Some("nvswitch:00000000:06:00.0")),
+        ];
+        let ev = Evidence {
+            board: &board,
+            ..ev
+        };
+        assert_eq!(judge(&board[0], &ev).health, HealthState::Unhealthy);
+        assert_eq!(judge(&board[1], &ev).health, HealthState::Unhealthy);
+        let watched = [sxid("Non-fatal")];
+        let ev = Evidence {
+            conditions: &watched,
+            ..ev
+        };
+        assert_eq!(judge(&board[0], &ev).health, HealthState::Healthy);
     }
 
     fn judged(gpu: &Gpu, rates: &CorrectableRates) -> Verdict {

@@ -709,6 +709,7 @@ impl Node {
             fabric_manager_down: l.fabric_manager_down,
             samples,
             correctable: Some(&l.correctable),
+            board: &l.inventory.gpu.gpus,
         }
     }
 
