@@ -262,6 +262,8 @@ mod tests {
             )
             .unwrap();
         }
+        // Raised within a second, the last two wait for the burst's write: written now.
+        h.flush().unwrap();
         h
     }
 

@@ -670,6 +670,7 @@ mod tests {
             "a forged line: {lines:#?}"
         );
         // The switch's condition and the GPU's are both kept, whatever was logged.
+        s.health.flush().unwrap();
         let kinds: Vec<String> = s
             .health
             .conditions()
@@ -784,6 +785,8 @@ mod tests {
     async fn xids_appended_after_start_raise_conditions_within_a_second() {
         let mut s = setup();
         let stats = s.watcher.stats();
+        // The node's writer: a burst's conditions are published once written.
+        let _writer = tokio::spawn(s.health.clone().write_pending());
         let task = tokio::spawn(s.watcher.run());
         tokio::time::sleep(Duration::from_millis(150)).await;
         let started = Instant::now();
@@ -930,6 +933,7 @@ mod tests {
     #[tokio::test]
     async fn sxids_and_fallen_off_the_bus_lines_raise_conditions() {
         let mut s = setup();
+        let _writer = tokio::spawn(s.health.clone().write_pending());
         let task = tokio::spawn(s.watcher.run());
         tokio::time::sleep(Duration::from_millis(150)).await;
         append(
