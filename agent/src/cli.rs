@@ -163,6 +163,11 @@ pub enum Command {
         /// Seconds a Kubernetes hold whose devices no pod has is kept before its release.
         #[arg(long, value_name = "SECONDS", default_value_t = crate::kubelet::DEFAULT_RELEASE_GRACE.as_secs())]
         kubernetes_release_grace: u64,
+        /// A folder on tmpfs that lasts the boot (bcd.service's RuntimeDirectory, kept across
+        /// restarts): XID conditions the data folder cannot take are kept here meanwhile.
+        /// Default: the API socket's folder (/run/bcd).
+        #[arg(long, value_name = "DIR")]
+        runtime_dir: Option<std::path::PathBuf>,
     },
     /// One line per GPU from a live sample (waits at most 10 s), with UNHEALTHY where the
     /// healthy rule fails.

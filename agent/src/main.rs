@@ -54,8 +54,10 @@ fn main() -> ExitCode {
                 device_plugin_dir,
                 pod_resources_socket,
                 kubernetes_release_grace,
+                runtime_dir,
             } => {
                 let flags = svc::NodeFlags {
+                    runtime_dir: runtime_dir.clone(),
                     metrics_listen: *metrics_listen,
                     otlp_endpoint: otlp_endpoint.clone(),
                     sample_interval: *sample_interval,

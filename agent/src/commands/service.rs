@@ -196,6 +196,8 @@ pub async fn vm(global: &Global, cmd: &VmCommand) -> ExitCode {
 /// `bcd node`'s own flags, as the command line gave them.
 #[derive(Debug, Clone)]
 pub struct NodeFlags {
+    /// See `bcd node --runtime-dir`.
+    pub runtime_dir: Option<std::path::PathBuf>,
     /// `--metrics-listen`.
     pub metrics_listen: Option<SocketAddr>,
     /// `--otlp-endpoint`.
@@ -215,6 +217,7 @@ pub struct NodeFlags {
 /// `bcd node`.
 pub async fn node(global: &Global, flags: NodeFlags) -> ExitCode {
     let NodeFlags {
+        runtime_dir,
         metrics_listen,
         otlp_endpoint,
         sample_interval,
@@ -226,6 +229,17 @@ pub async fn node(global: &Global, flags: NodeFlags) -> ExitCode {
     let config = NodeConfig {
         host: global.host(),
         data_dir: global.data_dir.clone(),
+        // The API socket's folder is bcd.service's RuntimeDirectory (/run/bcd).
+        runtime_dir: runtime_dir.unwrap_or_else(|| {
+            global
+                .api_socket
+                .parent()
+                .filter(|p| !p.as_os_str().is_empty())
+                .map_or_else(
+                    || crate::health::faults::DEFAULT_RUNTIME_DIR.into(),
+                    std::path::Path::to_path_buf,
+                )
+        }),
         cdi_dir: global.cdi_dir.clone(),
         helper_socket: global.helper_socket.clone(),
         api_socket: global.api_socket.clone(),

@@ -30,8 +30,13 @@ use super::{Condition, ConditionDevice, ConditionKind};
 use crate::host::Host;
 use crate::state::{self, StateError, PRIVATE_MODE};
 
-/// The file's name in the data folder.
+/// The file's name in the data folder (and in the runtime folder, for its fallback).
 pub const FAULTS_FILE: &str = "faults.json";
+/// The runtime folder `bcd node` keeps the fallback record in: bcd.service's
+/// `RuntimeDirectory` (tmpfs, kept across service restarts, gone with the boot).
+pub const DEFAULT_RUNTIME_DIR: &str = "/run/bcd";
+/// How often a write that keeps failing is logged at most.
+const FAILURE_LOG_EVERY: Duration = Duration::from_secs(60);
 /// Where the kernel gives this boot's id.
 pub const BOOT_ID_PATH: &str = "/proc/sys/kernel/random/boot_id";
 
@@ -186,6 +191,12 @@ pub struct FaultStore {
     /// Writes and bytes written, for the metrics and the storm's figures.
     writes: u64,
     bytes_written: u64,
+    /// Where the conditions go while the file cannot be written (see [`FaultStore::with_fallback`]).
+    fallback: Option<PathBuf>,
+    /// Why the file cannot be written now, and the failed writes since it last could.
+    failure: Option<(String, u64)>,
+    /// When a failure was last logged.
+    failure_logged: Option<Instant>,
 }
 
 impl FaultStore {
@@ -208,6 +219,9 @@ impl FaultStore {
             last_write: None,
             writes: 0,
             bytes_written: 0,
+            fallback: None,
+            failure: None,
+            failure_logged: None,
         };
         match loaded {
             Some(doc) if doc.boot_id == boot_id => {
@@ -246,6 +260,84 @@ impl FaultStore {
             last_write: None,
             writes: 0,
             bytes_written: 0,
+            fallback: None,
+            failure: None,
+            failure_logged: None,
+        }
+    }
+
+    /// Keeps the conditions in `<runtime_dir>/faults.json` whenever the data folder's file
+    /// cannot be written (a full or read-only disk), and takes back what an earlier process
+    /// of this boot kept there: such a condition (or a higher count) joins this store's and is
+    /// written to the data folder at once; the fallback file is removed once the data folder's
+    /// file has everything. The runtime folder is tmpfs that lasts the boot, like the
+    /// conditions themselves, and is not on the full disk.
+    pub fn with_fallback(mut self, runtime_dir: &Path) -> Self {
+        let fallback = runtime_dir.join(FAULTS_FILE);
+        match state::load(&fallback, parse) {
+            Ok(Some(doc)) if doc.boot_id == self.boot_id => {
+                let mut taken = 0;
+                for c in doc.conditions {
+                    match self
+                        .conditions
+                        .iter_mut()
+                        .find(|m| m.kind == c.kind && m.device_id == c.device_id)
+                    {
+                        Some(mine) if mine.count >= c.count && mine.last_seen >= c.last_seen => {}
+                        Some(mine) => {
+                            *mine = c;
+                            taken += 1;
+                        }
+                        None => {
+                            self.conditions.push(c);
+                            taken += 1;
+                        }
+                    }
+                }
+                if taken > 0 {
+                    tracing::warn!(
+                        "{}: took back {taken} XID condition(s) kept there while {} could not be written",
+                        fallback.display(),
+                        self.path.display()
+                    );
+                    self.dirty = true;
+                }
+            }
+            Ok(_) => {}
+            Err(e) => tracing::warn!("the fallback record of XID conditions: {e}"),
+        }
+        self.fallback = Some(fallback);
+        if self.dirty {
+            // An error is reported by the save itself; the fallback keeps the conditions.
+            let _ = self.save();
+        } else {
+            self.remove_fallback();
+        }
+        self
+    }
+
+    /// Why the file cannot be written now, when it cannot: the sentence for `status`.
+    pub fn save_failure(&self) -> Option<String> {
+        self.failure.as_ref().map(|(why, failed)| {
+            let kept = match &self.fallback {
+                Some(f) => format!("they are kept in {} until it can", f.display()),
+                None => "they are kept in memory only".to_owned(),
+            };
+            format!("XID conditions cannot be saved ({why}; {failed} failed write(s)): {kept}, and the GPUs stay out of work")
+        })
+    }
+
+    fn remove_fallback(&self) {
+        if let Some(f) = &self.fallback {
+            match std::fs::remove_file(f) {
+                Ok(()) => tracing::info!(
+                    "{} is written again; removed {}",
+                    self.path.display(),
+                    f.display()
+                ),
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => tracing::warn!("cannot remove {}: {e}", f.display()),
+            }
         }
     }
 
@@ -362,10 +454,37 @@ impl FaultStore {
         let bytes = serde_json::to_vec_pretty(&doc).unwrap_or_default();
         // Counted as tried: a failing write is retried at the next change or flush, not at once.
         self.last_write = Some(Instant::now());
-        match &mut self.writer {
-            Some(writer) => writer.write(&bytes)?,
-            None => state::write_atomic(&self.path, &bytes, PRIVATE_MODE)?,
+        let written = match &mut self.writer {
+            Some(writer) => writer.write(&bytes),
+            None => state::write_atomic(&self.path, &bytes, PRIVATE_MODE),
+        };
+        if let Err(e) = written {
+            let mut why = e.to_string();
+            if let Some(f) = &self.fallback {
+                if let Some(parent) = f.parent() {
+                    let _ = std::fs::create_dir_all(parent);
+                }
+                if let Err(fe) = state::write_atomic(f, &bytes, PRIVATE_MODE) {
+                    why.push_str(&format!("; nor can the fallback {}: {fe}", f.display()));
+                }
+            }
+            let failed = self.failure.as_ref().map_or(0, |(_, n)| *n) + 1;
+            self.failure = Some((why, failed));
+            let due = self
+                .failure_logged
+                .is_none_or(|at| at.elapsed() >= FAILURE_LOG_EVERY);
+            if due {
+                if let Some(sentence) = self.save_failure() {
+                    tracing::error!("{sentence}");
+                }
+                self.failure_logged = Some(Instant::now());
+            }
+            return Err(e.into());
         }
+        // The fallback (of this process's failure, or an earlier one's) is superseded.
+        self.failure = None;
+        self.failure_logged = None;
+        self.remove_fallback();
         self.dirty = false;
         self.writes += 1;
         self.bytes_written += bytes.len() as u64;
@@ -460,6 +579,14 @@ impl Health {
         });
     }
 
+    /// Why the file cannot be written now, when it cannot (see [`FaultStore::save_failure`]).
+    pub fn save_failure(&self) -> Option<String> {
+        self.store
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .save_failure()
+    }
+
     /// How many times the file was written, and how many bytes in all.
     pub fn written(&self) -> (u64, u64) {
         self.store
@@ -483,8 +610,8 @@ impl Health {
             match due {
                 Some(at) => {
                     tokio::time::sleep_until(at.into()).await;
-                    if let Err(e) = self.flush() {
-                        tracing::error!("{e}");
+                    // A failure is logged by the store itself, at most once a minute.
+                    if self.flush().is_err() {
                         tokio::time::sleep(WRITE_INTERVAL).await;
                     }
                 }
@@ -564,6 +691,75 @@ mod tests {
         std::fs::create_dir_all(file.parent().unwrap()).unwrap();
         std::fs::write(&file, format!("{boot_id}\n")).unwrap();
         Host::new(dir.join("root"), "nvidia-smi")
+    }
+
+    // XIDs raised while faults.json could not be written lived only in memory: a clean
+    // restart dropped them (Xid 79, 48, 119 gone, the GPUs healthy again) and status never
+    // said that XIDs were not saved. They are kept in the runtime folder's fallback record
+    // meanwhile, said in status, and taken back by the next start of the boot.
+    #[tokio::test]
+    async fn xids_the_data_folder_cannot_take_survive_a_restart_through_the_runtime_folder() {
+        let dir = tempfile::tempdir().unwrap();
+        let (data, run) = (dir.path().join("data"), dir.path().join("run"));
+        std::fs::create_dir_all(&data).unwrap();
+        let health = Health::new(
+            FaultStore::open(&data, "boot-1")
+                .unwrap()
+                .with_fallback(&run),
+        );
+        assert_eq!(health.save_failure(), None);
+        // The data folder goes away under the node: no file can be made in it.
+        std::fs::remove_dir_all(&data).unwrap();
+        for (xid, gpu) in [(79, GPU_A), (48, GPU_B), (119, GPU_A)] {
+            // The first is written at once (and fails); the others wait for the burst's write.
+            let _ = health.raise(&ConditionKind::Xid(xid), dev(gpu), "NVRM: Xid");
+        }
+        assert!(
+            health.flush().is_err(),
+            "the data folder cannot take the write"
+        );
+        assert_eq!(health.conditions().len(), 3, "shown although not saved");
+        let problem = health.save_failure().expect("status says so");
+        assert!(
+            problem.starts_with("XID conditions cannot be saved ("),
+            "{problem}"
+        );
+        assert!(
+            problem.contains(&run.join(FAULTS_FILE).display().to_string()),
+            "{problem}"
+        );
+        drop(health);
+
+        // A clean restart in the same boot, the data folder back (empty).
+        std::fs::create_dir_all(&data).unwrap();
+        let store = FaultStore::open(&data, "boot-1")
+            .unwrap()
+            .with_fallback(&run);
+        let kinds: Vec<String> = store
+            .conditions()
+            .iter()
+            .map(|c| c.kind.to_string())
+            .collect();
+        assert_eq!(kinds, ["Xid79", "Xid48", "Xid119"]);
+        assert_eq!(store.save_failure(), None);
+        assert_eq!(
+            read_this_boot(&data, "boot-1").unwrap().len(),
+            3,
+            "written back at once"
+        );
+        assert!(
+            !run.join(FAULTS_FILE).exists(),
+            "the fallback goes once the file has it all"
+        );
+        // Another boot's fallback is not this boot's.
+        drop(store);
+        std::fs::create_dir_all(&run).unwrap();
+        std::fs::copy(data.join(FAULTS_FILE), run.join(FAULTS_FILE)).unwrap();
+        std::fs::remove_file(data.join(FAULTS_FILE)).unwrap();
+        let next = FaultStore::open(&data, "boot-2")
+            .unwrap()
+            .with_fallback(&run);
+        assert!(next.conditions().is_empty());
     }
 
     // kill -9 lost 24-29 % of the conditions /v1/conditions had shown (all younger than the

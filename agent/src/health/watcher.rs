@@ -504,7 +504,7 @@ impl XidWatcher {
             ConditionDevice::Switch(sxid.address),
             &sxid.text,
         ) {
-            tracing::error!("{e}");
+            tracing::debug!("{e}"); // logged by the store, at most once a minute
         }
     }
 
@@ -526,7 +526,7 @@ impl XidWatcher {
             .health
             .raise(&ConditionKind::FellOffTheBus, uuid.into(), text)
         {
-            tracing::error!("{e}");
+            tracing::debug!("{e}"); // logged by the store, at most once a minute
         }
         let _ = self.collect.try_send(false);
     }
@@ -558,7 +558,7 @@ impl XidWatcher {
             .health
             .raise(&ConditionKind::Xid(xid.number), uuid.into(), &xid.text)
         {
-            tracing::error!("{e}");
+            tracing::debug!("{e}"); // logged by the store, at most once a minute
         }
         // Full: a request is already waiting, and one collection serves both. XID 154 says the
         // driver's recovery action changed: read it at once.

@@ -88,7 +88,9 @@ fn open_state(config: &NodeConfig, problems: &mut Vec<String>) -> (Health, Optio
             FaultStore::open(&config.data_dir, &boot_id)
                 .unwrap_or_else(|_| FaultStore::empty(&config.data_dir, &boot_id))
         }
-    };
+    }
+    // What an earlier process of this boot could not write to the data folder.
+    .with_fallback(&config.runtime_dir);
     for temp in remove_crash_temps(&config.data_dir, is_state_file)
         .into_iter()
         .chain(remove_crash_temps(&config.cdi_dir, |n| {

@@ -88,6 +88,8 @@ pub struct NodeConfig {
     pub host: Host,
     /// The state folder.
     pub data_dir: PathBuf,
+    /// The folder on tmpfs that lasts the boot, for what the state folder cannot take.
+    pub runtime_dir: PathBuf,
     /// Where hold specs are written.
     pub cdi_dir: PathBuf,
     /// The root helper's socket.
@@ -405,6 +407,7 @@ impl Node {
     pub fn problems_now(&self) -> Vec<String> {
         let mut all = self.problems.lock().map(|p| p.clone()).unwrap_or_default();
         all.extend(self.watcher.failure());
+        all.extend(self.health.save_failure());
         let helper = &self.config.helper_socket;
         match std::fs::symlink_metadata(helper) {
             Ok(m) if std::os::unix::fs::FileTypeExt::is_socket(&m.file_type()) => {}
@@ -986,6 +989,7 @@ pub(crate) fn test_node_on(dir: &std::path::Path, host: Host) -> Node {
     let config = NodeConfig {
         host,
         data_dir: data.clone(),
+        runtime_dir: dir.join("run"),
         cdi_dir: dir.join("cdi"),
         helper_socket: dir.join("no-helper.sock"),
         api_socket: dir.join("bcd.sock"),
