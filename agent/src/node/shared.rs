@@ -411,7 +411,7 @@ impl Node {
         let socket = std::fs::symlink_metadata(helper);
         match (self.passthrough.helper_seen(), socket) {
             (HelperSeen::Failing(why), _) => all.push(format!(
-                "bcd-helper does not answer: {why}; resets, persistence and passthrough cannot run"
+                "the root helper cannot be reached (its last ping: {why}): resets, persistence and passthrough cannot run"
             )),
             (_, Ok(m)) if std::os::unix::fs::FileTypeExt::is_socket(&m.file_type()) => {}
             (_, Ok(_)) => all.push(format!(

@@ -499,10 +499,9 @@ mod tests {
             runtime.helper_seen(),
             helper_watch::HelperSeen::Failing(why) if why.contains("connection refused")
         ));
-        assert!(node
-            .problems_now()
-            .iter()
-            .any(|p| p.starts_with("bcd-helper does not answer: cannot reach bcd-helper")));
+        assert!(node.problems_now().iter().any(|p| p.starts_with(
+            "the root helper cannot be reached (its last ping: cannot reach bcd-helper at"
+        )));
         assert!(runtime.journal().load().unwrap()[&gpu].open);
         // Back: the open entry is settled as at start-up.
         down.store(false, Ordering::SeqCst);
