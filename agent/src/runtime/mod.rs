@@ -14,8 +14,12 @@
 //! - A held GPU, a function that is not an NVIDIA GPU, and a group with another vendor's
 //!   device are refused before the helper is asked anything.
 //! - No function is left on no driver by a failure the agent sees: a bind that fails part-way
-//!   is rolled back at once; a step whose answer never came (helper killed) stays in the
-//!   journal and [`Passthrough::reconcile`] settles it at the next start.
+//!   is rolled back at once; a step whose answer never came (helper killed) stays open in the
+//!   journal and [`Passthrough::reconcile`] settles it at the next start, or, in a running
+//!   node, when the helper answers again ([`helper_watch`]).
+//! - While a journal entry is open, no new step starts on any of its functions
+//!   ([`RuntimeError::Unsettled`]), so the original drivers it keeps are never lost; and
+//!   [`Passthrough::unsettled`] names each such GPU for the node's status.
 //! - The operator's last answer is the truth: a bind the operator was told failed is rolled
 //!   back; a bind or release the operator got no answer for (the agent died) is finished when
 //!   a function of it was left on no driver, and otherwise left as it stands.
