@@ -13,6 +13,7 @@ use std::time::{Duration, Instant};
 
 use bcd::helper_client::SocketHelper;
 use bcd::host::Host;
+use bcd::runtime::helper_watch::HelperSeen;
 use bcd::runtime::journal::{Entry, FunctionRecord, Intent, Persistence, Step};
 use bcd::runtime::{Journal, Passthrough, RuntimeError};
 use bcd_protocol::{GpuRef, GpuUuid, PciAddress};
@@ -323,7 +324,8 @@ async fn a_helper_killed_between_unbind_and_probe_is_rolled_back_at_the_next_sta
     assert!(text.contains("could not be settled"), "{text}");
     assert!(
         text.ends_with(
-            "the passthrough journal keeps what is unsettled and bcd settles it at its next start"
+            "the passthrough journal keeps what is unsettled and bcd settles it when bcd-helper \
+             answers again, or at its next start"
         ),
         "{text}"
     );
@@ -357,6 +359,87 @@ async fn a_helper_killed_between_unbind_and_probe_is_rolled_back_at_the_next_sta
     // A second start finds nothing to do.
     let again = rig.agent().reconcile().await.unwrap();
     assert!(again.sentences.is_empty() && again.settled, "{again}");
+}
+
+/// Polls `done` every 20 ms until it holds, failing after [`SETTLE`].
+async fn wait_until(what: &str, done: impl Fn() -> bool) {
+    let start = Instant::now();
+    while !done() {
+        assert!(start.elapsed() < SETTLE, "{what}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+// What broke: a bind cut off by the helper's death left the GPU on no driver, unnoticed: a
+// new step overwrote the open entry (losing the GPU's original driver), status named
+// nothing, and the running agent did not settle it when the helper came back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bind_cut_off_by_the_helper_is_refused_named_and_settled_when_the_helper_returns() {
+    let Some(mut rig) = Rig::new(5) else { return };
+    rig.sysfs.no_probe.lock().unwrap().insert(GPU.to_owned());
+    let agent = Arc::new(rig.agent());
+    let binding = {
+        let agent = agent.clone();
+        tokio::spawn(async move { agent.bind(&GpuRef::Pci(pci(GPU)), &not_held).await })
+    };
+    let link = rig.sysfs.device(GPU).join("driver");
+    tokio::task::spawn_blocking(move || wait_gone(&link))
+        .await
+        .unwrap();
+    rig.helper.kill();
+    binding.await.unwrap().unwrap_err();
+    assert_eq!(rig.sysfs.driver(GPU), None);
+    let open = rig.journal().load().unwrap();
+    assert!(open[&pci(GPU)].open);
+
+    // Named while open.
+    assert_eq!(
+        agent.unsettled(),
+        [
+            "GPU 0000:61:00.0 (IOMMU group 61): its rollback of a failed bind did not finish and \
+          is open in the passthrough journal (0000:61:00.0 on no driver, before it nvidia; \
+          0000:61:00.1 on snd_hda_intel); bcd settles it when bcd-helper answers again, and \
+          refuses vfio steps on these functions until then"
+        ]
+    );
+    // Refused, the entry and its original drivers kept.
+    let err = agent
+        .bind(&GpuRef::Pci(pci(GPU)), &not_held)
+        .await
+        .unwrap_err();
+    assert!(matches!(err, RuntimeError::Unsettled(_)), "{err}");
+    let err = agent.release(&pci(AUDIO)).await.unwrap_err();
+    assert!(matches!(err, RuntimeError::Unsettled(_)), "{err}");
+    assert_eq!(rig.journal().load().unwrap(), open);
+
+    // The watch notices the helper gone, then back, and settles the entry.
+    let watch = {
+        let agent = agent.clone();
+        let beat = Duration::from_millis(50);
+        tokio::spawn(async move { agent.watch_helper(beat, beat).await })
+    };
+    let seen = agent.clone();
+    wait_until("the watch notices the helper gone", || {
+        matches!(seen.helper_seen(), HelperSeen::Failing(_))
+    })
+    .await;
+    assert!(rig.journal().load().unwrap()[&pci(GPU)].open);
+    rig.sysfs.no_probe.lock().unwrap().clear();
+    rig.restart_helper();
+    let journal = rig.journal();
+    wait_until("the entry is settled once the helper answers again", || {
+        journal.load().is_ok_and(|e| !e[&pci(GPU)].open)
+    })
+    .await;
+    watch.abort();
+    assert_eq!(rig.sysfs.driver(GPU).as_deref(), Some("nvidia"));
+    assert_eq!(rig.sysfs.driver(AUDIO).as_deref(), Some("snd_hda_intel"));
+    assert_eq!(
+        rig.record().last().unwrap(),
+        "nvidia-smi -i 00000000:61:00.0 -pm 1"
+    );
+    assert!(agent.unsettled().is_empty(), "{:?}", agent.unsettled());
+    assert_eq!(agent.helper_seen(), HelperSeen::Answering);
 }
 
 /// An entry as an agent killed during its step leaves it.

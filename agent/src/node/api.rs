@@ -575,6 +575,7 @@ async fn passthrough(node: &Node, path: &str, request: &Request) -> Result<Answe
         Err(e) => {
             let (status, code) = match &e {
                 RuntimeError::Held { .. } => (409, "gpu-busy"),
+                RuntimeError::Unsettled(_) => (409, "unsettled"),
                 RuntimeError::UnknownGpu { .. } => (422, "unknown-gpu"),
                 RuntimeError::NotAGpu { .. }
                 | RuntimeError::Group(_)

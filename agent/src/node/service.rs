@@ -1,6 +1,7 @@
 //! The node service's start-up and its long-running tasks (its state is in
 //! [`crate::node::shared`]): the collection scheduler, the XID
-//! watcher, the sampler, the OTLP exporter, the API socket, the metrics listener and the
+//! watcher, the helper watch (which settles the passthrough journal when the helper returns),
+//! the sampler, the OTLP exporter, the API socket, the metrics listener and the
 //! kubelet device plugins (with `--device-plugin-dir`), all in
 //! one `JoinSet` under one stop signal. The serving loop waits for SIGTERM/SIGINT, for a task
 //! that ends on its own (the node then stops with an error, to be started again whole), and
@@ -25,6 +26,7 @@ use crate::inventory::scheduler::{Scheduler, Trigger};
 use crate::node::instance::{self, FileIdentity};
 use crate::node::otlp;
 use crate::node::{api, http, listen, notify};
+use crate::runtime::helper_watch;
 use crate::smi::sampler::{Mode, Sampler, Timing};
 use crate::state::remove_crash_temps;
 
@@ -221,17 +223,13 @@ pub async fn run(config: NodeConfig) -> Result<(), NodeError> {
         node.problem(p);
     }
 
-    // A bind or release cut off by a crash is settled before anything else moves a GPU.
+    // A bind or release cut off by a crash is settled before anything else moves a GPU. What
+    // stays open is named in status while it is open, and the helper watch settles it when
+    // the helper answers again.
     match node.passthrough().reconcile().await {
         Ok(report) => {
             for sentence in &report.sentences {
                 tracing::warn!("passthrough journal: {sentence}");
-            }
-            if !report.settled {
-                node.problem(format!(
-                    "the passthrough journal still holds steps that could not be settled ({}); they are retried at the next start",
-                    report.sentences.join(" ")
-                ));
             }
         }
         Err(e) => node.problem(format!("passthrough journal: {e}")),
@@ -264,6 +262,13 @@ pub async fn run(config: NodeConfig) -> Result<(), NodeError> {
     );
 
     tasks.spawn("the XID watcher", watcher.run());
+    let watched = node.clone();
+    tasks.spawn("the helper watch", async move {
+        watched
+            .passthrough()
+            .watch_helper(helper_watch::PING_WHILE_OPEN, helper_watch::PING_IDLE)
+            .await;
+    });
     // An XID burst's later records reach faults.json within a second, not one write each.
     tasks.spawn("the faults writer", health.clone().write_pending());
     let handle = scheduler_handle.clone();

@@ -35,6 +35,7 @@ use crate::node::listen;
 use crate::node::metrics::{self, SamplingState};
 use crate::node::otlp::OtlpEndpoint;
 use crate::policy::{Busy, ClaimKind, ClaimSet, Placed, Topology};
+use crate::runtime::helper_watch::HelperSeen;
 use crate::runtime::Passthrough;
 use crate::smi::list::ListedGpu;
 use crate::smi::samples::GpuSample;
@@ -402,24 +403,30 @@ impl Node {
     }
 
     /// Every degraded input now, in sentences, for `status`: what did not start as it should,
-    /// then the kernel log, the helper's socket, the data folder, the vendor CDI specs,
+    /// then the kernel log, the helper (its last ping's failure, else its socket), each GPU
+    /// with an open passthrough journal entry, the data folder, the vendor CDI specs,
     /// sampling and the listeners, each while it is degraded.
     pub fn problems_now(&self) -> Vec<String> {
         let mut all = self.problems.lock().map(|p| p.clone()).unwrap_or_default();
         all.extend(self.watcher.failure());
         all.extend(self.health.save_failure());
         let helper = &self.config.helper_socket;
-        match std::fs::symlink_metadata(helper) {
-            Ok(m) if std::os::unix::fs::FileTypeExt::is_socket(&m.file_type()) => {}
-            Ok(_) => all.push(format!(
+        let socket = std::fs::symlink_metadata(helper);
+        match (self.passthrough.helper_seen(), socket) {
+            (HelperSeen::Failing(why), _) => all.push(format!(
+                "the root helper cannot be reached (its last ping: {why}): resets, persistence and passthrough cannot run"
+            )),
+            (_, Ok(m)) if std::os::unix::fs::FileTypeExt::is_socket(&m.file_type()) => {}
+            (_, Ok(_)) => all.push(format!(
                 "the root helper's socket {} is not a socket: resets, persistence and passthrough cannot run",
                 helper.display()
             )),
-            Err(e) => all.push(format!(
+            (_, Err(e)) => all.push(format!(
                 "the root helper cannot be reached at {} ({e}): resets, persistence and passthrough cannot run (systemctl start bcd-helper.socket)",
                 helper.display()
             )),
         }
+        all.extend(self.passthrough.unsettled());
         let data = &self.config.data_dir;
         let usable = match std::fs::metadata(data) {
             Ok(m) if m.is_dir() => nix::unistd::access(

@@ -7,6 +7,10 @@
 //! records every function's original driver and persistence mode; before each helper call the
 //! function is marked [`Step::Moving`], and after it [`Step::Done`] or [`Step::Failed`] with
 //! the driver sysfs showed then. An entry stays `open` until nothing of it is left half-done.
+//!
+//! An open entry is the only record of its functions' original drivers, so no new step may
+//! start on any of them while it is open: [`Journal::begin`] refuses ([`Unsettled`]) until the
+//! entry is settled (when `bcd-helper` answers again, or at the next start).
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -15,6 +19,37 @@ use bcd_protocol::PciAddress;
 use serde::{Deserialize, Serialize};
 
 use crate::state::{self, StateError, PRIVATE_MODE};
+
+/// A new step refused because an open entry still covers one of its functions: the entry
+/// holds the functions' original drivers until it is settled.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "{device}: no new passthrough step may start on it: the {} of GPU {gpu} (IOMMU group {group}) did not finish and is still open in the passthrough journal {path}, which keeps the functions' original drivers; bcd settles it when bcd-helper answers again (systemctl start bcd-helper.socket) or at its next start, then try again",
+    .intent.noun()
+)]
+pub struct Unsettled {
+    /// The function the new step was asked about.
+    pub device: PciAddress,
+    /// What the open entry set out to do.
+    pub intent: Intent,
+    /// The open entry's GPU.
+    pub gpu: PciAddress,
+    /// Its IOMMU group.
+    pub group: String,
+    /// The journal.
+    pub path: PathBuf,
+}
+
+/// Why [`Journal::begin`] did not write a new entry.
+#[derive(Debug, thiserror::Error)]
+pub enum BeginError {
+    /// An open entry covers one of its functions.
+    #[error(transparent)]
+    Unsettled(#[from] Unsettled),
+    /// The journal could not be read or written.
+    #[error(transparent)]
+    State(#[from] StateError),
+}
 
 /// The file's name in the data folder.
 pub const FILE_NAME: &str = "passthrough.json";
@@ -112,6 +147,20 @@ pub struct Entry {
     pub updated_unix_s: u64,
 }
 
+impl Entry {
+    /// Its GPU and its functions' addresses.
+    fn devices(&self) -> Vec<PciAddress> {
+        std::iter::once(self.gpu)
+            .chain(self.functions.iter().map(|f| f.address))
+            .collect()
+    }
+
+    /// Whether any of `devices` is its GPU or one of its functions.
+    fn covers_any(&self, devices: &[PciAddress]) -> bool {
+        self.devices().iter().any(|d| devices.contains(d))
+    }
+}
+
 #[derive(Debug, Serialize, Deserialize)]
 struct JournalFile {
     version: u32,
@@ -153,8 +202,68 @@ impl Journal {
         Ok(parsed.map(|f| f.entries).unwrap_or_default())
     }
 
-    /// Writes `entry` (stamped now) in place of the GPU's previous one. Callers serialise
-    /// their writes (the runtime runs one passthrough step at a time).
+    /// The first open entry that covers any of `devices` (as its GPU or as one of its
+    /// functions); `None` when there is none, or when the file was torn and set aside (its
+    /// entries are lost; [`Journal::load`] reported that at start).
+    ///
+    /// # Errors
+    /// As [`Journal::load`], except [`StateError::SetAside`].
+    pub fn open_entry_of(&self, devices: &[PciAddress]) -> Result<Option<Entry>, StateError> {
+        let entries = match self.load() {
+            Ok(e) => e,
+            Err(StateError::SetAside { .. }) => return Ok(None),
+            Err(e) => return Err(e),
+        };
+        Ok(entries
+            .into_values()
+            .find(|e| e.open && e.covers_any(devices)))
+    }
+
+    /// Refuses a new step on `device` while an open entry covers it.
+    ///
+    /// # Errors
+    /// [`BeginError::Unsettled`] naming the open entry; [`BeginError::State`] as
+    /// [`Journal::open_entry_of`].
+    pub fn refuse_unsettled(&self, device: PciAddress) -> Result<(), BeginError> {
+        match self.open_entry_of(&[device])? {
+            Some(open) => Err(self.unsettled(device, &open).into()),
+            None => Ok(()),
+        }
+    }
+
+    /// Writes `entry`, a new step's, unless an open entry covers its GPU or any of its
+    /// functions: an open entry is never replaced by another step's, so the original drivers
+    /// it keeps are never lost.
+    ///
+    /// # Errors
+    /// [`BeginError::Unsettled`] (nothing written), naming the first function of `entry` that
+    /// the open entry covers; [`BeginError::State`] as [`Journal::put`].
+    pub fn begin(&self, entry: &mut Entry) -> Result<(), BeginError> {
+        let devices = entry.devices();
+        if let Some(open) = self.open_entry_of(&devices)? {
+            let device = devices
+                .iter()
+                .copied()
+                .find(|d| open.covers_any(&[*d]))
+                .unwrap_or(entry.gpu);
+            return Err(self.unsettled(device, &open).into());
+        }
+        Ok(self.put(entry)?)
+    }
+
+    fn unsettled(&self, device: PciAddress, open: &Entry) -> Unsettled {
+        Unsettled {
+            device,
+            intent: open.intent,
+            gpu: open.gpu,
+            group: open.group.clone(),
+            path: self.path.clone(),
+        }
+    }
+
+    /// Writes `entry` (stamped now) in place of the GPU's previous one: an update of a step
+    /// [`Journal::begin`] started, or of an entry being settled. Callers serialise their
+    /// writes (the runtime runs one passthrough step at a time).
     ///
     /// # Errors
     /// As [`Journal::load`], except that a file set aside is replaced by one holding `entry`
@@ -226,6 +335,37 @@ mod tests {
         let text = std::fs::read_to_string(journal.path()).unwrap();
         assert!(text.contains("\"step\": \"failed\""), "{text}");
         assert!(text.contains("\"original_driver\": \"nvidia\""), "{text}");
+    }
+
+    // What broke: a new step's entry replaced an open one, losing the original drivers it kept.
+    #[test]
+    fn a_new_entry_covering_a_function_of_an_open_one_is_refused_until_it_is_settled() {
+        let dir = tempfile::tempdir().unwrap();
+        let journal = Journal::new(dir.path());
+        let mut open = entry();
+        journal.put(&mut open).unwrap();
+        // A release named by the audio function, whose group holds the open entry's GPU.
+        let mut next = entry();
+        next.intent = Intent::Release;
+        next.gpu = "0000:61:00.1".parse().unwrap();
+        next.functions[0].original_driver = Some("vfio-pci".into());
+        let err = journal.begin(&mut next).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            format!(
+                "0000:61:00.0: no new passthrough step may start on it: the bind of GPU 0000:61:00.0 \
+                 (IOMMU group 61) did not finish and is still open in the passthrough journal {}, \
+                 which keeps the functions' original drivers; bcd settles it when bcd-helper \
+                 answers again (systemctl start bcd-helper.socket) or at its next start, then try again",
+                journal.path().display()
+            )
+        );
+        assert_eq!(journal.load().unwrap().len(), 1, "nothing was written");
+        assert_eq!(journal.load().unwrap()[&open.gpu], open);
+        open.open = false;
+        journal.put(&mut open).unwrap();
+        journal.begin(&mut next).unwrap();
+        assert_eq!(journal.load().unwrap().len(), 2);
     }
 
     #[test]

@@ -14,8 +14,12 @@
 //! - A held GPU, a function that is not an NVIDIA GPU, and a group with another vendor's
 //!   device are refused before the helper is asked anything.
 //! - No function is left on no driver by a failure the agent sees: a bind that fails part-way
-//!   is rolled back at once; a step whose answer never came (helper killed) stays in the
-//!   journal and [`Passthrough::reconcile`] settles it at the next start.
+//!   is rolled back at once; a step whose answer never came (helper killed) stays open in the
+//!   journal and [`Passthrough::reconcile`] settles it at the next start, or, in a running
+//!   node, when the helper answers again ([`helper_watch`]).
+//! - While a journal entry is open, no new step starts on any of its functions
+//!   ([`RuntimeError::Unsettled`]), so the original drivers it keeps are never lost; and
+//!   [`Passthrough::unsettled`] names each such GPU for the node's status.
 //! - The operator's last answer is the truth: a bind the operator was told failed is rolled
 //!   back; a bind or release the operator got no answer for (the agent died) is finished when
 //!   a function of it was left on no driver, and otherwise left as it stands.
@@ -23,6 +27,7 @@
 //!   asked to collect again ([`Trigger::HostChange`]).
 //! - One passthrough step runs at a time on a node.
 
+pub mod helper_watch;
 pub mod iommu;
 pub mod journal;
 mod libvirt;
@@ -100,12 +105,24 @@ pub enum RuntimeError {
         /// What was undone or kept for later, starting with `; `, or empty.
         aftermath: String,
     },
+    /// A step on a function that an open journal entry still covers (nothing touched).
+    #[error(transparent)]
+    Unsettled(#[from] journal::Unsettled),
     /// The passthrough memory or journal could not be read or written.
     #[error(transparent)]
     State(#[from] StateError),
     /// An argument from the operator that does not parse.
     #[error(transparent)]
     Invalid(#[from] InvalidArgument),
+}
+
+impl From<journal::BeginError> for RuntimeError {
+    fn from(e: journal::BeginError) -> Self {
+        match e {
+            journal::BeginError::Unsettled(u) => Self::Unsettled(u),
+            journal::BeginError::State(s) => Self::State(s),
+        }
+    }
 }
 
 /// What kind of function a change is about.
@@ -230,6 +247,11 @@ pub struct Passthrough {
     memory: GpuMemory,
     on_change: Box<dyn Fn() + Send + Sync>,
     one_at_a_time: tokio::sync::Mutex<()>,
+    /// The journal's open entries when the last step or settling ended (taken under
+    /// `one_at_a_time`, read by status without waiting for a step in flight).
+    open: std::sync::Mutex<Vec<journal::Entry>>,
+    /// What the helper watch last learned.
+    seen: std::sync::Mutex<helper_watch::HelperSeen>,
 }
 
 impl fmt::Debug for Passthrough {
@@ -254,6 +276,8 @@ impl Passthrough {
             memory: GpuMemory::new(data_dir),
             on_change: Box::new(|| {}),
             one_at_a_time: tokio::sync::Mutex::new(()),
+            open: std::sync::Mutex::new(Vec::new()),
+            seen: std::sync::Mutex::new(helper_watch::HelperSeen::NotYet),
         }
     }
 
@@ -276,6 +300,25 @@ impl Passthrough {
     fn changed(&self) {
         (self.on_change)();
     }
+
+    /// Notes the journal's open entries; called under `one_at_a_time` as each step or
+    /// settling ends. A journal that cannot be read counts as holding none (start-up reported
+    /// why).
+    fn note_open(&self) {
+        let open = self
+            .journal
+            .load()
+            .map(|entries| entries.into_values().filter(|e| e.open).collect())
+            .unwrap_or_default();
+        if let Ok(mut kept) = self.open.lock() {
+            *kept = open;
+        }
+    }
+
+    /// The open entries [`Passthrough::note_open`] last noted.
+    fn open_entries(&self) -> Vec<journal::Entry> {
+        self.open.lock().map(|o| o.clone()).unwrap_or_default()
+    }
 }
 
 /// Whether the helper answered (it then either did nothing or cleaned up after itself),
@@ -288,7 +331,7 @@ fn answered(e: &ClientError) -> bool {
 mod tests {
     use super::*;
     use crate::helper_client::fake::RecordingHelper;
-    use bcd_protocol::{HelperError, Operation, Outcome};
+    use bcd_protocol::{GpuRef, HelperError, Operation, Outcome};
     use std::sync::atomic::{AtomicUsize, Ordering};
 
     /// A helper that answers a release as if the function moved, without touching any file
@@ -303,6 +346,192 @@ mod tests {
             }),
             _ => Err(ClientError::Helper(HelperError::Unsupported)),
         })
+    }
+
+    fn passthrough_host() -> Host {
+        Host::fake(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../testdata/hosts/passthrough"
+        ))
+    }
+
+    fn not_held(_: &PciAddress, _: Option<&GpuUuid>) -> Option<String> {
+        None
+    }
+
+    /// A helper that cannot be reached while `down` is set (as when bcd-helper is stopped or
+    /// killed) and answers as a healthy one otherwise.
+    fn helper_down_while(down: Arc<std::sync::atomic::AtomicBool>) -> RecordingHelper {
+        RecordingHelper::answering(move |op| {
+            if down.load(Ordering::SeqCst) {
+                Err(ClientError::Connect {
+                    path: "/run/bcd-helper/helper.sock".into(),
+                    reason: "connection refused".into(),
+                    kind: std::io::ErrorKind::ConnectionRefused,
+                })
+            } else {
+                Ok(crate::helper_client::fake::succeeded(op))
+            }
+        })
+    }
+
+    /// The open entry a bind leaves when its helper went away: the GPU's unbind was asked
+    /// and never answered, and the rollback could not reach the helper either.
+    fn open_rollback(gpu: &str, functions: &[&str]) -> journal::Entry {
+        journal::Entry {
+            intent: journal::Intent::Rollback,
+            gpu: gpu.parse().unwrap(),
+            group: "61".into(),
+            functions: functions
+                .iter()
+                .map(|f| journal::FunctionRecord {
+                    address: f.parse().unwrap(),
+                    gpu: *f == gpu,
+                    original_driver: Some("nvidia".into()),
+                    original_persistence: journal::Persistence::Unknown,
+                    step: journal::Step::Failed {
+                        error: "bcd-helper broke off the conversation".into(),
+                        answered: false,
+                    },
+                    driver: None,
+                })
+                .collect(),
+            open: true,
+            updated_unix_s: 0,
+        }
+    }
+
+    // What broke: a release (or bind) of a GPU with an open journal entry went ahead and its
+    // entry replaced the open one, so the GPU's original driver was lost.
+    #[tokio::test]
+    async fn a_step_on_a_gpu_with_an_open_entry_is_refused_and_keeps_its_original_driver() {
+        let data = tempfile::tempdir().unwrap();
+        let helper = Arc::new(releasing());
+        let runtime = Passthrough::new(passthrough_host(), data.path(), helper.clone());
+        let mut open = open_rollback("0000:61:00.0", &["0000:61:00.0", "0000:61:00.1"]);
+        runtime.journal().put(&mut open).unwrap();
+        let before = runtime.journal().load().unwrap();
+        for device in ["0000:61:00.0", "0000:61:00.1"] {
+            let err = runtime.release(&device.parse().unwrap()).await.unwrap_err();
+            assert!(matches!(err, RuntimeError::Unsettled(_)), "{err}");
+            let text = err.to_string();
+            assert!(
+                text.starts_with(&format!(
+                    "{device}: no new passthrough step may start on it: the rollback of a failed \
+                     bind of GPU 0000:61:00.0 (IOMMU group 61) did not finish"
+                )),
+                "{text}"
+            );
+            assert!(
+                text.contains("bcd settles it when bcd-helper answers again"),
+                "{text}"
+            );
+        }
+        let err = runtime
+            .bind(&GpuRef::Pci("0000:61:00.0".parse().unwrap()), &not_held)
+            .await
+            .unwrap_err();
+        assert!(matches!(err, RuntimeError::Unsettled(_)), "{err}");
+        assert_eq!(helper.calls(), [], "the helper was asked nothing");
+        let after = runtime.journal().load().unwrap();
+        assert_eq!(after, before, "the open entry is kept as it was");
+        assert_eq!(
+            after[&"0000:61:00.0".parse().unwrap()].functions[0]
+                .original_driver
+                .as_deref(),
+            Some("nvidia")
+        );
+    }
+
+    // What broke: a bind the helper could not finish (it went away) left its GPU's entry open
+    // in the journal, and the node's status problems said nothing of it.
+    #[tokio::test]
+    async fn status_names_a_gpu_whose_journal_entry_is_open() {
+        let dir = tempfile::tempdir().unwrap();
+        let down = Arc::new(std::sync::atomic::AtomicBool::new(true));
+        let node = crate::node::shared::test_node_on(dir.path(), passthrough_host())
+            .with_helper(Arc::new(helper_down_while(down.clone())));
+        let gpu = "0000:4a:00.0";
+        let err = node
+            .passthrough()
+            .bind(&GpuRef::Pci(gpu.parse().unwrap()), &not_held)
+            .await
+            .unwrap_err();
+        assert!(matches!(err, RuntimeError::Helper { .. }), "{err}");
+        let named: Vec<String> = node
+            .problems_now()
+            .into_iter()
+            .filter(|p| p.contains("passthrough journal"))
+            .collect();
+        assert_eq!(
+            named,
+            [format!(
+                "GPU {gpu} (IOMMU group 60): its rollback of a failed bind did not finish and is \
+                 open in the passthrough journal ({gpu} on nvidia); bcd settles it when bcd-helper \
+                 answers again, and refuses vfio steps on these functions until then"
+            )]
+        );
+        // Settled, it is no longer named.
+        down.store(false, Ordering::SeqCst);
+        node.passthrough().reconcile().await.unwrap();
+        assert!(
+            !node.problems_now().iter().any(|p| p.contains(gpu)),
+            "{:?}",
+            node.problems_now()
+        );
+    }
+
+    // What broke: the running node did not notice the helper coming back, so an entry left
+    // open while it was away stayed open (its GPU possibly on no driver) until the next start.
+    #[tokio::test]
+    async fn an_open_entry_is_settled_when_the_helper_answers_again() {
+        let dir = tempfile::tempdir().unwrap();
+        let down = Arc::new(std::sync::atomic::AtomicBool::new(true));
+        let helper = Arc::new(helper_down_while(down.clone()));
+        let node = crate::node::shared::test_node_on(dir.path(), passthrough_host())
+            .with_helper(helper.clone());
+        let gpu: PciAddress = "0000:4a:00.0".parse().unwrap();
+        let runtime = node.passthrough();
+        runtime
+            .bind(&GpuRef::Pci(gpu), &not_held)
+            .await
+            .unwrap_err();
+        assert!(runtime.journal().load().unwrap()[&gpu].open);
+        // Away: noticed, nothing settled.
+        assert_eq!(runtime.check_helper().await, None);
+        assert!(matches!(
+            runtime.helper_seen(),
+            helper_watch::HelperSeen::Failing(why) if why.contains("connection refused")
+        ));
+        assert!(node.problems_now().iter().any(|p| p.starts_with(
+            "the root helper cannot be reached (its last ping: cannot reach bcd-helper at"
+        )));
+        assert!(runtime.journal().load().unwrap()[&gpu].open);
+        // Back: the open entry is settled as at start-up.
+        down.store(false, Ordering::SeqCst);
+        let calls_before = helper.calls().len();
+        let report = runtime.check_helper().await.expect("settled");
+        assert!(report.settled, "{report}");
+        assert_eq!(
+            report.to_string(),
+            "the rollback of a failed bind of GPU 0000:4a:00.0 (IOMMU group 60) was cut off: \
+             GPU 0000:4a:00.0: persistence mode on again"
+        );
+        assert_eq!(
+            helper.calls()[calls_before..],
+            [
+                bcd_protocol::Operation::Ping,
+                bcd_protocol::Operation::SetPersistence { gpu, enabled: true }
+            ]
+        );
+        assert!(!runtime.journal().load().unwrap()[&gpu].open);
+        assert_eq!(runtime.helper_seen(), helper_watch::HelperSeen::Answering);
+        assert!(runtime.unsettled().is_empty());
+        // Answering still: nothing more is asked than the ping.
+        assert_eq!(runtime.check_helper().await, None);
+        assert_eq!(helper.calls().len(), calls_before + 3);
+        // A new bind is no longer refused.
+        runtime.bind(&GpuRef::Pci(gpu), &not_held).await.unwrap();
     }
 
     #[tokio::test]

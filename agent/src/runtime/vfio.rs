@@ -23,10 +23,12 @@ impl Passthrough {
     ///
     /// # Errors
     /// Refusals, with nothing touched: [`RuntimeError::UnknownGpu`],
-    /// [`RuntimeError::NotAGpu`], [`RuntimeError::Held`], [`RuntimeError::Group`].
+    /// [`RuntimeError::NotAGpu`], [`RuntimeError::Held`], [`RuntimeError::Group`], and
+    /// [`RuntimeError::Unsettled`] when an open journal entry covers the GPU or any function
+    /// of its group.
     /// [`RuntimeError::Helper`] when a helper call fails: the helper's sentence verbatim, and
     /// what was rolled back (every function moved so far goes back to its driver) or, when the
-    /// helper could not be reached to do that, what the journal keeps for the next start.
+    /// helper could not be reached to do that, what the journal keeps until it answers again.
     /// [`RuntimeError::State`] when the journal cannot be written (then no further function is
     /// asked to move).
     pub async fn bind(
@@ -35,7 +37,18 @@ impl Passthrough {
         held: HoldLookup<'_>,
     ) -> Result<Report, RuntimeError> {
         let _one = self.one_at_a_time.lock().await;
+        let result = self.bind_locked(target, held).await;
+        self.note_open();
+        result
+    }
+
+    async fn bind_locked(
+        &self,
+        target: &GpuRef,
+        held: HoldLookup<'_>,
+    ) -> Result<Report, RuntimeError> {
         let (address, uuid) = self.resolve(target)?;
+        self.journal.refuse_unsettled(address)?;
         let gpu =
             iommu::read_function(&self.host, &address).ok_or_else(|| RuntimeError::NotAGpu {
                 address,
@@ -76,7 +89,7 @@ impl Passthrough {
             }
         }
         let mut entry = new_entry(Intent::Bind, address, &group.id, plan.iter());
-        self.journal.put(&mut entry)?;
+        self.journal.begin(&mut entry)?;
         let mut changes = Vec::with_capacity(plan.len());
         for i in 0..entry.functions.len() {
             let device = entry.functions[i].address;
@@ -110,13 +123,21 @@ impl Passthrough {
     ///
     /// # Errors
     /// [`RuntimeError::NotAGpu`] for an address that is not an NVIDIA function,
-    /// [`RuntimeError::NotPassedThrough`] when it is not on `vfio-pci`, nothing touched.
+    /// [`RuntimeError::NotPassedThrough`] when it is not on `vfio-pci`,
+    /// [`RuntimeError::Unsettled`] when an open journal entry covers it or any function to
+    /// move with it, nothing touched.
     /// [`RuntimeError::Helper`] when a helper call fails (a VM still holding the device:
     /// `vfio-pci has not let go ...`); a function left on no driver is released at once, or
-    /// kept in the journal for the next start when the helper cannot be reached.
+    /// kept in the journal until it answers again when the helper cannot be reached.
     pub async fn release(&self, address: &PciAddress) -> Result<Report, RuntimeError> {
         let _one = self.one_at_a_time.lock().await;
-        let address = *address;
+        let result = self.release_locked(*address).await;
+        self.note_open();
+        result
+    }
+
+    async fn release_locked(&self, address: PciAddress) -> Result<Report, RuntimeError> {
+        self.journal.refuse_unsettled(address)?;
         let function =
             iommu::read_function(&self.host, &address).ok_or_else(|| RuntimeError::NotAGpu {
                 address,
@@ -142,7 +163,7 @@ impl Passthrough {
             .collect();
         order.sort_by_key(|f| (f.address != address, f.address));
         let mut entry = new_entry(Intent::Release, address, &group.id, order.iter().copied());
-        self.journal.put(&mut entry)?;
+        self.journal.begin(&mut entry)?;
         let mut changes = Vec::with_capacity(order.len());
         for i in (0..entry.functions.len()).rev() {
             let device = entry.functions[i].address;
@@ -219,11 +240,47 @@ impl Passthrough {
     /// As [`reconcile`].
     pub async fn reconcile(&self) -> Result<ReconcileReport, RuntimeError> {
         let _one = self.one_at_a_time.lock().await;
-        let report = reconcile(&self.host, self.helper.as_ref(), &self.journal).await?;
+        let result = reconcile(&self.host, self.helper.as_ref(), &self.journal).await;
+        self.note_open();
+        let report = result?;
         if !report.sentences.is_empty() {
             self.changed();
         }
         Ok(report)
+    }
+
+    /// One sentence for each journal entry left open when the last step or settling ended,
+    /// naming its GPU, what it set out to do, and where each function is now; empty when none
+    /// is open. For the node's `status` problems.
+    pub fn unsettled(&self) -> Vec<String> {
+        self.open_entries()
+            .iter()
+            .map(|entry| {
+                let functions: Vec<String> = entry
+                    .functions
+                    .iter()
+                    .map(|f| {
+                        let now = driver_of(&self.host, &f.address);
+                        let mut s =
+                            format!("{} on {}", f.address, driver_word(now.as_deref()));
+                        if now != f.original_driver {
+                            s.push_str(&format!(
+                                ", before it {}",
+                                driver_word(f.original_driver.as_deref())
+                            ));
+                        }
+                        s
+                    })
+                    .collect();
+                format!(
+                    "GPU {} (IOMMU group {}): its {} did not finish and is open in the passthrough journal ({}); bcd settles it when bcd-helper answers again, and refuses vfio steps on these functions until then",
+                    entry.gpu,
+                    entry.group,
+                    entry.intent.noun(),
+                    functions.join("; ")
+                )
+            })
+            .collect()
     }
 
     /// A GPU's address and, where known, its UUID.
@@ -342,7 +399,7 @@ fn aftermath(notes: &[String], open: bool, kept: Option<StateError>) -> String {
     }
     if open {
         out.push_str(
-            "; the passthrough journal keeps what is unsettled and bcd settles it at its next start",
+            "; the passthrough journal keeps what is unsettled and bcd settles it when bcd-helper answers again, or at its next start",
         );
     }
     if let Some(e) = kept {
@@ -511,7 +568,7 @@ pub async fn reconcile(
         );
         let notes = settle(host, helper, &mut entry).await;
         let tail = if entry.open {
-            "; it stays in the passthrough journal for the next start"
+            "; it stays open in the passthrough journal until bcd-helper answers again or the next start"
         } else {
             ""
         };
