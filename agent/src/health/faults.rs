@@ -1,5 +1,6 @@
-//! `<data-dir>/faults.json`: the XID conditions of this boot, so a restart of bcd in the same
-//! boot reports them again although it reads the kernel log from its end.
+//! `<data-dir>/faults.json`: the XID conditions of this boot, and the sequence number of the
+//! last kernel log record whose effect the file holds, so a restart of bcd in the same boot
+//! reports them again and reads the kernel log on from there.
 //!
 //! The file holds the boot id (`/proc/sys/kernel/random/boot_id`) it was written in. The first
 //! start in another boot finds a different id and drops the conditions (rewriting the file);
@@ -111,6 +112,10 @@ struct Document {
     /// Earlier boots, oldest first.
     #[serde(default)]
     history: Vec<PastBoot>,
+    /// The last kernel log record whose effect this file holds: a start in the same boot
+    /// reads the kernel log from its beginning and skips the records up to it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    kmsg_sequence: Option<u64>,
 }
 
 /// Appends a finished boot to `history`, keeping the last [`HISTORY_BOOTS`]; a boot without
@@ -197,6 +202,9 @@ pub struct FaultStore {
     failure: Option<(String, u64)>,
     /// When a failure was last logged.
     failure_logged: Option<Instant>,
+    /// The last kernel log record handled (written with the next write, with the conditions
+    /// it may have changed).
+    kmsg_sequence: Option<u64>,
 }
 
 impl FaultStore {
@@ -222,11 +230,13 @@ impl FaultStore {
             fallback: None,
             failure: None,
             failure_logged: None,
+            kmsg_sequence: None,
         };
         match loaded {
             Some(doc) if doc.boot_id == boot_id => {
                 store.conditions = doc.conditions;
                 store.history = doc.history;
+                store.kmsg_sequence = doc.kmsg_sequence;
             }
             Some(doc) => {
                 tracing::info!(
@@ -263,6 +273,7 @@ impl FaultStore {
             fallback: None,
             failure: None,
             failure_logged: None,
+            kmsg_sequence: None,
         }
     }
 
@@ -277,6 +288,10 @@ impl FaultStore {
         match state::load(&fallback, parse) {
             Ok(Some(doc)) if doc.boot_id == self.boot_id => {
                 let mut taken = 0;
+                if doc.kmsg_sequence > self.kmsg_sequence {
+                    self.kmsg_sequence = doc.kmsg_sequence;
+                    taken += 1;
+                }
                 for c in doc.conditions {
                     match self
                         .conditions
@@ -314,6 +329,17 @@ impl FaultStore {
             self.remove_fallback();
         }
         self
+    }
+
+    /// The last kernel log record handled, as this store knows it (see [`Document`]).
+    pub fn kmsg_sequence(&self) -> Option<u64> {
+        self.kmsg_sequence
+    }
+
+    /// Notes that kernel log record `sequence` was handled and changed nothing: it is
+    /// written with the next write.
+    pub fn note_sequence(&mut self, sequence: u64) {
+        self.kmsg_sequence = Some(sequence).max(self.kmsg_sequence);
     }
 
     /// Why the file cannot be written now, when it cannot: the sentence for `status`.
@@ -383,13 +409,26 @@ impl FaultStore {
         device_id: ConditionDevice,
         message: &str,
     ) -> Result<bool, FaultsError> {
-        let changed = super::raise(
-            &mut self.conditions,
-            kind,
-            device_id,
-            message,
-            crate::state::unix_now(),
-        );
+        self.raise_at(kind, device_id, message, crate::state::unix_now(), None)
+    }
+
+    /// As [`FaultStore::raise_coalesced`], for the kernel log record `sequence` logged at
+    /// `at` (Unix seconds): the condition and the record's number are written together.
+    ///
+    /// # Errors
+    /// As [`FaultStore::raise_coalesced`].
+    pub fn raise_at(
+        &mut self,
+        kind: &ConditionKind,
+        device_id: ConditionDevice,
+        message: &str,
+        at: u64,
+        sequence: Option<u64>,
+    ) -> Result<bool, FaultsError> {
+        if sequence.is_some() {
+            self.kmsg_sequence = sequence.max(self.kmsg_sequence);
+        }
+        let changed = super::raise(&mut self.conditions, kind, device_id, message, at);
         if changed {
             self.dirty = true;
             if self.write_due(Instant::now()).is_none() {
@@ -449,6 +488,7 @@ impl FaultStore {
             boot_id: self.boot_id.clone(),
             conditions: self.conditions.clone(),
             history: self.history.clone(),
+            kmsg_sequence: self.kmsg_sequence,
         };
         // Plain data always encodes.
         let bytes = serde_json::to_vec_pretty(&doc).unwrap_or_default();
@@ -633,6 +673,40 @@ impl Health {
         message: &str,
     ) -> Result<(), FaultsError> {
         self.change(|s| s.raise_coalesced(kind, device_id, message).map(|_| ()))
+    }
+
+    /// [`Health::raise`] for the kernel log record `sequence`, logged at `at` (Unix seconds).
+    ///
+    /// # Errors
+    /// As [`Health::raise`].
+    pub fn raise_record(
+        &self,
+        kind: &ConditionKind,
+        device_id: ConditionDevice,
+        message: &str,
+        sequence: u64,
+        at: u64,
+    ) -> Result<(), FaultsError> {
+        self.change(|s| {
+            s.raise_at(kind, device_id, message, at, Some(sequence))
+                .map(|_| ())
+        })
+    }
+
+    /// Notes a kernel log record that changed nothing (see [`FaultStore::note_sequence`]).
+    pub fn note_sequence(&self, sequence: u64) {
+        self.store
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .note_sequence(sequence);
+    }
+
+    /// The last kernel log record this boot's store knows was handled.
+    pub fn kmsg_sequence(&self) -> Option<u64> {
+        self.store
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .kmsg_sequence()
     }
 
     /// Drops `uuid`'s XID conditions last seen at or before `since`, writes the file and

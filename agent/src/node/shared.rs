@@ -409,6 +409,7 @@ impl Node {
     pub fn problems_now(&self) -> Vec<String> {
         let mut all = self.problems.lock().map(|p| p.clone()).unwrap_or_default();
         all.extend(self.watcher.failure());
+        all.extend(self.watcher.overwritten());
         all.extend(self.health.save_failure());
         let helper = &self.config.helper_socket;
         let socket = std::fs::symlink_metadata(helper);
