@@ -20,3 +20,5 @@ pub mod policy;
 pub mod runtime;
 pub mod smi;
 pub mod state;
+#[cfg(test)]
+mod test_log;

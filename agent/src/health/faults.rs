@@ -544,12 +544,30 @@ impl Drop for FaultStore {
 /// Holds the faults file's writer open, or logs why it cannot (its writes then open files).
 fn reserve(path: &Path) -> Option<state::ReservedWriter> {
     state::ReservedWriter::open(path, PRIVATE_MODE)
-        .inspect_err(|e| {
-            tracing::warn!(
-                "{e}: XIDs cannot be recorded while the process is out of file descriptors"
-            )
-        })
+        .inspect_err(|e| tracing::warn!("{}", reserve_failure(e)))
         .ok()
+}
+
+/// Why the faults file's writer could not be held open, in the operator's words: a read-only
+/// or full data folder is said as such (it was once reported as running out of file
+/// descriptors); only a lack of descriptors is said to be one.
+fn reserve_failure(e: &StateError) -> String {
+    let errno = match e {
+        StateError::Io { source, .. } => source.raw_os_error(),
+        _ => None,
+    };
+    match errno {
+        Some(libc::EMFILE | libc::ENFILE) => {
+            format!("{e}: XIDs cannot be recorded while the process is out of file descriptors")
+        }
+        Some(libc::EROFS) => format!(
+            "{e}: the data folder is read-only, so XIDs are kept only in the runtime folder's fallback until it is writable"
+        ),
+        Some(libc::ENOSPC | libc::EDQUOT) => format!(
+            "{e}: the data folder's disk is full, so XIDs are kept only in the runtime folder's fallback until it has room"
+        ),
+        _ => format!("{e}: faults.json's writer cannot be held open; each write of XIDs opens its file"),
+    }
 }
 
 /// The faults store shared by the XID watcher, `gpu.reset` and the node service's readers:
@@ -834,6 +852,20 @@ mod tests {
             .unwrap()
             .with_fallback(&run);
         assert!(next.conditions().is_empty());
+    }
+
+    // A read-only data folder was reported as the process running out of file descriptors.
+    #[test]
+    fn a_read_only_or_full_data_folder_is_said_as_such() {
+        let failed = |errno| StateError::Io {
+            path: "/var/lib/bcd/.faults.json.tmp".into(),
+            source: std::io::Error::from_raw_os_error(errno),
+        };
+        let ro = reserve_failure(&failed(libc::EROFS));
+        assert!(ro.contains("the data folder is read-only"), "{ro}");
+        assert!(!ro.contains("file descriptors"), "{ro}");
+        assert!(reserve_failure(&failed(libc::ENOSPC)).contains("disk is full"));
+        assert!(reserve_failure(&failed(libc::EMFILE)).contains("out of file descriptors"));
     }
 
     // kill -9 lost 24-29 % of the conditions /v1/conditions had shown (all younger than the

@@ -699,30 +699,7 @@ mod tests {
             1
         );
     }
-    /// What `tracing` writes while `f` runs on this thread, one string per line.
-    fn logged(f: impl FnOnce()) -> Vec<String> {
-        #[derive(Clone, Default)]
-        struct Buffer(Arc<std::sync::Mutex<Vec<u8>>>);
-        impl io::Write for Buffer {
-            fn write(&mut self, b: &[u8]) -> io::Result<usize> {
-                self.0.lock().unwrap().extend_from_slice(b);
-                Ok(b.len())
-            }
-            fn flush(&mut self) -> io::Result<()> {
-                Ok(())
-            }
-        }
-        let buffer = Buffer::default();
-        let out = buffer.clone();
-        let subscriber = tracing_subscriber::fmt()
-            .with_writer(move || out.clone())
-            .with_ansi(false)
-            .without_time()
-            .finish();
-        tracing::subscriber::with_default(subscriber, f);
-        let text = String::from_utf8(buffer.0.lock().unwrap().clone()).unwrap();
-        text.lines().map(str::to_owned).collect()
-    }
+    use crate::test_log::logged;
 
     // 5,000 SXid records gave 10,000 log lines (the XID path: 1), and a `\x0a` in a record
     // forged a line each time: kmsg text was decoded and logged raw, without the limiter.

@@ -366,10 +366,14 @@ impl Node {
     }
 
     /// Records a start-up or runtime problem an operator should see in `status`.
+    /// The journal gets it once: a problem that recurs at every pass (a full disk under the
+    /// CDI folder) was one ERROR line a second.
     pub fn problem(&self, sentence: String) {
-        tracing::error!("{sentence}");
         if let Ok(mut p) = self.problems.lock() {
-            if !p.contains(&sentence) {
+            if p.contains(&sentence) {
+                tracing::debug!("{sentence}");
+            } else {
+                tracing::error!("{sentence}");
                 p.push(sentence);
             }
         }
@@ -1027,6 +1031,28 @@ pub(crate) fn test_node_on(dir: &std::path::Path, host: Host) -> Node {
 mod tests {
     use super::*;
     use crate::health::verdict::HealthState;
+
+    // A problem that recurred at every pass (a full disk under the CDI folder) logged one
+    // ERROR line each time, a line a second; it is logged once, and listed once.
+    #[test]
+    fn a_recurring_problem_is_logged_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let node = test_node(dir.path());
+        let lines = crate::test_log::logged(|| {
+            for _ in 0..100 {
+                node.problem("CDI specs: /etc/cdi: No space left on device".into());
+            }
+        });
+        let errors = lines.iter().filter(|l| l.contains("ERROR")).count();
+        assert_eq!(errors, 1, "{lines:?}");
+        assert_eq!(
+            node.problems_now()
+                .iter()
+                .filter(|p| p.starts_with("CDI specs"))
+                .count(),
+            1
+        );
+    }
 
     // The watchdog was pinged from a timer of its own, whatever the state: a node whose
     // state lock is stuck is no longer vouched for.
