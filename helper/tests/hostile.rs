@@ -378,6 +378,26 @@ fn a_member_of_an_allowed_group_through_a_supplementary_group_is_served() {
     assert_eq!(run("4243"), Some(10), "refused without it");
 }
 
+/// A `VfioBind` of each of `addresses`, all at once, each on its own connection and thread.
+fn binds_at_once(
+    sock: &Path,
+    addresses: &[String],
+) -> Vec<std::thread::JoinHandle<Result<Outcome, String>>> {
+    addresses
+        .iter()
+        .map(|a| {
+            let (sock, device) = (sock.to_path_buf(), pci(a));
+            std::thread::spawn(move || {
+                exchange(
+                    &sock,
+                    Operation::VfioBind { device },
+                    Duration::from_secs(30),
+                )
+            })
+        })
+        .collect()
+}
+
 /// A fake PCI tree whose `nvidia` driver's `unbind` is a FIFO nobody reads: a write to it
 /// blocks until the test opens the other end, as a real unbind blocks until the driver lets
 /// go. Functions: a stuck GPU on `nvidia`, a free GPU on `nouveau` (a driver that lets go).
@@ -533,19 +553,7 @@ fn binds_of_stuck_functions_never_strand_an_override_nor_starve_a_healthy_gpu() 
     );
     // Every stuck function's bind at once, as an agent moving a whole host would.
     let started = Instant::now();
-    let binds: Vec<_> = stuck
-        .iter()
-        .map(|a| {
-            let (sock, device) = (h.sock.clone(), pci(a));
-            std::thread::spawn(move || {
-                exchange(
-                    &sock,
-                    Operation::VfioBind { device },
-                    Duration::from_secs(30),
-                )
-            })
-        })
-        .collect();
+    let binds = binds_at_once(&h.sock, &stuck);
     let answers: Vec<Result<Outcome, String>> =
         binds.into_iter().map(|b| b.join().unwrap()).collect();
     let binds_took = started.elapsed();
@@ -660,19 +668,7 @@ fn a_bind_refused_for_want_of_writes_touches_nothing() {
     for a in &added {
         sysfs.add_function(a, "0x10de", "0x030200", "nvidia");
     }
-    let binds: Vec<_> = added
-        .iter()
-        .map(|a| {
-            let (sock, device) = (h.sock.clone(), pci(a));
-            std::thread::spawn(move || {
-                exchange(
-                    &sock,
-                    Operation::VfioBind { device },
-                    Duration::from_secs(30),
-                )
-            })
-        })
-        .collect();
+    let binds = binds_at_once(&h.sock, &added);
     let answers: Vec<String> = binds
         .into_iter()
         .map(|b| b.join().unwrap().unwrap_err())

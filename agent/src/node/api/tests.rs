@@ -9,6 +9,10 @@ use super::handle;
 use crate::node::http::Request;
 use crate::node::shared::Node;
 
+/// Two GPUs of the demo host.
+const GPU0: &str = "GPU-ff1dacfa-2e1a-0504-a88b-76a3118ee48b";
+const GPU1: &str = "GPU-a4303385-f265-4ffc-ad1b-b0bef156d59a";
+
 fn node(dir: &Path) -> Node {
     crate::node::shared::test_node(dir)
 }
@@ -252,10 +256,7 @@ async fn a_hold_whose_spec_cannot_be_written_is_refused_and_not_applied() {
     let dir = tempfile::tempdir().unwrap();
     let node = node(dir.path());
     node.collect_now().await;
-    let gpus = [
-        "GPU-ff1dacfa-2e1a-0504-a88b-76a3118ee48b",
-        "GPU-a4303385-f265-4ffc-ad1b-b0bef156d59a",
-    ];
+    let gpus = [GPU0, GPU1];
     let cdi = dir.path().join("cdi");
     let post = |devices: &[&str]| Request {
         body: serde_json::json!({"id": "job", "devices": devices})
@@ -352,10 +353,7 @@ async fn kubernetes_hold_ids_are_reserved_and_a_live_kubernetes_hold_is_not_the_
     let dir = tempfile::tempdir().unwrap();
     let node = node(dir.path());
     node.collect_now().await;
-    let gpus = [
-        "GPU-ff1dacfa-2e1a-0504-a88b-76a3118ee48b",
-        "GPU-a4303385-f265-4ffc-ad1b-b0bef156d59a",
-    ];
+    let gpus = [GPU0, GPU1];
     let answer = |(status, body): (u16, Vec<u8>)| {
         let v: Value = serde_json::from_slice(&body).unwrap();
         (status, v)
