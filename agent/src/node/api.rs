@@ -573,6 +573,10 @@ async fn passthrough(node: &Node, path: &str, request: &Request) -> Result<Answe
             },
         )),
         Err(e) => {
+            // A journal that cannot be written: 507 when its disk is full, naming the file.
+            if let RuntimeError::State(s) = &e {
+                return Err(state_refusal(s, e.to_string()));
+            }
             let (status, code) = match &e {
                 RuntimeError::Held { .. } => (409, "gpu-busy"),
                 RuntimeError::Unsettled(_) => (409, "unsettled"),
