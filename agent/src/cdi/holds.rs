@@ -397,7 +397,8 @@ impl Holds {
         }
     }
 
-    /// Puts the hold back as `before` recorded it and saves the store.
+    /// Puts the hold back as `before` recorded it and saves the store. A hold that did not
+    /// exist before is released, so that a spec written for it meanwhile is removed.
     ///
     /// # Errors
     /// [`HoldError::Frozen`]; [`HoldError::State`] when the store cannot be saved: the store
@@ -407,10 +408,14 @@ impl Holds {
             return Err(HoldError::Frozen(why.clone()));
         }
         let Before { id, hold, released } = before;
+        let absent = hold.is_none();
         let now = match hold {
             Some(h) => self.holds.insert(id.clone(), h),
             None => self.holds.remove(&id),
         };
+        // A hold made since, taken away again, is released: its spec, if the change wrote
+        // one, goes with the next converge instead of staying as a stranger's.
+        let released = released || (absent && now.is_some());
         let was_released = if released {
             !self.released.insert(id.clone())
         } else {
@@ -636,6 +641,36 @@ mod tests {
     use std::os::unix::fs::PermissionsExt;
 
     use super::*;
+
+    // Undoing a refused change that had made a hold left its spec behind for good (the store
+    // no longer knew the hold, and converge removes only released holds' specs): the hold
+    // taken away again is released.
+    #[test]
+    fn a_hold_made_and_undone_is_released_so_its_spec_goes() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut holds = Holds::load(dir.path()).unwrap();
+        let id: HoldId = "job".parse().unwrap();
+        let before = holds.before(&id);
+        let gpu: DeviceId = "GPU-ff1dacfa-2e1a-0504-a88b-76a3118ee48b".parse().unwrap();
+        let placed = vec![Placed {
+            gpu: gpu.gpu(),
+            device: gpu,
+        }];
+        holds
+            .apply(
+                id.clone(),
+                placed,
+                HoldOwner::Operator,
+                &Topology::default(),
+            )
+            .unwrap();
+        holds.restore(before).unwrap();
+        assert!(holds.get(&id).is_none());
+        assert!(
+            holds.released().any(|r| r == &id),
+            "its spec is removed by the next converge"
+        );
+    }
 
     const GPU0: &str = "GPU-11111111-1111-1111-1111-111111111111";
     const GPU1: &str = "GPU-22222222-2222-2222-2222-222222222222";

@@ -116,6 +116,12 @@ struct Document {
     /// reads the kernel log from its beginning and skips the records up to it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     kmsg_sequence: Option<u64>,
+    /// Written by a bcd that reads the kernel log from its start. A document of this boot
+    /// without it was written by an older bcd, which read from the log's end: the records
+    /// before are in it already, so the next read starts at the end (else they would count
+    /// twice).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    kmsg_replay: bool,
 }
 
 /// Appends a finished boot to `history`, keeping the last [`HISTORY_BOOTS`]; a boot without
@@ -205,6 +211,9 @@ pub struct FaultStore {
     /// The last kernel log record handled (written with the next write, with the conditions
     /// it may have changed).
     kmsg_sequence: Option<u64>,
+    /// This boot's file was written by an older bcd (see [`Document`]): the kernel log's
+    /// backlog is taken as handled.
+    kmsg_at_end: bool,
 }
 
 impl FaultStore {
@@ -231,12 +240,14 @@ impl FaultStore {
             failure: None,
             failure_logged: None,
             kmsg_sequence: None,
+            kmsg_at_end: false,
         };
         match loaded {
             Some(doc) if doc.boot_id == boot_id => {
                 store.conditions = doc.conditions;
                 store.history = doc.history;
                 store.kmsg_sequence = doc.kmsg_sequence;
+                store.kmsg_at_end = !doc.kmsg_replay;
             }
             Some(doc) => {
                 tracing::info!(
@@ -274,49 +285,31 @@ impl FaultStore {
             failure: None,
             failure_logged: None,
             kmsg_sequence: None,
+            kmsg_at_end: false,
         }
     }
 
     /// Keeps the conditions in `<runtime_dir>/faults.json` whenever the data folder's file
     /// cannot be written (a full or read-only disk), and takes back what an earlier process
-    /// of this boot kept there: such a condition (or a higher count) joins this store's and is
-    /// written to the data folder at once; the fallback file is removed once the data folder's
-    /// file has everything. The runtime folder is tmpfs that lasts the boot, like the
+    /// of this boot kept there: that record is the newer whole document (it is removed at every
+    /// successful write of the data folder's file), so its conditions replace the file's and
+    /// are written to the data folder at once; the fallback goes once that write succeeds. The runtime folder is tmpfs that lasts the boot, like the
     /// conditions themselves, and is not on the full disk.
     pub fn with_fallback(mut self, runtime_dir: &Path) -> Self {
         let fallback = runtime_dir.join(FAULTS_FILE);
         match state::load(&fallback, parse) {
             Ok(Some(doc)) if doc.boot_id == self.boot_id => {
-                let mut taken = 0;
-                if doc.kmsg_sequence > self.kmsg_sequence {
-                    self.kmsg_sequence = doc.kmsg_sequence;
-                    taken += 1;
-                }
-                for c in doc.conditions {
-                    match self
-                        .conditions
-                        .iter_mut()
-                        .find(|m| m.kind == c.kind && m.device_id == c.device_id)
-                    {
-                        Some(mine) if mine.count >= c.count && mine.last_seen >= c.last_seen => {}
-                        Some(mine) => {
-                            *mine = c;
-                            taken += 1;
-                        }
-                        None => {
-                            self.conditions.push(c);
-                            taken += 1;
-                        }
-                    }
-                }
-                if taken > 0 {
-                    tracing::warn!(
-                        "{}: took back {taken} XID condition(s) kept there while {} could not be written",
-                        fallback.display(),
-                        self.path.display()
-                    );
-                    self.dirty = true;
-                }
+                // The fallback is written only after the data folder's file failed and goes
+                // once that file is written again: it is the newer whole document (a reset's
+                // clearing included), so it replaces this boot's conditions.
+                tracing::warn!(
+                    "{}: took back the XID conditions kept there while {} could not be written",
+                    fallback.display(),
+                    self.path.display()
+                );
+                self.conditions = doc.conditions;
+                self.kmsg_sequence = doc.kmsg_sequence.max(self.kmsg_sequence);
+                self.dirty = true;
             }
             Ok(_) => {}
             Err(e) => tracing::warn!("the fallback record of XID conditions: {e}"),
@@ -334,6 +327,11 @@ impl FaultStore {
     /// The last kernel log record handled, as this store knows it (see [`Document`]).
     pub fn kmsg_sequence(&self) -> Option<u64> {
         self.kmsg_sequence
+    }
+
+    /// Whether an older bcd wrote this boot's file, so the kernel log's backlog is handled.
+    pub fn kmsg_at_end(&self) -> bool {
+        self.kmsg_at_end
     }
 
     /// Notes that kernel log record `sequence` was handled and changed nothing: it is
@@ -489,6 +487,7 @@ impl FaultStore {
             conditions: self.conditions.clone(),
             history: self.history.clone(),
             kmsg_sequence: self.kmsg_sequence,
+            kmsg_replay: true,
         };
         // Plain data always encodes.
         let bytes = serde_json::to_vec_pretty(&doc).unwrap_or_default();
@@ -508,6 +507,9 @@ impl FaultStore {
                     why.push_str(&format!("; nor can the fallback {}: {fe}", f.display()));
                 }
             }
+            // Retried by the writer within the interval, whatever the change was (a reset's
+            // clearing too).
+            self.dirty = true;
             let failed = self.failure.as_ref().map_or(0, |(_, n)| *n) + 1;
             self.failure = Some((why, failed));
             let due = self
@@ -717,6 +719,14 @@ impl Health {
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .note_sequence(sequence);
+    }
+
+    /// Whether an older bcd wrote this boot's file (see [`FaultStore::kmsg_at_end`]).
+    pub fn kmsg_at_end(&self) -> bool {
+        self.store
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .kmsg_at_end()
     }
 
     /// The last kernel log record this boot's store knows was handled.

@@ -58,6 +58,9 @@ pub enum Polled {
     Lost,
 }
 
+/// How long the watcher waits for the first inventory before it reads the kernel log.
+pub const FIRST_INVENTORY_WAIT: Duration = Duration::from_secs(60);
+
 /// A reader of kernel log records, from the oldest or from the end of the log on.
 pub struct KmsgReader {
     source: Box<dyn Read + Send>,
@@ -418,13 +421,28 @@ impl XidWatcher {
     /// Dropping the future stops the watcher; nothing is left half-written (each condition is
     /// written atomically before it is published).
     pub async fn run(mut self) {
+        // The backlog names GPUs by bus: read before the first collection, every XID of it
+        // would be an unknown bus, marked handled and never recorded. So the first open waits
+        // for an inventory (at most FIRST_INVENTORY_WAIT: a host whose collection lists no GPU
+        // has nothing to match anyway).
+        if self.inventory.borrow().gpu.gpus.is_empty() {
+            let _ = tokio::time::timeout(FIRST_INVENTORY_WAIT, self.inventory.changed()).await;
+        }
+        // An older bcd's file of this boot: it read the log from its end, so what is there now
+        // is in the file already (or predates it): the first open is at the log's end.
+        let mut at_end = self.health.kmsg_at_end();
         let mut first = true;
         loop {
             if !first {
                 self.stats.restarts.fetch_add(1, Ordering::Relaxed);
             }
             first = false;
-            match (self.open)() {
+            let opened = if std::mem::take(&mut at_end) {
+                KmsgReader::open(&self.path)
+            } else {
+                (self.open)()
+            };
+            match opened {
                 Ok(reader) => {
                     let e = self.read_until_failure(reader).await;
                     self.report(format!(
@@ -603,7 +621,6 @@ impl XidWatcher {
             self.stats.unknown_bus.fetch_add(1, Ordering::Relaxed);
             let line = format!("a GPU the inventory does not list fell off the bus: {shown}");
             self.warn(("fallen-off-the-bus records", address.to_string()), line);
-            self.health.note_sequence(seq);
             return;
         };
         let line = format!("GPU {uuid} fell off the bus: {shown}");
@@ -631,7 +648,6 @@ impl XidWatcher {
                 crate::smi::escape_line(&xid.text)
             );
             self.warn(("XIDs", xid.bus_id().to_string()), line);
-            self.health.note_sequence(seq);
             return;
         };
         self.stats.xids.fetch_add(1, Ordering::Relaxed);
@@ -982,6 +998,78 @@ mod tests {
         let (health, watcher, _inv, _rx) = node_watcher(&root, &data, "boot-2");
         let seen = watch_until(&health, watcher, 1).await;
         assert_eq!(counts(&seen), [("Xid63".to_owned(), 1)]);
+    }
+
+    // Read before the first collection, the backlog's XIDs were all unknown buses, marked
+    // handled and never recorded. The watcher waits for the first inventory now.
+    #[tokio::test]
+    async fn the_backlog_is_read_once_the_first_inventory_names_its_gpus() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("root");
+        std::fs::create_dir_all(root.join("dev")).unwrap();
+        std::fs::write(
+            root.join("dev/kmsg"),
+            "4,7,7,-;NVRM: Xid (PCI:0000:18:00): 79, early\n",
+        )
+        .unwrap();
+        let host = Host::new(root, "nvidia-smi");
+        let health = Health::new(FaultStore::open(dir.path(), "boot-1").unwrap());
+        let (inv_tx, inv_rx) = watch::channel(Inventory::new(GpuSection::default()));
+        let (tx, _rx) = mpsc::channel(64);
+        let watcher = XidWatcher::new(&host, inv_rx, health.clone(), tx);
+        let task = tokio::spawn(watcher.run());
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        assert!(
+            health.conditions().is_empty(),
+            "nothing before the inventory"
+        );
+        assert_eq!(
+            health.kmsg_sequence(),
+            None,
+            "no record taken as handled yet"
+        );
+        inv_tx.send(inventory()).unwrap();
+        let seen = wait_for(&health, 1, Duration::from_secs(3)).await;
+        task.abort();
+        assert_eq!(counts(&seen), [("Xid79".to_owned(), 1)]);
+    }
+
+    // An upgrade within a boot: the older bcd's faults.json (no `kmsg_replay`) already holds
+    // the backlog's XIDs it read; they are not counted again.
+    #[tokio::test]
+    async fn an_older_bcds_file_of_this_boot_keeps_the_backlog_from_counting_twice() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("root");
+        let data = dir.path().join("data");
+        std::fs::create_dir_all(root.join("dev")).unwrap();
+        std::fs::create_dir_all(&data).unwrap();
+        let kmsg = root.join("dev/kmsg");
+        std::fs::write(
+            &kmsg,
+            "4,2,2,-;NVRM: Xid (PCI:0000:18:00): 13, seen by the older bcd\n",
+        )
+        .unwrap();
+        std::fs::write(
+            data.join(super::super::faults::FAULTS_FILE),
+            format!(
+                r#"{{"boot_id": "boot-1", "conditions": [{{"kind": "Xid13", "status": true, "device_id": "{}", "message": "m", "first_seen": 1, "last_seen": 1, "count": 1}}]}}"#,
+                GPUS[0].0
+            ),
+        )
+        .unwrap();
+        let (health, watcher, _inv, _rx) = node_watcher(&root, &data, "boot-1");
+        let task = tokio::spawn(watcher.run());
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        append(
+            &kmsg,
+            b"4,3,3,-;NVRM: Xid (PCI:0000:2a:00): 48, after the upgrade\n",
+        );
+        let seen = wait_for(&health, 2, Duration::from_secs(3)).await;
+        task.abort();
+        assert_eq!(
+            counts(&seen),
+            [("Xid13".to_owned(), 1), ("Xid48".to_owned(), 1)]
+        );
     }
 
     #[tokio::test]

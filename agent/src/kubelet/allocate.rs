@@ -180,15 +180,6 @@ fn devices_of(
     Ok(devices)
 }
 
-/// Undoes, newest first, the changes `journal` recorded.
-fn undo(holds: &mut cdi::Holds, journal: Vec<Before>) {
-    for before in journal.into_iter().rev() {
-        if let Err(e) = holds.restore(before) {
-            tracing::error!("a refused Allocate could not be undone in holds.json: {e}");
-        }
-    }
-}
-
 /// Allocates every container of one `Allocate` (device ids of `resource`, as the kubelet
 /// sent them), all or none: every container is checked first (offered, healthy now), then
 /// each container's devices are placed (one Kubernetes hold per container, see [`place`])
@@ -235,39 +226,29 @@ pub async fn allocate_all(
             });
         }
     }
+    // One holds lock for the placing, the specs and an undo: nothing else changes the holds
+    // between them (a release pass, another Allocate).
     let placed = node
-        .with_holds(|holds| {
-            let mut journal = Vec::new();
-            let mut placed = Vec::with_capacity(requests.len());
-            for devices in &requests {
-                match place(holds, devices, &topology, &mut journal) {
-                    Ok(p) => placed.push(p),
-                    Err(e) => {
-                        undo(holds, journal);
-                        return Err(e);
-                    }
-                }
-            }
-            Ok((placed, journal))
-        })
-        .await
-        .ok_or(AllocateError::HoldsUnavailable)?;
-    let (placed, journal) = placed?;
-    if placed.iter().any(|(_, fresh)| *fresh) {
-        node.converge_holds().await;
-        let missing = placed
-            .iter()
-            .filter(|(_, fresh)| *fresh)
-            .map(|(id, _)| node.config().cdi_dir.join(id.spec_file_name()))
-            .find(|spec| !spec.exists());
-        if let Some(spec) = missing {
+        .change_holds_durably(
+            |holds, journal| {
+                requests
+                    .iter()
+                    .map(|devices| place(holds, devices, &topology, journal))
+                    .collect::<Result<Vec<_>, _>>()
+            },
+            |placed| {
+                placed
+                    .iter()
+                    .filter(|(_, fresh)| *fresh)
+                    .map(|(id, _)| id.clone())
+                    .collect()
+            },
             // The kubelet fails the pod on this answer: a hold left behind would keep the
             // devices from the next pod until the release pass noticed.
-            node.with_holds(|holds| undo(holds, journal)).await;
-            node.converge_holds().await;
-            return Err(AllocateError::Spec(spec.display().to_string()));
-        }
-    }
+            |spec| AllocateError::Spec(spec.display().to_string()),
+            AllocateError::HoldsUnavailable,
+        )
+        .await?;
     let vendor = cdi::read_vendor_specs(&cdi::vendor_dirs(
         &node.config().cdi_dir,
         &node.config().host,

@@ -564,6 +564,9 @@ async fn passthrough(node: &Node, path: &str, request: &Request) -> Result<Answe
     if let Ok(report) = &result {
         // A restore names its domain only in the helper's answer (the save image's XML).
         node.record_passthrough(report, report.domain.as_deref().or(domain.as_deref()));
+        // The claims go only once the inventory knows where the GPUs are now (on vfio-pci,
+        // or back), as a reset's go after the collection that follows it.
+        node.collect_now().await;
     }
     match result {
         Ok(report) => Ok(typed(

@@ -644,6 +644,58 @@ impl Node {
         Err(ApplyHoldError::Spec { id, source: failed })
     }
 
+    /// Changes the holds with `change` (which records each change in the journal it is handed,
+    /// see [`Holds::before`]) and writes the specs of the holds `written` names, all under one
+    /// holds lock: `Ok` only once every such spec is on disk. When `change` fails, or a spec
+    /// cannot be written, every recorded change is undone, newest first, and the specs
+    /// converged again.
+    ///
+    /// # Errors
+    /// `unavailable` when the store could not be read at start; `change`'s error; `missing`
+    /// with the first spec that was not written.
+    pub async fn change_holds_durably<T, E>(
+        &self,
+        change: impl FnOnce(&mut Holds, &mut Vec<cdi::Before>) -> Result<T, E>,
+        written: impl FnOnce(&T) -> Vec<HoldId>,
+        missing: impl FnOnce(PathBuf) -> E,
+        unavailable: E,
+    ) -> Result<T, E> {
+        let vendor = self.read_vendor_specs();
+        let mut holds = self.holds.lock().await;
+        let Some(holds) = holds.as_mut() else {
+            return Err(unavailable);
+        };
+        let mut journal = Vec::new();
+        let undo = |holds: &mut Holds, journal: Vec<cdi::Before>| {
+            for before in journal.into_iter().rev() {
+                if let Err(e) = holds.restore(before) {
+                    tracing::error!("a refused hold change could not be undone in holds.json: {e}");
+                }
+            }
+        };
+        let done = match change(holds, &mut journal) {
+            Ok(done) => done,
+            Err(e) => {
+                undo(holds, journal);
+                return Err(e);
+            }
+        };
+        let specs: Vec<PathBuf> = written(&done)
+            .iter()
+            .map(|id| self.config.cdi_dir.join(id.spec_file_name()))
+            .collect();
+        if specs.is_empty() {
+            return Ok(done);
+        }
+        self.converge_locked(holds, &vendor).await;
+        if let Some(spec) = specs.into_iter().find(|s| !s.exists()) {
+            undo(holds, journal);
+            self.converge_locked(holds, &vendor).await;
+            return Err(missing(spec));
+        }
+        Ok(done)
+    }
+
     /// NVIDIA's specs, their problems reported (in status, and logged once each) even while
     /// the holds cannot be read.
     fn read_vendor_specs(&self) -> cdi::vendor::VendorSpecs {
