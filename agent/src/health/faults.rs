@@ -864,6 +864,34 @@ mod tests {
         assert!(next.conditions().is_empty());
     }
 
+    // A reset's clearing whose write failed was never retried (only a raise left the store
+    // due), and a restart then brought the cleared XIDs back from the file.
+    #[test]
+    fn a_clearing_whose_write_failed_is_written_when_the_disk_takes_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let data = dir.path().join("data");
+        std::fs::create_dir_all(&data).unwrap();
+        let mut store = FaultStore::open(&data, "boot-1")
+            .unwrap()
+            .with_fallback(&dir.path().join("run"));
+        store
+            .raise(&ConditionKind::Xid(79), dev(GPU_A), "x")
+            .unwrap();
+        let gpu: GpuUuid = GPU_A.parse().unwrap();
+        let moved = dir.path().join("data.away");
+        std::fs::rename(&data, &moved).unwrap();
+        std::fs::write(&data, "").unwrap();
+        assert!(store.clear_gpu(&gpu, crate::state::unix_now()).is_err());
+        assert!(store.pending_write().is_some(), "the clearing stays due");
+        std::fs::remove_file(&data).unwrap();
+        std::fs::rename(&moved, &data).unwrap();
+        store.flush().unwrap();
+        assert!(
+            read_this_boot(&data, "boot-1").unwrap().is_empty(),
+            "the clearing is written"
+        );
+    }
+
     // A read-only data folder was reported as the process running out of file descriptors.
     #[test]
     fn a_read_only_or_full_data_folder_is_said_as_such() {
