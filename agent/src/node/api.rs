@@ -514,9 +514,10 @@ async fn passthrough(node: &Node, path: &str, request: &Request) -> Result<Answe
             .or_else(|| uuid.and_then(|u| u.as_str().parse().ok()))?;
         let busy = match node.claim_now(&gpu, kind, &topology) {
             Ok(claim) => {
-                if let Ok(mut c) = claims.lock() {
-                    c.push(claim);
-                }
+                claims
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner)
+                    .push(claim);
                 return None;
             }
             Err(busy) => busy,

@@ -53,11 +53,15 @@ pub struct Claim {
 
 impl Drop for Claim {
     fn drop(&mut self) {
-        if let Ok(mut claimed) = self.claims.lock() {
-            for gpu in &self.gpus {
-                claimed.remove(gpu);
-            }
+        // Also from a poisoned lock: a claim that stayed would keep its GPUs busy for good.
+        let mut claimed = self
+            .claims
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        for gpu in &self.gpus {
+            claimed.remove(gpu);
         }
+        drop(claimed);
         self.kubernetes.touch();
     }
 }
