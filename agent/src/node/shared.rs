@@ -83,6 +83,10 @@ pub enum ApplyHoldError {
     },
 }
 
+/// How long [`Node::claim_now`] tries the holds lock (blocking its thread) before it answers
+/// that the holds are changing.
+pub const CLAIM_NOW_PATIENCE: Duration = Duration::from_millis(100);
+
 /// The shortest sample interval: `nvidia-smi` costs driver time on every GPU.
 pub const MIN_SAMPLE_INTERVAL: Duration = Duration::from_secs(5);
 
@@ -856,9 +860,10 @@ impl Node {
         self.claim_locked(holds.as_ref(), &topology, gpus, kind, false)
     }
 
-    /// [`Node::claim`] of one GPU from code that cannot wait (the passthrough runtime's
-    /// lookup, called as it decides): the holds lock is only tried, and a store being changed
-    /// at this moment answers [`Busy::Changing`] (try again). A GPU passed through to a VM is
+    /// [`Node::claim`] of one GPU from code that cannot await (the passthrough runtime's
+    /// lookup, called as it decides): the holds lock is tried for at most
+    /// [`CLAIM_NOW_PATIENCE`], and a store still being changed then answers
+    /// [`Busy::Changing`] (try again). A GPU passed through to a VM is
     /// claimed too (a VM start needs it there); whether it may move is the runtime's to say.
     ///
     /// # Errors
@@ -869,7 +874,18 @@ impl Node {
         kind: ClaimKind,
         topology: &Topology,
     ) -> Result<Claim, Busy> {
-        let holds = self.holds.try_lock().map_err(|_| Busy::Changing)?;
+        // The lock is held for milliseconds (a hold change, the converge after a collection):
+        // tried a few times over at most CLAIM_NOW_PATIENCE before the answer is "try again".
+        let started = Instant::now();
+        let holds = loop {
+            match self.holds.try_lock() {
+                Ok(holds) => break holds,
+                Err(_) if started.elapsed() < CLAIM_NOW_PATIENCE => {
+                    std::thread::sleep(Duration::from_millis(2));
+                }
+                Err(_) => return Err(Busy::Changing),
+            }
+        };
         self.claim_locked(
             holds.as_ref(),
             topology,
