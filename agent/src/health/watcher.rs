@@ -864,6 +864,18 @@ mod tests {
         }
     }
 
+    /// A host root under `dir` whose `dev/kmsg` holds `records`, and an empty data folder:
+    /// (root, data folder, kmsg file).
+    fn kmsg_tree(dir: &Path, records: &str) -> (PathBuf, PathBuf, PathBuf) {
+        let root = dir.join("root");
+        let data = dir.join("data");
+        std::fs::create_dir_all(root.join("dev")).unwrap();
+        std::fs::create_dir_all(&data).unwrap();
+        let kmsg = root.join("dev/kmsg");
+        std::fs::write(&kmsg, records).unwrap();
+        (root, data, kmsg)
+    }
+
     /// A watcher of `root/dev/kmsg` on a store of `data` for `boot`, its writer running.
     fn node_watcher(
         root: &Path,
@@ -911,17 +923,11 @@ mod tests {
     #[tokio::test]
     async fn xids_logged_while_the_node_was_down_are_recorded_at_its_next_start() {
         let dir = tempfile::tempdir().unwrap();
-        let root = dir.path().join("root");
-        let data = dir.path().join("data");
-        std::fs::create_dir_all(root.join("dev")).unwrap();
-        std::fs::create_dir_all(&data).unwrap();
-        let kmsg = root.join("dev/kmsg");
         // Logged before the node's first start of the boot.
-        std::fs::write(
-            &kmsg,
+        let (root, data, kmsg) = kmsg_tree(
+            dir.path(),
             "6,1,1,-;Linux version 6.1\n4,2,2,-;NVRM: Xid (PCI:0000:18:00): 13, first\n",
-        )
-        .unwrap();
+        );
         let (health, watcher, _inv, _rx) = node_watcher(&root, &data, "boot-1");
         let seen = watch_until(&health, watcher, 1).await;
         assert_eq!(
@@ -1005,15 +1011,12 @@ mod tests {
     #[tokio::test]
     async fn the_backlog_is_read_once_the_first_inventory_names_its_gpus() {
         let dir = tempfile::tempdir().unwrap();
-        let root = dir.path().join("root");
-        std::fs::create_dir_all(root.join("dev")).unwrap();
-        std::fs::write(
-            root.join("dev/kmsg"),
+        let (root, data, _) = kmsg_tree(
+            dir.path(),
             "4,7,7,-;NVRM: Xid (PCI:0000:18:00): 79, early\n",
-        )
-        .unwrap();
+        );
         let host = Host::new(root, "nvidia-smi");
-        let health = Health::new(FaultStore::open(dir.path(), "boot-1").unwrap());
+        let health = Health::new(FaultStore::open(&data, "boot-1").unwrap());
         let (inv_tx, inv_rx) = watch::channel(Inventory::new(GpuSection::default()));
         let (tx, _rx) = mpsc::channel(64);
         let watcher = XidWatcher::new(&host, inv_rx, health.clone(), tx);
@@ -1039,16 +1042,10 @@ mod tests {
     #[tokio::test]
     async fn an_older_bcds_file_of_this_boot_keeps_the_backlog_from_counting_twice() {
         let dir = tempfile::tempdir().unwrap();
-        let root = dir.path().join("root");
-        let data = dir.path().join("data");
-        std::fs::create_dir_all(root.join("dev")).unwrap();
-        std::fs::create_dir_all(&data).unwrap();
-        let kmsg = root.join("dev/kmsg");
-        std::fs::write(
-            &kmsg,
+        let (root, data, kmsg) = kmsg_tree(
+            dir.path(),
             "4,2,2,-;NVRM: Xid (PCI:0000:18:00): 13, seen by the older bcd\n",
-        )
-        .unwrap();
+        );
         std::fs::write(
             data.join(super::super::faults::FAULTS_FILE),
             format!(
