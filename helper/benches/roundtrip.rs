@@ -6,7 +6,8 @@
 //! Run: `cargo bench -p bcd-helper --bench roundtrip`. Medians are in
 //! `target/criterion/<name>/new/estimates.json`.
 
-#[path = "../tests/common/mod.rs"]
+#[path = "../tests/it/common/mod.rs"]
+#[allow(dead_code)] // the bench starts a helper and talks to it; the tests use the rest
 mod common;
 
 use std::os::unix::process::CommandExt;

@@ -1,14 +1,14 @@
 //! The operations against fakes: `nvidia-smi` scripts from `testdata/helper` and a fake PCI
-//! sysfs tree whose kernel side is played by a thread (see `common::FakeSysfs`).
+//! sysfs tree whose kernel side is played by a thread (see `common::FakePciKernel`).
 
-mod common;
+use crate::common;
 
 use std::time::{Duration, Instant};
 
 use bcd_protocol::{
     ClientFrame, HelperError, Operation, Outcome, PciAddress, PersistenceNote, Request,
 };
-use common::{alive, fake_program, wait_gone, wait_lines, FakeSysfs, Helper};
+use common::{alive, fake_program, wait_gone, wait_lines, FakePciKernel, Helper};
 
 const GPU: &str = "0000:18:00.0";
 const NIC: &str = "0000:19:00.0";
@@ -22,12 +22,12 @@ fn calls(h: &Helper) -> String {
 }
 
 /// A helper over a fake sysfs with one NVIDIA GPU on `nvidia` and one Intel NIC on `ixgbe`.
-fn vfio_helper(unbind_timeout: &str) -> (Helper, FakeSysfs) {
+fn vfio_helper(unbind_timeout: &str) -> (Helper, FakePciKernel) {
     let dir = tempfile::tempdir().unwrap();
     let smi = fake_program(dir.path(), "nvidia-smi-record", "nvidia-smi");
-    let mut sysfs = FakeSysfs::new(&dir.path().join("sys"));
-    sysfs.add_function(GPU, "0x10de", "0x030200", "nvidia");
-    sysfs.add_function(NIC, "0x8086", "0x020000", "ixgbe");
+    let mut sysfs = FakePciKernel::new(&dir.path().join("sys"));
+    sysfs.add_function(GPU, "0x10de", "0x030200", Some("nvidia"));
+    sysfs.add_function(NIC, "0x8086", "0x020000", Some("ixgbe"));
     sysfs.start_kernel();
     let root = sysfs.root.display().to_string();
     let h = Helper::start_in(

@@ -1,7 +1,7 @@
 //! The socket side against real peers: `--listen`, socket activation through the real
 //! `systemd-socket-activate`, a peer of another uid, the connection cap and usage errors.
 
-mod common;
+use crate::common;
 
 use std::io::{Read, Write};
 use std::os::unix::fs::{FileTypeExt, PermissionsExt};
@@ -133,7 +133,7 @@ fn socket_activation_serves_hides_the_listen_variables_and_exits_when_idle() {
         .stdout(Stdio::null())
         .spawn()
         .unwrap();
-    common::wait_listening(&sock, Duration::from_secs(10));
+    bcd_testkit::wait_listening(&sock, Duration::from_secs(10));
     let mut c = RawClient::connect(&sock);
     c.hello();
     let gpu: bcd_protocol::PciAddress = "0000:18:00.0".parse().unwrap();

@@ -3,9 +3,7 @@
 //! HTTP API: one `bcd_gpu_memory_total_bytes` series per GPU, equal to the fake `nvidia-smi`'s
 //! memory total.
 
-#[path = "common/processes.rs"]
-#[allow(dead_code)]
-mod processes;
+use crate::common::processes;
 
 use processes::{free_port, repo, Reaped};
 use std::io::{Read, Write};

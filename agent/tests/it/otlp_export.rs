@@ -7,9 +7,7 @@
 //! the pinned `opentelemetry-proto` (the test downloads nothing); without it the test is
 //! skipped, saying so (a failure under `CI`).
 
-#[path = "common/processes.rs"]
-#[allow(dead_code)]
-mod processes;
+use crate::common::processes;
 
 use processes::{copy_host, repo, Reaped};
 use std::io::{BufRead, BufReader};

@@ -5,11 +5,11 @@ use proptest::prelude::*;
 
 /// Real-shaped documents to mutate: the hand-written fixtures.
 const SEEDS: &[&[u8]] = &[
-    include_bytes!("../../testdata/smi/qx/h100-r570-fabric.xml"),
-    include_bytes!("../../testdata/smi/qx/r616-deprecated.xml"),
-    include_bytes!("../../testdata/smi/qx/a100-mig.xml"),
-    include_bytes!("../../testdata/smi/qx/crlf-no-declaration.xml"),
-    include_bytes!("../../testdata/smi/qx/hostile-entity.xml"),
+    include_bytes!("../../../testdata/smi/qx/h100-r570-fabric.xml"),
+    include_bytes!("../../../testdata/smi/qx/r616-deprecated.xml"),
+    include_bytes!("../../../testdata/smi/qx/a100-mig.xml"),
+    include_bytes!("../../../testdata/smi/qx/crlf-no-declaration.xml"),
+    include_bytes!("../../../testdata/smi/qx/hostile-entity.xml"),
 ];
 
 /// Fragments that stress the parser when spliced anywhere into a document.

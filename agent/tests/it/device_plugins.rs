@@ -1,4 +1,4 @@
-//! bcd's kubelet device plugins against a stand-in kubelet (`tests/kubelet/stand_in.py`,
+//! bcd's kubelet device plugins against a stand-in kubelet (`tests/it/kubelet/stand_in.py`,
 //! Python's grpcio: another gRPC implementation than bcd's, speaking the real wire API from
 //! stubs generated from bcd's .proto files at test time) on the 8-GPU demo host, with the
 //! real `bcd-helper` for the reset: registration of every resource, preferred allocation,
@@ -11,9 +11,7 @@
 //! Needs `python3` with `grpcio` and `grpcio-tools` (run-tests installs them); skipped, saying
 //! so, without them (a failure under `CI`).
 
-#[path = "common/processes.rs"]
-#[allow(dead_code)]
-mod processes;
+use crate::common::processes;
 
 use processes::{free_port, helper_args, repo, wait_for, NodeSandbox, Reaped};
 use std::path::PathBuf;
@@ -88,7 +86,7 @@ fn device_plugins_against_a_stand_in_kubelet() {
             .unwrap(),
     );
     let out = Command::new(&python)
-        .arg(repo().join("agent/tests/kubelet/stand_in.py"))
+        .arg(repo().join("agent/tests/it/kubelet/stand_in.py"))
         .env("BCD", env!("CARGO_BIN_EXE_bcd"))
         .env("BCD_GLOBAL", serde_json::to_string(&global).unwrap())
         .env("PLUGIN_DIR", &plugins)

@@ -7,7 +7,7 @@
 //! Floods run in child processes of this test binary (re-executed with [`ENV_MODE`] set, as
 //! another uid where it matters), bounded in time and on Unix sockets only.
 
-mod common;
+use crate::common;
 
 use std::io::{Read, Write};
 use std::os::unix::fs::PermissionsExt;
@@ -22,7 +22,7 @@ use bcd_protocol::{
     ClientFrame, HelperError, Operation, Outcome, PciAddress, Request, ServerFrame,
     PROTOCOL_VERSION,
 };
-use common::{fake_program, FakeSysfs, Helper};
+use common::{fake_program, FakePciKernel, Helper};
 
 /// Set in a re-executed child: what it does (`denied`, `idle`, `half-open`, `ping`).
 const ENV_MODE: &str = "BCD_HOSTILE_MODE";
@@ -61,7 +61,7 @@ fn open_to_everyone(h: &Helper) {
 fn spawn_hostile(mode: &str, sock: &Path, uid: u32, run_for: Duration) -> Child {
     let mut cmd = Command::new(std::env::current_exe().unwrap());
     cmd.args([
-        "hostile_child",
+        "hostile::hostile_child",
         "--exact",
         "--nocapture",
         "--test-threads=1",
@@ -283,7 +283,7 @@ fn floods_of_refused_idle_and_half_open_connections_never_lock_the_agent_out() {
     for f in flooders {
         let out = f.wait_with_output().unwrap();
         let text = String::from_utf8_lossy(&out.stdout).into_owned();
-        // The harness prints "test hostile_child ... " before the child's own line.
+        // The harness prints "test hostile::hostile_child ... " before the child's own line.
         counts.extend(text.lines().filter_map(|l| {
             ["denied: ", "idle: ", "half-open: "]
                 .iter()
@@ -357,7 +357,7 @@ fn a_member_of_an_allowed_group_through_a_supplementary_group_is_served() {
             ])
             .arg(std::env::current_exe().unwrap())
             .args([
-                "hostile_child",
+                "hostile::hostile_child",
                 "--exact",
                 "--nocapture",
                 "--test-threads=1",
@@ -401,12 +401,12 @@ fn binds_at_once(
 /// A fake PCI tree whose `nvidia` driver's `unbind` is a FIFO nobody reads: a write to it
 /// blocks until the test opens the other end, as a real unbind blocks until the driver lets
 /// go. Functions: a stuck GPU on `nvidia`, a free GPU on `nouveau` (a driver that lets go).
-fn stuck_unbind_sysfs(dir: &Path) -> (FakeSysfs, PathBuf) {
-    let mut sysfs = FakeSysfs::new(&dir.join("sys"));
-    sysfs.add_function("0000:18:00.0", "0x10de", "0x030200", "nvidia");
+fn stuck_unbind_sysfs(dir: &Path) -> (FakePciKernel, PathBuf) {
+    let mut sysfs = FakePciKernel::new(&dir.join("sys"));
+    sysfs.add_function("0000:18:00.0", "0x10de", "0x030200", Some("nvidia"));
     std::fs::create_dir_all(sysfs.root.join("bus/pci/drivers/nouveau")).unwrap();
     std::fs::write(sysfs.root.join("bus/pci/drivers/nouveau/unbind"), "").unwrap();
-    sysfs.add_function("0000:19:00.0", "0x10de", "0x030200", "nouveau");
+    sysfs.add_function("0000:19:00.0", "0x10de", "0x030200", Some("nouveau"));
     let fifo = sysfs.root.join("bus/pci/drivers/nvidia/unbind");
     std::fs::remove_file(&fifo).unwrap();
     nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
@@ -531,7 +531,7 @@ fn binds_of_stuck_functions_never_strand_an_override_nor_starve_a_healthy_gpu() 
     let mut stuck = vec!["0000:18:00.0".to_owned()];
     for bus in 0x20..0x20 + MORE_STUCK {
         let addr = format!("0000:{bus:02x}:00.0");
-        sysfs.add_function(&addr, "0x10de", "0x030200", "nvidia");
+        sysfs.add_function(&addr, "0x10de", "0x030200", Some("nvidia"));
         stuck.push(addr);
     }
     let root = sysfs.root.display().to_string();
@@ -666,7 +666,7 @@ fn a_bind_refused_for_want_of_writes_touches_nothing() {
     // of 5 writes): all of them at once cannot have their writes.
     let added: Vec<String> = (0x20..0x30).map(|b| format!("0000:{b:02x}:00.0")).collect();
     for a in &added {
-        sysfs.add_function(a, "0x10de", "0x030200", "nvidia");
+        sysfs.add_function(a, "0x10de", "0x030200", Some("nvidia"));
     }
     let binds = binds_at_once(&h.sock, &added);
     let answers: Vec<String> = binds
@@ -881,11 +881,16 @@ fn an_nvswitch_bridge_is_never_moved_to_vfio() {
     let _one = serial();
     let dir = tempfile::tempdir().unwrap();
     let smi = fake_program(dir.path(), "nvidia-smi-record", "nvidia-smi");
-    let mut sysfs = FakeSysfs::new(&dir.path().join("sys"));
-    sysfs.add_function("0000:c1:00.0", "0x10de", "0x068000", "nvidia-nvswitch");
-    sysfs.add_function("0000:18:00.0", "0x10de", "0x030200", "nvidia");
-    sysfs.add_function("0000:18:00.1", "0x10de", "0x040300", "snd_hda_intel");
-    sysfs.add_function("0000:20:00.1", "0x10de", "0x040300", "snd_hda_intel");
+    let mut sysfs = FakePciKernel::new(&dir.path().join("sys"));
+    sysfs.add_function(
+        "0000:c1:00.0",
+        "0x10de",
+        "0x068000",
+        Some("nvidia-nvswitch"),
+    );
+    sysfs.add_function("0000:18:00.0", "0x10de", "0x030200", Some("nvidia"));
+    sysfs.add_function("0000:18:00.1", "0x10de", "0x040300", Some("snd_hda_intel"));
+    sysfs.add_function("0000:20:00.1", "0x10de", "0x040300", Some("snd_hda_intel"));
     sysfs.start_kernel();
     let root = sysfs.root.display().to_string();
     let h = Helper::start_in(
@@ -1055,7 +1060,7 @@ fn descriptors_left_open_by_the_parent_are_closed_at_start() {
         });
     }
     let mut child = cmd.spawn().unwrap();
-    common::wait_listening(&sock, Duration::from_secs(10));
+    bcd_testkit::wait_listening(&sock, Duration::from_secs(10));
     let leaked = std::fs::read_dir(format!("/proc/{}/fd", child.id()))
         .unwrap()
         .flatten()

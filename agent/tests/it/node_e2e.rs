@@ -4,9 +4,7 @@
 //! a hold whose CDI spec appears, a reset that clears the XID, metrics, and SIGTERM leaving
 //! every state file parseable.
 
-#[path = "common/processes.rs"]
-#[allow(dead_code)]
-mod processes;
+use crate::common::processes;
 
 use processes::{free_port, helper_args, wait_for, NodeSandbox, Reaped};
 use std::io::{Read, Write};

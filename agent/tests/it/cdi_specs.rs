@@ -3,11 +3,8 @@
 //! ones in `../shared/fixtures/real/cdi/` when that folder is there. Every spec rendered here
 //! is checked against the CDI JSON schema (when `../shared` is there).
 
-#[path = "common/cdi_schema.rs"]
-mod cdi_schema;
-#[path = "common/processes.rs"]
-#[allow(dead_code)]
-mod processes;
+use crate::common::cdi_schema;
+use crate::common::processes;
 
 use std::collections::BTreeSet;
 use std::fs;

@@ -1,24 +1,20 @@
 //! Test helpers: start the real `bcd-helper` binary on a socket in a temporary folder, talk to
-//! it with a raw client over a std `UnixStream`, install fake programs from `testdata/helper`,
-//! and emulate the kernel's side of a PCI sysfs tree.
+//! it with a raw client over a std `UnixStream`, install fake programs from `testdata/helper`
+//! (the fake PCI kernel and the waits are `bcd_testkit`'s).
 
-#![allow(dead_code)] // each test file uses a different part
-
-use std::collections::{HashMap, HashSet};
 use std::io::{Read, Write};
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
-use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use bcd_protocol::frame::{decode_frame, encode, HEADER_LEN};
 use bcd_protocol::{
     ClientFrame, HelperError, Operation, Outcome, Request, ServerFrame, PROTOCOL_VERSION,
 };
+use bcd_testkit::wait_listening;
+pub use bcd_testkit::FakePciKernel;
 
 /// The helper under test.
 pub const HELPER: &str = env!("CARGO_BIN_EXE_bcd-helper");
@@ -177,46 +173,16 @@ impl Drop for Helper {
 /// `0000:1f:00.0` on `nvidia` (no kernel thread: for operations that only check a GPU is one).
 pub fn fake_gpus(dir: &Path) -> PathBuf {
     let root = dir.join("gpus-sys");
-    let sysfs = FakeSysfs::new(&root);
+    let sysfs = FakePciKernel::new(&root);
     for bus in 0x10..=0x1f {
         sysfs.add_function(
             &format!("0000:{bus:02x}:00.0"),
             "0x10de",
             "0x030200",
-            "nvidia",
+            Some("nvidia"),
         );
     }
     root
-}
-
-/// Waits for a path to appear.
-pub fn wait_for(path: &Path, bound: Duration) {
-    let start = Instant::now();
-    while !path.exists() {
-        assert!(start.elapsed() < bound, "{} did not appear", path.display());
-        std::thread::sleep(Duration::from_millis(10));
-    }
-}
-
-/// Waits for a Unix socket at `path` to be listening (its file appears a moment before the
-/// `listen` call, and a stale file may be there from the start), read from `/proc/net/unix`
-/// so that waiting opens no connection.
-pub fn wait_listening(path: &Path, bound: Duration) {
-    const ACCEPTING: &str = "00010000";
-    let start = Instant::now();
-    let want = path.display().to_string();
-    loop {
-        let table = std::fs::read_to_string("/proc/net/unix").unwrap_or_default();
-        let listening = table.lines().any(|l| {
-            let cols: Vec<&str> = l.split_whitespace().collect();
-            cols.len() >= 8 && cols[3] == ACCEPTING && cols[7] == want
-        });
-        if listening {
-            return;
-        }
-        assert!(start.elapsed() < bound, "{want} is not listening");
-        std::thread::sleep(Duration::from_millis(10));
-    }
 }
 
 /// Copies `testdata/helper/<template>` to `<dir>/<name>`, baking in `dir` for `@DIR@`.
@@ -294,143 +260,5 @@ impl RawClient {
             }
             other => panic!("unexpected answer to request {id}: {other:?}"),
         }
-    }
-}
-
-/// A fake PCI sysfs tree under `<root>/bus/pci`, with a thread playing the kernel: a write to
-/// a driver's `unbind` removes the function's `driver` link (unless the function is "stuck"),
-/// and a write to `drivers_probe` links a driverless function to its `driver_override`, or to
-/// its default driver when the override is empty.
-pub struct FakeSysfs {
-    pub root: PathBuf,
-    defaults: Arc<Mutex<HashMap<String, String>>>,
-    /// Functions whose driver never lets go.
-    pub stuck: Arc<Mutex<HashSet<String>>>,
-    stop: Arc<AtomicBool>,
-    kernel: Option<JoinHandle<()>>,
-}
-
-/// How often the fake kernel looks at the files.
-const KERNEL_POLL: Duration = Duration::from_millis(10);
-
-impl FakeSysfs {
-    /// An empty tree with the `nvidia` and `vfio-pci` drivers and `drivers_probe`.
-    pub fn new(root: &Path) -> Self {
-        let pci = root.join("bus/pci");
-        for d in ["nvidia", "vfio-pci", "snd_hda_intel", "ixgbe"] {
-            let dir = pci.join("drivers").join(d);
-            std::fs::create_dir_all(&dir).unwrap();
-            std::fs::write(dir.join("unbind"), "").unwrap();
-            std::fs::write(dir.join("bind"), "").unwrap();
-        }
-        std::fs::create_dir_all(pci.join("devices")).unwrap();
-        std::fs::write(pci.join("drivers_probe"), "").unwrap();
-        Self {
-            root: root.to_path_buf(),
-            defaults: Arc::default(),
-            stuck: Arc::default(),
-            stop: Arc::default(),
-            kernel: None,
-        }
-    }
-
-    /// Adds a function on `driver` (which is also where a probe without override sends it).
-    pub fn add_function(&self, addr: &str, vendor: &str, class: &str, driver: &str) {
-        let dev = self.device(addr);
-        std::fs::create_dir_all(&dev).unwrap();
-        std::fs::write(dev.join("vendor"), format!("{vendor}\n")).unwrap();
-        std::fs::write(dev.join("class"), format!("{class}\n")).unwrap();
-        std::fs::write(dev.join("driver_override"), "").unwrap();
-        link_driver(&dev, driver);
-        self.defaults
-            .lock()
-            .unwrap()
-            .insert(addr.to_owned(), driver.to_owned());
-    }
-
-    /// `<root>/bus/pci/devices/<addr>`.
-    pub fn device(&self, addr: &str) -> PathBuf {
-        self.root.join("bus/pci/devices").join(addr)
-    }
-
-    /// The function's driver now.
-    pub fn driver(&self, addr: &str) -> Option<String> {
-        std::fs::read_link(self.device(addr).join("driver"))
-            .ok()
-            .and_then(|t| t.file_name().map(|n| n.to_string_lossy().into_owned()))
-    }
-
-    /// `driver_override` as it is now.
-    pub fn driver_override(&self, addr: &str) -> String {
-        std::fs::read_to_string(self.device(addr).join("driver_override")).unwrap()
-    }
-
-    /// Starts the kernel thread.
-    pub fn start_kernel(&mut self) {
-        let pci = self.root.join("bus/pci");
-        let defaults = self.defaults.clone();
-        let stuck = self.stuck.clone();
-        let stop = self.stop.clone();
-        self.kernel = Some(std::thread::spawn(move || {
-            while !stop.load(Ordering::SeqCst) {
-                kernel_step(&pci, &defaults, &stuck);
-                std::thread::sleep(KERNEL_POLL);
-            }
-        }));
-    }
-}
-
-impl Drop for FakeSysfs {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::SeqCst);
-        if let Some(k) = self.kernel.take() {
-            let _ = k.join();
-        }
-    }
-}
-
-fn link_driver(dev: &Path, driver: &str) {
-    std::os::unix::fs::symlink(format!("../../drivers/{driver}"), dev.join("driver")).unwrap();
-}
-
-/// Takes (reads and empties) a file's content. A FIFO is left alone: it stands for a kernel
-/// that does not let go, and the test holding its other end decides when it does.
-fn take(path: &Path) -> String {
-    if !std::fs::symlink_metadata(path).is_ok_and(|m| m.file_type().is_file()) {
-        return String::new();
-    }
-    let text = std::fs::read_to_string(path).unwrap_or_default();
-    if !text.is_empty() {
-        let _ = std::fs::write(path, "");
-    }
-    text.trim().to_owned()
-}
-
-fn kernel_step(
-    pci: &Path,
-    defaults: &Mutex<HashMap<String, String>>,
-    stuck: &Mutex<HashSet<String>>,
-) {
-    for driver in std::fs::read_dir(pci.join("drivers")).unwrap().flatten() {
-        let addr = take(&driver.path().join("unbind"));
-        if !addr.is_empty() && !stuck.lock().unwrap().contains(&addr) {
-            let _ = std::fs::remove_file(pci.join("devices").join(&addr).join("driver"));
-        }
-    }
-    let addr = take(&pci.join("drivers_probe"));
-    if addr.is_empty() {
-        return;
-    }
-    let dev = pci.join("devices").join(&addr);
-    if std::fs::symlink_metadata(dev.join("driver")).is_ok() {
-        return;
-    }
-    let over = std::fs::read_to_string(dev.join("driver_override")).unwrap_or_default();
-    let target = match over.trim() {
-        "" => defaults.lock().unwrap().get(&addr).cloned(),
-        o => Some(o.to_owned()),
-    };
-    if let Some(t) = target {
-        link_driver(&dev, &t);
     }
 }

@@ -2,11 +2,8 @@
 //! start before any collection, rebuilding holds from their specs, removing a crash's temp
 //! files, refusing a GPU to two holds through its API; and a real CDI consumer ([`podman`]).
 
-#[path = "holds_and_runtimes/podman.rs"]
 mod podman;
-#[path = "common/processes.rs"]
-#[allow(dead_code)]
-mod processes;
+use crate::common::processes;
 
 use std::fs;
 use std::path::{Path, PathBuf};

@@ -2,16 +2,16 @@
 //! fake sysfs. The `virsh` side is the libvirt module's; while that module is the placeholder
 //! (every call `Unsupported`), these tests say so and stop.
 
-mod common;
+use crate::common;
 
 use bcd_protocol::{Operation, Outcome, PciAddress, PersistenceNote};
-use common::{fake_program, FakeSysfs, Helper};
+use common::{fake_program, FakePciKernel, Helper};
 
 fn pci(s: &str) -> PciAddress {
     s.parse().unwrap()
 }
 
-fn libvirt_helper() -> (Helper, FakeSysfs) {
+fn libvirt_helper() -> (Helper, FakePciKernel) {
     let dir = tempfile::tempdir().unwrap();
     let smi = fake_program(dir.path(), "nvidia-smi-record", "nvidia-smi");
     let virsh = fake_program(dir.path(), "virsh-record", "virsh");
@@ -21,10 +21,10 @@ fn libvirt_helper() -> (Helper, FakeSysfs) {
     let save = dir.path().join("save");
     std::fs::create_dir(&save).unwrap();
     std::fs::write(save.join("vm1.save"), "image").unwrap();
-    let mut sysfs = FakeSysfs::new(&dir.path().join("sys"));
-    sysfs.add_function("0000:18:00.0", "0x10de", "0x030200", "nvidia");
-    sysfs.add_function("0000:18:00.1", "0x10de", "0x040300", "snd_hda_intel");
-    sysfs.add_function("0000:19:00.0", "0x8086", "0x020000", "ixgbe");
+    let mut sysfs = FakePciKernel::new(&dir.path().join("sys"));
+    sysfs.add_function("0000:18:00.0", "0x10de", "0x030200", Some("nvidia"));
+    sysfs.add_function("0000:18:00.1", "0x10de", "0x040300", Some("snd_hda_intel"));
+    sysfs.add_function("0000:19:00.0", "0x8086", "0x020000", Some("ixgbe"));
     sysfs.start_kernel();
     let root = sysfs.root.display().to_string();
     let h = Helper::start_in(

@@ -4,9 +4,7 @@
 //! are not files, degraded inputs in `status`, and nvidia-smi children of a killed node.
 //! Floods are bounded and stay on Unix sockets and loopback.
 
-#[path = "common/processes.rs"]
-#[allow(dead_code)]
-mod processes;
+use crate::common::processes;
 
 use processes::{copy_host, free_port, wait_for, Reaped};
 use std::io::{Read, Write};

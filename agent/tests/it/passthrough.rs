@@ -1,10 +1,10 @@
 //! The passthrough runtimes against the real `bcd-helper` over its socket, a fake sysfs tree
-//! with IOMMU groups whose kernel is a thread (`common::FakeSysfs`), a recording fake
+//! with IOMMU groups whose kernel is a thread (`bcd_testkit::FakePciKernel`), a recording fake
 //! `nvidia-smi`, and libvirt's test driver behind a recording `virsh` wrapper. One record file
 //! shows persistence calls, kernel unbinds and probes, and `virsh` runs in the order they
 //! happened.
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -17,7 +17,8 @@ use bcd::runtime::helper_watch::HelperSeen;
 use bcd::runtime::journal::{Entry, FunctionRecord, Intent, Persistence, Step};
 use bcd::runtime::{Journal, Passthrough, RuntimeError};
 use bcd_protocol::{GpuRef, GpuUuid, PciAddress};
-use common::{helper_binary, recorded, FakeSysfs, Helper};
+use bcd_testkit::{recorded, FakePciKernel};
+use common::{helper_binary, Helper};
 
 const GPU: &str = "0000:61:00.0";
 const AUDIO: &str = "0000:61:00.1";
@@ -40,7 +41,7 @@ fn not_held(_: &PciAddress, _: Option<&GpuUuid>) -> Option<String> {
 /// group 61, and GPU 0000:18:00.0 sharing group 12 with an Intel USB controller.
 struct Rig {
     dir: tempfile::TempDir,
-    sysfs: FakeSysfs,
+    sysfs: FakePciKernel,
     helper: Helper,
     binary: PathBuf,
     extra: Vec<String>,
@@ -53,12 +54,12 @@ impl Rig {
         let dir = tempfile::tempdir().unwrap();
         let record = dir.path().join("record");
         let sys = dir.path().join("root/sys");
-        let mut sysfs = FakeSysfs::new(&sys, &record);
-        sysfs.add_function(BRIDGE, "0x8086", "0x060400", Some("pcieport"), 61);
-        sysfs.add_function(GPU, "0x10de", "0x030200", Some("nvidia"), 61);
-        sysfs.add_function(AUDIO, "0x10de", "0x040300", Some("snd_hda_intel"), 61);
-        sysfs.add_function(LONE_GPU, "0x10de", "0x030200", Some("nvidia"), 12);
-        sysfs.add_function(FOREIGN, "0x8086", "0x0c0330", Some("xhci_hcd"), 12);
+        let mut sysfs = FakePciKernel::recording(&sys, &record);
+        sysfs.add_function_in_group(BRIDGE, "0x8086", "0x060400", Some("pcieport"), 61);
+        sysfs.add_function_in_group(GPU, "0x10de", "0x030200", Some("nvidia"), 61);
+        sysfs.add_function_in_group(AUDIO, "0x10de", "0x040300", Some("snd_hda_intel"), 61);
+        sysfs.add_function_in_group(LONE_GPU, "0x10de", "0x030200", Some("nvidia"), 12);
+        sysfs.add_function_in_group(FOREIGN, "0x8086", "0x0c0330", Some("xhci_hcd"), 12);
         sysfs.start_kernel();
         let smi = common::recording_nvidia_smi(dir.path(), &record);
         let extra = vec![
@@ -234,7 +235,7 @@ async fn a_held_gpu_in_the_same_iommu_group_refuses_the_bind_untouched() {
     let Some(rig) = Rig::new(5) else { return };
     const SIBLING: &str = "0000:62:00.0";
     rig.sysfs
-        .add_function(SIBLING, "0x10de", "0x030200", Some("nvidia"), 61);
+        .add_function_in_group(SIBLING, "0x10de", "0x030200", Some("nvidia"), 61);
     let agent = rig.agent();
     let held = |address: &PciAddress, _: Option<&GpuUuid>| {
         (address.to_string() == SIBLING).then(|| "hold-9".to_owned())
@@ -594,17 +595,17 @@ async fn libvirt_start_and_destroy_turn_persistence_off_and_on_for_exactly_the_t
     let dir = tempfile::tempdir().unwrap();
     let record = dir.path().join("record");
     let sys = dir.path().join("root/sys");
-    let mut sysfs = FakeSysfs::new(&sys, &record);
-    sysfs.add_function("0000:18:00.0", "0x10de", "0x030200", Some("nvidia"), 1);
-    sysfs.add_function(
+    let mut sysfs = FakePciKernel::recording(&sys, &record);
+    sysfs.add_function_in_group("0000:18:00.0", "0x10de", "0x030200", Some("nvidia"), 1);
+    sysfs.add_function_in_group(
         "0000:18:00.1",
         "0x10de",
         "0x040300",
         Some("snd_hda_intel"),
         1,
     );
-    sysfs.add_function("0000:3b:00.0", "0x10de", "0x030200", Some("nvidia"), 2);
-    sysfs.add_function("0000:19:00.0", "0x8086", "0x020000", Some("ixgbe"), 3);
+    sysfs.add_function_in_group("0000:3b:00.0", "0x10de", "0x030200", Some("nvidia"), 2);
+    sysfs.add_function_in_group("0000:19:00.0", "0x8086", "0x020000", Some("ixgbe"), 3);
     sysfs.start_kernel();
     let smi = common::recording_nvidia_smi(dir.path(), &record);
     let virsh = common::recording_virsh(dir.path(), &record, &real_virsh);

@@ -1,7 +1,7 @@
 //! Hostile bytes: malformed frames and forged arguments. Each gets a typed error or a closed
 //! connection, never a panic, never a child run, and other clients are served meanwhile.
 
-mod common;
+use crate::common;
 
 use std::time::{Duration, Instant};
 

@@ -1,9 +1,7 @@
 //! The inventory over the fake hosts in `testdata/hosts`: the merge rules, the canonical hash,
 //! the passthrough memory, and `bcd hardware`'s output.
 
-#[path = "common/processes.rs"]
-#[allow(dead_code)]
-mod processes;
+use crate::common::processes;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -303,7 +301,7 @@ fn a_killed_writer_never_leaves_a_torn_memory_file() {
         let mut child = Command::new(std::env::current_exe().unwrap())
             .args([
                 "--exact",
-                "a_killed_writer_never_leaves_a_torn_memory_file",
+                "inventory_hosts::a_killed_writer_never_leaves_a_torn_memory_file",
                 "--nocapture",
             ])
             .env("BCD_TEST_MEMORY_WRITER", dir.path())
