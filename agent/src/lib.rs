@@ -9,6 +9,7 @@ pub mod cdi;
 pub mod child;
 pub mod cli;
 pub mod commands;
+pub mod device;
 pub mod doctor;
 pub mod health;
 pub mod helper_client;

@@ -250,13 +250,32 @@ pub async fn node(global: &Global, flags: NodeFlags) -> ExitCode {
         gpu_slots,
         xid_policy: global.xid_policy(),
         metrics_compat,
-        kubelet,
     };
-    match run(config).await {
+    match run(config, consumers(kubelet)).await {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("bcd node: {e}");
             ExitCode::from(1)
         }
     }
+}
+
+/// The consumers of the node's devices `bcd node` was asked for, each a task on the node that
+/// reaches it through [`crate::device::DeviceSource`] alone: the kubelet device plugins (with
+/// `--device-plugin-dir`), their state shown in the node's status and metrics.
+fn consumers(
+    kubelet: Option<crate::kubelet::KubeletConfig>,
+) -> Vec<crate::node::service::NodeTask> {
+    let mut tasks = Vec::new();
+    if let Some(config) = kubelet {
+        tasks.push(crate::node::service::NodeTask {
+            name: "the kubelet device plugins",
+            start: Box::new(move |node| {
+                let kube = std::sync::Arc::new(crate::kubelet::KubeState::default());
+                node.add_report(kube.clone());
+                Box::pin(crate::kubelet::plugin::run(node, kube, config))
+            }),
+        });
+    }
+    tasks
 }

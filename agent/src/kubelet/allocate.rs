@@ -10,8 +10,9 @@
 
 use sha2::{Digest, Sha256};
 
+use super::KubeState;
 use crate::cdi::{self, Before, DeviceId, HoldError, HoldId, HoldOwner};
-use crate::node::shared::Node;
+use crate::device::DeviceSource;
 use crate::policy::PolicyError;
 
 use super::devices::{cdi_name, Resource};
@@ -191,8 +192,9 @@ fn devices_of(
 /// [`AllocateError`]: a device not offered by this plugin, a GPU not schedulable now, a
 /// policy refusal (held by a non-Kubernetes hold, passed through, ...), or a hold or its spec
 /// not saved.
-pub async fn allocate_all(
-    node: &Node,
+pub async fn allocate_all<S: DeviceSource>(
+    node: &S,
+    kube: &KubeState,
     resource: &Resource,
     offered: &[DeviceId],
     containers: &[Vec<String>],
@@ -249,11 +251,7 @@ pub async fn allocate_all(
             AllocateError::HoldsUnavailable,
         )
         .await?;
-    let vendor = cdi::read_vendor_specs(&cdi::vendor_dirs(
-        &node.config().cdi_dir,
-        &node.config().host,
-    ));
-    let catalog = node.device_catalog().await;
+    let (vendor, catalog) = node.cdi_context().await;
     let answers = placed
         .into_iter()
         .zip(&requests)
@@ -265,8 +263,7 @@ pub async fn allocate_all(
             (id, names)
         })
         .collect::<Vec<_>>();
-    node.kubernetes()
-        .count(resource.as_str(), |c| c.allocations += answers.len() as u64);
+    kube.count(resource.as_str(), |c| c.allocations += answers.len() as u64);
     Ok(answers)
 }
 

@@ -11,7 +11,10 @@
 //!   spec before it answers, and answers CDI device names ([`allocate`]).
 //! - Releases come from the kubelet's PodResources API ([`release`]).
 //!
-//! This module never runs a privileged step; it changes nothing but holds.
+//! It reaches the node through [`crate::device::DeviceSource`] alone (tested against a fake
+//! source), keeps its own counters and problem in [`KubeState`] (shown in the node's status
+//! and metrics as a [`crate::device::Report`]), never runs a privileged step and changes
+//! nothing but holds.
 
 pub mod allocate;
 pub mod devices;
@@ -25,9 +28,7 @@ use std::path::PathBuf;
 use std::sync::Mutex;
 use std::time::Duration;
 
-use tokio::sync::watch;
-
-use crate::node::shared::Node;
+use crate::device::DeviceSource;
 
 /// The generated gRPC code of the kubelet's APIs (`agent/proto/`).
 pub mod proto {
@@ -77,10 +78,10 @@ pub struct ResourceCounters {
     pub to_unhealthy: u64,
 }
 
-/// The Kubernetes side's state in the node: what changed, the counters, what is degraded.
+/// The Kubernetes side's own state: the counters and what is degraded, shown in the node's
+/// status and metrics through [`crate::device::Report`].
 #[derive(Debug)]
 pub struct KubeState {
-    changed: watch::Sender<u64>,
     counters: Mutex<BTreeMap<String, ResourceCounters>>,
     problem: Mutex<Option<String>>,
     /// PodResources containers whose names were not Kubernetes names, and when that was
@@ -91,7 +92,6 @@ pub struct KubeState {
 impl Default for KubeState {
     fn default() -> Self {
         Self {
-            changed: watch::channel(0).0,
             counters: Mutex::new(BTreeMap::new()),
             problem: Mutex::new(None),
             dropped: Mutex::new((0, None)),
@@ -103,17 +103,6 @@ impl Default for KubeState {
 const DROPPED_LOG_EVERY: std::time::Duration = std::time::Duration::from_secs(60);
 
 impl KubeState {
-    /// Says that the holds or the inventory changed: the plugins' device lists are computed
-    /// again.
-    pub fn touch(&self) {
-        self.changed.send_modify(|n| *n = n.wrapping_add(1));
-    }
-
-    /// A receiver of [`KubeState::touch`].
-    pub fn subscribe(&self) -> watch::Receiver<u64> {
-        self.changed.subscribe()
-    }
-
     /// Changes the counters of `resource`.
     pub fn count(&self, resource: &str, f: impl FnOnce(&mut ResourceCounters)) {
         if let Ok(mut c) = self.counters.lock() {
@@ -213,14 +202,28 @@ impl KubeState {
     }
 }
 
-/// Per GPU UUID, whether the GPU takes work: the one verdict the plugins stream. Today it is
-/// bcd's healthy rule ([`Node::healthy_map`]); a richer verdict plugs in here alone.
-pub async fn gpus_taking_work(node: &Node) -> BTreeMap<bcd_protocol::GpuUuid, bool> {
-    node.healthy_map().await
+impl crate::device::Report for KubeState {
+    fn problem(&self) -> Option<String> {
+        KubeState::problem(self)
+    }
+
+    fn metrics_text(&self) -> String {
+        KubeState::metrics_text(self)
+    }
+}
+
+/// Per GPU UUID, whether the GPU takes work: the one verdict the plugins stream (healthy or
+/// degraded, [`crate::health::verdict::Verdict::healthy`]).
+pub async fn gpus_taking_work<S: DeviceSource>(node: &S) -> BTreeMap<bcd_protocol::GpuUuid, bool> {
+    node.verdicts()
+        .await
+        .into_iter()
+        .map(|(uuid, v)| (uuid, v.healthy()))
+        .collect()
 }
 
 /// The devices of the node as the plugins offer them now.
-pub async fn offer_now(node: &Node) -> devices::Offer {
+pub async fn offer_now<S: DeviceSource>(node: &S) -> devices::Offer {
     let inventory = node.inventory().await;
     let holds = node.holds_now().await;
     let mut verdict = gpus_taking_work(node).await;
@@ -230,7 +233,7 @@ pub async fn offer_now(node: &Node) -> devices::Offer {
             verdict.insert(uuid, false);
         }
     }
-    devices::offer(&inventory, node.config().gpu_slots, &holds, &verdict)
+    devices::offer(&inventory, node.gpu_slots(), &holds, &verdict)
 }
 
 /// `bcd status`'s lines about Kubernetes, from the hold store in `data_dir`: one per
@@ -307,3 +310,6 @@ mod tests {
 
 #[cfg(test)]
 mod served;
+
+#[cfg(test)]
+mod fake_source;

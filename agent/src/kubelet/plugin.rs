@@ -22,9 +22,10 @@ use super::devices::{self, Offer, Offered, Resource};
 use super::proto::deviceplugin as pb;
 use super::proto::deviceplugin::device_plugin_server::{DevicePlugin, DevicePluginServer};
 use super::proto::deviceplugin::registration_client::RegistrationClient;
+use super::KubeState;
 use super::{grpc, KubeletConfig, API_VERSION, KUBELET_SOCKET};
 use crate::cdi::DeviceId;
-use crate::node::shared::Node;
+use crate::device::DeviceSource;
 
 /// How often a plugin looks at `kubelet.sock` and its own socket.
 pub const WATCH_EVERY: Duration = Duration::from_millis(250);
@@ -36,20 +37,45 @@ pub const REGISTER_RETRY: Duration = Duration::from_secs(1);
 /// inventory's passthrough memory, samples).
 pub const RECOMPUTE_EVERY: Duration = Duration::from_secs(5);
 
-/// One resource's device plugin service.
-#[derive(Debug, Clone)]
-pub struct Plugin {
+/// One resource's device plugin service, on the node's devices `S`.
+pub struct Plugin<S> {
     resource: Resource,
-    node: Arc<Node>,
+    node: Arc<S>,
+    kube: Arc<KubeState>,
     offer: watch::Receiver<Offer>,
 }
 
-impl Plugin {
+impl<S> Clone for Plugin<S> {
+    fn clone(&self) -> Self {
+        Self {
+            resource: self.resource.clone(),
+            node: self.node.clone(),
+            kube: self.kube.clone(),
+            offer: self.offer.clone(),
+        }
+    }
+}
+
+impl<S> std::fmt::Debug for Plugin<S> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Plugin")
+            .field("resource", &self.resource)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<S: DeviceSource> Plugin<S> {
     /// The plugin of `resource`, offering what `offer` says.
-    pub fn new(resource: Resource, node: Arc<Node>, offer: watch::Receiver<Offer>) -> Self {
+    pub fn new(
+        resource: Resource,
+        node: Arc<S>,
+        kube: Arc<KubeState>,
+        offer: watch::Receiver<Offer>,
+    ) -> Self {
         Self {
             resource,
             node,
+            kube,
             offer,
         }
     }
@@ -87,7 +113,7 @@ type Stream =
     Pin<Box<dyn tokio_stream::Stream<Item = Result<pb::ListAndWatchResponse, Status>> + Send>>;
 
 #[tonic::async_trait]
-impl DevicePlugin for Plugin {
+impl<S: DeviceSource> DevicePlugin for Plugin<S> {
     async fn get_device_plugin_options(
         &self,
         _: Request<pb::Empty>,
@@ -178,12 +204,18 @@ impl DevicePlugin for Plugin {
             .into_iter()
             .map(|c| c.devices_ids)
             .collect();
-        let allocated = super::allocate::allocate_all(&self.node, &self.resource, &offered, &asked)
-            .await
-            .map_err(|e| {
-                tracing::warn!("{}: Allocate refused: {e}", self.resource);
-                Status::failed_precondition(e.to_string())
-            })?;
+        let allocated = super::allocate::allocate_all(
+            self.node.as_ref(),
+            &self.kube,
+            &self.resource,
+            &offered,
+            &asked,
+        )
+        .await
+        .map_err(|e| {
+            tracing::warn!("{}: Allocate refused: {e}", self.resource);
+            Status::failed_precondition(e.to_string())
+        })?;
         let mut container_responses = Vec::with_capacity(allocated.len());
         for ((hold, names), ids) in allocated.into_iter().zip(&asked) {
             tracing::info!(
@@ -199,7 +231,7 @@ impl DevicePlugin for Plugin {
                 ..pb::ContainerAllocateResponse::default()
             });
         }
-        self.node.kubernetes().touch();
+        self.node.touch();
         Ok(Response::new(pb::AllocateResponse {
             container_responses,
         }))
@@ -318,7 +350,7 @@ pub async fn register(kubelet: &Path, endpoint: &str, resource: &Resource) -> Re
 }
 
 /// Serves and registers one resource's plugin for ever, again after each kubelet restart.
-async fn run_plugin(plugin: Plugin, dir: PathBuf) {
+async fn run_plugin<S: DeviceSource>(plugin: Plugin<S>, dir: PathBuf) {
     let name = plugin.resource.socket_name();
     let socket = dir.join(&name);
     let kubelet = dir.join(KUBELET_SOCKET);
@@ -403,7 +435,7 @@ async fn run_plugin(plugin: Plugin, dir: PathBuf) {
 
 /// The Kubernetes side of the node: computes the offer at every change, starts one plugin
 /// per resource as resources appear, and runs the release loop. Runs until the node stops.
-pub async fn run(node: Arc<Node>, config: KubeletConfig) {
+pub async fn run<S: DeviceSource>(node: Arc<S>, kube: Arc<KubeState>, config: KubeletConfig) {
     if let Err(e) = std::fs::create_dir_all(&config.plugin_dir) {
         node.problem(format!(
             "the device plugin folder {} cannot be created ({e}); Kubernetes gets no device",
@@ -411,23 +443,27 @@ pub async fn run(node: Arc<Node>, config: KubeletConfig) {
         ));
     }
     let (offer_tx, offer_rx) = watch::channel(Offer::new());
-    let mut conditions = node.health().subscribe();
-    let mut changed = node.kubernetes().subscribe();
+    let mut changes = node.changes();
     // A JoinSet aborts its tasks when dropped: the plugins stop with the node.
     let mut tasks = tokio::task::JoinSet::new();
     let mut plugins: BTreeSet<Resource> = BTreeSet::new();
-    tasks.spawn(super::release::run(node.clone(), config.clone()));
+    tasks.spawn(super::release::run(
+        node.clone(),
+        kube.clone(),
+        config.clone(),
+    ));
     let mut every = tokio::time::interval(RECOMPUTE_EVERY);
     loop {
-        let offer = super::offer_now(&node).await;
-        count_transitions(&node, &offer_tx.borrow(), &offer);
+        let offer = super::offer_now(node.as_ref()).await;
+        count_transitions(&kube, &offer_tx.borrow(), &offer);
         for resource in offer.keys() {
             if plugins.insert(resource.clone()) {
-                let plugin = Plugin {
-                    resource: resource.clone(),
-                    node: node.clone(),
-                    offer: offer_rx.clone(),
-                };
+                let plugin = Plugin::new(
+                    resource.clone(),
+                    node.clone(),
+                    kube.clone(),
+                    offer_rx.clone(),
+                );
                 tasks.spawn(run_plugin(plugin, config.plugin_dir.clone()));
             }
         }
@@ -440,15 +476,14 @@ pub async fn run(node: Arc<Node>, config: KubeletConfig) {
             }
         });
         tokio::select! {
-            r = conditions.changed() => if r.is_err() { break },
-            r = changed.changed() => if r.is_err() { break },
+            alive = changes.changed() => if !alive { break },
             _ = every.tick() => {}
         }
     }
     tasks.shutdown().await;
 }
 
-fn count_transitions(node: &Node, before: &Offer, after: &Offer) {
+fn count_transitions(kube: &KubeState, before: &Offer, after: &Offer) {
     for (resource, devices) in after {
         for d in devices {
             let was = before
@@ -456,7 +491,7 @@ fn count_transitions(node: &Node, before: &Offer, after: &Offer) {
                 .and_then(|b| b.iter().find(|x| x.id == d.id))
                 .map(|x| x.healthy);
             if was.is_some_and(|w| w != d.healthy) {
-                node.kubernetes().count(resource.as_str(), |c| {
+                kube.count(resource.as_str(), |c| {
                     if d.healthy {
                         c.to_healthy += 1;
                     } else {

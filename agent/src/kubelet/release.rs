@@ -14,10 +14,11 @@ use super::devices::DOMAIN;
 use super::proto::podresources::{
     pod_resources_lister_client::PodResourcesListerClient, ListPodResourcesRequest,
 };
+use super::KubeState;
 use super::{grpc, names, KubeletConfig};
 use crate::cdi::{DeviceId, Hold};
-use crate::node::attribution::{PodAllocation, PodRef};
-use crate::node::shared::Node;
+use crate::device::DeviceSource;
+use crate::device::{PodAllocation, PodRef};
 
 /// How often PodResources is read while a Kubernetes hold exists.
 pub const POLL_EVERY: Duration = Duration::from_secs(1);
@@ -177,7 +178,7 @@ fn settle(
 }
 
 /// One pass: reads PodResources and marks, unmarks or releases the Kubernetes holds.
-pub async fn pass(node: &Node, config: &KubeletConfig) {
+pub async fn pass<S: DeviceSource>(node: &S, kube: &KubeState, config: &KubeletConfig) {
     let kubernetes: Vec<Hold> = node
         .holds_now()
         .await
@@ -185,7 +186,7 @@ pub async fn pass(node: &Node, config: &KubeletConfig) {
         .filter(|h| h.kubernetes)
         .collect();
     if kubernetes.is_empty() {
-        node.kubernetes().set_problem(None);
+        kube.set_problem(None);
         // No Kubernetes hold: no pod has one of bcd's devices, and no series names one.
         node.set_pod_allocations(Vec::new());
         return;
@@ -203,16 +204,16 @@ pub async fn pass(node: &Node, config: &KubeletConfig) {
     let assigned: BTreeSet<DeviceId> = match allocations(&config.pod_resources_socket, known).await
     {
         Ok(listed) => {
-            node.kubernetes().set_problem(None);
+            kube.set_problem(None);
             if listed.dropped > 0 {
-                node.kubernetes().dropped_names(listed.dropped);
+                kube.dropped_names(listed.dropped);
             }
             // The metrics' namespace/pod/container labels (see node::attribution).
             node.set_pod_allocations(listed.containers);
             listed.in_use
         }
         Err(e) => {
-            node.kubernetes().set_problem(Some(format!(
+            kube.set_problem(Some(format!(
                 "the kubelet's PodResources API cannot be read ({e}): no Kubernetes hold is released until it can"
             )));
             return;
@@ -257,24 +258,22 @@ pub async fn pass(node: &Node, config: &KubeletConfig) {
                 "Kubernetes hold {} released: no pod has had its devices for {after}s",
                 hold.id
             );
-            node.kubernetes().count(
-                &resource_of(&hold, &inventory, node.config().gpu_slots),
-                |c| c.releases += 1,
-            );
+            kube.count(&resource_of(&hold, &inventory, node.gpu_slots()), |c| {
+                c.releases += 1
+            });
         }
     }
     if changed {
         node.converge_holds().await;
-        node.kubernetes().touch();
     }
 }
 
 /// Runs [`pass`] every [`POLL_EVERY`] for ever.
-pub async fn run(node: Arc<Node>, config: KubeletConfig) {
+pub async fn run<S: DeviceSource>(node: Arc<S>, kube: Arc<KubeState>, config: KubeletConfig) {
     let mut every = tokio::time::interval(POLL_EVERY);
     loop {
         every.tick().await;
-        pass(&node, &config).await;
+        pass(node.as_ref(), &kube, &config).await;
     }
 }
 

@@ -16,7 +16,7 @@ use super::proto::podresources as pr;
 use super::proto::podresources::pod_resources_lister_server::{
     PodResourcesLister, PodResourcesListerServer,
 };
-use super::KubeletConfig;
+use super::{KubeState, KubeletConfig};
 use crate::node::shared::{test_node, Node};
 
 const GPU0: &str = "GPU-ff1dacfa-2e1a-0504-a88b-76a3118ee48b";
@@ -57,21 +57,31 @@ impl PodResourcesLister for Pods {
     }
 }
 
-async fn collected(dir: &std::path::Path) -> Arc<Node> {
+/// A collected node on the demo host and the Kubernetes side's own state, shown in the
+/// node's status and metrics as `bcd node` wires it.
+async fn collected(dir: &std::path::Path) -> (Arc<Node>, Arc<KubeState>) {
     let node = Arc::new(test_node(dir));
     node.collect_now().await;
-    node
+    let kube = Arc::new(KubeState::default());
+    node.add_report(kube.clone());
+    (node, kube)
 }
 
 fn plugin(
     node: &Arc<Node>,
+    kube: &Arc<KubeState>,
     resource: &str,
     offer: watch::Receiver<super::devices::Offer>,
-) -> Plugin {
-    Plugin::new(resource.parse::<Resource>().unwrap(), node.clone(), offer)
+) -> Plugin<Node> {
+    Plugin::new(
+        resource.parse::<Resource>().unwrap(),
+        node.clone(),
+        kube.clone(),
+        offer,
+    )
 }
 
-async fn allocate(p: &Plugin, ids: &[&str]) -> Result<pb::AllocateResponse, tonic::Status> {
+async fn allocate(p: &Plugin<Node>, ids: &[&str]) -> Result<pb::AllocateResponse, tonic::Status> {
     p.allocate(Request::new(pb::AllocateRequest {
         container_requests: vec![pb::ContainerAllocateRequest {
             devices_ids: ids.iter().map(|s| (*s).to_owned()).collect(),
@@ -85,9 +95,9 @@ async fn allocate(p: &Plugin, ids: &[&str]) -> Result<pb::AllocateResponse, toni
 #[tokio::test]
 async fn allocate_makes_a_kubernetes_hold_and_refuses_a_held_gpu() {
     let dir = tempfile::tempdir().unwrap();
-    let node = collected(dir.path()).await;
-    let (_tx, rx) = watch::channel(super::offer_now(&node).await);
-    let gpus = plugin(&node, "bcd.dev/gpu", rx);
+    let (node, kube) = collected(dir.path()).await;
+    let (_tx, rx) = watch::channel(super::offer_now(node.as_ref()).await);
+    let gpus = plugin(&node, &kube, "bcd.dev/gpu", rx);
     // What broke: a spec that could not be written left its hold behind after the refusal.
     std::fs::remove_dir(&node.config().cdi_dir).unwrap();
     let err = allocate(&gpus, &[GPU0]).await.unwrap_err();
@@ -135,7 +145,7 @@ async fn allocate_makes_a_kubernetes_hold_and_refuses_a_held_gpu() {
         "{}",
         unknown.message()
     );
-    assert_eq!(node.kubernetes().counters()["bcd.dev/gpu"].allocations, 1);
+    assert_eq!(kube.counters()["bcd.dev/gpu"].allocations, 1);
 }
 
 // What broke: a Kubernetes hold stayed for ever once its pod was gone (the device plugin
@@ -143,11 +153,11 @@ async fn allocate_makes_a_kubernetes_hold_and_refuses_a_held_gpu() {
 #[tokio::test]
 async fn a_hold_no_pod_has_is_pending_then_released_and_an_unreadable_kubelet_releases_nothing() {
     let dir = tempfile::tempdir().unwrap();
-    let node = collected(dir.path()).await;
+    let (node, kube) = collected(dir.path()).await;
     std::fs::create_dir_all(&node.config().cdi_dir).unwrap();
-    let (_tx, rx) = watch::channel(super::offer_now(&node).await);
+    let (_tx, rx) = watch::channel(super::offer_now(node.as_ref()).await);
     // GPU 1: the demo host shows no compute process on it.
-    allocate(&plugin(&node, "bcd.dev/gpu", rx), &[GPU1])
+    allocate(&plugin(&node, &kube, "bcd.dev/gpu", rx), &[GPU1])
         .await
         .unwrap();
     let hold = super::allocate::hold_id(&[GPU1.parse().unwrap()]);
@@ -167,7 +177,7 @@ async fn a_hold_no_pod_has_is_pending_then_released_and_an_unreadable_kubelet_re
         }
     };
     // No kubelet: nothing changes, and status says why.
-    super::release::pass(&node, &config).await;
+    super::release::pass(node.as_ref(), &kube, &config).await;
     assert_eq!(state(&node).await, Some(None));
     assert!(node
         .problems_now()
@@ -185,18 +195,18 @@ async fn a_hold_no_pod_has_is_pending_then_released_and_an_unreadable_kubelet_re
             .add_service(PodResourcesListerServer::new(pods.clone()))
             .serve_with_incoming(tokio_stream::wrappers::UnixListenerStream::new(listener)),
     );
-    super::release::pass(&node, &config).await;
+    super::release::pass(node.as_ref(), &kube, &config).await;
     assert_eq!(state(&node).await, Some(None), "a pod has it");
-    assert!(node.kubernetes().problem().is_none());
+    assert!(kube.problem().is_none());
 
     pods.0.lock().unwrap().clear();
-    super::release::pass(&node, &config).await;
+    super::release::pass(node.as_ref(), &kube, &config).await;
     assert!(matches!(state(&node).await, Some(Some(_))), "pending");
     tokio::time::sleep(Duration::from_millis(2100)).await;
-    super::release::pass(&node, &config).await;
+    super::release::pass(node.as_ref(), &kube, &config).await;
     assert_eq!(state(&node).await, None, "released after the grace period");
     assert!(!node.config().cdi_dir.join(hold.spec_file_name()).exists());
-    assert_eq!(node.kubernetes().counters()["bcd.dev/gpu"].releases, 1);
+    assert_eq!(kube.counters()["bcd.dev/gpu"].releases, 1);
 }
 
 // A GPU the stream had just reported Unhealthy (Xid 79) was allocated: Allocate trusted the
@@ -205,10 +215,10 @@ async fn a_hold_no_pod_has_is_pending_then_released_and_an_unreadable_kubelet_re
 async fn allocate_refuses_a_gpu_whose_verdict_turned_since_the_offer() {
     use crate::health::{ConditionDevice, ConditionKind};
     let dir = tempfile::tempdir().unwrap();
-    let node = collected(dir.path()).await;
+    let (node, kube) = collected(dir.path()).await;
     // The offer as the stream last sent it: both GPUs healthy.
-    let (_tx, rx) = watch::channel(super::offer_now(&node).await);
-    let gpus = plugin(&node, "bcd.dev/gpu", rx);
+    let (_tx, rx) = watch::channel(super::offer_now(node.as_ref()).await);
+    let gpus = plugin(&node, &kube, "bcd.dev/gpu", rx);
     node.health()
         .raise(
             &ConditionKind::Xid(79),
@@ -298,9 +308,9 @@ async fn a_refused_multi_container_allocate_changes_no_hold() {
     use crate::cdi::HoldOwner;
     const GPU2: &str = "GPU-30e15e2f-5971-0b16-04be-39a46d1071ce";
     let dir = tempfile::tempdir().unwrap();
-    let node = collected(dir.path()).await;
-    let (_tx, rx) = watch::channel(super::offer_now(&node).await);
-    let gpus = plugin(&node, "bcd.dev/gpu", rx);
+    let (node, kube) = collected(dir.path()).await;
+    let (_tx, rx) = watch::channel(super::offer_now(node.as_ref()).await);
+    let gpus = plugin(&node, &kube, "bcd.dev/gpu", rx);
     let topology = node.topology().await;
     let op: crate::cdi::HoldId = "op".parse().unwrap();
     let placed = vec![topology.place(&GPU1.parse().unwrap()).unwrap()];
@@ -406,8 +416,9 @@ async fn a_gpu_under_reset_is_neither_allocated_nor_held_and_streams_unhealthy()
         delay: Duration::from_millis(1500),
     })));
     node.collect_now().await;
-    let (_tx, rx) = watch::channel(super::offer_now(&node).await);
-    let gpus = plugin(&node, "bcd.dev/gpu", rx);
+    let kube = Arc::new(KubeState::default());
+    let (_tx, rx) = watch::channel(super::offer_now(node.as_ref()).await);
+    let gpus = plugin(&node, &kube, "bcd.dev/gpu", rx);
     let post = |path: &str, body: serde_json::Value| HttpRequest {
         method: "POST".into(),
         path: path.into(),
@@ -444,7 +455,7 @@ async fn a_gpu_under_reset_is_neither_allocated_nor_held_and_streams_unhealthy()
     .await;
     assert_eq!(status, 409, "{}", String::from_utf8_lossy(&body));
     assert!(String::from_utf8_lossy(&body).contains("a reset runs now"));
-    let offer = super::offer_now(&node).await;
+    let offer = super::offer_now(node.as_ref()).await;
     let healthy = |id: &str| {
         offer["bcd.dev/gpu".parse::<Resource>().as_ref().unwrap()]
             .iter()

@@ -26,6 +26,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use crate::cdi::holds::Hold;
 use crate::cdi::ids::{DeviceId, DeviceKind};
+use crate::device::{PodAllocation, PodRef};
 use crate::policy::Topology;
 
 /// The label names, in the order series carry them.
@@ -51,27 +52,6 @@ pub const OTLP_ATTRIBUTES: [&str; 5] = [
     "k8s.pod.name",
     "k8s.container.name",
 ];
-
-/// One container a device was allocated to, as the kubelet's PodResources API names it.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct PodRef {
-    /// The pod's namespace.
-    pub namespace: String,
-    /// The pod's name.
-    pub pod: String,
-    /// The container's name.
-    pub container: String,
-}
-
-/// The devices given to one container: what the Kubernetes hook takes (one record per
-/// container, so its names are kept once, not once per device).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PodAllocation {
-    /// The devices (GPUs, MIG devices, slots).
-    pub devices: Vec<DeviceId>,
-    /// Who has them.
-    pub pod: PodRef,
-}
 
 /// Who has one device.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

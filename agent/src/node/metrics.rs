@@ -883,7 +883,7 @@ mod tests {
     // label value (no early close, no new line, no injected label or sample).
     #[test]
     fn a_hostile_vm_or_pod_name_stays_inside_its_label_value() {
-        use crate::node::attribution::{PodAllocation, PodRef};
+        use crate::device::{PodAllocation, PodRef};
         let hostile = "x\"} 1\nbcd_gpus 99\n# \\";
         assert_eq!(escape(hostile), "x\\\"} 1\\nbcd_gpus 99\\n# \\\\");
         assert_eq!(escape("plain-é"), "plain-é", "only the three are escaped");

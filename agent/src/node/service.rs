@@ -166,12 +166,33 @@ fn bind_api(config: &NodeConfig) -> Result<(UnixListener, Option<FileIdentity>),
     Ok((listener, identity))
 }
 
-/// Runs the node service until SIGTERM or SIGINT.
+/// A task started on the node beside its own once its state is open: a consumer of the
+/// node's devices (the kubelet device plugins), wired by the start-up above the node so that
+/// the node knows no consumer.
+pub struct NodeTask {
+    /// Its name in the log.
+    pub name: &'static str,
+    /// Starts it on the node; it runs until the node stops.
+    pub start: Box<dyn FnOnce(Arc<Node>) -> BoxedTask + Send>,
+}
+
+/// A started [`NodeTask`].
+pub type BoxedTask = std::pin::Pin<Box<dyn Future<Output = ()> + Send>>;
+
+impl std::fmt::Debug for NodeTask {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("NodeTask")
+            .field("name", &self.name)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Runs the node service on `config`, its own tasks and `extra`, until SIGTERM or SIGINT.
 ///
 /// # Errors
 /// [`NodeError`] when another node runs on the data folder, or the API socket or the metrics
 /// address cannot be bound.
-pub async fn run(config: NodeConfig) -> Result<(), NodeError> {
+pub async fn run(config: NodeConfig, extra: Vec<NodeTask>) -> Result<(), NodeError> {
     let mut signals = Signals::install();
     let mut problems = Vec::new();
     // Before any state is read and before the socket is touched: a second node must change
@@ -337,11 +358,8 @@ pub async fn run(config: NodeConfig) -> Result<(), NodeError> {
         );
     }
 
-    if let Some(kubelet) = config.kubelet.clone() {
-        tasks.spawn(
-            "the kubelet device plugins",
-            crate::kubelet::plugin::run(node.clone(), kubelet),
-        );
+    for task in extra {
+        tasks.spawn(task.name, (task.start)(node.clone()));
     }
 
     let in_flight = Arc::new(RwLock::new(()));

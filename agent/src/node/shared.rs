@@ -19,6 +19,7 @@ use tokio::sync::{watch, RwLock};
 use crate::cdi::{
     self, converge, DeviceCatalog, DeviceId, Hold, HoldError, HoldId, HoldOwner, Holds,
 };
+use crate::device::{Changes, DeviceSource, PodAllocation, Report};
 use crate::health::faults::Health;
 use crate::health::verdict::{judge, Evidence, Verdict};
 use crate::health::watcher::WatcherStats;
@@ -30,7 +31,7 @@ use crate::inventory::collect::Collection;
 use crate::inventory::document::{Gpu, GpuSection, Inventory};
 use crate::inventory::memory::GpuMemory;
 use crate::inventory::scheduler::SchedulerHandle;
-use crate::node::attribution::{Attribution, PodAllocation};
+use crate::node::attribution::Attribution;
 use crate::node::listen;
 use crate::node::metrics::{self, SamplingState};
 use crate::node::otlp::OtlpEndpoint;
@@ -48,7 +49,7 @@ use bcd_protocol::{GpuUuid, PciAddress};
 pub struct Claim {
     claims: ClaimSet,
     gpus: Vec<DeviceId>,
-    kubernetes: Arc<crate::kubelet::KubeState>,
+    devices_changed: Arc<watch::Sender<u64>>,
 }
 
 impl Drop for Claim {
@@ -62,7 +63,7 @@ impl Drop for Claim {
             claimed.remove(gpu);
         }
         drop(claimed);
-        self.kubernetes.touch();
+        touch(&self.devices_changed);
     }
 }
 
@@ -119,8 +120,6 @@ pub struct NodeConfig {
     pub xid_policy: crate::health::xid::XidPolicy,
     /// Which other exporter's metric names to serve beside bcd's (`--metrics-compat`).
     pub metrics_compat: Option<metrics::MetricsCompat>,
-    /// The kubelet device plugins; off when `None`.
-    pub kubelet: Option<crate::kubelet::KubeletConfig>,
 }
 
 /// The latest collection.
@@ -177,8 +176,11 @@ pub struct Node {
     passthrough: Passthrough,
     /// The root helper, shared with the passthrough runtimes.
     helper: Arc<dyn Helper>,
-    /// The Kubernetes side: its change signal, counters and problem.
-    kubernetes: Arc<crate::kubelet::KubeState>,
+    /// Bumped when the holds, the inventory or the claims change: the device consumers
+    /// (device plugins, DRA) compute their offer again.
+    devices_changed: Arc<watch::Sender<u64>>,
+    /// What the device consumers show in status and metrics.
+    reports: Mutex<Vec<Arc<dyn Report>>>,
     /// The GPUs the node's steps (a reset, a vfio step) have claimed; the hold store shares it.
     claims: ClaimSet,
     /// Held while a collection runs: the scheduler, diag and reset all collect, and two
@@ -237,7 +239,8 @@ impl Node {
                 .with_scheduler(scheduler.clone()),
             helper,
             config,
-            kubernetes: Arc::default(),
+            devices_changed: Arc::new(watch::channel(0).0),
+            reports: Mutex::new(Vec::new()),
             claims: claims.clone(),
             latest: RwLock::new(None),
             inventory_tx: inventory,
@@ -276,9 +279,21 @@ impl Node {
         &self.health
     }
 
-    /// The Kubernetes side: its change signal, counters and problem.
-    pub fn kubernetes(&self) -> &crate::kubelet::KubeState {
-        &self.kubernetes
+    /// Adds what a device consumer (the device plugins, DRA) shows in status and metrics.
+    pub fn add_report(&self, report: Arc<dyn Report>) {
+        if let Ok(mut r) = self.reports.lock() {
+            r.push(report);
+        }
+    }
+
+    /// The device consumers' reports.
+    fn reports(&self) -> Vec<Arc<dyn Report>> {
+        self.reports.lock().map(|r| r.clone()).unwrap_or_default()
+    }
+
+    /// Says that the holds, the inventory or the claims changed.
+    pub fn touch_devices(&self) {
+        touch(&self.devices_changed);
     }
 
     /// GPUs to VMs and back, through the helper.
@@ -482,7 +497,7 @@ impl Node {
                 ));
             }
         }
-        all.extend(self.kubernetes.problem());
+        all.extend(self.reports().iter().filter_map(|r| r.problem()));
         let mut seen = std::collections::BTreeSet::new();
         all.retain(|p| seen.insert(p.clone()));
         all
@@ -743,8 +758,8 @@ impl Node {
         for e in &result.errors {
             self.problem(format!("CDI specs: {e}"));
         }
-        // Holds or the inventory changed: the device plugins' lists are computed again.
-        self.kubernetes.touch();
+        // Holds or the inventory changed: the device consumers' offers are computed again.
+        self.touch_devices();
         result
     }
 
@@ -925,11 +940,11 @@ impl Node {
                 claimed.insert(gpu.clone(), kind);
             }
         }
-        self.kubernetes.touch();
+        self.touch_devices();
         Ok(Claim {
             claims: self.claims.clone(),
             gpus: gpus.to_vec(),
-            kubernetes: self.kubernetes.clone(),
+            devices_changed: self.devices_changed.clone(),
         })
     }
 
@@ -1049,8 +1064,86 @@ impl Node {
             host_name: self.host_name.as_deref(),
         };
         let mut text = metrics::render(&view);
-        text.push_str(&self.kubernetes.metrics_text());
+        for report in self.reports() {
+            text.push_str(&report.metrics_text());
+        }
         text
+    }
+}
+
+/// Bumps a device signal.
+fn touch(signal: &watch::Sender<u64>) {
+    signal.send_modify(|n| *n = n.wrapping_add(1));
+}
+
+/// The device consumers (device plugins, DRA) reach the node through this alone.
+impl DeviceSource for Node {
+    async fn inventory(&self) -> Inventory {
+        Node::inventory(self).await
+    }
+
+    async fn holds_now(&self) -> Vec<Hold> {
+        Node::holds_now(self).await
+    }
+
+    async fn topology(&self) -> crate::policy::Topology {
+        Node::topology(self).await
+    }
+
+    async fn verdicts(&self) -> BTreeMap<GpuUuid, Verdict> {
+        Node::verdicts(self).await
+    }
+
+    async fn samples_now(&self) -> Vec<GpuSample> {
+        Node::samples_now(self).await
+    }
+
+    fn claimed(&self) -> Vec<DeviceId> {
+        Node::claimed(self)
+    }
+
+    fn gpu_slots(&self) -> u32 {
+        self.config.gpu_slots
+    }
+
+    async fn cdi_context(&self) -> (cdi::vendor::VendorSpecs, DeviceCatalog) {
+        let vendor =
+            cdi::read_vendor_specs(&cdi::vendor_dirs(&self.config.cdi_dir, &self.config.host));
+        (vendor, self.device_catalog().await)
+    }
+
+    async fn with_holds<T: Send>(&self, change: impl FnOnce(&mut Holds) -> T + Send) -> Option<T> {
+        Node::with_holds(self, change).await
+    }
+
+    async fn change_holds_durably<T: Send, E: Send>(
+        &self,
+        change: impl FnOnce(&mut Holds, &mut Vec<cdi::Before>) -> Result<T, E> + Send,
+        written: impl FnOnce(&T) -> Vec<HoldId> + Send,
+        missing: impl FnOnce(PathBuf) -> E + Send,
+        unavailable: E,
+    ) -> Result<T, E> {
+        Node::change_holds_durably(self, change, written, missing, unavailable).await
+    }
+
+    async fn converge_holds(&self) {
+        Node::converge_holds(self).await;
+    }
+
+    fn set_pod_allocations(&self, allocations: Vec<PodAllocation>) {
+        Node::set_pod_allocations(self, allocations);
+    }
+
+    fn problem(&self, sentence: String) {
+        Node::problem(self, sentence);
+    }
+
+    fn changes(&self) -> Changes {
+        Changes::new(self.health.subscribe(), self.devices_changed.subscribe())
+    }
+
+    fn touch(&self) {
+        self.touch_devices();
     }
 }
 
@@ -1084,7 +1177,6 @@ pub(crate) fn test_node_on(dir: &std::path::Path, host: Host) -> Node {
         gpu_slots: 0,
         xid_policy: crate::health::xid::XidPolicy::default(),
         metrics_compat: None,
-        kubelet: None,
     };
     let health = Health::new(crate::health::faults::FaultStore::open(&data, "boot").unwrap());
     let (inventory, _) = watch::channel(Inventory::new(GpuSection::default()));
@@ -1313,7 +1405,7 @@ mod tests {
     // that has it and go with the next list that does not.
     #[tokio::test]
     async fn a_pod_allocation_handed_to_the_hook_labels_its_gpu_until_the_next_list() {
-        use crate::node::attribution::{PodAllocation, PodRef};
+        use crate::device::{PodAllocation, PodRef};
         let dir = tempfile::tempdir().unwrap();
         let node = test_node(dir.path());
         node.collect_now().await;

@@ -358,7 +358,7 @@ fn post_hold(body: Value) -> Request {
 #[tokio::test]
 async fn kubernetes_hold_ids_are_reserved_and_a_live_kubernetes_hold_is_not_the_apis() {
     use crate::cdi::HoldOwner;
-    use crate::node::attribution::{PodAllocation, PodRef};
+    use crate::device::{PodAllocation, PodRef};
     let dir = tempfile::tempdir().unwrap();
     let node = node(dir.path());
     node.collect_now().await;
