@@ -15,7 +15,7 @@ use std::path::PathBuf;
 use bcd::cdi::spec::{parse_spec, Format};
 use bcd::cdi::vendor::CatalogEntry;
 use bcd::cdi::{converge, render, DeviceCatalog, DeviceId, HoldId, HoldRequest, Holds, VendorSpec};
-use bcd::policy::{Placed, Topology};
+use bcd::device::policy::{Placed, Topology};
 use criterion::{criterion_group, criterion_main, Criterion};
 
 const JSON: &[u8] = include_bytes!("../../testdata/cdi/hgx-h100-uuid.json");

@@ -144,7 +144,7 @@ pub enum Command {
         /// at most 64). Slots of one GPU may go to different holds; a slot never goes with
         /// its whole GPU or its MIG devices.
         #[arg(long, value_name = "N", default_value_t = 0,
-              value_parser = clap::value_parser!(u32).range(0..=i64::from(crate::cdi::ids::MAX_SLOTS)))]
+              value_parser = clap::value_parser!(u32).range(0..=i64::from(crate::device::id::MAX_SLOTS)))]
         gpu_slots: u32,
         /// Also serve the metrics under another exporter's names: `dcgm` (NVIDIA
         /// dcgm-exporter's DCGM_FI_* names, units and labels, host as `hostname`) or

@@ -17,7 +17,6 @@ pub mod host;
 pub mod inventory;
 pub mod kubelet;
 pub mod node;
-pub mod policy;
 pub mod runtime;
 pub mod smi;
 pub mod state;

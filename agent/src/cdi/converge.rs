@@ -12,9 +12,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use crate::state::{self, StateError, PUBLIC_MODE};
 
 use super::holds::{hold_of_file_name, HoldError, Holds};
-use super::ids::{DeviceId, HoldId};
 use super::render::{render, HoldRequest, COMMON_RUNTIMES_CDI_VERSION};
 use super::vendor::{DeviceCatalog, VendorSpec};
+use crate::device::id::{DeviceId, HoldId};
 
 /// A spec the converger could not write or remove. `Display` is the operator's sentence.
 #[derive(Debug, thiserror::Error)]

@@ -8,7 +8,7 @@
 //! GPU could be handed out again while its job runs). The store also remembers which holds
 //! were released until their specs are gone: the converger removes only those.
 //!
-//! Every change is checked by [`crate::policy`]; a file that breaks its invariant (one GPU
+//! Every change is checked by [`crate::device::policy`]; a file that breaks its invariant (one GPU
 //! in two holds) is refused at load, naming both holds, and kept as it is.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -17,97 +17,16 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use crate::policy::{self, ClaimSet, Placed, PolicyError, Topology};
+use crate::device::policy::{self, ClaimSet, Placed, PolicyError, Topology};
+use crate::device::{Hold, HoldOwner};
 use crate::state::{self, StateError, PRIVATE_MODE};
 
-use super::ids::{DeviceId, DeviceKind, HoldId};
 use super::spec::{parse_spec, Format, MAX_SPEC_BYTES};
-use super::{HOLD_SPEC_PREFIX, HOLD_SPEC_SUFFIX};
+use crate::device::id::{DeviceId, DeviceKind, HoldId};
+use crate::device::id::{HOLD_SPEC_PREFIX, HOLD_SPEC_SUFFIX};
 
 /// The store's file name in the data folder.
 pub const HOLDS_FILE: &str = "holds.json";
-
-/// Who made a hold, and so who may change or release it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum HoldOwner {
-    /// An operator, through `bcd hold` or the API.
-    Operator,
-    /// The kubelet, through a device plugin's `Allocate` (ids `k8s-...`).
-    DevicePlugin,
-    /// A DRA claim (ids `dra-...`).
-    Dra,
-}
-
-impl HoldOwner {
-    /// Whether its holds are Kubernetes bindings (their specs carry no vendor edits; the
-    /// release pass reads PodResources for them).
-    pub fn is_kubernetes(self) -> bool {
-        self != Self::Operator
-    }
-
-    /// The prefix of the ids this owner's holds get, which no other owner may take.
-    pub fn id_prefix(self) -> Option<&'static str> {
-        match self {
-            Self::Operator => None,
-            Self::DevicePlugin => Some("k8s-"),
-            Self::Dra => Some("dra-"),
-        }
-    }
-
-    /// The owner in words: "an operator", "the device plugins", "a DRA claim".
-    pub fn words(self) -> &'static str {
-        match self {
-            Self::Operator => "an operator",
-            Self::DevicePlugin => "the kubelet's device plugins",
-            Self::Dra => "a DRA claim",
-        }
-    }
-}
-
-/// One hold.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Hold {
-    pub id: HoldId,
-    /// Distinct, in the order they were asked for.
-    pub devices: Vec<DeviceId>,
-    /// A Kubernetes binding: its spec carries no vendor edits. Kept in the file beside
-    /// `owner` (an older bcd reads only this); the truth is [`Hold::owner`].
-    #[serde(default)]
-    pub kubernetes: bool,
-    /// Who made it. A file of an older bcd, and a hold rebuilt from its spec, have none: a
-    /// Kubernetes binding is the owner its id is reserved for (the device plugins' when none
-    /// is), any other hold the operator's, whatever its id.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub owner: Option<HoldOwner>,
-    /// The GPU of each `MIG-<uuid>` device, as the inventory said when the hold was made,
-    /// so that the policy's invariant can be checked before any collection.
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub gpus: BTreeMap<DeviceId, DeviceId>,
-    /// A Kubernetes binding whose devices no pod has any more (the kubelet's PodResources
-    /// said so), since this time (Unix seconds): its release is pending, and
-    /// [`crate::policy`] counts its GPUs busy for that reason until it is released.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub unassigned_since: Option<u64>,
-}
-
-impl Hold {
-    /// Who made it (see the field's note for a file of an older bcd).
-    pub fn owner(&self) -> HoldOwner {
-        self.owner.unwrap_or(if self.kubernetes {
-            self.id
-                .reserved_for()
-                .unwrap_or(crate::cdi::HoldOwner::DevicePlugin)
-        } else {
-            crate::cdi::HoldOwner::Operator
-        })
-    }
-
-    /// The GPU `device` is on, as its id or this hold's record says.
-    pub fn gpu_of(&self, device: &DeviceId) -> Option<DeviceId> {
-        device.gpu().or_else(|| self.gpus.get(device).cloned())
-    }
-}
 
 /// The file's shape: a list, so the file reads in id order.
 #[derive(Debug, Default, Serialize, Deserialize)]

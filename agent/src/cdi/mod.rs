@@ -1,6 +1,6 @@
 //! Holds and their CDI specs, built from NVIDIA's own spec.
 //!
-//! A hold reserves GPUs, MIG devices or slots ([`holds`], with [`crate::policy`] deciding
+//! A hold reserves GPUs, MIG devices or slots ([`holds`], with [`crate::device::policy`] deciding
 //! what may be held together); for each hold bcd writes `<cdi>/bcd-<hold>.json` (kind
 //! `bcd.dev/gpu`, one device per held device named by its id, and one named after the hold
 //! for all of them), so `bcd.dev/gpu=<uuid>` is all a container needs. With the NVIDIA
@@ -14,21 +14,18 @@
 
 pub mod converge;
 pub mod holds;
-pub mod ids;
 pub mod render;
 pub mod spec;
 pub mod vendor;
 
+pub use crate::device::id::{DeviceId, HoldId, IdError};
+pub use crate::device::{Hold, HoldOwner};
 pub use converge::{converge, write_missing, ConvergeError, Convergence};
-pub use holds::{Before, Hold, HoldError, HoldOwner, Holds, Opened};
-pub use ids::{DeviceId, HoldId, IdError};
+pub use holds::{Before, HoldError, Holds, Opened};
 pub use render::{render, HoldRequest, Rendered};
 pub use vendor::{read_vendor_specs, DeviceCatalog, VendorSpec, VendorSpecs};
 
-/// bcd's spec files are `bcd-<hold id>.json`; vendor spec reading skips every `bcd-*` file.
-pub const HOLD_SPEC_PREFIX: &str = "bcd-";
-/// See [`HOLD_SPEC_PREFIX`].
-pub const HOLD_SPEC_SUFFIX: &str = ".json";
+pub use crate::device::id::{HOLD_SPEC_PREFIX, HOLD_SPEC_SUFFIX};
 
 /// The folders vendor specs are read from, in order: the CDI folder, then the toolkit's
 /// `/var/run/cdi` under the host's root.

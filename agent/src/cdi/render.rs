@@ -21,11 +21,11 @@
 
 use std::collections::BTreeMap;
 
-use super::ids::{DeviceId, HoldId};
 use super::spec::{
     has_unknown_fields, version_needs, CdiVersion, ContainerEdits, Device, Extra, Spec,
 };
 use super::vendor::{find_device, DeviceCatalog, VendorSpec};
+use crate::device::id::{DeviceId, HoldId};
 
 /// The kind of bcd's hold specs: a container asks for `bcd.dev/gpu=<uuid>`.
 pub const HOLD_KIND: &str = "bcd.dev/gpu";

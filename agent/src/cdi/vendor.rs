@@ -14,9 +14,9 @@ use std::path::{Path, PathBuf};
 use crate::inventory::document::Inventory;
 use crate::smi::list::ListedGpu;
 
-use super::ids::{DeviceId, DeviceKind};
 use super::spec::{parse_spec, Device, Format, Spec, SpecError, MAX_SPEC_BYTES};
 use super::HOLD_SPEC_PREFIX;
+use crate::device::id::{DeviceId, DeviceKind};
 
 /// The kind of NVIDIA's GPU specs.
 pub const VENDOR_KIND: &str = "nvidia.com/gpu";

@@ -1,12 +1,19 @@
-//! The vocabulary of the node's devices shared by every part that hands them out: who has a
-//! device in Kubernetes ([`pods`]), and the one way a consumer of the node's devices (the
-//! kubelet device plugins, a DRA driver) reaches the node ([`source::DeviceSource`]).
+//! The vocabulary of the node's devices, shared by every part that hands them out: the
+//! devices and hold ids ([`id`]), a hold and its owner ([`hold`]), the one rule of who may
+//! hold what ([`policy`]), who has a device in Kubernetes ([`pods`]), and the one way a
+//! consumer of the node's devices (the kubelet device plugins, a DRA driver) reaches the
+//! node ([`source::DeviceSource`]).
 //!
-//! This module imports nothing from `node/`, `kubelet/`, `doctor/` or the command line: the
-//! node implements [`source::DeviceSource`], the consumers are handed it.
+//! This module imports nothing from `node/`, `kubelet/`, `doctor/` or the command line, and
+//! the policy nothing from `cdi/`: the hold store (`cdi::holds`) and the node build on it.
 
+pub mod hold;
+pub mod id;
 pub mod pods;
+pub mod policy;
 pub mod source;
 
+pub use hold::{Hold, HoldOwner};
+pub use id::{DeviceId, DeviceKind, HoldId, IdError};
 pub use pods::{PodAllocation, PodRef};
 pub use source::{Changes, DeviceSource, Report};

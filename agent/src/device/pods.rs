@@ -2,7 +2,7 @@
 //! it, and the devices given to it. The kubelet side hands these to the node; the node's
 //! metrics and OTLP export label each device with its pod.
 
-use crate::cdi::DeviceId;
+use super::id::DeviceId;
 
 /// One container a device was allocated to, as the kubelet's PodResources API names it.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]

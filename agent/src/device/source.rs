@@ -13,13 +13,15 @@ use std::path::PathBuf;
 
 use tokio::sync::watch;
 
+use super::hold::Hold;
+use super::id::{DeviceId, HoldId};
 use super::pods::PodAllocation;
+use super::policy::Topology;
 use crate::cdi::vendor::VendorSpecs;
-use crate::cdi::{Before, DeviceCatalog, DeviceId, Hold, HoldId, Holds};
+use crate::cdi::{Before, DeviceCatalog, Holds};
 use crate::health::verdict::Verdict;
 use crate::health::Condition;
 use crate::inventory::document::Inventory;
-use crate::policy::Topology;
 use crate::smi::samples::GpuSample;
 use bcd_protocol::GpuUuid;
 

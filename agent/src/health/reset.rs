@@ -4,7 +4,7 @@
 //! healthy.
 //!
 //! The whole command is refused before anything is reset when any listed GPU is unknown or
-//! busy, as [`crate::policy`] decides: a hold on it, on one of its MIG devices or slots, a
+//! busy, as [`crate::device::policy`] decides: a hold on it, on one of its MIG devices or slots, a
 //! pending Kubernetes release of it, or passthrough to a VM. UUIDs are compared in their normal form, whatever case they were
 //! given in. A reset that fails does not stop the others; its GPU keeps its conditions.
 
@@ -16,9 +16,9 @@ use serde::{Deserialize, Serialize};
 use super::faults::Health;
 use super::hardware_problems;
 use crate::cdi::{DeviceId, Hold};
+use crate::device::policy::Topology;
 use crate::helper_client::Helper;
 use crate::inventory::document::Inventory;
-use crate::policy::Topology;
 
 /// Why the command was refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

@@ -12,8 +12,8 @@ use sha2::{Digest, Sha256};
 
 use super::KubeState;
 use crate::cdi::{self, Before, DeviceId, HoldError, HoldId, HoldOwner};
+use crate::device::policy::PolicyError;
 use crate::device::DeviceSource;
-use crate::policy::PolicyError;
 
 use super::devices::{cdi_name, Resource};
 
@@ -72,7 +72,7 @@ pub enum AllocateError {
 fn place(
     holds: &mut cdi::Holds,
     devices: &[DeviceId],
-    topology: &crate::policy::Topology,
+    topology: &crate::device::policy::Topology,
     journal: &mut Vec<Before>,
 ) -> Result<(HoldId, bool), AllocateError> {
     let live = |d: &DeviceId| {
@@ -106,7 +106,7 @@ fn place(
         })
         .map(|h| h.id.clone())
         .collect();
-    crate::policy::check_free(
+    crate::device::policy::check_free(
         &id,
         &placed,
         holds.list().filter(|h| !stale.contains(&h.id)),
@@ -284,7 +284,7 @@ mod tests {
     }
 
     use crate::cdi::Holds;
-    use crate::policy::tests::{dev, topology, GPU0, GPU3, MIG_A, MIG_B};
+    use crate::device::policy::tests::{dev, topology, GPU0, GPU3, MIG_A, MIG_B};
 
     /// A store with the Kubernetes hold `k8s-init` of both MIG devices of GPU 3, pending
     /// release since `pending` when given.

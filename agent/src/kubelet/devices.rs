@@ -5,7 +5,7 @@
 //! The health rule a plugin streams: a device is `Healthy` when its GPU takes work
 //! ([`crate::kubelet::gpus_taking_work`], bcd's healthy rule), is not passed through to a VM,
 //! and no hold other than a Kubernetes binding of exactly this device has it or a device that
-//! conflicts with it ([`crate::policy::conflict`]). So a GPU that a hold, a VM or another
+//! conflicts with it ([`crate::device::policy::conflict`]). So a GPU that a hold, a VM or another
 //! resource's allocation has is never allocatable, and a GPU whose reset left it healthy is
 //! `Healthy` again.
 
@@ -13,11 +13,11 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use bcd_protocol::GpuUuid;
 
-use crate::cdi::ids::{DeviceId, DeviceKind};
 use crate::cdi::vendor::{find_device, DeviceCatalog, VendorSpec};
 use crate::cdi::{render::HOLD_KIND, Hold};
+use crate::device::id::{DeviceId, DeviceKind};
+use crate::device::policy::{conflict, Placed, Topology};
 use crate::inventory::document::Inventory;
-use crate::policy::{conflict, Placed, Topology};
 
 /// The domain of bcd's extended resources.
 pub const DOMAIN: &str = "bcd.dev";
@@ -155,7 +155,7 @@ pub fn offer(
             }
         } else {
             add(Resource(GPU_RESOURCE.to_owned()), uuid.clone());
-            for n in 0..slots_per_gpu.min(crate::cdi::ids::MAX_SLOTS) {
+            for n in 0..slots_per_gpu.min(crate::device::id::MAX_SLOTS) {
                 if let Ok(slot) = format!("{}::{n}", uuid.as_str()).parse() {
                     add(Resource(SLOT_RESOURCE.to_owned()), slot);
                 }

@@ -13,10 +13,10 @@ use super::devices::Resource;
 use super::KubeState;
 use crate::cdi::vendor::VendorSpecs;
 use crate::cdi::{self, Before, DeviceCatalog, DeviceId, Hold, HoldId, Holds};
+use crate::device::policy::Topology;
 use crate::device::{Changes, DeviceSource, PodAllocation};
 use crate::health::verdict::{HealthState, Reason, Verdict};
 use crate::inventory::document::{Gpu, GpuSection, Inventory};
-use crate::policy::Topology;
 use crate::smi::samples::GpuSample;
 use bcd_protocol::GpuUuid;
 

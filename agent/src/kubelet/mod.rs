@@ -7,7 +7,7 @@
 //!   kubelet removes the plugin sockets and makes `kubelet.sock` anew) ([`plugin`]).
 //! - `ListAndWatch` streams [`devices::offer`]'s verdicts at every change of the conditions
 //!   (an XID, a healthy reset), the holds or the inventory.
-//! - `Allocate` makes a Kubernetes hold per container through [`crate::policy`], writes its
+//! - `Allocate` makes a Kubernetes hold per container through [`crate::device::policy`], writes its
 //!   spec before it answers, and answers CDI device names ([`allocate`]).
 //! - Releases come from the kubelet's PodResources API ([`release`]).
 //!
@@ -283,9 +283,9 @@ mod tests {
     fn status_lines_name_kubernetes_holds_and_pending_releases() {
         let dir = tempfile::tempdir().unwrap();
         let mut holds = crate::cdi::Holds::load(dir.path()).unwrap();
-        let t = crate::policy::Topology::default();
+        let t = crate::device::policy::Topology::default();
         let dev: crate::cdi::DeviceId = "GPU-11111111-1111-1111-1111-111111111111".parse().unwrap();
-        let placed = vec![crate::policy::Placed {
+        let placed = vec![crate::device::policy::Placed {
             device: dev.clone(),
             gpu: Some(dev),
         }];

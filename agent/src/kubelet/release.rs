@@ -229,7 +229,8 @@ pub async fn pass<S: DeviceSource>(node: &S, kube: &KubeState, config: &KubeletC
         .map(|s| s.uuid.clone())
         .collect();
     let inventory = node.inventory().await;
-    let topology = crate::policy::Topology::from_inventory(&inventory, crate::cdi::ids::MAX_SLOTS);
+    let topology =
+        crate::device::policy::Topology::from_inventory(&inventory, crate::device::id::MAX_SLOTS);
     let now = crate::state::unix_now();
     let mut changed = false;
     for hold in kubernetes {
@@ -281,8 +282,8 @@ pub async fn run<S: DeviceSource>(node: Arc<S>, kube: Arc<KubeState>, config: Ku
 mod tests {
     use super::*;
     use crate::cdi::Holds;
+    use crate::device::policy::{Placed, Topology};
     use crate::kubelet::proto::podresources as pr;
-    use crate::policy::{Placed, Topology};
 
     const GPU: &str = "GPU-ff1dacfa-2e1a-0504-a88b-76a3118ee48b";
 

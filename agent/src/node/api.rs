@@ -278,7 +278,7 @@ async fn reset(node: &Node, request: &Request) -> Result<Answer, Answer> {
     // hold or Allocate takes one meanwhile, and the device plugins stream it Unhealthy.
     let gpus: Vec<DeviceId> = asked.gpus.iter().map(DeviceId::from).collect();
     let _claim = node
-        .claim(&gpus, crate::policy::ClaimKind::Reset)
+        .claim(&gpus, crate::device::policy::ClaimKind::Reset)
         .await
         .map_err(|(gpu, busy)| {
             let e = crate::health::reset::ResetError::Busy {
@@ -413,8 +413,8 @@ fn state_refusal(e: &StateError, sentence: String) -> Answer {
 }
 
 /// A policy refusal as the API answers it.
-fn policy_refusal(e: &crate::policy::PolicyError) -> Answer {
-    use crate::policy::PolicyError as P;
+fn policy_refusal(e: &crate::device::policy::PolicyError) -> Answer {
+    use crate::device::policy::PolicyError as P;
     match e {
         P::Conflict { .. } | P::Invariant { .. } => error(409, "device-held", e),
         P::PassedThrough(_) | P::Claimed { .. } => error(409, "gpu-busy", e),
@@ -498,9 +498,9 @@ async fn passthrough(node: &Node, path: &str, request: &Request) -> Result<Answe
     let domain = asked.domain.clone();
     let topology = node.topology().await;
     let kind = if path.starts_with("/v1/vfio/") {
-        crate::policy::ClaimKind::Vfio
+        crate::device::policy::ClaimKind::Vfio
     } else {
-        crate::policy::ClaimKind::VmStart
+        crate::device::policy::ClaimKind::VmStart
     };
     // Each GPU the step will touch is claimed as the runtime asks about it (under the holds
     // lock) and stays claimed until the step is done: no hold, Allocate or other step takes
@@ -523,16 +523,19 @@ async fn passthrough(node: &Node, path: &str, request: &Request) -> Result<Answe
             Err(busy) => busy,
         };
         match busy {
-            crate::policy::Busy::Held { hold, device } if device == gpu => Some(hold.to_string()),
-            crate::policy::Busy::Held { hold, device } => Some(format!("{hold} ({device})")),
-            crate::policy::Busy::PendingRelease { hold, device, .. } => Some(format!(
+            crate::device::policy::Busy::Held { hold, device } if device == gpu => {
+                Some(hold.to_string())
+            }
+            crate::device::policy::Busy::Held { hold, device } => {
+                Some(format!("{hold} ({device})"))
+            }
+            crate::device::policy::Busy::PendingRelease { hold, device, .. } => Some(format!(
                 "{hold} ({device}; its Kubernetes release is pending)"
             )),
-            b @ (crate::policy::Busy::Claimed(_) | crate::policy::Busy::Changing) => {
-                Some(b.to_string())
-            }
+            b @ (crate::device::policy::Busy::Claimed(_)
+            | crate::device::policy::Busy::Changing) => Some(b.to_string()),
             // Already on vfio-pci: the runtime itself says what is wrong with that.
-            crate::policy::Busy::PassedThrough => None,
+            crate::device::policy::Busy::PassedThrough => None,
         }
     };
     let result = match path {

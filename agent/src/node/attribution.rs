@@ -24,10 +24,10 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use crate::cdi::holds::Hold;
-use crate::cdi::ids::{DeviceId, DeviceKind};
+use crate::device::id::{DeviceId, DeviceKind};
+use crate::device::policy::Topology;
+use crate::device::Hold;
 use crate::device::{PodAllocation, PodRef};
-use crate::policy::Topology;
 
 /// The label names, in the order series carry them.
 pub const HOLD: &str = "hold";
@@ -208,7 +208,9 @@ impl Attribution {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::policy::tests::{dev, hold, topology as with_slots, GPU0, GPU3, MIG_A, MIG_B};
+    use crate::device::policy::tests::{
+        dev, hold, topology as with_slots, GPU0, GPU3, MIG_A, MIG_B,
+    };
 
     fn topology() -> Topology {
         with_slots(4)

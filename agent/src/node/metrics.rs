@@ -901,7 +901,7 @@ mod tests {
                     container: "c\\".into(),
                 },
             },
-            &crate::policy::Topology::default(),
+            &crate::device::policy::Topology::default(),
         );
         let text = render(&view);
         let line = text
@@ -998,7 +998,7 @@ mod tests {
 
     #[test]
     fn a_held_mig_device_labels_its_instance_and_its_gpu_and_no_one_else() {
-        use crate::cdi::holds::Hold;
+        use crate::device::Hold;
         let inv = inventory();
         let samples = [
             sample("GPU-b9036d74-bff6-b565-c003-dc53279ae2bd"),
@@ -1010,7 +1010,7 @@ mod tests {
             compat: Some(MetricsCompat::Dcgm),
             ..MetricsView::default()
         };
-        let topology = crate::policy::Topology::from_inventory(&inv, 0);
+        let topology = crate::device::policy::Topology::from_inventory(&inv, 0);
         view.attribution.add_holds(
             &[Hold {
                 id: "infer-2".parse().unwrap(),

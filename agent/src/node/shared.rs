@@ -19,6 +19,7 @@ use tokio::sync::{watch, RwLock};
 use crate::cdi::{
     self, converge, DeviceCatalog, DeviceId, Hold, HoldError, HoldId, HoldOwner, Holds,
 };
+use crate::device::policy::{Busy, ClaimKind, ClaimSet, Placed, Topology};
 use crate::device::{Changes, DeviceSource, PodAllocation, Report};
 use crate::health::faults::Health;
 use crate::health::verdict::{judge, Evidence, Verdict};
@@ -35,7 +36,6 @@ use crate::node::attribution::Attribution;
 use crate::node::listen;
 use crate::node::metrics::{self, SamplingState};
 use crate::node::otlp::OtlpEndpoint;
-use crate::policy::{Busy, ClaimKind, ClaimSet, Placed, Topology};
 use crate::runtime::helper_watch::HelperSeen;
 use crate::runtime::Passthrough;
 use crate::smi::list::ListedGpu;
@@ -616,8 +616,11 @@ impl Node {
     }
 
     /// The policy's view of the GPUs, from the latest inventory.
-    pub async fn topology(&self) -> crate::policy::Topology {
-        crate::policy::Topology::from_inventory(&self.inventory().await, self.config.gpu_slots)
+    pub async fn topology(&self) -> crate::device::policy::Topology {
+        crate::device::policy::Topology::from_inventory(
+            &self.inventory().await,
+            self.config.gpu_slots,
+        )
     }
 
     /// Writes every hold's spec and removes those of released holds; before the first
@@ -1086,7 +1089,7 @@ impl DeviceSource for Node {
         Node::holds_now(self).await
     }
 
-    async fn topology(&self) -> crate::policy::Topology {
+    async fn topology(&self) -> crate::device::policy::Topology {
         Node::topology(self).await
     }
 

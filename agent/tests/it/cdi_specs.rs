@@ -17,9 +17,9 @@ use bcd::cdi::{
     converge, read_vendor_specs, render, DeviceCatalog, DeviceId, HoldId, HoldRequest, Holds,
     Rendered, VendorSpec,
 };
+use bcd::device::policy::{Placed, Topology};
 use bcd::host::Host;
 use bcd::inventory::collect::collect;
-use bcd::policy::{Placed, Topology};
 use processes::{repo, H100, H100_MIG};
 use serde_json::Value;
 

@@ -11,9 +11,9 @@ use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use bcd::cdi::{DeviceCatalog, DeviceId};
+use bcd::device::policy::{Placed, Topology};
 use bcd::host::Host;
 use bcd::inventory::collect::collect;
-use bcd::policy::{Placed, Topology};
 use processes::{copy_host, repo, wait_for, Reaped, H100, H100_MIG};
 use serde_json::Value;
 

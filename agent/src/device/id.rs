@@ -4,7 +4,7 @@
 //! A device is a whole GPU (`GPU-<uuid>`), a MIG device (`MIG-<uuid>`, or R450's
 //! `MIG-GPU-<uuid>/<gi>/<ci>`), or a slot: a time-sliced share of one GPU, `GPU-<uuid>::<n>`
 //! (`n` from 0 to the node's `--gpu-slots` less one). What may be held together is
-//! [`crate::policy`]'s decision, not this module's.
+//! [`super::policy`]'s decision, not this module's.
 //!
 //! Both are validated on parse and only on parse: holding a value of these types is proof that
 //! it is safe to put in a path or a spec.
@@ -14,6 +14,11 @@ use std::str::FromStr;
 
 use bcd_protocol::GpuUuid;
 use serde::{Deserialize, Serialize};
+
+/// bcd's spec files are `bcd-<hold id>.json`; vendor spec reading skips every `bcd-*` file.
+pub const HOLD_SPEC_PREFIX: &str = "bcd-";
+/// See [`HOLD_SPEC_PREFIX`].
+pub const HOLD_SPEC_SUFFIX: &str = ".json";
 
 /// The longest hold id: 63 characters, so `bcd-<id>.json` stays a short, ordinary file name.
 pub const HOLD_ID_MAX_LEN: usize = 63;
@@ -46,23 +51,9 @@ impl HoldId {
         &self.0
     }
 
-    /// The owner that makes holds with ids of this form: `k8s-` ids are the device plugins',
-    /// `dra-` ids DRA claims'; `None` for every other id (the operator's to choose).
-    pub fn reserved_for(&self) -> Option<super::holds::HoldOwner> {
-        use super::holds::HoldOwner;
-        [HoldOwner::DevicePlugin, HoldOwner::Dra]
-            .into_iter()
-            .find(|o| o.id_prefix().is_some_and(|p| self.0.starts_with(p)))
-    }
-
     /// The name of this hold's CDI spec file: `bcd-<id>.json`.
     pub fn spec_file_name(&self) -> String {
-        format!(
-            "{}{}{}",
-            super::HOLD_SPEC_PREFIX,
-            self.0,
-            super::HOLD_SPEC_SUFFIX
-        )
+        format!("{}{}{}", HOLD_SPEC_PREFIX, self.0, HOLD_SPEC_SUFFIX)
     }
 }
 

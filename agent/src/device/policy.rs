@@ -34,8 +34,8 @@
 
 use bcd_protocol::PciAddress;
 
-use crate::cdi::holds::Hold;
-use crate::cdi::ids::{DeviceId, DeviceKind, HoldId};
+use super::hold::Hold;
+use super::id::{DeviceId, DeviceKind, HoldId};
 use crate::inventory::document::Inventory;
 
 /// Why a device may not be held, or a hold store is refused. `Display` is the operator's
@@ -210,7 +210,7 @@ impl Topology {
             .collect();
         Self {
             gpus,
-            slots_per_gpu: slots_per_gpu.min(crate::cdi::ids::MAX_SLOTS),
+            slots_per_gpu: slots_per_gpu.min(crate::device::id::MAX_SLOTS),
         }
     }
 
