@@ -12,10 +12,12 @@
 //! additions cost nothing.
 //!
 //! By concern: `table` holds the one table of element path to field (a field is
-//! declared there and nowhere else), `document` the record being read and what is resolved
-//! when it ends, `read` the readers of one element's text, `gpu` the types given back.
+//! declared there and nowhere else), `draft` what a record is read into and what is resolved
+//! when it ends, `document` the walker that keeps the records open and finishes them, `read`
+//! the readers of one element's text, `gpu` the types given back.
 
 mod document;
+mod draft;
 mod gpu;
 mod read;
 mod table;
@@ -135,7 +137,7 @@ pub fn parse_query_xml(bytes: &[u8]) -> Result<QueryXml, XmlError> {
 
 #[cfg(test)]
 mod tests {
-    use super::document::EccRaw;
+    use super::draft::EccRaw;
     use super::read::{compute_mode, flag};
     use super::*;
 

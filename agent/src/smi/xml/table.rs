@@ -9,7 +9,7 @@
 
 use std::sync::OnceLock;
 
-use super::document::{DocDraft, GpuDraft};
+use super::draft::{DocDraft, GpuDraft};
 use super::read::{compute_mode, flag, owned, owned_version, signed_i32, truth, unsigned_u32};
 use super::read::{is_zero_placeholder, present_address};
 use super::{XmlMigDevice, XmlProcess};
