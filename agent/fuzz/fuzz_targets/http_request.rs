@@ -1,14 +1,14 @@
 //! Feeds arbitrary bytes to the API's request decoding and router, the way a connection to
 //! the API socket would: `check_head` must return, never panic, and bound what it accepts;
 //! `serve_connection` (the head check, then hyper) must answer every input with the router's
-//! answer or a JSON error `{"code", "message"}`, never with hyper's empty-bodied refusals,
+//! parse (`ApiRequest::parse`: route, body, query) or a JSON error `{"code", "message"}`, never with hyper's empty-bodied refusals,
 //! and never hand the router a body over `MAX_BODY`.
 
 #![no_main]
 
 use std::sync::OnceLock;
 
-use bcd::node::api::route;
+use bcd::node::api::ApiRequest;
 use bcd::node::http::{check_head, serve_connection, Reply, Request, MAX_BODY, MAX_HEAD};
 use libfuzzer_sys::fuzz_target;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -23,16 +23,19 @@ fn runtime() -> &'static tokio::runtime::Runtime {
     })
 }
 
-/// The router with no node behind it: the route it picked, or its 404/405.
+/// The parse with no node behind it: the request it made, or its refusal.
 async fn routed(request: Request) -> Reply {
-    match route(&request.method, &request.path) {
-        Ok(route) => Reply::json(
+    match ApiRequest::parse(&request) {
+        Ok(asked) => Reply::json(
             200,
-            serde_json::json!({ "route": format!("{route:?}"), "body": request.body.len() })
+            serde_json::json!({ "route": format!("{asked:?}"), "body": request.body.len() })
                 .to_string()
                 .into_bytes(),
         ),
-        Err((status, body)) => Reply::json(status, body),
+        Err(e) => {
+            let (status, body) = e.answer();
+            Reply::json(status, body)
+        }
     }
 }
 

@@ -4,6 +4,11 @@
 //! answer body is a typed value (the types of [`schema`], plus the inventory document and
 //! `DiagReport`), and the CLI's client reads the same types; no handler spells a key by hand.
 //!
+//! A request is parsed once into an [`ApiRequest`] (route, body and query, every refusal that
+//! needs no node made there), then answered by one handler; every refusal is an [`ApiError`],
+//! whose [`ApiError::kind`] is the one table of status and code, with `From` for the domain
+//! errors (policy, holds, reset, passthrough runtime, state files).
+//!
 //! | method and path | does |
 //! | --- | --- |
 //! | `GET /v1/status` | [`schema::NodeStatus`]: capabilities, inventory hash and age, collections, `nvidia-smi`'s error, one line per GPU with health, conditions, sampling, problems, the Kubernetes holds (`kubernetes.holds`) |
@@ -22,59 +27,242 @@
 
 use serde::{Deserialize, Serialize};
 
-use bcd_protocol::{GpuRef, GpuUuid};
+use bcd_protocol::{DomainName, GpuRef, GpuUuid, PciAddress, SaveFile};
 
-use crate::cdi::{ConvergeError, DeviceId, HoldError, HoldId, HoldOwner};
+use crate::cdi::{ConvergeError, DeviceId, HoldError, HoldId, HoldOwner, IdError};
+use crate::device::policy::PolicyError;
 use crate::health::diag::{diag_nvml, link_widths, DiagRequest, NvmlState};
-use crate::health::reset::reset_gpus;
+use crate::health::reset::{reset_gpus, ResetError};
 use crate::inventory::scheduler::Trigger;
 use crate::node::http::Request;
 use crate::node::schema::{self, HoldList, HoldView, Summary};
 use crate::node::shared::{ApplyHoldError, Node};
+use crate::runtime::RuntimeError;
 use crate::state::StateError;
 
 /// An answer: status code and JSON body.
 pub type Answer = (u16, Vec<u8>);
+
+/// Why a request was not done, as the API answers it. [`ApiError::kind`] is the one table of
+/// HTTP status and error code; `Display` is the message (the domain error's sentence).
+#[derive(Debug, thiserror::Error)]
+pub enum ApiError {
+    /// 400 `invalid-argument`: the request is malformed.
+    #[error("{0}")]
+    InvalidArgument(String),
+    /// 403 `reserved`: another owner's hold, or an id or kind only another owner makes.
+    #[error("{0}")]
+    Reserved(String),
+    /// 404 `not-found`: no such API path.
+    #[error("no such API path: {0} (see GET /v1/status)")]
+    NotFound(String),
+    /// 404 `unknown-hold`.
+    #[error("there is no hold {0}")]
+    UnknownHold(HoldId),
+    /// 405 `method-not-allowed`: a known path asked with another method.
+    #[error("{method} is not allowed on {path}")]
+    MethodNotAllowed {
+        /// The method asked.
+        method: String,
+        /// The path, without a trailing slash.
+        path: String,
+    },
+    /// 409 `device-held`: a device another hold has.
+    #[error("{0}")]
+    DeviceHeld(String),
+    /// 409 `gpu-busy`: a GPU under a step, passed through, or held for the step asked.
+    #[error("{0}")]
+    GpuBusy(String),
+    /// 409 `hold-in-use`: a Kubernetes hold a pod still has.
+    #[error("{0}")]
+    HoldInUse(String),
+    /// 409 `unsettled`: a passthrough step cut off earlier is not settled yet.
+    #[error("{0}")]
+    Unsettled(String),
+    /// 422 `unknown-device`.
+    #[error("{0}")]
+    UnknownDevice(String),
+    /// 422 `unknown-gpu`.
+    #[error("{0}")]
+    UnknownGpu(String),
+    /// 422 `refused`: the request is well formed but the policy or the runtime refuses it.
+    #[error("{0}")]
+    Refused(String),
+    /// 500 `state`: a state file could not be written.
+    #[error("{0}")]
+    State(String),
+    /// 500 `internal`.
+    #[error("{0}")]
+    Internal(String),
+    /// 502 `helper`: the root helper failed or could not be reached.
+    #[error("{0}")]
+    Helper(String),
+    /// 503 `holds-unavailable`: `holds.json` could not be read at start.
+    #[error("holds.json could not be read when bcd node started; see bcd status")]
+    HoldsUnavailable,
+    /// 503 `holds-unavailable`: the hold store is used read-only until it is fixed.
+    #[error("{0}")]
+    Frozen(String),
+    /// 507 `insufficient-storage`: a state file's disk or quota is full (the message names
+    /// the file).
+    #[error("{0}")]
+    InsufficientStorage(String),
+}
+
+impl ApiError {
+    /// The HTTP status and error code: the API's one table of them.
+    pub fn kind(&self) -> (u16, &'static str) {
+        match self {
+            Self::InvalidArgument(_) => (400, "invalid-argument"),
+            Self::Reserved(_) => (403, "reserved"),
+            Self::NotFound(_) => (404, "not-found"),
+            Self::UnknownHold(_) => (404, "unknown-hold"),
+            Self::MethodNotAllowed { .. } => (405, "method-not-allowed"),
+            Self::DeviceHeld(_) => (409, "device-held"),
+            Self::GpuBusy(_) => (409, "gpu-busy"),
+            Self::HoldInUse(_) => (409, "hold-in-use"),
+            Self::Unsettled(_) => (409, "unsettled"),
+            Self::UnknownDevice(_) => (422, "unknown-device"),
+            Self::UnknownGpu(_) => (422, "unknown-gpu"),
+            Self::Refused(_) => (422, "refused"),
+            Self::State(_) => (500, "state"),
+            Self::Internal(_) => (500, "internal"),
+            Self::Helper(_) => (502, "helper"),
+            Self::HoldsUnavailable | Self::Frozen(_) => (503, "holds-unavailable"),
+            Self::InsufficientStorage(_) => (507, "insufficient-storage"),
+        }
+    }
+
+    /// The answer: the status and `{"code", "message"}`.
+    pub fn answer(&self) -> Answer {
+        let (status, code) = self.kind();
+        (
+            status,
+            crate::node::http::error_body(code, &self.to_string()),
+        )
+    }
+
+    /// A state file that could not be written: 507 when its disk or quota is full, else 500.
+    fn state(e: &StateError, sentence: String) -> Self {
+        let full = matches!(
+            e,
+            StateError::Io { source, .. }
+                if matches!(source.raw_os_error(), Some(libc::ENOSPC | libc::EDQUOT))
+        );
+        if full {
+            Self::InsufficientStorage(sentence)
+        } else {
+            Self::State(sentence)
+        }
+    }
+}
+
+impl From<IdError> for ApiError {
+    fn from(e: IdError) -> Self {
+        Self::InvalidArgument(e.to_string())
+    }
+}
+
+impl From<PolicyError> for ApiError {
+    fn from(e: PolicyError) -> Self {
+        use PolicyError as P;
+        let sentence = e.to_string();
+        match e {
+            P::Conflict { .. } | P::Invariant { .. } => Self::DeviceHeld(sentence),
+            P::PassedThrough(_) | P::Claimed { .. } => Self::GpuBusy(sentence),
+            P::UnknownDevice(_) => Self::UnknownDevice(sentence),
+            P::NoSuchSlot { .. } | P::SlotInMigMode { .. } => Self::Refused(sentence),
+        }
+    }
+}
+
+impl From<HoldError> for ApiError {
+    fn from(e: HoldError) -> Self {
+        let sentence = e.to_string();
+        match e {
+            HoldError::Policy(p) => p.into(),
+            HoldError::NoDevices(_) => Self::InvalidArgument(sentence),
+            HoldError::Frozen(_) => Self::Frozen(sentence),
+            HoldError::OtherOwner { .. } | HoldError::ReservedId { .. } => Self::Reserved(sentence),
+            HoldError::State(s) => Self::state(&s, sentence),
+        }
+    }
+}
+
+impl From<ApplyHoldError> for ApiError {
+    fn from(e: ApplyHoldError) -> Self {
+        match e {
+            ApplyHoldError::Unavailable => Self::HoldsUnavailable,
+            ApplyHoldError::Hold(h) => h.into(),
+            ApplyHoldError::Spec { .. } => {
+                let sentence = e.to_string();
+                match e {
+                    ApplyHoldError::Spec {
+                        source: ConvergeError::Write { source, .. },
+                        ..
+                    } => Self::state(&source, sentence),
+                    _ => Self::State(sentence),
+                }
+            }
+        }
+    }
+}
+
+impl From<ResetError> for ApiError {
+    fn from(e: ResetError) -> Self {
+        let sentence = e.to_string();
+        match e {
+            ResetError::Busy { .. } => Self::GpuBusy(sentence),
+            ResetError::UnknownGpu { .. } | ResetError::NoAddress { .. } => {
+                Self::UnknownGpu(sentence)
+            }
+            ResetError::NoGpu => Self::InvalidArgument(sentence),
+        }
+    }
+}
+
+impl From<RuntimeError> for ApiError {
+    fn from(e: RuntimeError) -> Self {
+        let sentence = e.to_string();
+        match e {
+            // A journal that cannot be written: 507 when its disk is full, naming the file.
+            RuntimeError::State(s) => Self::state(&s, sentence),
+            RuntimeError::Held { .. } => Self::GpuBusy(sentence),
+            RuntimeError::Unsettled(_) => Self::Unsettled(sentence),
+            RuntimeError::UnknownGpu { .. } => Self::UnknownGpu(sentence),
+            RuntimeError::NotAGpu { .. }
+            | RuntimeError::Group(_)
+            | RuntimeError::NotPassedThrough { .. }
+            | RuntimeError::Invalid(_) => Self::Refused(sentence),
+            RuntimeError::Helper { .. } => Self::Helper(sentence),
+        }
+    }
+}
 
 /// A typed answer: `status` and the body as JSON. The schema's types are plain data, so
 /// encoding them cannot fail; if it ever did, the answer is a 500 that says so.
 fn typed<T: Serialize>(status: u16, body: &T) -> Answer {
     match serde_json::to_vec(body) {
         Ok(bytes) => (status, bytes),
-        Err(e) => error(
-            500,
-            "internal",
-            format!("the answer could not be encoded: {e}"),
-        ),
+        Err(e) => ApiError::Internal(format!("the answer could not be encoded: {e}")).answer(),
     }
 }
 
-fn error(status: u16, code: &str, sentence: impl std::fmt::Display) -> Answer {
-    (
-        status,
-        crate::node::http::error_body(code, &sentence.to_string()),
-    )
-}
-
-fn body<T: for<'de> Deserialize<'de>>(request: &Request) -> Result<T, Answer> {
+fn body<T: for<'de> Deserialize<'de>>(request: &Request) -> Result<T, ApiError> {
     let bytes: &[u8] = if request.body.is_empty() {
         b"{}"
     } else {
         &request.body
     };
     serde_json::from_slice(bytes).map_err(|e| {
-        error(
-            400,
-            "invalid-argument",
-            format!(
-                "the request body is not what {} {} takes: {e}",
-                request.method, request.path
-            ),
-        )
+        ApiError::InvalidArgument(format!(
+            "the request body is not what {} {} takes: {e}",
+            request.method, request.path
+        ))
     })
 }
 
-/// What a method and path ask for: the router's decision, made without the node.
+/// What a method and path ask for: the router's decision, made without the node or the body.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Route<'a> {
     /// `GET /v1/status`
@@ -95,15 +283,24 @@ pub enum Route<'a> {
     ApplyHold,
     /// `DELETE /v1/holds/<id>`, with the id as given.
     ReleaseHold(&'a str),
-    /// `POST` on a `/v1/vfio/...` or `/v1/vm/...` path, which it carries.
-    Passthrough(&'a str),
+    /// `POST /v1/vfio/bind`
+    VfioBind,
+    /// `POST /v1/vfio/release`
+    VfioRelease,
+    /// `POST /v1/vm/start`
+    VmStart,
+    /// `POST /v1/vm/restore`
+    VmRestore,
+    /// `POST /v1/vm/destroy`
+    VmDestroy,
 }
 
-/// Routes a request: its [`Route`], or the 405 (a known path, another method) or 404 answer.
+/// Routes a request: its [`Route`], or why not (a known path asked with another method, an
+/// unknown path).
 ///
 /// # Errors
-/// The answer for a path the API does not serve with `method`.
-pub fn route<'a>(method: &str, path: &'a str) -> Result<Route<'a>, Answer> {
+/// [`ApiError::MethodNotAllowed`] or [`ApiError::NotFound`].
+pub fn route<'a>(method: &str, path: &'a str) -> Result<Route<'a>, ApiError> {
     let path = path.trim_end_matches('/');
     match (method, path) {
         ("GET", "/v1/status") => Ok(Route::Status),
@@ -117,48 +314,147 @@ pub fn route<'a>(method: &str, path: &'a str) -> Result<Route<'a>, Answer> {
         ("DELETE", p) if p.starts_with("/v1/holds/") => {
             Ok(Route::ReleaseHold(&p["/v1/holds/".len()..]))
         }
-        (
-            "POST",
-            p @ ("/v1/vfio/bind" | "/v1/vfio/release" | "/v1/vm/start" | "/v1/vm/restore"
-            | "/v1/vm/destroy"),
-        ) => Ok(Route::Passthrough(p)),
-        (_, p) if is_known_path(p) => Err(error(
-            405,
-            "method-not-allowed",
-            format!("{method} is not allowed on {path}"),
-        )),
-        _ => Err(error(
-            404,
-            "not-found",
-            format!("no such API path: {path} (see GET /v1/status)"),
-        )),
+        ("POST", "/v1/vfio/bind") => Ok(Route::VfioBind),
+        ("POST", "/v1/vfio/release") => Ok(Route::VfioRelease),
+        ("POST", "/v1/vm/start") => Ok(Route::VmStart),
+        ("POST", "/v1/vm/restore") => Ok(Route::VmRestore),
+        ("POST", "/v1/vm/destroy") => Ok(Route::VmDestroy),
+        (_, p) if is_known_path(p) => Err(ApiError::MethodNotAllowed {
+            method: method.to_owned(),
+            path: path.to_owned(),
+        }),
+        _ => Err(ApiError::NotFound(path.to_owned())),
+    }
+}
+
+/// A request the API serves, with its arguments parsed and validated: everything that can be
+/// refused without the node is refused here.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ApiRequest {
+    /// `GET /v1/status`
+    Status,
+    /// `GET /v1/inventory`
+    Inventory,
+    /// `GET /v1/conditions`
+    Conditions,
+    /// `POST /v1/inventory/refresh`
+    Refresh,
+    /// `POST /v1/diag`
+    Diag(schema::DiagRequest),
+    /// `POST /v1/gpus/reset`
+    Reset(Vec<GpuUuid>),
+    /// `GET /v1/holds`
+    ListHolds,
+    /// `POST /v1/holds`: an operator's hold.
+    ApplyHold {
+        /// The hold's id.
+        id: HoldId,
+        /// Its devices, in the order asked.
+        devices: Vec<DeviceId>,
+    },
+    /// `DELETE /v1/holds/<id>[?force=1]`
+    ReleaseHold {
+        /// The hold.
+        id: HoldId,
+        /// Release a Kubernetes hold a pod still has.
+        force: bool,
+    },
+    /// `POST /v1/vfio/bind`
+    VfioBind(GpuRef),
+    /// `POST /v1/vfio/release`
+    VfioRelease(PciAddress),
+    /// `POST /v1/vm/start`
+    VmStart(DomainName),
+    /// `POST /v1/vm/restore`
+    VmRestore(SaveFile),
+    /// `POST /v1/vm/destroy`
+    VmDestroy(DomainName),
+}
+
+impl ApiRequest {
+    /// Parses a request: its route, then its body and query.
+    ///
+    /// # Errors
+    /// [`ApiError`]: an unknown path, another method, or arguments that are malformed or
+    /// refused on their face (a Kubernetes hold asked through the API).
+    pub fn parse(request: &Request) -> Result<Self, ApiError> {
+        let passthrough = || body::<schema::PassthroughRequest>(request);
+        Ok(match route(&request.method, &request.path)? {
+            Route::Status => Self::Status,
+            Route::Inventory => Self::Inventory,
+            Route::Conditions => Self::Conditions,
+            Route::Refresh => Self::Refresh,
+            Route::Diag => Self::Diag(body(request)?),
+            Route::Reset => Self::Reset(body::<schema::ResetRequest>(request)?.gpus),
+            Route::ListHolds => Self::ListHolds,
+            Route::ApplyHold => {
+                let asked: schema::HoldRequest = body(request)?;
+                let id: HoldId = asked.id.parse()?;
+                let devices = asked
+                    .devices
+                    .iter()
+                    .map(|d| d.parse::<DeviceId>())
+                    .collect::<Result<Vec<_>, _>>()?;
+                if asked.kubernetes {
+                    return Err(ApiError::Reserved(
+                        "only the kubelet's device plugins (and DRA claims) make Kubernetes holds; apply the hold without \"kubernetes\"".to_owned(),
+                    ));
+                }
+                Self::ApplyHold { id, devices }
+            }
+            Route::ReleaseHold(id) => Self::ReleaseHold {
+                id: id.parse()?,
+                force: request
+                    .query
+                    .split('&')
+                    .any(|p| matches!(p, "force" | "force=1" | "force=true")),
+            },
+            Route::VfioBind => Self::VfioBind(field(passthrough()?.device, "device")?),
+            Route::VfioRelease => Self::VfioRelease(field(passthrough()?.device, "device")?),
+            Route::VmStart => Self::VmStart(field(passthrough()?.domain, "domain")?),
+            Route::VmRestore => Self::VmRestore(field(passthrough()?.file, "file")?),
+            Route::VmDestroy => Self::VmDestroy(field(passthrough()?.domain, "domain")?),
+        })
     }
 }
 
 /// Answers one request.
 pub async fn handle(node: &Node, request: &Request) -> Answer {
-    let result = match route(&request.method, &request.path) {
-        Ok(Route::Status) => Ok(status(node).await),
-        Ok(Route::Inventory) => Ok(typed(200, &node.inventory().await)),
-        Ok(Route::Conditions) => Ok(typed(
+    match ApiRequest::parse(request) {
+        Ok(asked) => answer(node, asked).await.unwrap_or_else(|e| e.answer()),
+        Err(e) => e.answer(),
+    }
+}
+
+/// Does what a parsed request asks.
+///
+/// # Errors
+/// [`ApiError`]: the node refused or failed the request.
+pub async fn answer(node: &Node, asked: ApiRequest) -> Result<Answer, ApiError> {
+    Ok(match asked {
+        ApiRequest::Status => status(node).await,
+        ApiRequest::Inventory => typed(200, &node.inventory().await),
+        ApiRequest::Conditions => typed(
             200,
             &schema::ConditionList {
                 conditions: described(&node.health().conditions(), &node.config().xid_policy),
             },
-        )),
-        Ok(Route::Refresh) => {
+        ),
+        ApiRequest::Refresh => {
             node.request_collection(Trigger::Refresh);
-            Ok(typed(202, &schema::RefreshAnswer { requested: true }))
+            typed(202, &schema::RefreshAnswer { requested: true })
         }
-        Ok(Route::Diag) => diag(node, request).await,
-        Ok(Route::Reset) => reset(node, request).await,
-        Ok(Route::ListHolds) => Ok(list_holds(node).await),
-        Ok(Route::ApplyHold) => apply_hold(node, request).await,
-        Ok(Route::ReleaseHold(id)) => release_hold(node, id, request).await,
-        Ok(Route::Passthrough(path)) => passthrough(node, path, request).await,
-        Err(answer) => Err(answer),
-    };
-    result.unwrap_or_else(|answer| answer)
+        ApiRequest::Diag(asked) => diag(node, asked).await,
+        ApiRequest::Reset(gpus) => typed(200, &reset(node, &gpus).await?),
+        ApiRequest::ListHolds => typed(200, &list_holds(node).await?),
+        ApiRequest::ApplyHold { id, devices } => typed(201, &apply_hold(node, id, &devices).await?),
+        ApiRequest::ReleaseHold { id, force } => typed(200, &release_hold(node, id, force).await?),
+        ApiRequest::VfioBind(target) => passthrough(node, Step::Bind(target)).await?,
+        ApiRequest::VfioRelease(address) => passthrough(node, Step::Release(address)).await?,
+        ApiRequest::VmStart(domain) => passthrough(node, Step::Start(domain)).await?,
+        ApiRequest::VmRestore(file) => passthrough(node, Step::Restore(file)).await?,
+        ApiRequest::VmDestroy(domain) => passthrough(node, Step::Destroy(domain)).await?,
+    })
 }
 
 /// Whether `path` is one the API serves (with some method).
@@ -244,8 +540,7 @@ async fn kubernetes_holds(node: &Node) -> schema::KubernetesHolds {
     schema::KubernetesHolds { holds }
 }
 
-async fn diag(node: &Node, request: &Request) -> Result<Answer, Answer> {
-    let asked: schema::DiagRequest = body(request)?;
+async fn diag(node: &Node, asked: schema::DiagRequest) -> Answer {
     let inventory = node.collect_shared().await;
     let (error, driver) = node.latest_driver_readings().await;
     let no_driver = error
@@ -268,169 +563,66 @@ async fn diag(node: &Node, request: &Request) -> Result<Answer, Answer> {
             expected_gpu_count: asked.expected_gpus,
         },
     );
-    Ok(typed(200, &report))
+    typed(200, &report)
 }
 
-async fn reset(node: &Node, request: &Request) -> Result<Answer, Answer> {
-    let asked: schema::ResetRequest = body(request)?;
+async fn reset(
+    node: &Node,
+    gpus: &[GpuUuid],
+) -> Result<crate::health::reset::ResetReport, ApiError> {
     // The GPUs are claimed from the busy check until after the collection that follows the
     // reset (the claim drops with this function, also on an error or a dropped request): no
     // hold or Allocate takes one meanwhile, and the device plugins stream it Unhealthy.
-    let gpus: Vec<DeviceId> = asked.gpus.iter().map(DeviceId::from).collect();
+    let devices: Vec<DeviceId> = gpus.iter().map(DeviceId::from).collect();
     let _claim = node
-        .claim(&gpus, crate::device::policy::ClaimKind::Reset)
+        .claim(&devices, crate::device::policy::ClaimKind::Reset)
         .await
-        .map_err(|(gpu, busy)| {
-            let e = crate::health::reset::ResetError::Busy {
-                uuid: gpu
-                    .as_str()
-                    .parse()
-                    .unwrap_or_else(|_| asked.gpus[0].clone()),
-                holder: busy.to_string(),
-            };
-            error(409, e.code(), e)
+        .map_err(|(gpu, busy)| ResetError::Busy {
+            uuid: gpu.as_str().parse().unwrap_or_else(|_| gpus[0].clone()),
+            holder: busy.to_string(),
         })?;
     let inventory = node.inventory().await;
     let holds = node.holds_now().await;
-    let result = reset_gpus(
-        &asked.gpus,
+    Ok(reset_gpus(
+        gpus,
         &inventory,
         &holds,
         node.helper(),
         || node.collect_now(),
         node.health(),
     )
-    .await;
-    match result {
-        Ok(report) => Ok(typed(200, &report)),
-        Err(e) => {
-            let status = if e.code() == "gpu-busy" { 409 } else { 422 };
-            Err(error(status, e.code(), e))
-        }
-    }
+    .await?)
 }
 
-/// The refusal while `holds.json` is unreadable: nothing may change holds until it is fixed.
-fn holds_unavailable() -> Answer {
-    error(
-        503,
-        "holds-unavailable",
-        "holds.json could not be read when bcd node started; see bcd status",
-    )
+async fn list_holds(node: &Node) -> Result<HoldList, ApiError> {
+    node.with_holds(|h| HoldList {
+        holds: h.list().map(HoldView::from).collect(),
+    })
+    .await
+    .ok_or(ApiError::HoldsUnavailable)
 }
 
-async fn list_holds(node: &Node) -> Answer {
-    let list = node
-        .with_holds(|h| HoldList {
-            holds: h.list().map(HoldView::from).collect(),
-        })
-        .await;
-    match list {
-        Some(list) => typed(200, &list),
-        None => holds_unavailable(),
-    }
-}
-
-async fn apply_hold(node: &Node, request: &Request) -> Result<Answer, Answer> {
-    let asked: schema::HoldRequest = body(request)?;
-    let id: HoldId = asked
-        .id
-        .parse()
-        .map_err(|e| error(400, "invalid-argument", e))?;
-    let devices = asked
-        .devices
-        .iter()
-        .map(|d| d.parse::<DeviceId>())
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| error(400, "invalid-argument", e))?;
-    if asked.kubernetes {
-        return Err(error(
-            403,
-            "reserved",
-            "only the kubelet's device plugins (and DRA claims) make Kubernetes holds; apply the hold without \"kubernetes\"",
-        ));
-    }
+async fn apply_hold(node: &Node, id: HoldId, devices: &[DeviceId]) -> Result<HoldView, ApiError> {
     let topology = node.topology().await;
     let placed = devices
         .iter()
         .map(|d| topology.place(d))
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| policy_refusal(&e))?;
+        .collect::<Result<Vec<_>, _>>()?;
     let spec = node.config().cdi_dir.join(id.spec_file_name());
     // 201 only once the hold and its spec are on disk; a spec that cannot be written undoes
     // the hold (it was acknowledged before, and appeared only at some later change).
-    match node
+    let hold = node
         .apply_hold(id, placed, HoldOwner::Operator, &topology)
-        .await
-    {
-        Ok(hold) => Ok(typed(
-            201,
-            &HoldView {
-                spec: Some(spec.to_string_lossy().into_owned()),
-                ..HoldView::from(&hold)
-            },
-        )),
-        Err(ApplyHoldError::Unavailable) => Err(holds_unavailable()),
-        Err(ApplyHoldError::Hold(HoldError::Policy(e))) => Err(policy_refusal(&e)),
-        Err(ApplyHoldError::Hold(e @ HoldError::NoDevices(_))) => {
-            Err(error(400, "invalid-argument", e))
-        }
-        Err(ApplyHoldError::Hold(e @ HoldError::Frozen(_))) => {
-            Err(error(503, "holds-unavailable", e))
-        }
-        Err(ApplyHoldError::Hold(
-            e @ (HoldError::OtherOwner { .. } | HoldError::ReservedId { .. }),
-        )) => Err(error(403, "reserved", e)),
-        Err(ApplyHoldError::Hold(HoldError::State(e))) => {
-            Err(state_refusal(&e, format!("the hold store: {e}")))
-        }
-        Err(e @ ApplyHoldError::Spec { .. }) => {
-            let sentence = e.to_string();
-            match e {
-                ApplyHoldError::Spec {
-                    source: ConvergeError::Write { source, .. },
-                    ..
-                } => Err(state_refusal(&source, sentence)),
-                _ => Err(error(500, "state", sentence)),
-            }
-        }
-    }
-}
-
-/// A state file that could not be written, as the API answers it: 507 `insufficient-storage`
-/// when its disk or quota is full (the sentence names the file), else 500 `state`.
-fn state_refusal(e: &StateError, sentence: String) -> Answer {
-    let full = matches!(
-        e,
-        StateError::Io { source, .. }
-            if matches!(source.raw_os_error(), Some(libc::ENOSPC | libc::EDQUOT))
-    );
-    if full {
-        error(507, "insufficient-storage", sentence)
-    } else {
-        error(500, "state", sentence)
-    }
-}
-
-/// A policy refusal as the API answers it.
-fn policy_refusal(e: &crate::device::policy::PolicyError) -> Answer {
-    use crate::device::policy::PolicyError as P;
-    match e {
-        P::Conflict { .. } | P::Invariant { .. } => error(409, "device-held", e),
-        P::PassedThrough(_) | P::Claimed { .. } => error(409, "gpu-busy", e),
-        P::UnknownDevice(_) => error(422, "unknown-device", e),
-        P::NoSuchSlot { .. } | P::SlotInMigMode { .. } => error(422, "refused", e),
-    }
+        .await?;
+    Ok(HoldView {
+        spec: Some(spec.to_string_lossy().into_owned()),
+        ..HoldView::from(&hold)
+    })
 }
 
 /// `DELETE /v1/holds/ID[?force=1]`. A Kubernetes hold a pod still has (its release is not
 /// pending) is refused, naming the pod, unless `force` is given.
-async fn release_hold(node: &Node, id: &str, request: &Request) -> Result<Answer, Answer> {
-    let id: HoldId = id.parse().map_err(|e| error(400, "invalid-argument", e))?;
-    let force = request
-        .query
-        .split('&')
-        .any(|p| matches!(p, "force" | "force=1" | "force=true"));
+async fn release_hold(node: &Node, id: HoldId, force: bool) -> Result<HoldView, ApiError> {
     let pods = node.pods_now();
     let released = node
         .with_holds(|holds| match holds.get(&id) {
@@ -448,59 +640,50 @@ async fn release_hold(node: &Node, id: &str, request: &Request) -> Result<Answer
                 } else {
                     format!("pod {}", who.join(", "))
                 };
-                Err(error(
-                    409,
-                    "hold-in-use",
-                    format!(
-                        "hold {id} is {}'s and {who} still has its devices; it is released once no pod has them, or now with bcd hold release --force {id}",
-                        hold.owner().words()
-                    ),
-                ))
+                Err(ApiError::HoldInUse(format!(
+                    "hold {id} is {}'s and {who} still has its devices; it is released once no pod has them, or now with bcd hold release --force {id}",
+                    hold.owner().words()
+                )))
             }
-            _ => Ok(holds.release(&id)),
+            _ => Ok(holds.release(&id)?),
         })
         .await
-        .ok_or_else(holds_unavailable)??
-        .map_err(|e| match e {
-            HoldError::Frozen(_) => error(503, "holds-unavailable", e),
-            HoldError::State(s) => state_refusal(&s, format!("the hold store: {s}")),
-            e => error(500, "state", e),
-        })?;
+        .ok_or(ApiError::HoldsUnavailable)??;
     node.converge_holds().await;
-    match released {
-        Some(hold) => Ok(typed(200, &HoldView::from(&hold))),
-        None => Err(error(
-            404,
-            "unknown-hold",
-            format!("there is no hold {}", id.as_str()),
-        )),
-    }
+    released
+        .map(|hold| HoldView::from(&hold))
+        .ok_or(ApiError::UnknownHold(id))
 }
 
-fn field<T: std::str::FromStr>(value: Option<String>, name: &str) -> Result<T, Answer>
+fn field<T: std::str::FromStr>(value: Option<String>, name: &str) -> Result<T, ApiError>
 where
     T::Err: std::fmt::Display,
 {
-    let raw = value.ok_or_else(|| {
-        error(
-            400,
-            "invalid-argument",
-            format!("the request needs \"{name}\""),
-        )
-    })?;
-    raw.parse().map_err(|e| error(400, "invalid-argument", e))
+    let raw =
+        value.ok_or_else(|| ApiError::InvalidArgument(format!("the request needs \"{name}\"")))?;
+    raw.parse()
+        .map_err(|e: T::Err| ApiError::InvalidArgument(e.to_string()))
 }
 
-async fn passthrough(node: &Node, path: &str, request: &Request) -> Result<Answer, Answer> {
-    use crate::runtime::RuntimeError;
-    let asked: schema::PassthroughRequest = body(request)?;
+/// A passthrough step, as asked.
+enum Step {
+    Bind(GpuRef),
+    Release(PciAddress),
+    Start(DomainName),
+    Restore(SaveFile),
+    Destroy(DomainName),
+}
+
+async fn passthrough(node: &Node, step: Step) -> Result<Answer, ApiError> {
     // For the metrics' `vm` label, once the step has run.
-    let domain = asked.domain.clone();
+    let domain = match &step {
+        Step::Start(d) | Step::Destroy(d) => Some(d.to_string()),
+        _ => None,
+    };
     let topology = node.topology().await;
-    let kind = if path.starts_with("/v1/vfio/") {
-        crate::device::policy::ClaimKind::Vfio
-    } else {
-        crate::device::policy::ClaimKind::VmStart
+    let kind = match step {
+        Step::Bind(_) | Step::Release(_) => crate::device::policy::ClaimKind::Vfio,
+        _ => crate::device::policy::ClaimKind::VmStart,
     };
     // Each GPU the step will touch is claimed as the runtime asks about it (under the holds
     // lock) and stays claimed until the step is done: no hold, Allocate or other step takes
@@ -508,6 +691,7 @@ async fn passthrough(node: &Node, path: &str, request: &Request) -> Result<Answe
     let claims = std::sync::Mutex::new(Vec::new());
     // The policy's busy rule, asked by address (the inventory's) or by UUID.
     let held = |address: &bcd_protocol::PciAddress, uuid: Option<&GpuUuid>| -> Option<String> {
+        use crate::device::policy::Busy;
         let gpu = topology
             .gpu_at(address)
             .map(|g| g.uuid.clone())
@@ -523,81 +707,35 @@ async fn passthrough(node: &Node, path: &str, request: &Request) -> Result<Answe
             Err(busy) => busy,
         };
         match busy {
-            crate::device::policy::Busy::Held { hold, device } if device == gpu => {
-                Some(hold.to_string())
-            }
-            crate::device::policy::Busy::Held { hold, device } => {
-                Some(format!("{hold} ({device})"))
-            }
-            crate::device::policy::Busy::PendingRelease { hold, device, .. } => Some(format!(
+            Busy::Held { hold, device } if device == gpu => Some(hold.to_string()),
+            Busy::Held { hold, device } => Some(format!("{hold} ({device})")),
+            Busy::PendingRelease { hold, device, .. } => Some(format!(
                 "{hold} ({device}; its Kubernetes release is pending)"
             )),
-            b @ (crate::device::policy::Busy::Claimed(_)
-            | crate::device::policy::Busy::Changing) => Some(b.to_string()),
+            b @ (Busy::Claimed(_) | Busy::Changing) => Some(b.to_string()),
             // Already on vfio-pci: the runtime itself says what is wrong with that.
-            crate::device::policy::Busy::PassedThrough => None,
+            Busy::PassedThrough => None,
         }
     };
-    let result = match path {
-        "/v1/vfio/bind" => {
-            node.passthrough()
-                .bind(&field::<GpuRef>(asked.device, "device")?, &held)
-                .await
-        }
-        "/v1/vfio/release" => {
-            node.passthrough()
-                .release(&field(asked.device, "device")?)
-                .await
-        }
-        "/v1/vm/start" => {
-            node.passthrough()
-                .start(&field(asked.domain, "domain")?, &held)
-                .await
-        }
-        "/v1/vm/restore" => {
-            node.passthrough()
-                .restore(&field(asked.file, "file")?, &held)
-                .await
-        }
-        _ => {
-            node.passthrough()
-                .destroy(&field(asked.domain, "domain")?)
-                .await
-        }
-    };
-    if let Ok(report) = &result {
-        // A restore names its domain only in the helper's answer (the save image's XML).
-        node.record_passthrough(report, report.domain.as_deref().or(domain.as_deref()));
-        // The claims go only once the inventory knows where the GPUs are now (on vfio-pci,
-        // or back), as a reset's go after the collection that follows it.
-        node.collect_now().await;
-    }
-    match result {
-        Ok(report) => Ok(typed(
-            200,
-            &Summary {
-                summary: report.to_string(),
-            },
-        )),
-        Err(e) => {
-            // A journal that cannot be written: 507 when its disk is full, naming the file.
-            if let RuntimeError::State(s) = &e {
-                return Err(state_refusal(s, e.to_string()));
-            }
-            let (status, code) = match &e {
-                RuntimeError::Held { .. } => (409, "gpu-busy"),
-                RuntimeError::Unsettled(_) => (409, "unsettled"),
-                RuntimeError::UnknownGpu { .. } => (422, "unknown-gpu"),
-                RuntimeError::NotAGpu { .. }
-                | RuntimeError::Group(_)
-                | RuntimeError::NotPassedThrough { .. }
-                | RuntimeError::Invalid(_) => (422, "refused"),
-                RuntimeError::Helper { .. } => (502, "helper"),
-                RuntimeError::State(_) => (500, "state"),
-            };
-            Err(error(status, code, e))
-        }
-    }
+    let runtime = node.passthrough();
+    let report = match &step {
+        Step::Bind(target) => runtime.bind(target, &held).await,
+        Step::Release(address) => runtime.release(address).await,
+        Step::Start(domain) => runtime.start(domain, &held).await,
+        Step::Restore(file) => runtime.restore(file, &held).await,
+        Step::Destroy(domain) => runtime.destroy(domain).await,
+    }?;
+    // A restore names its domain only in the helper's answer (the save image's XML).
+    node.record_passthrough(&report, report.domain.as_deref().or(domain.as_deref()));
+    // The claims go only once the inventory knows where the GPUs are now (on vfio-pci,
+    // or back), as a reset's go after the collection that follows it.
+    node.collect_now().await;
+    Ok(typed(
+        200,
+        &Summary {
+            summary: report.to_string(),
+        },
+    ))
 }
 
 #[cfg(test)]

@@ -112,15 +112,12 @@ async fn concurrent_diags_share_one_collection() {
 #[test]
 fn the_router_agrees_with_the_known_paths() {
     use super::{is_known_path, route, Route};
-    assert_eq!(route("GET", "/v1/status/"), Ok(Route::Status));
+    assert_eq!(route("GET", "/v1/status/").ok(), Some(Route::Status));
     assert_eq!(
-        route("DELETE", "/v1/holds/job1"),
-        Ok(Route::ReleaseHold("job1"))
+        route("DELETE", "/v1/holds/job1").ok(),
+        Some(Route::ReleaseHold("job1"))
     );
-    assert_eq!(
-        route("POST", "/v1/vm/start"),
-        Ok(Route::Passthrough("/v1/vm/start"))
-    );
+    assert_eq!(route("POST", "/v1/vm/start").ok(), Some(Route::VmStart));
     for path in [
         "/v1/status",
         "/v1/inventory",
@@ -142,10 +139,9 @@ fn the_router_agrees_with_the_known_paths() {
             .filter(|m| route(m, path).is_ok())
             .count();
         assert!(served >= 1, "{path} is served by no method");
-        let (status, _) = route("PATCH", path).unwrap_err();
-        assert_eq!(status, 405, "{path}");
+        assert_eq!(route("PATCH", path).unwrap_err().kind().0, 405, "{path}");
     }
-    assert_eq!(route("GET", "/v2/status").unwrap_err().0, 404);
+    assert_eq!(route("GET", "/v2/status").unwrap_err().kind().0, 404);
 }
 
 // What broke: /v1/status and /v1/conditions were built with json! and read back by the CLI
@@ -316,7 +312,7 @@ fn a_full_disk_is_insufficient_storage() {
         path: "/var/lib/bcd/holds.json".into(),
         source: std::io::Error::from_raw_os_error(libc::ENOSPC),
     };
-    let (status, body) = super::state_refusal(&full, full.to_string());
+    let (status, body) = super::ApiError::state(&full, full.to_string()).answer();
     let v: Value = serde_json::from_slice(&body).unwrap();
     assert_eq!(
         (status, v["code"].as_str()),
@@ -333,7 +329,7 @@ fn a_full_disk_is_insufficient_storage() {
         path: "/var/lib/bcd/holds.json".into(),
         source: std::io::Error::from_raw_os_error(libc::EACCES),
     };
-    assert_eq!(super::state_refusal(&denied, String::new()).0, 500);
+    assert_eq!(super::ApiError::state(&denied, String::new()).kind().0, 500);
 }
 
 /// The holds `GET /v1/holds` lists.
@@ -470,4 +466,99 @@ async fn an_operator_hold_stored_under_a_reserved_id_stays_the_operators() {
     assert_eq!(status, 201, "{}", String::from_utf8_lossy(&body));
     let (status, _) = handle(&node, &request("DELETE", "/v1/holds/k8s-legacy")).await;
     assert_eq!(status, 200);
+}
+
+// The handlers run on a node state built here with the recording helper in place of the
+// socket's: a reset asked through the API is one `ResetGpu` of that GPU's PCI function, and a
+// reset of a GPU an operator holds reaches the helper not at all.
+#[tokio::test]
+async fn a_reset_through_the_api_asks_the_helper_for_that_gpu_alone() {
+    use crate::helper_client::fake::RecordingHelper;
+    use bcd_protocol::Operation;
+    let dir = tempfile::tempdir().unwrap();
+    let helper = std::sync::Arc::new(RecordingHelper::new());
+    let node = crate::node::shared::test_node(dir.path()).with_helper(helper.clone());
+    node.collect_now().await;
+    let address = node.inventory().await.gpu.gpus[1].bus_id.unwrap();
+    let mut reset = request("POST", "/v1/gpus/reset");
+    reset.body = serde_json::to_vec(&serde_json::json!({ "gpus": [GPU1] })).unwrap();
+    let (status, body) = handle(&node, &reset).await;
+    assert_eq!(status, 200, "{}", String::from_utf8_lossy(&body));
+    let resets: Vec<Operation> = helper
+        .calls()
+        .into_iter()
+        .filter(|op| matches!(op, Operation::ResetGpu { .. }))
+        .collect();
+    assert_eq!(resets, [Operation::ResetGpu { gpu: address }]);
+
+    let mut hold = request("POST", "/v1/holds");
+    hold.body = serde_json::to_vec(&serde_json::json!({ "id": "job", "devices": [GPU0] })).unwrap();
+    assert_eq!(handle(&node, &hold).await.0, 201);
+    let mut busy = request("POST", "/v1/gpus/reset");
+    busy.body = serde_json::to_vec(&serde_json::json!({ "gpus": [GPU0] })).unwrap();
+    let (status, body) = handle(&node, &busy).await;
+    let v: Value = serde_json::from_slice(&body).unwrap();
+    assert_eq!((status, v["code"].as_str()), (409, Some("gpu-busy")), "{v}");
+    assert_eq!(
+        helper
+            .calls()
+            .iter()
+            .filter(|op| matches!(op, Operation::ResetGpu { .. }))
+            .count(),
+        1,
+        "the held GPU's reset never reached the helper"
+    );
+}
+
+// Everything refusable without the node is refused by the parse, each with its status and
+// code from the one table; nothing reaches a handler.
+#[test]
+fn requests_are_parsed_and_refused_before_any_handler() {
+    use super::{ApiError, ApiRequest};
+    let with = |method: &str, path: &str, body: &str| Request {
+        method: method.to_owned(),
+        path: path.to_owned(),
+        query: String::new(),
+        body: body.as_bytes().to_vec(),
+    };
+    let kind = |r: Request| ApiRequest::parse(&r).map_err(|e: ApiError| e.kind());
+    assert_eq!(
+        kind(with("POST", "/v1/holds", r#"{"id": "Job", "devices": []}"#)),
+        Err((400, "invalid-argument"))
+    );
+    assert_eq!(
+        kind(with(
+            "POST",
+            "/v1/holds",
+            &format!(r#"{{"id": "job", "devices": ["{GPU0}"], "kubernetes": true}}"#)
+        )),
+        Err((403, "reserved"))
+    );
+    assert_eq!(
+        kind(with("POST", "/v1/vm/start", "{}")),
+        Err((400, "invalid-argument"))
+    );
+    assert_eq!(
+        kind(with(
+            "POST",
+            "/v1/vfio/release",
+            r#"{"device": "0000:18:00.0"}"#
+        )),
+        Ok(ApiRequest::VfioRelease("0000:18:00.0".parse().unwrap()))
+    );
+    assert_eq!(
+        kind(with("DELETE", "/v1/holds/job", "")),
+        Ok(ApiRequest::ReleaseHold {
+            id: "job".parse().unwrap(),
+            force: false
+        })
+    );
+    assert_eq!(
+        kind(with("GET", "/v1/nothing", "")),
+        Err((404, "not-found"))
+    );
+    assert_eq!(
+        kind(with("GET", "/v1/holds/job", "")),
+        Err((405, "method-not-allowed"))
+    );
 }
