@@ -10,6 +10,7 @@ use crate::savefile::SavePolicy;
 
 use bcd_protocol::{DomainName, HelperError, PciAddress, SaveFile};
 
+use super::domain_xml::{MAX_HOSTDEVS, MAX_XML_BYTES, MAX_XML_DEPTH};
 use super::*;
 
 /// The workspace's `testdata/libvirt/NAME`.
