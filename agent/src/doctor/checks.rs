@@ -8,8 +8,10 @@ use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use super::helper::PingError;
 use super::systemd::UnitState;
 use super::{Check, Status};
+use crate::health::verdict::{HealthState, Verdict};
 use crate::host::Host;
 use crate::inventory::collect::Collection;
+use crate::inventory::document::Gpu;
 use crate::inventory::memory::{PciFunction, NVIDIA_VENDOR};
 use crate::smi::hint::error_hint;
 use crate::smi::probe::Probe;
@@ -23,8 +25,10 @@ pub mod name {
     pub const NVML: &str = "nvml";
     /// The inventory collected and hashed.
     pub const HARDWARE: &str = "hardware";
-    /// One per GPU `nvidia-smi` lists.
+    /// One per GPU of the inventory: its verdict.
     pub const GPU: &str = "gpu";
+    /// A GPU whose MIG mode changes at its next reset.
+    pub const MIG_MODE: &str = "mig-mode";
     /// The snapshot failed.
     pub const GPUS: &str = "gpus";
     /// WSL 2's paravirtual GPU.
@@ -43,6 +47,8 @@ pub mod name {
     pub const DRIVER_VERSION: &str = "driver-version";
     /// `/dev/kmsg` readable (XIDs).
     pub const KMSG: &str = "kmsg";
+    /// This boot's XID record (`faults.json`) could not be read.
+    pub const XID_RECORD: &str = "xid-record";
     /// The helper answers `Ping`.
     pub const HELPER: &str = "helper";
     /// GPUs, and a helper to do their privileged steps.
@@ -124,78 +130,79 @@ fn short_hash(hash: &str) -> String {
     format!("{}…", &hash[..end])
 }
 
-/// `gpu`, one per GPU `nvidia-smi` lists: its UUID, name, busy %, temperature, power draw of
-/// its limit, memory used of its total. `fail` for failed row remapping or uncorrectable
-/// volatile ECC errors; `warn` for a pending row remap or a MIG mode change waiting for a
-/// reset; else `ok`.
-pub fn gpu(g: &XmlGpu) -> Check {
-    let id = g
-        .uuid
-        .clone()
-        .or_else(|| g.pci_bus_id.map(|a| a.nvml_bus_id()))
-        .unwrap_or_else(|| "a GPU without UUID".into());
-    let mut parts = vec![
-        id.clone(),
-        g.product_name
-            .clone()
-            .unwrap_or_else(|| "unknown model".into()),
-    ];
-    if let Some(busy) = g.utilization_gpu_pct {
-        parts.push(format!("busy {busy}%"));
+/// `gpu`, one per GPU of the inventory (passed-through ones aside): its UUID, name, busy %,
+/// temperature, power draw of its limit, memory used of its total (what `nvidia-smi -q -x`
+/// said, where it answered), then its verdict ([`crate::health::verdict::judge`], as `bcd
+/// status` and `bcd diag` read it): `ok` healthy, `warn` degraded, `fail` unhealthy or
+/// unknown, with each reason and its action.
+pub fn gpu(g: &Gpu, xml: Option<&XmlGpu>, verdict: &Verdict) -> Check {
+    let name = xml
+        .and_then(|x| x.product_name.clone())
+        .or_else(|| g.name.clone())
+        .unwrap_or_else(|| "unknown model".into());
+    let mut parts = vec![g.uuid.to_string(), name];
+    if let Some(x) = xml {
+        if let Some(busy) = x.utilization_gpu_pct {
+            parts.push(format!("busy {busy}%"));
+        }
+        if let Some(t) = x.temperature_c {
+            parts.push(format!("{t} C"));
+        }
+        match (x.power_draw_w, x.power_limit_w) {
+            (Some(d), Some(l)) => parts.push(format!("{d:.0} W of {l:.0} W")),
+            (Some(d), None) => parts.push(format!("{d:.0} W")),
+            _ => {}
+        }
     }
-    if let Some(t) = g.temperature_c {
-        parts.push(format!("{t} C"));
-    }
-    match (g.power_draw_w, g.power_limit_w) {
-        (Some(d), Some(l)) => parts.push(format!("{d:.0} W of {l:.0} W")),
-        (Some(d), None) => parts.push(format!("{d:.0} W")),
-        _ => {}
-    }
-    match (g.memory_used_mib, g.memory_total_mib) {
+    match (xml.and_then(|x| x.memory_used_mib), g.memory_total_mib) {
         (Some(u), Some(t)) => parts.push(format!("{u} of {t} MiB used")),
         (None, Some(t)) => parts.push(format!("{t} MiB")),
         _ => {}
     }
-    let mut status = Status::Ok;
-    let mut problems = Vec::new();
-    let reset = format!("drain it and reset it (bcd gpu reset {id})");
-    if g.row_remap.as_ref().and_then(|r| r.failure) == Some(true) {
-        status = Status::Fail;
-        problems.push(
-            "row remapping failed: the GPU needs replacing, so drain it and take it out of service"
-                .to_owned(),
-        );
-    }
-    if let Some(n) = g.ecc.volatile.uncorrectable.filter(|n| *n > 0) {
-        status = Status::Fail;
-        problems.push(format!(
-            "{} since the driver loaded: {reset}, and replace it if they come back",
-            plural(
-                usize::try_from(n).unwrap_or(usize::MAX),
-                "uncorrectable ECC error",
-                "uncorrectable ECC errors"
-            )
+    let mut message = parts.join(", ");
+    let status = match verdict.health {
+        HealthState::Healthy => Status::Ok,
+        HealthState::Degraded => Status::Warn,
+        HealthState::Unhealthy | HealthState::Unknown => Status::Fail,
+    };
+    if !verdict.reasons.is_empty() {
+        message.push_str(&format!(
+            "; {}: {}",
+            verdict.health.name(),
+            verdict
+                .reasons
+                .iter()
+                .map(|r| format!("{} -> {}", r.message, r.action))
+                .collect::<Vec<_>>()
+                .join("; ")
         ));
     }
-    if g.row_remap.as_ref().and_then(|r| r.pending) == Some(true) {
-        status = status.max(Status::Warn);
-        problems.push(format!("a row remap waits for a GPU reset: {reset}"));
-    }
-    if let (Some(now), Some(next)) = (g.mig_mode_current, g.mig_mode_pending) {
-        if now != next {
-            status = status.max(Status::Warn);
-            problems.push(format!(
-                "MIG mode turns {} at the next GPU reset: {reset} or reboot",
-                if next { "on" } else { "off" }
-            ));
-        }
-    }
-    let mut message = parts.join(", ");
-    for p in problems {
-        message.push_str("; ");
-        message.push_str(&p);
-    }
     Check::new(status, name::GPU, message)
+}
+
+/// `mig-mode`, one per GPU whose MIG mode changes at its next reset: `warn`, since the GPU
+/// keeps its present mode (and its devices) until then. No line for the others.
+pub fn mig_mode(gpus: &[XmlGpu]) -> Vec<Check> {
+    gpus.iter()
+        .filter_map(|g| {
+            let (now, next) = (g.mig_mode_current?, g.mig_mode_pending?);
+            (now != next).then(|| {
+                let id = g
+                    .uuid
+                    .clone()
+                    .or_else(|| g.pci_bus_id.map(|a| a.nvml_bus_id()))
+                    .unwrap_or_else(|| "a GPU without UUID".into());
+                Check::new(
+                    Status::Warn,
+                    name::MIG_MODE,
+                    format!(
+                        "MIG mode of {id} turns {} at the next GPU reset: drain it and reset it (bcd gpu reset {id}) or reboot",
+                        if next { "on" } else { "off" }
+                    ),
+                )
+            })
+        })
+        .collect()
 }
 
 /// `gpus`: `fail` when the snapshot (`nvidia-smi -q -x`) failed, with the hint for its text.
@@ -604,6 +611,16 @@ pub fn kmsg(opened: io::Result<KmsgNode>, restrict: Option<bool>) -> Check {
     Check::new(Status::Warn, name::KMSG, message)
 }
 
+/// `xid-record`, only when this boot's `faults.json` cannot be read: `warn`, since the `gpu`
+/// lines then judge without the XIDs it holds.
+pub fn xid_record(e: &crate::health::faults::FaultsError) -> Check {
+    Check::new(
+        Status::Warn,
+        name::XID_RECORD,
+        format!("{e}: the gpu lines judge without this boot's XIDs"),
+    )
+}
+
 /// `helper`: `ok` with the helper's version when it answered `Ping`; otherwise the error's
 /// sentence, `warn` when nothing listens (no helper installed or started), `fail` when
 /// something answered wrongly or not in time.
@@ -643,7 +660,7 @@ pub fn gpu_binding(gpus: usize, helper_answers: bool) -> Option<Check> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::smi::xml::{Counts, EccCounts, RowRemap};
+    use crate::smi::xml::RowRemap;
 
     fn function(addr: &str, class: &str, driver: Option<&str>) -> PciFunction {
         PciFunction {
@@ -709,66 +726,91 @@ mod tests {
         assert!(unknown.message.ends_with(NO_HINT), "{}", unknown.message);
     }
 
+    fn verdict(health: HealthState, reasons: &[(&str, &str)]) -> Verdict {
+        Verdict {
+            health,
+            reasons: reasons
+                .iter()
+                .map(|(message, action)| crate::health::verdict::Reason {
+                    kind: "Test".into(),
+                    message: (*message).into(),
+                    action: (*action).into(),
+                    state: health,
+                })
+                .collect(),
+        }
+    }
+
+    // What broke: doctor judged each GPU by rules of its own (a pending row remap only
+    // warned, a driver asking for a reset or a fabric manager that is down passed): its line
+    // is the verdict now, with each reason and its action.
     #[test]
-    fn gpu_line_and_its_statuses() {
-        let ok = gpu(&healthy());
+    fn the_gpu_line_is_the_verdict() {
+        let x = healthy();
+        let g = Gpu {
+            memory_total_mib: Some(81559),
+            ..Gpu::new(0, x.uuid.as_deref().unwrap().parse().unwrap())
+        };
+        let ok = gpu(&g, Some(&x), &verdict(HealthState::Healthy, &[]));
         assert_eq!(ok.status, Status::Ok);
         assert_eq!(
             ok.message,
             "GPU-00000000-0000-0000-0000-000000000001, NVIDIA H100 80GB HBM3, busy 12%, 41 C, 71 W of 700 W, 1 of 81559 MiB used"
         );
-
-        let mut pending = healthy();
-        pending.row_remap.as_mut().unwrap().pending = Some(true);
-        let c = gpu(&pending);
-        assert_eq!(c.status, Status::Warn);
-        assert!(
-            c.message.contains(
-                "a row remap waits for a GPU reset: drain it and reset it (bcd gpu reset GPU-"
+        let c = gpu(
+            &g,
+            Some(&x),
+            &verdict(
+                HealthState::Degraded,
+                &[("clocks slowed down", "check the cooling")],
             ),
-            "{}",
-            c.message
         );
-
-        let mut mig = healthy();
-        mig.mig_mode_pending = Some(true);
-        let c = gpu(&mig);
         assert_eq!(c.status, Status::Warn);
         assert!(
             c.message
-                .contains("MIG mode turns on at the next GPU reset"),
+                .ends_with("MiB used; degraded: clocks slowed down -> check the cooling"),
             "{}",
             c.message
         );
-
-        let mut failed = healthy();
-        failed.row_remap.as_mut().unwrap().failure = Some(true);
-        failed.row_remap.as_mut().unwrap().pending = Some(true);
-        let c = gpu(&failed);
-        assert_eq!(c.status, Status::Fail, "fail wins over warn");
-        assert!(
-            c.message.contains("row remapping failed") && c.message.contains("row remap waits")
-        );
-
-        let mut ecc = healthy();
-        ecc.ecc = EccCounts {
-            volatile: Counts {
-                correctable: Some(3),
-                uncorrectable: Some(2),
-            },
-            ..EccCounts::default()
-        };
-        let c = gpu(&ecc);
+        let two = [("a", "do a"), ("b", "do b")];
+        let c = gpu(&g, Some(&x), &verdict(HealthState::Unhealthy, &two));
         assert_eq!(c.status, Status::Fail);
         assert!(
-            c.message
-                .contains("2 uncorrectable ECC errors since the driver loaded"),
+            c.message.ends_with("; unhealthy: a -> do a; b -> do b"),
             "{}",
             c.message
         );
+        // Nothing answered for it: unknown fails, from what the inventory knows.
+        let c = gpu(
+            &g,
+            None,
+            &verdict(HealthState::Unknown, &[("silent", "check it")]),
+        );
+        assert_eq!(c.status, Status::Fail);
+        assert_eq!(
+            c.message,
+            "GPU-00000000-0000-0000-0000-000000000001, unknown model, 81559 MiB; unknown: silent -> check it"
+        );
+    }
 
-        let bare = gpu(&XmlGpu::default());
-        assert_eq!(bare.message, "a GPU without UUID, unknown model");
+    #[test]
+    fn a_pending_mig_mode_change_warns_on_its_own_line() {
+        assert!(mig_mode(&[healthy()]).is_empty());
+        let mut mig = healthy();
+        mig.mig_mode_pending = Some(true);
+        let c = mig_mode(&[mig]);
+        assert_eq!(c.len(), 1);
+        assert_eq!(
+            (c[0].status, c[0].name.as_str()),
+            (Status::Warn, name::MIG_MODE)
+        );
+        assert!(
+            c[0].message.starts_with(
+                "MIG mode of GPU-00000000-0000-0000-0000-000000000001 turns on at the next GPU reset"
+            ),
+            "{}",
+            c[0].message
+        );
     }
 
     #[test]
@@ -932,6 +974,26 @@ mod tests {
             function("0000:18:00.0", "0x030200", Some("nvidia")),
         ];
         assert_eq!(nvswitch_count(&pci), 1);
+        // The line fails exactly when the verdict takes the GPUs out for it.
+        let states = [
+            "active",
+            "reloading",
+            "refreshing",
+            "activating",
+            "inactive",
+            "failed",
+        ];
+        for s in states
+            .map(is)
+            .into_iter()
+            .chain([UnitState::Unknown("x".into())])
+        {
+            assert_eq!(
+                fabric_manager(4, &s).status == Status::Fail,
+                crate::health::verdict::fabric_manager_down_given(4, &s).is_some(),
+                "{s:?}"
+            );
+        }
     }
 
     #[test]

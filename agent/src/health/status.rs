@@ -275,6 +275,10 @@ pub async fn status_within(
             }
         };
     let fabric_manager_down = super::verdict::fabric_manager_down(host).await;
+    let links = inventory
+        .as_ref()
+        .map(|i| super::pcie::link_widths(host, i))
+        .unwrap_or_default();
     let evidence = Evidence {
         conditions: &conditions,
         history: &history,
@@ -286,6 +290,7 @@ pub async fn status_within(
         // One collection: no rate between two.
         correctable: None,
         board: inventory.as_ref().map_or(&[][..], |i| &i.gpu.gpus),
+        links: Some(&links),
     };
     Ok(StatusReport {
         gpus: gpu_statuses(&samples, inventory.as_ref(), &evidence),
