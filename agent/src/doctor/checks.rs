@@ -13,7 +13,7 @@ use crate::host::Host;
 use crate::inventory::collect::Collection;
 use crate::inventory::document::Gpu;
 use crate::inventory::memory::{PciFunction, NVIDIA_VENDOR};
-use crate::smi::hint::error_hint;
+use crate::smi::hint::hint_or_default;
 use crate::smi::probe::Probe;
 use crate::smi::runner::RunError;
 use crate::smi::snapshot::{ProbeFailure, SnapshotError};
@@ -55,14 +55,6 @@ pub mod name {
     pub const GPU_BINDING: &str = "gpu-binding";
 }
 
-/// What to do when a failure has no entry in the hints table.
-const NO_HINT: &str = "run the same nvidia-smi command by hand to read the whole error";
-
-/// The hint for a failure's text, or the generic advice.
-fn hint_for(text: &str) -> &'static str {
-    error_hint(text).unwrap_or(NO_HINT)
-}
-
 /// A failure's text without a trailing full stop, so a hint can follow it.
 fn clause(text: &str) -> String {
     text.trim().trim_end_matches('.').to_owned()
@@ -95,7 +87,7 @@ pub fn nvml(probe: &Result<Probe, ProbeFailure>) -> Check {
             Check::new(
                 Status::Fail,
                 name::NVML,
-                format!("{}; {}", clause(&text), hint_for(&text)),
+                format!("{}; {}", clause(&text), hint_or_default(&text)),
             )
         }
     }
@@ -216,7 +208,7 @@ pub fn gpus(error: Option<&SnapshotError>) -> Option<Check> {
         format!(
             "the GPU snapshot failed: {}; {}",
             clause(&text),
-            hint_for(&text)
+            hint_or_default(&text)
         ),
     ))
 }
@@ -723,7 +715,11 @@ mod tests {
             fail.message
         );
         let unknown = nvml(&Err(ProbeFailure::Parse("garbage".into())));
-        assert!(unknown.message.ends_with(NO_HINT), "{}", unknown.message);
+        assert!(
+            unknown.message.ends_with(crate::smi::hint::NO_HINT),
+            "{}",
+            unknown.message
+        );
     }
 
     fn verdict(health: HealthState, reasons: &[(&str, &str)]) -> Verdict {
@@ -826,7 +822,7 @@ mod tests {
             ("Failed to initialize NVML: Driver/library version mismatch", "unload and reload the nvidia modules"),
             ("NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver. Make sure that the latest NVIDIA driver is installed and running.", "modprobe nvidia"),
             ("No devices were found", "lspci -d 10de:"),
-            ("Unable to determine the device handle: Unknown Error", NO_HINT),
+            ("Unable to determine the device handle: Unknown Error", crate::smi::hint::NO_HINT),
         ];
         for (text, hint) in cases {
             let c = gpus(Some(&failed(text))).unwrap();

@@ -618,13 +618,49 @@ pub(crate) mod tests {
         assert_eq!(g.uuid, "GPU-940af793-c02c-d660-3221-9bbb6e5e0bfa");
         assert_eq!((g.health, g.healthy), (HealthState::Unknown, false));
         assert_eq!(g.reasons[0].kind, "NvidiaSmiSilent");
-        assert_eq!(
-            g.reasons[0].action,
-            super::super::verdict::silent_action(g.uuid.as_str())
+        assert!(
+            g.reasons[0]
+                .action
+                .starts_with("check the GPU: nvidia-smi hangs when a GPU is wedged"),
+            "{g:?}"
         );
         assert!(report.nvidia_smi_error.is_some());
         let text = render(&report);
         assert!(text.lines().next().unwrap().ends_with("UNKNOWN"), "{text}");
+    }
+
+    // What broke: for "Driver/library version mismatch" and "couldn't communicate with the
+    // NVIDIA driver" bcd status said to reset the GPU or reboot, where bcd hardware and bcd
+    // doctor said to reload the modules (or load them): one hint table gives both now.
+    #[tokio::test]
+    async fn a_broken_driver_gets_the_hint_doctor_gives_not_a_reset() {
+        for (said, code, hint) in [
+            (
+                "Failed to initialize NVML: Driver/library version mismatch",
+                18,
+                "unload and reload the nvidia modules",
+            ),
+            (
+                "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver. Make sure that the latest NVIDIA driver is installed and running.",
+                9,
+                "run modprobe nvidia",
+            ),
+        ] {
+            let dir = tempfile::tempdir().unwrap();
+            let copy = copy_host(dir.path(), "passthrough");
+            for key in ["q-x", "samples", "probe"] {
+                let _ = std::fs::remove_file(copy.join(format!("answers/{key}.out")));
+                std::fs::write(copy.join(format!("answers/{key}.out")), format!("{said}\n")).unwrap();
+                std::fs::write(copy.join(format!("answers/{key}.exit")), format!("{code}\n")).unwrap();
+            }
+            let data = tempfile::tempdir().unwrap();
+            let report = status(&Host::fake(&copy), data.path()).await.unwrap();
+            assert_eq!(report.gpus.len(), 1, "{report:?}");
+            let r = &report.gpus[0].reasons[0];
+            assert_eq!((report.gpus[0].health, r.kind.as_str()), (HealthState::Unknown, "NvidiaSmiSilent"));
+            assert!(r.action.contains(hint), "{said}: {}", r.action);
+            assert!(!r.action.contains("reboot the node"), "{}", r.action);
+        }
     }
 
     // A GPU name or a note with nvidia-smi's raw ESC bytes reached the terminal.

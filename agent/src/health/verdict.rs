@@ -245,11 +245,6 @@ pub mod kind {
     pub const PCIE_LINK: &str = "PcieLink";
 }
 
-/// The action for a GPU that nvidia-smi does not answer for.
-pub fn silent_action(uuid: &str) -> String {
-    format!("check the GPU: nvidia-smi hangs when a GPU is wedged (dmesg: Xid 79 or 119); reset it (bcd gpu reset {uuid}) or reboot the node")
-}
-
 /// The driver's recovery action in bcd's words: (message, action), `None` for no action.
 /// NVML's values are matched in nvidia-smi's spellings without regard to case; any other
 /// non-empty value needs attention.
@@ -329,7 +324,7 @@ pub fn judge(gpu: &Gpu, ev: &Evidence<'_>) -> Verdict {
                 HealthState::Unknown,
                 kind::NVIDIA_SMI_SILENT,
                 format!("nvidia-smi -q -x did not answer: {why}"),
-                silent_action(uuid.as_str()),
+                crate::smi::hint::gpu_action(why, uuid.as_str()),
             )),
             (None, Some(map)) => match map.get(uuid) {
                 Some(d) => driver(d, uuid, &mut out),
