@@ -441,6 +441,39 @@ async fn the_gpu_lines_are_the_verdict_of_bcd_status() {
         .ends_with("-> start the fabric manager: systemctl enable --now nvidia-fabricmanager")));
 }
 
+// What broke: a GPU the driver lists under a UUID that names no GPU was left out of the
+// inventory and doctor said `nvml ok ... 2 GPUs`, `hardware ok ... 1 GPU`, with no warning.
+#[tokio::test]
+async fn a_gpu_left_out_of_the_inventory_warns_on_the_hardware_line() {
+    let (s, env) = env_of("r470-old");
+    for file in [
+        "answers/q-x.out",
+        "answers/L.out",
+        "root/proc/driver/nvidia/gpus/0000:d8:00.0/information",
+    ] {
+        let text = std::fs::read_to_string(s.path(file)).unwrap().replace(
+            "GPU-770a8583-ddab-d174-2973-722164bb8d69",
+            "GPU-????????-????-????-????-????????????",
+        );
+        s.write(file, &text);
+    }
+    let report = run(&env).await;
+    let c = one(&report, name::HARDWARE);
+    assert_eq!(c.status, Status::Warn, "{}", report.render_text());
+    assert!(
+        c.message
+            .starts_with("1 GPU in the inventory, hashed sha256:"),
+        "{}",
+        c.message
+    );
+    assert!(
+        c.message.contains("; but the driver lists a GPU at 0000:d8:00.0 with UUID \"GPU-????????-????-????-????-????????????\", which names no GPU"),
+        "{}",
+        c.message
+    );
+    assert_eq!(report.named(name::GPU).count(), 1);
+}
+
 #[tokio::test]
 async fn module_and_nvidia_smi_versions_must_agree() {
     let (s, env) = env_of("passthrough");

@@ -93,8 +93,10 @@ pub fn nvml(probe: &Result<Probe, ProbeFailure>) -> Check {
     }
 }
 
-/// `hardware`: always `ok` once the collector ran (it never fails; what it could not read
-/// is left out): how many GPUs the inventory lists and its hash.
+/// `hardware`, once the collector ran (it never fails; what it could not read is left out):
+/// how many GPUs the inventory lists and its hash; `ok`, or `warn` naming each GPU the driver
+/// or `nvidia-smi` reports that the inventory leaves out (a UUID that names no GPU), since
+/// bcd then neither judges nor hands it out.
 pub fn hardware(collection: &Collection) -> Check {
     let inv = &collection.inventory;
     let source = if collection.snapshot.is_some() {
@@ -102,15 +104,19 @@ pub fn hardware(collection: &Collection) -> Check {
     } else {
         " (from procfs and sysfs only: nvidia-smi did not answer)"
     };
-    Check::new(
-        Status::Ok,
-        name::HARDWARE,
-        format!(
-            "{} in the inventory, hashed {}{source}",
-            plural(inv.gpu.gpus.len(), "GPU", "GPUs"),
-            short_hash(&inv.hash)
-        ),
-    )
+    let mut message = format!(
+        "{} in the inventory, hashed {}{source}",
+        plural(inv.gpu.gpus.len(), "GPU", "GPUs"),
+        short_hash(&inv.hash)
+    );
+    if collection.left_out.is_empty() {
+        return Check::new(Status::Ok, name::HARDWARE, message);
+    }
+    for sentence in &collection.left_out {
+        message.push_str("; but ");
+        message.push_str(sentence);
+    }
+    Check::new(Status::Warn, name::HARDWARE, message)
 }
 
 /// `sha256:` and the first 16 hex digits: enough to compare two nodes by eye.

@@ -79,7 +79,8 @@ pub struct GpuStatus {
 pub struct StatusReport {
     /// One per GPU, in the inventory's index order when known.
     pub gpus: Vec<GpuStatus>,
-    /// What could not be read, in words (the health is then incomplete).
+    /// What could not be read, in words (the health is then incomplete), and each GPU the
+    /// driver or `nvidia-smi` lists that the inventory leaves out.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub notes: Vec<String>,
     /// Why `nvidia-smi` gave no sample, when it did not (`bcd status` then exits 1).
@@ -258,6 +259,8 @@ pub async fn status_within(
         Ok(c) => {
             let silent = c.snapshot_error.as_ref().map(ToString::to_string);
             let driver = c.snapshot.as_ref().map(|s| driver_readings(&s.xml));
+            // A GPU bcd leaves out has no line: its note is where it shows.
+            notes.extend(c.left_out);
             (Some(c.inventory), driver, silent)
         }
     };
@@ -661,6 +664,46 @@ pub(crate) mod tests {
             assert!(r.action.contains(hint), "{said}: {}", r.action);
             assert!(!r.action.contains("reboot the node"), "{}", r.action);
         }
+    }
+
+    /// A copy of r470-old whose driver names GPU 1 with a UUID that names no GPU, as a driver
+    /// that failed to initialise it does.
+    fn host_with_an_unnamed_gpu(dir: &Path) -> std::path::PathBuf {
+        let copy = copy_host(dir, "r470-old");
+        for file in [
+            "answers/q-x.out",
+            "answers/L.out",
+            "answers/samples.out",
+            "root/proc/driver/nvidia/gpus/0000:d8:00.0/information",
+        ] {
+            let path = copy.join(file);
+            let Ok(text) = std::fs::read_to_string(&path) else {
+                continue;
+            };
+            let text = text.replace(
+                "GPU-770a8583-ddab-d174-2973-722164bb8d69",
+                "GPU-????????-????-????-????-????????????",
+            );
+            std::fs::write(&path, text).unwrap();
+        }
+        copy
+    }
+
+    // What broke: a GPU the driver lists under a UUID that names no GPU was left out of the
+    // inventory, and bcd status said nothing of it (only bcd hardware did, on stderr).
+    #[tokio::test]
+    async fn a_gpu_left_out_of_the_inventory_is_a_note() {
+        let dir = tempfile::tempdir().unwrap();
+        let host = Host::fake(host_with_an_unnamed_gpu(dir.path()));
+        let data = tempfile::tempdir().unwrap();
+        let report = status(&host, data.path()).await.unwrap();
+        assert_eq!(report.gpus.len(), 1, "{report:?}");
+        let text = render(&report);
+        assert!(
+            text.contains("note: the driver lists a GPU at 0000:d8:00.0 with UUID \"GPU-????????-????-????-????-????????????\", which names no GPU"),
+            "{text}"
+        );
+        assert!(text.contains("it is left out of the inventory"), "{text}");
     }
 
     // A GPU name or a note with nvidia-smi's raw ESC bytes reached the terminal.
