@@ -36,26 +36,28 @@ pub async fn hardware(global: &Global) -> ExitCode {
     ExitCode::SUCCESS
 }
 
-/// The inventory as an operator reads it: one header line, then one line per GPU.
+/// The inventory as an operator reads it: one header line, then one line per GPU, each with
+/// its control characters escaped (names and versions are what `nvidia-smi` printed), as
+/// `bcd status` and `bcd doctor` show them.
 pub fn render_inventory(inv: &Inventory) -> String {
     let s = &inv.gpu;
-    let mut out = format!(
-        "driver {}, CUDA {}, {} GPU(s), inventory {}\n",
+    let mut lines = vec![format!(
+        "driver {}, CUDA {}, {} GPU(s), inventory {}",
         s.driver_version.as_deref().unwrap_or("unknown"),
         s.cuda_driver_version
             .as_deref()
             .unwrap_or("unknown (nvidia-smi did not answer)"),
         s.gpus.len(),
         inv.hash
-    );
+    )];
     if s.gpus.is_empty() {
-        out.push_str("no NVIDIA GPU found on this host\n");
+        lines.push("no NVIDIA GPU found on this host".to_owned());
     }
-    for g in &s.gpus {
-        out.push_str(&render_gpu(g));
-        out.push('\n');
-    }
-    out
+    lines.extend(s.gpus.iter().map(render_gpu));
+    lines
+        .iter()
+        .map(|l| format!("{}\n", crate::smi::escape_line(l)))
+        .collect()
 }
 
 fn render_gpu(g: &Gpu) -> String {
