@@ -262,7 +262,7 @@ async fn no_driver_host() {
     assert_eq!(bus.status, Status::Warn);
     assert_eq!(
         bus.message,
-        "2 NVIDIA GPUs on the PCI bus (2 with no driver bound) but no NVIDIA driver answers: install it (the nvidia-driver unit) and reboot"
+        "2 NVIDIA GPUs on the PCI bus (2 with no driver bound) but no NVIDIA driver answers: install the NVIDIA driver (on Debian the nvidia-driver package, from non-free; elsewhere NVIDIA's packages for the GPUs' driver branch), and reboot"
     );
     assert_eq!(report.named(name::PERSISTENCE).count(), 0);
     assert_eq!(report.named(name::DRIVER_VERSION).count(), 0);

@@ -60,6 +60,9 @@ fn clause(text: &str) -> String {
     text.trim().trim_end_matches('.').to_owned()
 }
 
+/// What to install on a host without an NVIDIA driver: bcd installs no driver itself.
+const INSTALL_DRIVER: &str = "install the NVIDIA driver (on Debian the nvidia-driver package, from non-free; elsewhere NVIDIA's packages for the GPUs' driver branch)";
+
 fn plural(n: usize, one: &str, many: &str) -> String {
     format!("{n} {}", if n == 1 { one } else { many })
 }
@@ -80,7 +83,7 @@ pub fn nvml(probe: &Result<Probe, ProbeFailure>) -> Check {
         Err(ProbeFailure::Run(RunError::NoDriver)) => Check::new(
             Status::Warn,
             name::NVML,
-            "nvidia-smi not found, so this host has no NVIDIA driver: install it (the nvidia-driver unit) if this node should serve GPUs",
+            format!("nvidia-smi not found, so this host has no NVIDIA driver: {INSTALL_DRIVER} if this node should serve GPUs"),
         ),
         Err(e) => {
             let text = e.to_string();
@@ -348,14 +351,13 @@ pub fn gpu_bus(pci: &[PciFunction], smi: SmiView) -> Check {
     }
     let found = found.join(", ");
     let todo = match smi {
-        SmiView::NoDriver => {
-            "no NVIDIA driver answers: install it (the nvidia-driver unit) and reboot"
-        }
+        SmiView::NoDriver => format!("no NVIDIA driver answers: {INSTALL_DRIVER}, and reboot"),
         SmiView::Failed => {
             "nvidia-smi does not answer: fix what the gpus check says, then run doctor again"
+                .to_owned()
         }
         SmiView::Answered(_) => {
-            "some GPUs have no usable driver: check dmesg for why nvidia did not bind them (nouveau, a driver_override) and rebind or reboot"
+            "some GPUs have no usable driver: check dmesg for why nvidia did not bind them (nouveau, a driver_override) and rebind or reboot".to_owned()
         }
     };
     Check::new(
@@ -704,11 +706,7 @@ mod tests {
         );
         let warn = nvml(&Err(ProbeFailure::Run(RunError::NoDriver)));
         assert_eq!(warn.status, Status::Warn);
-        assert!(
-            warn.message.contains("nvidia-driver unit"),
-            "{}",
-            warn.message
-        );
+        assert!(warn.message.contains(INSTALL_DRIVER), "{}", warn.message);
         let fail = nvml(&Err(ProbeFailure::Run(RunError::Failed {
             query: "--query-gpu=driver_version --format=csv,noheader".into(),
             exit_code: Some(18),
@@ -845,6 +843,27 @@ mod tests {
         assert_eq!(gpus(None), None);
     }
 
+    // What broke: doctor told a host without a driver to "install it (the nvidia-driver
+    // unit)", a unit bcd does not have; it names what to install instead.
+    #[test]
+    fn a_host_without_a_driver_is_told_what_to_install_not_a_unit() {
+        let nvml = nvml(&Err(ProbeFailure::Run(RunError::NoDriver)));
+        let bus = gpu_bus(
+            &[function("0000:18:00.0", "0x030200", None)],
+            SmiView::NoDriver,
+        );
+        for c in [nvml, bus] {
+            assert!(!c.message.contains("unit"), "{}", c.message);
+            assert!(
+                c.message.contains(
+                    "install the NVIDIA driver (on Debian the nvidia-driver package, from non-free"
+                ),
+                "{}",
+                c.message
+            );
+        }
+    }
+
     #[test]
     fn nouveau_each_status() {
         assert_eq!(
@@ -881,11 +900,7 @@ mod tests {
         );
         let c = gpu_bus(&two_nvidia, SmiView::NoDriver);
         assert_eq!(c.status, Status::Warn);
-        assert!(
-            c.message.contains("install it (the nvidia-driver unit)"),
-            "{}",
-            c.message
-        );
+        assert!(c.message.contains(INSTALL_DRIVER), "{}", c.message);
         let c = gpu_bus(&two_nvidia, SmiView::Failed);
         assert_eq!(c.status, Status::Warn);
         assert!(c.message.contains("gpus check"), "{}", c.message);
