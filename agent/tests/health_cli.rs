@@ -231,13 +231,82 @@ fn status_prints_one_line_per_gpu_and_fails_without_a_driver() {
     let out = bcd("hgx-h100", &["status"]);
     assert_eq!(out.status.code(), Some(0));
     let text = String::from_utf8_lossy(&out.stdout);
-    assert_eq!(text.lines().count(), 8, "{text}");
+    // Eight GPUs, and the note that the fresh data folder holds no XID record.
+    assert_eq!(text.lines().count(), 9, "{text}");
+    assert!(
+        text.lines()
+            .last()
+            .unwrap()
+            .starts_with("note: no XID record: "),
+        "{text}"
+    );
     assert!(!text.contains("UNHEALTHY"), "{text}");
     let out = bcd("no-driver", &["status"]);
     assert_eq!(out.status.code(), Some(1));
     assert!(out.stdout.is_empty());
     assert!(String::from_utf8_lossy(&out.stderr)
         .contains("nvml: nvidia-smi not found (no NVIDIA driver on this host)"));
+}
+
+/// `bcd ARGS` on the demo host with `data` as its data folder and no node.
+fn bcd_with_data(data: &Path, args: &[&str]) -> String {
+    let out = Command::new(env!("CARGO_BIN_EXE_bcd"))
+        .arg("--host")
+        .arg(hosts().join("hgx-h100"))
+        .arg("--data-dir")
+        .arg(data)
+        .arg("--api-socket")
+        .arg(data.with_file_name("no-node.sock"))
+        .args(args)
+        .output()
+        .unwrap();
+    String::from_utf8(out.stdout).unwrap()
+}
+
+// What broke: without a node and a data folder holding faults.json, diag's xid.recent said
+// "no XIDs this boot" and status judged as if there were none, although nothing had been
+// read: both say there is no record now, and where it would be.
+#[test]
+fn diag_and_status_without_a_record_say_there_is_none() {
+    let dir = tempfile::tempdir().unwrap();
+    let missing = dir.path().join("missing");
+    let text = bcd_with_data(&missing, &["diag"]);
+    let expected = format!(
+        "no XID record: {} does not exist, so no bcd node kept one there",
+        missing.display()
+    );
+    let xid_lines: Vec<&str> = text.lines().filter(|l| l.contains("xid.recent")).collect();
+    assert_eq!(xid_lines.len(), 8, "{text}");
+    assert!(
+        xid_lines
+            .iter()
+            .all(|l| l.starts_with("ok ") && l.contains(&expected)),
+        "{text}"
+    );
+    assert!(!text.contains("no XIDs this boot"), "{text}");
+    let text = bcd_with_data(&missing, &["status"]);
+    assert!(text.contains(&format!("note: {expected}")), "{text}");
+
+    // The folder is there, without the file.
+    let empty = dir.path().join("empty");
+    std::fs::create_dir(&empty).unwrap();
+    let file = empty.join("faults.json");
+    let said = format!("no XID record: there is no {}", file.display());
+    assert!(bcd_with_data(&empty, &["diag"]).contains(&said));
+    assert!(bcd_with_data(&empty, &["status"]).contains(&format!("note: {said}")));
+
+    // A record of this boot without XIDs: no XIDs, and no note.
+    let boot =
+        std::fs::read_to_string(hosts().join("hgx-h100/root/proc/sys/kernel/random/boot_id"))
+            .unwrap();
+    std::fs::write(
+        &file,
+        format!("{{\"boot_id\": \"{}\", \"conditions\": []}}", boot.trim()),
+    )
+    .unwrap();
+    let text = bcd_with_data(&empty, &["diag"]);
+    assert_eq!(text.matches("no XIDs this boot").count(), 8, "{text}");
+    assert!(!bcd_with_data(&empty, &["status"]).contains("note: "));
 }
 
 /// A copy of the demo host whose `nvidia-smi` appends each start's arguments to `runs`.

@@ -433,8 +433,9 @@ fn clean(name: &str, gpu: &Gpu, input: &DiagInput<'_>) -> String {
 }
 
 /// `bcd diag` without a node: collects `host` through `runner`, reads its PCIe link widths,
-/// this boot's conditions from `<data_dir>/faults.json` and whether its NVSwitches have a
-/// fabric manager, judges every GPU with `policy`, and runs the checks.
+/// this boot's conditions from `<data_dir>/faults.json` (`xid.recent` says when there is none
+/// to read, and where it would be) and whether its NVSwitches have a fabric manager, judges
+/// every GPU with `policy`, and runs the checks.
 pub async fn diag_host(
     host: &Host,
     runner: &Runner,
@@ -442,12 +443,17 @@ pub async fn diag_host(
     policy: &XidPolicy,
     request: &DiagRequest,
 ) -> DiagReport {
-    use super::faults::{read_boot_id, read_with_history};
+    use super::faults::{no_record, read_boot_id, read_record};
     let collection = crate::inventory::collect::collect_with(host, None, runner).await;
     let inventory = &collection.inventory;
     let (conditions, history, unread) =
-        match read_boot_id(host).and_then(|b| read_with_history(data_dir, &b)) {
-            Ok((c, h)) => (c, h, None),
+        match read_boot_id(host).and_then(|b| read_record(data_dir, &b)) {
+            Ok(Some((c, h))) => (c, h, None),
+            Ok(None) => (
+                Vec::new(),
+                Vec::new(),
+                Some(no_record(data_dir, data_dir.is_dir())),
+            ),
             Err(e) => (
                 Vec::new(),
                 Vec::new(),

@@ -18,7 +18,7 @@ use std::time::Duration;
 use bcd_protocol::GpuUuid;
 use serde::{Deserialize, Serialize};
 
-use super::faults::{read_boot_id, read_with_history};
+use super::faults::{no_record, read_boot_id, read_record};
 use super::verdict::{judge, Evidence, HealthState, Reason};
 use super::xid::XidPolicy;
 use crate::host::Host;
@@ -201,7 +201,8 @@ pub async fn status(host: &Host, data_dir: &Path) -> Result<StatusReport, Status
 }
 
 /// Samples `host`'s GPUs and collects its inventory concurrently, both within `wait`, reads
-/// this boot's conditions from `<data_dir>/faults.json`, and judges every GPU.
+/// this boot's conditions from `<data_dir>/faults.json` (a note says so when there is none to
+/// read), and judges every GPU.
 ///
 /// # Errors
 /// [`StatusError`] when there is nothing to print: no driver, or no sample and no GPU in
@@ -269,14 +270,17 @@ pub async fn status_within(
             return Err(e.clone());
         }
     }
-    let (conditions, history) =
-        match read_boot_id(host).and_then(|b| read_with_history(data_dir, &b)) {
-            Ok(c) => c,
-            Err(e) => {
-                notes.push(format!("XIDs unknown: {e}"));
-                (Vec::new(), Vec::new())
-            }
-        };
+    let (conditions, history) = match read_boot_id(host).and_then(|b| read_record(data_dir, &b)) {
+        Ok(Some(c)) => c,
+        Ok(None) => {
+            notes.push(no_record(data_dir, data_dir.is_dir()));
+            (Vec::new(), Vec::new())
+        }
+        Err(e) => {
+            notes.push(format!("XIDs unknown: {e}"));
+            (Vec::new(), Vec::new())
+        }
+    };
     let fabric_manager_down = super::verdict::fabric_manager_down(host).await;
     let links = inventory
         .as_ref()
