@@ -183,6 +183,48 @@ fn r470_old_warns_pcie_link_for_the_narrowed_gpu_only() {
     );
 }
 
+// What broke: on a driver before R410 (whose -q -x has no cuda_version) diag failed nvml.init
+// with "nvidia-smi did not answer" although it answered and both GPUs parsed.
+#[test]
+fn a_driver_before_r410_passes_nvml_init() {
+    let dir = tempfile::tempdir().unwrap();
+    for what in ["r470-old", "replay-nvidia-smi"] {
+        let copied = Command::new("cp")
+            .arg("-a")
+            .arg(hosts().join(what))
+            .arg(dir.path())
+            .status()
+            .unwrap();
+        assert!(copied.success());
+    }
+    let host = dir.path().join("r470-old");
+    let qx = host.join("answers/q-x.out");
+    let xml = std::fs::read_to_string(&qx)
+        .unwrap()
+        .replace("\t<cuda_version>11.4</cuda_version>\n", "");
+    std::fs::write(&qx, xml).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_bcd"))
+        .arg("--host")
+        .arg(&host)
+        .arg("--data-dir")
+        .arg(dir.path().join("data"))
+        .arg("--api-socket")
+        .arg(dir.path().join("no-node.sock"))
+        .args(["diag", "--json"])
+        .output()
+        .unwrap();
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let init = &json["checks"][0];
+    assert_eq!(init["check"], "nvml.init");
+    assert_eq!(init["passed"], true, "{init}");
+    assert_eq!(
+        init["message"],
+        "driver 470.256.02, CUDA unknown (nvidia-smi reports it from driver R410 on)"
+    );
+    assert_eq!(json["checks"].as_array().unwrap().len(), 1 + 2 * 6);
+    assert_eq!(out.status.code(), Some(0), "the narrowed link only warns");
+}
+
 #[test]
 fn no_driver_fails_nvml_init_and_stops() {
     let (code, _, checks) = diag("no-driver", &[]);

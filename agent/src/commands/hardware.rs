@@ -31,22 +31,28 @@ pub async fn hardware(global: &Global) -> ExitCode {
             return ExitCode::from(1);
         }
     } else {
-        print(&render_inventory(&collection.inventory));
+        print(&render_inventory(
+            &collection.inventory,
+            collection.snapshot.is_some(),
+        ));
     }
     ExitCode::SUCCESS
 }
 
 /// The inventory as an operator reads it: one header line, then one line per GPU, each with
 /// its control characters escaped (names and versions are what `nvidia-smi` printed), as
-/// `bcd status` and `bcd doctor` show them.
-pub fn render_inventory(inv: &Inventory) -> String {
+/// `bcd status` and `bcd doctor` show them. `answered`: whether `nvidia-smi` answered the
+/// collection (a driver before R410 answers without a CUDA version).
+pub fn render_inventory(inv: &Inventory, answered: bool) -> String {
     let s = &inv.gpu;
     let mut lines = vec![format!(
         "driver {}, CUDA {}, {} GPU(s), inventory {}",
         s.driver_version.as_deref().unwrap_or("unknown"),
-        s.cuda_driver_version
-            .as_deref()
-            .unwrap_or("unknown (nvidia-smi did not answer)"),
+        s.cuda_driver_version.as_deref().unwrap_or(if answered {
+            crate::health::diag::NO_CUDA_VERSION
+        } else {
+            "unknown (nvidia-smi did not answer)"
+        }),
         s.gpus.len(),
         inv.hash
     )];

@@ -31,7 +31,7 @@ pub use super::pcie::{link_widths, LinkWidth};
 
 /// The checks' names: the seed's, then those for the verdict's other reasons.
 pub mod check {
-    /// `nvidia-smi` answered (the inventory has a CUDA driver version).
+    /// `nvidia-smi` answered ([`super::nvidia_smi_answered`]).
     pub const NVML_INIT: &str = "nvml.init";
     /// At least the expected number of GPUs is visible.
     pub const GPU_COUNT: &str = "gpu.count";
@@ -78,6 +78,8 @@ pub const NVML_NO_ANSWER: &str =
     "the NVIDIA driver's management interface (nvidia-smi) did not answer";
 /// `nvml.init`'s message when there is no GPU section at all (no driver).
 pub const NVML_NOT_AVAILABLE: &str = "NVML is not available on this node";
+/// `nvml.init`'s CUDA version where `nvidia-smi` answered without one.
+pub const NO_CUDA_VERSION: &str = "unknown (nvidia-smi reports it from driver R410 on)";
 /// `gpu.present`'s message for a GPU the inventory does not list.
 pub const NOT_VISIBLE: &str = "not visible to NVML";
 
@@ -129,8 +131,15 @@ pub struct DiagRequest {
 pub enum NvmlState<'a> {
     /// No GPU section: no driver at all.
     Unavailable,
-    /// The inventory, which tells by its CUDA driver version whether `nvidia-smi` answered.
+    /// The inventory; whether `nvidia-smi` answered for it is [`nvidia_smi_answered`].
     Collected(&'a Inventory),
+}
+
+/// Whether `nvidia-smi` answered the collection: there is a driver and the snapshot did not
+/// fail (`snapshot_error` is its error). `nvml.init` passes exactly then. A CUDA version
+/// cannot tell: drivers before R410 answer `-q -x` without one.
+pub fn nvidia_smi_answered(nvml: NvmlState<'_>, snapshot_error: Option<&str>) -> bool {
+    matches!(nvml, NvmlState::Collected(_)) && snapshot_error.is_none()
 }
 
 /// What [`diag_with_verdicts`] judges.
@@ -138,7 +147,7 @@ pub enum NvmlState<'a> {
 pub struct DiagInput<'a> {
     /// What the collection said about NVML.
     pub nvml: NvmlState<'a>,
-    /// Why the snapshot failed, appended to `nvml.init`'s failure.
+    /// Why the snapshot failed, when it did: `nvml.init` then fails with it.
     pub nvml_detail: Option<&'a str>,
     /// The PCIe link widths per GPU UUID, for `pcie.link`'s message (the verdict judges them).
     pub links: &'a BTreeMap<GpuUuid, LinkWidth>,
@@ -174,8 +183,8 @@ fn gpu_check(name: &str, gpu: &GpuUuid, passed: bool, message: String) -> Check 
 /// GPU's. A caller that holds the whole verdict uses [`diag_with_verdicts`].
 ///
 /// `links` maps a GPU's UUID to its link width; a GPU without an entry (no sysfs, as on WSL)
-/// passes `pcie.link`. `conditions` must be this boot's. `nvml_detail` is appended to the
-/// `nvml.init` failure (the snapshot's error) when given. `driver` holds the driver's own
+/// passes `pcie.link`. `conditions` must be this boot's. `nvml_detail` is the snapshot's
+/// error, when it failed: `nvml.init` fails with it. `driver` holds the driver's own
 /// readings per GPU UUID (from the same `-q -x`); empty, it stands for no readings at all.
 pub fn diag_nvml(
     nvml: NvmlState<'_>,
@@ -227,7 +236,7 @@ pub fn diag_with_verdicts(input: &DiagInput<'_>, request: &DiagRequest) -> DiagR
                 detail(NVML_NOT_AVAILABLE),
             )])
         }
-        NvmlState::Collected(inv) if inv.gpu.cuda_driver_version.is_none() => {
+        NvmlState::Collected(_) if !nvidia_smi_answered(input.nvml, input.nvml_detail) => {
             return finish(vec![node_check(
                 check::NVML_INIT,
                 false,
@@ -245,7 +254,10 @@ pub fn diag_with_verdicts(input: &DiagInput<'_>, request: &DiagRequest) -> DiagR
         format!(
             "driver {}, CUDA {}",
             section.driver_version.as_deref().unwrap_or("unknown"),
-            section.cuda_driver_version.as_deref().unwrap_or("unknown")
+            section
+                .cuda_driver_version
+                .as_deref()
+                .unwrap_or(NO_CUDA_VERSION)
         ),
     )];
     if let Some(expected) = request.expected_gpu_count {
@@ -809,6 +821,27 @@ mod tests {
         );
         assert_eq!(r.checks.len(), 1);
         assert_eq!(r.checks[0].message, NVML_NOT_AVAILABLE);
+    }
+
+    // What broke: a driver before R410 answers -q -x without a CUDA version, and nvml.init
+    // failed it with "nvidia-smi did not answer" although it answered and its GPUs parsed.
+    #[test]
+    fn a_driver_before_r410_passes_nvml_init_without_a_cuda_version() {
+        let mut inv = inventory();
+        inv.gpu.cuda_driver_version = None;
+        let r = run(&inv, &[], &DiagRequest::default());
+        assert!(r.passed, "{r:?}");
+        assert_eq!(
+            r.checks[0].message,
+            format!("driver 570.133.20, CUDA {NO_CUDA_VERSION}")
+        );
+        assert_eq!(r.checks.len(), 1 + 2 * 6);
+        assert!(nvidia_smi_answered(NvmlState::Collected(&inv), None));
+        assert!(!nvidia_smi_answered(
+            NvmlState::Collected(&inv),
+            Some("timed out")
+        ));
+        assert!(!nvidia_smi_answered(NvmlState::Unavailable, None));
     }
 
     #[test]
