@@ -15,12 +15,11 @@ pub async fn hardware(global: &Global) -> ExitCode {
         if e.is_no_driver() {
             eprintln!("bcd: {e}; showing what procfs and sysfs show");
         } else {
+            // The error names nvidia-smi and what it did; the hint says what to do.
             let hint = crate::smi::hint::error_hint(&e.to_string())
-                .map(|h| format!(" ({h})"))
+                .map(|h| format!("; {h}"))
                 .unwrap_or_default();
-            eprintln!(
-                "bcd: nvidia-smi did not answer: {e}{hint}; showing what procfs and sysfs show"
-            );
+            eprintln!("bcd: {e}{hint}; showing what procfs and sysfs show");
         }
     }
     for sentence in &collection.left_out {

@@ -533,13 +533,61 @@ pub fn render(report: &DiagReport) -> String {
             crate::smi::escape_line(&c.message)
         ));
     }
-    let failed = report.checks.iter().filter(|c| !c.passed).count();
-    if failed == 0 {
-        out.push_str("diag.nvml passed\n");
-    } else {
-        out.push_str(&format!("diag.nvml failed: {failed} check(s) failed\n"));
-    }
+    out.push_str(&summary(report));
+    out.push('\n');
     out
+}
+
+/// The last line of [`render`]: how many GPUs were checked and how each came out (a GPU
+/// fails with any of its checks, and passes with warnings when one of them warns), then the
+/// node-wide checks that failed: `diag.nvml failed: 8 GPUs: 1 passed, 1 passed with
+/// warnings, 6 failed`.
+pub fn summary(report: &DiagReport) -> String {
+    let mut gpus: Vec<(&GpuUuid, bool, bool)> = Vec::new();
+    for c in &report.checks {
+        let Some(uuid) = &c.gpu else { continue };
+        let i = match gpus.iter().position(|(u, _, _)| *u == uuid) {
+            Some(i) => i,
+            None => {
+                gpus.push((uuid, false, false));
+                gpus.len() - 1
+            }
+        };
+        gpus[i].1 |= !c.passed;
+        gpus[i].2 |= c.severity.is_some();
+    }
+    let failed = gpus.iter().filter(|g| g.1).count();
+    let warned = gpus.iter().filter(|g| !g.1 && g.2).count();
+    let mut parts = Vec::new();
+    if !gpus.is_empty() || report.passed {
+        let mut tally = vec![format!("{} passed", gpus.len() - failed - warned)];
+        if warned > 0 {
+            tally.push(format!("{warned} passed with warnings"));
+        }
+        if failed > 0 {
+            tally.push(format!("{failed} failed"));
+        }
+        parts.push(format!(
+            "{} GPU{}: {}",
+            gpus.len(),
+            if gpus.len() == 1 { "" } else { "s" },
+            tally.join(", ")
+        ));
+    }
+    let node: Vec<&str> = report
+        .checks
+        .iter()
+        .filter(|c| c.gpu.is_none() && !c.passed)
+        .map(|c| c.check.as_str())
+        .collect();
+    if !node.is_empty() {
+        parts.push(format!("{} failed", node.join(", ")));
+    }
+    format!(
+        "diag.nvml {}: {}",
+        if report.passed { "passed" } else { "failed" },
+        parts.join("; ")
+    )
 }
 
 #[cfg(test)]
@@ -842,6 +890,50 @@ mod tests {
             Some("timed out")
         ));
         assert!(!nvidia_smi_answered(NvmlState::Unavailable, None));
+    }
+
+    // What broke: diag printed 56 lines for 8 GPUs and ended with "diag.nvml failed: 6
+    // check(s) failed", counting checks, not GPUs; its last line counts the GPUs now.
+    #[test]
+    fn the_last_line_counts_the_gpus_by_how_they_came_out() {
+        let mut inv = inventory();
+        let r = run(&inv, &[], &DiagRequest::default());
+        assert_eq!(summary(&r), "diag.nvml passed: 2 GPUs: 2 passed");
+        assert!(render(&r).ends_with("diag.nvml passed: 2 GPUs: 2 passed\n"));
+        inv.gpu.gpus[1].row_remap.as_mut().unwrap().pending = Some(true);
+        inv.gpu.gpus[1].row_remap.as_mut().unwrap().failure = Some(true);
+        let links = BTreeMap::from([(
+            A.parse().unwrap(),
+            LinkWidth {
+                current: 8,
+                max: 16,
+            },
+        )]);
+        let request = DiagRequest {
+            expected_gpu_count: Some(3),
+            ..DiagRequest::default()
+        };
+        let r = diag_nvml(
+            NvmlState::Collected(&inv),
+            None,
+            &links,
+            &BTreeMap::new(),
+            &[],
+            &request,
+        );
+        assert_eq!(
+            summary(&r),
+            "diag.nvml failed: 2 GPUs: 0 passed, 1 passed with warnings, 1 failed; gpu.count failed"
+        );
+        let r = diag_nvml(
+            NvmlState::Unavailable,
+            None,
+            &BTreeMap::new(),
+            &BTreeMap::new(),
+            &[],
+            &DiagRequest::default(),
+        );
+        assert_eq!(summary(&r), "diag.nvml failed: nvml.init failed");
     }
 
     #[test]

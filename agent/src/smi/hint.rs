@@ -38,8 +38,7 @@ const HINTS: &[(&[&str], &str)] = &[
 ];
 
 /// The hint for a query that did not answer in time or was killed.
-const WEDGED: &str =
-    "nvidia-smi did not answer: a GPU may be wedged (Xid 79 or 119); gpu.reset or a reboot recovers it";
+const WEDGED: &str = "a GPU may be wedged (Xid 79 or 119): gpu.reset or a reboot recovers it";
 
 /// What to do when a failure matches no entry of the table.
 pub const NO_HINT: &str = "run the same nvidia-smi command by hand to read the whole error";
