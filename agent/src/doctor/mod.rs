@@ -4,9 +4,8 @@
 //! inventory collector, procfs, sysfs, `/dev`, `systemctl`, this boot's `faults.json`, the
 //! helper's socket) and turns them into [`Check`]s with the pure functions of [`checks`]; each
 //! GPU's line is its verdict ([`crate::health::verdict::judge`]), the one `bcd status` and
-//! `bcd diag` print. Every message says what is
-//! wrong and what to do, in one line. Nothing here changes the host: doctor only reads, asks
-//! `systemctl is-active` and pings the helper.
+//! `bcd diag` print. Every message says what is wrong and what to do, in one line. Nothing
+//! here changes the host: doctor only reads, asks `systemctl is-active` and pings the helper.
 //!
 //! Under WSL 2 (`/dev/dxg` without `/dev/nvidiactl`) the host checks after `gpu-host` are
 //! skipped: there is no PCI function, kernel module, kernel log or privileged step to check.
