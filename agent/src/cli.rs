@@ -1,4 +1,4 @@
-//! The operator's command line: global options and subcommands, as DESIGN.md lists them.
+//! The operator's command line: global options and subcommands, as the README lists them.
 
 use std::path::PathBuf;
 

@@ -22,3 +22,4 @@ pub mod smi;
 pub mod state;
 #[cfg(test)]
 mod test_log;
+pub mod utc;

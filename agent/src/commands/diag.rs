@@ -7,11 +7,8 @@ use bcd_protocol::GpuUuid;
 
 use super::output::{ask_node, print, print_json, saying_what_it_waits_for};
 use crate::cli::Global;
-use crate::health::diag::{
-    diag_nvml, link_widths, render as render_diag, DiagReport, DiagRequest, NvmlState,
-};
-use crate::health::faults::{read_boot_id, read_this_boot};
-use crate::inventory::collect::collect;
+use crate::health::diag::{diag_host, render as render_diag, DiagReport, DiagRequest};
+use crate::smi::runner::Runner;
 
 /// How long `bcd diag` waits for a running node's answer: its collection's own bound (60 s
 /// for a snapshot) and a margin.
@@ -39,7 +36,8 @@ async fn diag_from_node(
 }
 
 /// `bcd diag`: asks a running `bcd node` first (no `nvidia-smi` of its own then), else
-/// collects, runs `diag.nvml`; exit 0 only when every check passed.
+/// collects, judges every GPU and runs `diag.nvml`; exit 0 only when every check passed (a
+/// degraded GPU's warnings pass).
 pub async fn diag(
     global: &Global,
     gpu_uuids: &[GpuUuid],
@@ -49,39 +47,21 @@ pub async fn diag(
         return show(global, &report);
     }
     let host = global.host();
-    let collection = saying_what_it_waits_for(global.json, collect(&host, None)).await;
-    let conditions = match read_boot_id(&host).and_then(|b| read_this_boot(&global.data_dir, &b)) {
-        Ok(c) => c,
-        Err(e) => {
-            // Diag still runs: xid.recent then shows only what it can know.
-            eprintln!("bcd: {e}; xid.recent cannot see earlier XIDs");
-            Vec::new()
-        }
-    };
-    let error = collection.snapshot_error.as_ref();
-    let nvml = match error {
-        Some(e) if e.is_no_driver() => NvmlState::Unavailable,
-        _ => NvmlState::Collected(&collection.inventory),
-    };
-    let detail = error.filter(|e| !e.is_no_driver()).map(ToString::to_string);
     let request = DiagRequest {
         gpu_uuids: gpu_uuids.to_vec(),
         expected_gpu_count: expected_gpus,
     };
-    let links = link_widths(&host, &collection.inventory);
-    let driver = collection
-        .snapshot
-        .as_ref()
-        .map(|s| crate::health::status::driver_readings(&s.xml))
-        .unwrap_or_default();
-    let report = diag_nvml(
-        nvml,
-        detail.as_deref(),
-        &links,
-        &driver,
-        &conditions,
-        &request,
-    );
+    let report = saying_what_it_waits_for(
+        global.json,
+        diag_host(
+            &host,
+            &Runner::new(host.nvidia_smi()),
+            &global.data_dir,
+            &global.xid_policy(),
+            &request,
+        ),
+    )
+    .await;
     show(global, &report)
 }
 

@@ -11,6 +11,8 @@ use crate::doctor::{checks, run, Check, DoctorEnv, Status};
 pub async fn doctor(global: &Global, systemctl: &Path) -> ExitCode {
     let mut env = DoctorEnv::new(global.host(), &global.helper_socket);
     env.systemctl = systemctl.to_path_buf();
+    env.data_dir = Some(global.data_dir.clone());
+    env.xid_policy = global.xid_policy();
     let mut report = saying_what_it_waits_for(global.json, run(&env)).await;
     // The node's XID overrides are configuration, not a fact of the host: always `ok`.
     report.checks.push(Check::new(

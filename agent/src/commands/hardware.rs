@@ -15,12 +15,11 @@ pub async fn hardware(global: &Global) -> ExitCode {
         if e.is_no_driver() {
             eprintln!("bcd: {e}; showing what procfs and sysfs show");
         } else {
+            // The error names nvidia-smi and what it did; the hint says what to do.
             let hint = crate::smi::hint::error_hint(&e.to_string())
-                .map(|h| format!(" ({h})"))
+                .map(|h| format!("; {h}"))
                 .unwrap_or_default();
-            eprintln!(
-                "bcd: nvidia-smi did not answer: {e}{hint}; showing what procfs and sysfs show"
-            );
+            eprintln!("bcd: {e}{hint}; showing what procfs and sysfs show");
         }
     }
     for sentence in &collection.left_out {
@@ -31,31 +30,39 @@ pub async fn hardware(global: &Global) -> ExitCode {
             return ExitCode::from(1);
         }
     } else {
-        print(&render_inventory(&collection.inventory));
+        print(&render_inventory(
+            &collection.inventory,
+            collection.snapshot.is_some(),
+        ));
     }
     ExitCode::SUCCESS
 }
 
-/// The inventory as an operator reads it: one header line, then one line per GPU.
-pub fn render_inventory(inv: &Inventory) -> String {
+/// The inventory as an operator reads it: one header line, then one line per GPU, each with
+/// its control characters escaped (names and versions are what `nvidia-smi` printed), as
+/// `bcd status` and `bcd doctor` show them. `answered`: whether `nvidia-smi` answered the
+/// collection (a driver before R410 answers without a CUDA version).
+pub fn render_inventory(inv: &Inventory, answered: bool) -> String {
     let s = &inv.gpu;
-    let mut out = format!(
-        "driver {}, CUDA {}, {} GPU(s), inventory {}\n",
+    let mut lines = vec![format!(
+        "driver {}, CUDA {}, {} GPU(s), inventory {}",
         s.driver_version.as_deref().unwrap_or("unknown"),
-        s.cuda_driver_version
-            .as_deref()
-            .unwrap_or("unknown (nvidia-smi did not answer)"),
+        s.cuda_driver_version.as_deref().unwrap_or(if answered {
+            crate::health::diag::NO_CUDA_VERSION
+        } else {
+            "unknown (nvidia-smi did not answer)"
+        }),
         s.gpus.len(),
         inv.hash
-    );
+    )];
     if s.gpus.is_empty() {
-        out.push_str("no NVIDIA GPU found on this host\n");
+        lines.push("no NVIDIA GPU found on this host".to_owned());
     }
-    for g in &s.gpus {
-        out.push_str(&render_gpu(g));
-        out.push('\n');
-    }
-    out
+    lines.extend(s.gpus.iter().map(render_gpu));
+    lines
+        .iter()
+        .map(|l| format!("{}\n", crate::smi::escape_line(l)))
+        .collect()
 }
 
 fn render_gpu(g: &Gpu) -> String {

@@ -182,7 +182,8 @@ impl std::fmt::Display for Busy {
                 since,
             } => write!(
                 f,
-                "a pending Kubernetes release: hold {hold} has {device}, which no pod has had since {since} (Unix time); it is released once its grace period is over and the GPU shows no compute process"
+                "a pending Kubernetes release: hold {hold} has {device}, which no pod has had since {}; it is released once its grace period is over and the GPU shows no compute process",
+                crate::utc::format_utc(*since)
             ),
         }
     }
@@ -470,6 +471,12 @@ pub(crate) mod tests {
         assert!(
             busy.to_string()
                 .starts_with("a pending Kubernetes release: hold k8s-1 has"),
+            "{busy}"
+        );
+        // What broke: "since 1700000000 (Unix time)"; the date reads as one now.
+        assert!(
+            busy.to_string()
+                .contains("which no pod has had since 2023-11-14 22:13:20 UTC;"),
             "{busy}"
         );
         // Only a Kubernetes binding's release can be pending.

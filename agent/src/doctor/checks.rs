@@ -8,10 +8,12 @@ use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use super::helper::PingError;
 use super::systemd::UnitState;
 use super::{Check, Status};
+use crate::health::verdict::{HealthState, Verdict};
 use crate::host::Host;
 use crate::inventory::collect::Collection;
+use crate::inventory::document::Gpu;
 use crate::inventory::memory::{PciFunction, NVIDIA_VENDOR};
-use crate::smi::hint::error_hint;
+use crate::smi::hint::hint_or_default;
 use crate::smi::probe::Probe;
 use crate::smi::runner::RunError;
 use crate::smi::snapshot::{ProbeFailure, SnapshotError};
@@ -23,8 +25,10 @@ pub mod name {
     pub const NVML: &str = "nvml";
     /// The inventory collected and hashed.
     pub const HARDWARE: &str = "hardware";
-    /// One per GPU `nvidia-smi` lists.
+    /// One per GPU of the inventory: its verdict.
     pub const GPU: &str = "gpu";
+    /// A GPU whose MIG mode changes at its next reset.
+    pub const MIG_MODE: &str = "mig-mode";
     /// The snapshot failed.
     pub const GPUS: &str = "gpus";
     /// WSL 2's paravirtual GPU.
@@ -43,24 +47,21 @@ pub mod name {
     pub const DRIVER_VERSION: &str = "driver-version";
     /// `/dev/kmsg` readable (XIDs).
     pub const KMSG: &str = "kmsg";
+    /// This boot's XID record (`faults.json`) could not be read.
+    pub const XID_RECORD: &str = "xid-record";
     /// The helper answers `Ping`.
     pub const HELPER: &str = "helper";
     /// GPUs, and a helper to do their privileged steps.
     pub const GPU_BINDING: &str = "gpu-binding";
 }
 
-/// What to do when a failure has no entry in the hints table.
-const NO_HINT: &str = "run the same nvidia-smi command by hand to read the whole error";
-
-/// The hint for a failure's text, or the generic advice.
-fn hint_for(text: &str) -> &'static str {
-    error_hint(text).unwrap_or(NO_HINT)
-}
-
 /// A failure's text without a trailing full stop, so a hint can follow it.
 fn clause(text: &str) -> String {
     text.trim().trim_end_matches('.').to_owned()
 }
+
+/// What to install on a host without an NVIDIA driver: bcd installs no driver itself.
+const INSTALL_DRIVER: &str = "install the NVIDIA driver (on Debian the nvidia-driver package, from non-free; elsewhere NVIDIA's packages for the GPUs' driver branch)";
 
 fn plural(n: usize, one: &str, many: &str) -> String {
     format!("{n} {}", if n == 1 { one } else { many })
@@ -82,21 +83,23 @@ pub fn nvml(probe: &Result<Probe, ProbeFailure>) -> Check {
         Err(ProbeFailure::Run(RunError::NoDriver)) => Check::new(
             Status::Warn,
             name::NVML,
-            "nvidia-smi not found, so this host has no NVIDIA driver: install it (the nvidia-driver unit) if this node should serve GPUs",
+            format!("nvidia-smi not found, so this host has no NVIDIA driver: {INSTALL_DRIVER} if this node should serve GPUs"),
         ),
         Err(e) => {
             let text = e.to_string();
             Check::new(
                 Status::Fail,
                 name::NVML,
-                format!("{}; {}", clause(&text), hint_for(&text)),
+                format!("{}; {}", clause(&text), hint_or_default(&text)),
             )
         }
     }
 }
 
-/// `hardware`: always `ok` once the collector ran (it never fails; what it could not read
-/// is left out): how many GPUs the inventory lists and its hash.
+/// `hardware`, once the collector ran (it never fails; what it could not read is left out):
+/// how many GPUs the inventory lists and its hash; `ok`, or `warn` naming each GPU the driver
+/// or `nvidia-smi` reports that the inventory leaves out (a UUID that names no GPU), since
+/// bcd then neither judges nor hands it out.
 pub fn hardware(collection: &Collection) -> Check {
     let inv = &collection.inventory;
     let source = if collection.snapshot.is_some() {
@@ -104,15 +107,19 @@ pub fn hardware(collection: &Collection) -> Check {
     } else {
         " (from procfs and sysfs only: nvidia-smi did not answer)"
     };
-    Check::new(
-        Status::Ok,
-        name::HARDWARE,
-        format!(
-            "{} in the inventory, hashed {}{source}",
-            plural(inv.gpu.gpus.len(), "GPU", "GPUs"),
-            short_hash(&inv.hash)
-        ),
-    )
+    let mut message = format!(
+        "{} in the inventory, hashed {}{source}",
+        plural(inv.gpu.gpus.len(), "GPU", "GPUs"),
+        short_hash(&inv.hash)
+    );
+    if collection.left_out.is_empty() {
+        return Check::new(Status::Ok, name::HARDWARE, message);
+    }
+    for sentence in &collection.left_out {
+        message.push_str("; but ");
+        message.push_str(sentence);
+    }
+    Check::new(Status::Warn, name::HARDWARE, message)
 }
 
 /// `sha256:` and the first 16 hex digits: enough to compare two nodes by eye.
@@ -124,78 +131,79 @@ fn short_hash(hash: &str) -> String {
     format!("{}…", &hash[..end])
 }
 
-/// `gpu`, one per GPU `nvidia-smi` lists: its UUID, name, busy %, temperature, power draw of
-/// its limit, memory used of its total. `fail` for failed row remapping or uncorrectable
-/// volatile ECC errors; `warn` for a pending row remap or a MIG mode change waiting for a
-/// reset; else `ok`.
-pub fn gpu(g: &XmlGpu) -> Check {
-    let id = g
-        .uuid
-        .clone()
-        .or_else(|| g.pci_bus_id.map(|a| a.nvml_bus_id()))
-        .unwrap_or_else(|| "a GPU without UUID".into());
-    let mut parts = vec![
-        id.clone(),
-        g.product_name
-            .clone()
-            .unwrap_or_else(|| "unknown model".into()),
-    ];
-    if let Some(busy) = g.utilization_gpu_pct {
-        parts.push(format!("busy {busy}%"));
+/// `gpu`, one per GPU of the inventory (passed-through ones aside): its UUID, name, busy %,
+/// temperature, power draw of its limit, memory used of its total (what `nvidia-smi -q -x`
+/// said, where it answered), then its verdict ([`crate::health::verdict::judge`], as `bcd
+/// status` and `bcd diag` read it): `ok` healthy, `warn` degraded, `fail` unhealthy or
+/// unknown, with each reason and its action.
+pub fn gpu(g: &Gpu, xml: Option<&XmlGpu>, verdict: &Verdict) -> Check {
+    let name = xml
+        .and_then(|x| x.product_name.clone())
+        .or_else(|| g.name.clone())
+        .unwrap_or_else(|| "unknown model".into());
+    let mut parts = vec![g.uuid.to_string(), name];
+    if let Some(x) = xml {
+        if let Some(busy) = x.utilization_gpu_pct {
+            parts.push(format!("busy {busy}%"));
+        }
+        if let Some(t) = x.temperature_c {
+            parts.push(format!("{t} C"));
+        }
+        match (x.power_draw_w, x.power_limit_w) {
+            (Some(d), Some(l)) => parts.push(format!("{d:.0} W of {l:.0} W")),
+            (Some(d), None) => parts.push(format!("{d:.0} W")),
+            _ => {}
+        }
     }
-    if let Some(t) = g.temperature_c {
-        parts.push(format!("{t} C"));
-    }
-    match (g.power_draw_w, g.power_limit_w) {
-        (Some(d), Some(l)) => parts.push(format!("{d:.0} W of {l:.0} W")),
-        (Some(d), None) => parts.push(format!("{d:.0} W")),
-        _ => {}
-    }
-    match (g.memory_used_mib, g.memory_total_mib) {
+    match (xml.and_then(|x| x.memory_used_mib), g.memory_total_mib) {
         (Some(u), Some(t)) => parts.push(format!("{u} of {t} MiB used")),
         (None, Some(t)) => parts.push(format!("{t} MiB")),
         _ => {}
     }
-    let mut status = Status::Ok;
-    let mut problems = Vec::new();
-    let reset = format!("drain it and reset it (bcd gpu reset {id})");
-    if g.row_remap.as_ref().and_then(|r| r.failure) == Some(true) {
-        status = Status::Fail;
-        problems.push(
-            "row remapping failed: the GPU needs replacing, so drain it and take it out of service"
-                .to_owned(),
-        );
-    }
-    if let Some(n) = g.ecc.volatile.uncorrectable.filter(|n| *n > 0) {
-        status = Status::Fail;
-        problems.push(format!(
-            "{} since the driver loaded: {reset}, and replace it if they come back",
-            plural(
-                usize::try_from(n).unwrap_or(usize::MAX),
-                "uncorrectable ECC error",
-                "uncorrectable ECC errors"
-            )
+    let mut message = parts.join(", ");
+    let status = match verdict.health {
+        HealthState::Healthy => Status::Ok,
+        HealthState::Degraded => Status::Warn,
+        HealthState::Unhealthy | HealthState::Unknown => Status::Fail,
+    };
+    if !verdict.reasons.is_empty() {
+        message.push_str(&format!(
+            "; {}: {}",
+            verdict.health.name(),
+            verdict
+                .reasons
+                .iter()
+                .map(|r| format!("{} -> {}", r.message, r.action))
+                .collect::<Vec<_>>()
+                .join("; ")
         ));
     }
-    if g.row_remap.as_ref().and_then(|r| r.pending) == Some(true) {
-        status = status.max(Status::Warn);
-        problems.push(format!("a row remap waits for a GPU reset: {reset}"));
-    }
-    if let (Some(now), Some(next)) = (g.mig_mode_current, g.mig_mode_pending) {
-        if now != next {
-            status = status.max(Status::Warn);
-            problems.push(format!(
-                "MIG mode turns {} at the next GPU reset: {reset} or reboot",
-                if next { "on" } else { "off" }
-            ));
-        }
-    }
-    let mut message = parts.join(", ");
-    for p in problems {
-        message.push_str("; ");
-        message.push_str(&p);
-    }
     Check::new(status, name::GPU, message)
+}
+
+/// `mig-mode`, one per GPU whose MIG mode changes at its next reset: `warn`, since the GPU
+/// keeps its present mode (and its devices) until then. No line for the others.
+pub fn mig_mode(gpus: &[XmlGpu]) -> Vec<Check> {
+    gpus.iter()
+        .filter_map(|g| {
+            let (now, next) = (g.mig_mode_current?, g.mig_mode_pending?);
+            (now != next).then(|| {
+                let id = g
+                    .uuid
+                    .clone()
+                    .or_else(|| g.pci_bus_id.map(|a| a.nvml_bus_id()))
+                    .unwrap_or_else(|| "a GPU without UUID".into());
+                Check::new(
+                    Status::Warn,
+                    name::MIG_MODE,
+                    format!(
+                        "MIG mode of {id} turns {} at the next GPU reset: drain it and reset it (bcd gpu reset {id}) or reboot",
+                        if next { "on" } else { "off" }
+                    ),
+                )
+            })
+        })
+        .collect()
 }
 
 /// `gpus`: `fail` when the snapshot (`nvidia-smi -q -x`) failed, with the hint for its text.
@@ -209,7 +217,7 @@ pub fn gpus(error: Option<&SnapshotError>) -> Option<Check> {
         format!(
             "the GPU snapshot failed: {}; {}",
             clause(&text),
-            hint_for(&text)
+            hint_or_default(&text)
         ),
     ))
 }
@@ -343,14 +351,13 @@ pub fn gpu_bus(pci: &[PciFunction], smi: SmiView) -> Check {
     }
     let found = found.join(", ");
     let todo = match smi {
-        SmiView::NoDriver => {
-            "no NVIDIA driver answers: install it (the nvidia-driver unit) and reboot"
-        }
+        SmiView::NoDriver => format!("no NVIDIA driver answers: {INSTALL_DRIVER}, and reboot"),
         SmiView::Failed => {
             "nvidia-smi does not answer: fix what the gpus check says, then run doctor again"
+                .to_owned()
         }
         SmiView::Answered(_) => {
-            "some GPUs have no usable driver: check dmesg for why nvidia did not bind them (nouveau, a driver_override) and rebind or reboot"
+            "some GPUs have no usable driver: check dmesg for why nvidia did not bind them (nouveau, a driver_override) and rebind or reboot".to_owned()
         }
     };
     Check::new(
@@ -604,6 +611,16 @@ pub fn kmsg(opened: io::Result<KmsgNode>, restrict: Option<bool>) -> Check {
     Check::new(Status::Warn, name::KMSG, message)
 }
 
+/// `xid-record`, only when this boot's `faults.json` cannot be read: `warn`, since the `gpu`
+/// lines then judge without the XIDs it holds.
+pub fn xid_record(e: &crate::health::faults::FaultsError) -> Check {
+    Check::new(
+        Status::Warn,
+        name::XID_RECORD,
+        format!("{e}: the gpu lines judge without this boot's XIDs"),
+    )
+}
+
 /// `helper`: `ok` with the helper's version when it answered `Ping`; otherwise the error's
 /// sentence, `warn` when nothing listens (no helper installed or started), `fail` when
 /// something answered wrongly or not in time.
@@ -643,7 +660,7 @@ pub fn gpu_binding(gpus: usize, helper_answers: bool) -> Option<Check> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::smi::xml::{Counts, EccCounts, RowRemap};
+    use crate::smi::xml::RowRemap;
 
     fn function(addr: &str, class: &str, driver: Option<&str>) -> PciFunction {
         PciFunction {
@@ -689,11 +706,7 @@ mod tests {
         );
         let warn = nvml(&Err(ProbeFailure::Run(RunError::NoDriver)));
         assert_eq!(warn.status, Status::Warn);
-        assert!(
-            warn.message.contains("nvidia-driver unit"),
-            "{}",
-            warn.message
-        );
+        assert!(warn.message.contains(INSTALL_DRIVER), "{}", warn.message);
         let fail = nvml(&Err(ProbeFailure::Run(RunError::Failed {
             query: "--query-gpu=driver_version --format=csv,noheader".into(),
             exit_code: Some(18),
@@ -706,69 +719,98 @@ mod tests {
             fail.message
         );
         let unknown = nvml(&Err(ProbeFailure::Parse("garbage".into())));
-        assert!(unknown.message.ends_with(NO_HINT), "{}", unknown.message);
+        assert!(
+            unknown.message.ends_with(crate::smi::hint::NO_HINT),
+            "{}",
+            unknown.message
+        );
     }
 
+    fn verdict(health: HealthState, reasons: &[(&str, &str)]) -> Verdict {
+        Verdict {
+            health,
+            reasons: reasons
+                .iter()
+                .map(|(message, action)| crate::health::verdict::Reason {
+                    kind: "Test".into(),
+                    message: (*message).into(),
+                    action: (*action).into(),
+                    state: health,
+                })
+                .collect(),
+        }
+    }
+
+    // What broke: doctor judged each GPU by rules of its own (a pending row remap only
+    // warned, a driver asking for a reset or a fabric manager that is down passed): its line
+    // is the verdict now, with each reason and its action.
     #[test]
-    fn gpu_line_and_its_statuses() {
-        let ok = gpu(&healthy());
+    fn the_gpu_line_is_the_verdict() {
+        let x = healthy();
+        let g = Gpu {
+            memory_total_mib: Some(81559),
+            ..Gpu::new(0, x.uuid.as_deref().unwrap().parse().unwrap())
+        };
+        let ok = gpu(&g, Some(&x), &verdict(HealthState::Healthy, &[]));
         assert_eq!(ok.status, Status::Ok);
         assert_eq!(
             ok.message,
             "GPU-00000000-0000-0000-0000-000000000001, NVIDIA H100 80GB HBM3, busy 12%, 41 C, 71 W of 700 W, 1 of 81559 MiB used"
         );
-
-        let mut pending = healthy();
-        pending.row_remap.as_mut().unwrap().pending = Some(true);
-        let c = gpu(&pending);
-        assert_eq!(c.status, Status::Warn);
-        assert!(
-            c.message.contains(
-                "a row remap waits for a GPU reset: drain it and reset it (bcd gpu reset GPU-"
+        let c = gpu(
+            &g,
+            Some(&x),
+            &verdict(
+                HealthState::Degraded,
+                &[("clocks slowed down", "check the cooling")],
             ),
-            "{}",
-            c.message
         );
-
-        let mut mig = healthy();
-        mig.mig_mode_pending = Some(true);
-        let c = gpu(&mig);
         assert_eq!(c.status, Status::Warn);
         assert!(
             c.message
-                .contains("MIG mode turns on at the next GPU reset"),
+                .ends_with("MiB used; degraded: clocks slowed down -> check the cooling"),
             "{}",
             c.message
         );
-
-        let mut failed = healthy();
-        failed.row_remap.as_mut().unwrap().failure = Some(true);
-        failed.row_remap.as_mut().unwrap().pending = Some(true);
-        let c = gpu(&failed);
-        assert_eq!(c.status, Status::Fail, "fail wins over warn");
-        assert!(
-            c.message.contains("row remapping failed") && c.message.contains("row remap waits")
-        );
-
-        let mut ecc = healthy();
-        ecc.ecc = EccCounts {
-            volatile: Counts {
-                correctable: Some(3),
-                uncorrectable: Some(2),
-            },
-            ..EccCounts::default()
-        };
-        let c = gpu(&ecc);
+        let two = [("a", "do a"), ("b", "do b")];
+        let c = gpu(&g, Some(&x), &verdict(HealthState::Unhealthy, &two));
         assert_eq!(c.status, Status::Fail);
         assert!(
-            c.message
-                .contains("2 uncorrectable ECC errors since the driver loaded"),
+            c.message.ends_with("; unhealthy: a -> do a; b -> do b"),
             "{}",
             c.message
         );
+        // Nothing answered for it: unknown fails, from what the inventory knows.
+        let c = gpu(
+            &g,
+            None,
+            &verdict(HealthState::Unknown, &[("silent", "check it")]),
+        );
+        assert_eq!(c.status, Status::Fail);
+        assert_eq!(
+            c.message,
+            "GPU-00000000-0000-0000-0000-000000000001, unknown model, 81559 MiB; unknown: silent -> check it"
+        );
+    }
 
-        let bare = gpu(&XmlGpu::default());
-        assert_eq!(bare.message, "a GPU without UUID, unknown model");
+    #[test]
+    fn a_pending_mig_mode_change_warns_on_its_own_line() {
+        assert!(mig_mode(&[healthy()]).is_empty());
+        let mut mig = healthy();
+        mig.mig_mode_pending = Some(true);
+        let c = mig_mode(&[mig]);
+        assert_eq!(c.len(), 1);
+        assert_eq!(
+            (c[0].status, c[0].name.as_str()),
+            (Status::Warn, name::MIG_MODE)
+        );
+        assert!(
+            c[0].message.starts_with(
+                "MIG mode of GPU-00000000-0000-0000-0000-000000000001 turns on at the next GPU reset"
+            ),
+            "{}",
+            c[0].message
+        );
     }
 
     #[test]
@@ -784,7 +826,7 @@ mod tests {
             ("Failed to initialize NVML: Driver/library version mismatch", "unload and reload the nvidia modules"),
             ("NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver. Make sure that the latest NVIDIA driver is installed and running.", "modprobe nvidia"),
             ("No devices were found", "lspci -d 10de:"),
-            ("Unable to determine the device handle: Unknown Error", NO_HINT),
+            ("Unable to determine the device handle: Unknown Error", crate::smi::hint::NO_HINT),
         ];
         for (text, hint) in cases {
             let c = gpus(Some(&failed(text))).unwrap();
@@ -799,6 +841,27 @@ mod tests {
         assert!(gpus(Some(&hung)).unwrap().message.contains("Xid 79 or 119"));
         assert_eq!(gpus(Some(&SnapshotError::Run(RunError::NoDriver))), None);
         assert_eq!(gpus(None), None);
+    }
+
+    // What broke: doctor told a host without a driver to "install it (the nvidia-driver
+    // unit)", a unit bcd does not have; it names what to install instead.
+    #[test]
+    fn a_host_without_a_driver_is_told_what_to_install_not_a_unit() {
+        let nvml = nvml(&Err(ProbeFailure::Run(RunError::NoDriver)));
+        let bus = gpu_bus(
+            &[function("0000:18:00.0", "0x030200", None)],
+            SmiView::NoDriver,
+        );
+        for c in [nvml, bus] {
+            assert!(!c.message.contains("unit"), "{}", c.message);
+            assert!(
+                c.message.contains(
+                    "install the NVIDIA driver (on Debian the nvidia-driver package, from non-free"
+                ),
+                "{}",
+                c.message
+            );
+        }
     }
 
     #[test]
@@ -837,11 +900,7 @@ mod tests {
         );
         let c = gpu_bus(&two_nvidia, SmiView::NoDriver);
         assert_eq!(c.status, Status::Warn);
-        assert!(
-            c.message.contains("install it (the nvidia-driver unit)"),
-            "{}",
-            c.message
-        );
+        assert!(c.message.contains(INSTALL_DRIVER), "{}", c.message);
         let c = gpu_bus(&two_nvidia, SmiView::Failed);
         assert_eq!(c.status, Status::Warn);
         assert!(c.message.contains("gpus check"), "{}", c.message);
@@ -932,6 +991,26 @@ mod tests {
             function("0000:18:00.0", "0x030200", Some("nvidia")),
         ];
         assert_eq!(nvswitch_count(&pci), 1);
+        // The line fails exactly when the verdict takes the GPUs out for it.
+        let states = [
+            "active",
+            "reloading",
+            "refreshing",
+            "activating",
+            "inactive",
+            "failed",
+        ];
+        for s in states
+            .map(is)
+            .into_iter()
+            .chain([UnitState::Unknown("x".into())])
+        {
+            assert_eq!(
+                fabric_manager(4, &s).status == Status::Fail,
+                crate::health::verdict::fabric_manager_down_given(4, &s).is_some(),
+                "{s:?}"
+            );
+        }
     }
 
     #[test]

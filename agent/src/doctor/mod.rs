@@ -1,10 +1,11 @@
 //! `bcd doctor`: the checks an operator runs before trusting a GPU node, one line each.
 //!
 //! Doctor gathers facts at the edges (one `nvidia-smi` probe, one full snapshot through the
-//! inventory collector, procfs, sysfs, `/dev`, `systemctl`, the helper's socket) and turns
-//! them into [`Check`]s with the pure functions of [`checks`]. Every message says what is
-//! wrong and what to do, in one line. Nothing here changes the host: doctor only reads, asks
-//! `systemctl is-active` and pings the helper.
+//! inventory collector, procfs, sysfs, `/dev`, `systemctl`, this boot's `faults.json`, the
+//! helper's socket) and turns them into [`Check`]s with the pure functions of [`checks`]; each
+//! GPU's line is its verdict ([`crate::health::verdict::judge`]), the one `bcd status` and
+//! `bcd diag` print. Every message says what is wrong and what to do, in one line. Nothing
+//! here changes the host: doctor only reads, asks `systemctl is-active` and pings the helper.
 //!
 //! Under WSL 2 (`/dev/dxg` without `/dev/nvidiactl`) the host checks after `gpu-host` are
 //! skipped: there is no PCI function, kernel module, kernel log or privileged step to check.
@@ -19,6 +20,8 @@ use std::time::Duration;
 
 use serde::Serialize;
 
+use crate::health::verdict::{fabric_manager_down_given, judge, Evidence};
+use crate::health::xid::XidPolicy;
 use crate::helper_client::{Helper, SocketHelper};
 use crate::host::Host;
 use crate::inventory::collect::collect_with;
@@ -127,6 +130,11 @@ impl Report {
 pub struct DoctorEnv {
     /// The host: `/proc`, `/sys`, `/dev` and the `nvidia-smi` to run.
     pub host: Host,
+    /// The data folder whose `faults.json` holds this boot's XIDs for the `gpu` lines'
+    /// verdict; `None`: no XIDs are read.
+    pub data_dir: Option<PathBuf>,
+    /// The node's overrides of the XID catalog, for the verdict.
+    pub xid_policy: XidPolicy,
     /// The `systemctl` asked whether `nvidia-fabricmanager` is active (a bare name is looked
     /// up on `PATH`).
     pub systemctl: PathBuf,
@@ -140,11 +148,13 @@ pub struct DoctorEnv {
 }
 
 impl DoctorEnv {
-    /// The defaults: `systemctl` from `PATH`, the reader's query bound, and the helper at
-    /// `helper_socket` pinged within [`PING_TIMEOUT`].
+    /// The defaults: no data folder, the catalog as it is, `systemctl` from `PATH`, the
+    /// reader's query bound, and the helper at `helper_socket` pinged within [`PING_TIMEOUT`].
     pub fn new(host: Host, helper_socket: impl Into<PathBuf>) -> Self {
         Self {
             host,
+            data_dir: None,
+            xid_policy: XidPolicy::default(),
             systemctl: PathBuf::from("systemctl"),
             query_timeout: QUERY_TIMEOUT,
             helper: Arc::new(SocketHelper::new(helper_socket)),
@@ -169,13 +179,72 @@ pub async fn run(env: &DoctorEnv) -> Report {
     let (probed, collection, ping) =
         tokio::join!(probe(&runner), collect_with(host, None, &runner), ping);
 
+    let pci = pci_functions(host);
+    let switches = checks::nvswitch_count(&pci);
+    // Asked once: the same answer makes the fabric-manager line and the GPUs' verdict.
+    let fabric_manager = if switches > 0 {
+        Some(systemd::is_active(&env.systemctl, systemd::FABRIC_MANAGER_UNIT).await)
+    } else {
+        None
+    };
+    let xids = env.data_dir.as_deref().map(|dir| {
+        crate::health::faults::read_boot_id(host)
+            .and_then(|boot| crate::health::faults::read_with_history(dir, &boot))
+    });
+    let (conditions, history) = match &xids {
+        Some(Ok((c, h))) => (c.as_slice(), h.as_slice()),
+        _ => (&[][..], &[][..]),
+    };
+
     let mut report = Report::default();
     let out = &mut report.checks;
     out.push(checks::nvml(&probed));
     out.push(checks::hardware(&collection));
     let xml = collection.snapshot.as_ref().map(|s| &s.xml);
+    let no_driver = collection
+        .snapshot_error
+        .as_ref()
+        .is_some_and(|e| e.is_no_driver());
+    if !no_driver {
+        let inventory = &collection.inventory;
+        let driver = xml.map(crate::health::status::driver_readings);
+        let silent = collection.snapshot_error.as_ref().map(ToString::to_string);
+        let links = crate::health::pcie::link_widths(host, inventory);
+        let evidence = Evidence {
+            conditions,
+            history,
+            policy: Some(&env.xid_policy),
+            driver: driver.as_ref(),
+            silent: silent.as_deref(),
+            fabric_manager_down: fabric_manager
+                .as_ref()
+                .and_then(|state| fabric_manager_down_given(switches, state)),
+            samples: &[],
+            correctable: None,
+            board: &inventory.gpu.gpus,
+            links: Some(&links),
+        };
+        let mut gpus: Vec<_> = inventory
+            .gpu
+            .gpus
+            .iter()
+            .filter(|g| !g.passed_through)
+            .collect();
+        gpus.sort_by_key(|g| g.index);
+        for g in gpus {
+            let reported = xml.and_then(|x| {
+                x.gpus.iter().find(|x| {
+                    x.uuid
+                        .as_deref()
+                        .and_then(|u| u.parse::<bcd_protocol::GpuUuid>().ok())
+                        .is_some_and(|u| u == g.uuid)
+                })
+            });
+            out.push(checks::gpu(g, reported, &judge(g, &evidence)));
+        }
+    }
     if let Some(xml) = xml {
-        out.extend(xml.gpus.iter().map(checks::gpu));
+        out.extend(checks::mig_mode(&xml.gpus));
     }
     out.extend(checks::gpus(collection.snapshot_error.as_ref()));
     if wsl {
@@ -185,16 +254,13 @@ pub async fn run(env: &DoctorEnv) -> Report {
     out.push(checks::nouveau(
         std::fs::read_to_string(host.path("/proc/modules")).as_deref(),
     ));
-    let pci = pci_functions(host);
     let seen = checks::SmiView::of(&collection);
     out.push(checks::gpu_bus(&pci, seen));
     if let Some(xml) = xml {
         out.extend(checks::persistence(&xml.gpus));
     }
-    let switches = checks::nvswitch_count(&pci);
-    if switches > 0 {
-        let state = systemd::is_active(&env.systemctl, systemd::FABRIC_MANAGER_UNIT).await;
-        out.push(checks::fabric_manager(switches, &state));
+    if let Some(state) = &fabric_manager {
+        out.push(checks::fabric_manager(switches, state));
     }
     let module_version = std::fs::read_to_string(host.path("/proc/driver/nvidia/version"))
         .ok()
@@ -210,6 +276,9 @@ pub async fn run(env: &DoctorEnv) -> Report {
         checks::open_kmsg(host),
         checks::dmesg_restrict(host),
     ));
+    if let Some(Err(e)) = &xids {
+        out.push(checks::xid_record(e));
+    }
     if let Some(ping) = ping {
         let location = env.helper.socket().display().to_string();
         out.push(checks::helper(&location, &ping));

@@ -1,23 +1,37 @@
-//! `diag.nvml`: the checks the seed lists, run over a fresh inventory, the PCIe link widths in
-//! sysfs, the driver's own recovery readings and this boot's XID conditions; and `bcd diag`'s
-//! rendering.
+//! `diag.nvml`: the checks the seed lists, and one per other reason of the verdict, over a fresh
+//! inventory; and `bcd diag`'s rendering.
 //!
-//! [`diag_nvml`] is pure: the caller collects, reads sysfs ([`link_widths`]) and the faults
-//! file. `nvml.init` failing stops everything else, as there is nothing to check then.
+//! Every per-GPU check reads the GPU's verdict ([`super::verdict::judge`], the one rule `bcd
+//! status`, `bcd doctor` and the node use): a GPU fails diag exactly when its verdict is
+//! `unhealthy` or `unknown`, and a `degraded` one passes with `"severity": "warn"` on the
+//! checks that carry its reasons. The seed's checks (`ecc.uncorrectable`, `row-remap.pending`,
+//! `row-remap.failure`, `pcie.link`, `xid.recent`, `recovery-action`) are always listed; a
+//! reason none of them covers (the fabric, the fabric manager, throttling, ...) is a check of
+//! its own, listed only when there is one.
+//!
+//! [`diag_with_verdicts`] is pure: the caller collects, judges and reads sysfs ([`link_widths`])
+//! and the faults file; [`diag_host`] does all of that for `bcd diag` without a node.
+//! `nvml.init` failing stops everything else, as there is nothing to check then.
 
 use std::collections::BTreeMap;
+use std::path::Path;
 
 use bcd_protocol::GpuUuid;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
-use super::{uncorrectable_volatile, xid_conditions, Condition};
+use super::verdict::{self, judge, kind, Evidence, HealthState, Reason, Verdict};
+use super::xid::XidPolicy;
+use super::{xid_conditions, Condition};
 use crate::host::Host;
 use crate::inventory::document::{Gpu, Inventory};
+use crate::smi::runner::Runner;
 use crate::smi::xml::DriverHealth;
 
-/// The checks' names, as the seed spells them.
+pub use super::pcie::{link_widths, LinkWidth};
+
+/// The checks' names: the seed's, then those for the verdict's other reasons.
 pub mod check {
-    /// `nvidia-smi` answered (the inventory has a CUDA driver version).
+    /// `nvidia-smi` answered ([`super::nvidia_smi_answered`]).
     pub const NVML_INIT: &str = "nvml.init";
     /// At least the expected number of GPUs is visible.
     pub const GPU_COUNT: &str = "gpu.count";
@@ -31,10 +45,32 @@ pub mod check {
     pub const ROW_REMAP_FAILURE: &str = "row-remap.failure";
     /// The negotiated PCIe link width is the maximum.
     pub const PCIE_LINK: &str = "pcie.link";
-    /// No XID this boot.
+    /// No XID this boot that changes the GPU's health.
     pub const XID_RECENT: &str = "xid.recent";
     /// The driver asks for no recovery action (`gpu_recovery_action`, `gpu_reset_status`).
     pub const RECOVERY_ACTION: &str = "recovery-action";
+    /// The NVLink fabric (`-q -x`'s `<fabric>`): only when it has a reason.
+    pub const FABRIC: &str = "fabric";
+    /// NVSwitches without a fabric manager: only when there are.
+    pub const FABRIC_MANAGER: &str = "fabric-manager";
+    /// Clocks slowed down by hardware, heat or a power brake: only while they are.
+    pub const THROTTLING: &str = "throttling";
+    /// Correctable ECC errors at a high rate (the node's collections): only when they come.
+    pub const ECC_CORRECTABLE_RATE: &str = "ecc.correctable-rate";
+    /// A fatal SXid on an NVSwitch the GPU's NVLinks reach: only when there was one.
+    pub const NVSWITCH: &str = "nvswitch";
+    /// `nvidia-smi` reports the GPU the driver lists: only when it does not.
+    pub const NVIDIA_SMI: &str = "nvidia-smi";
+
+    /// The seed's per-GPU checks, listed for every GPU in this order.
+    pub const SEED: [&str; 6] = [
+        ECC_UNCORRECTABLE,
+        ROW_REMAP_PENDING,
+        ROW_REMAP_FAILURE,
+        PCIE_LINK,
+        XID_RECENT,
+        RECOVERY_ACTION,
+    ];
 }
 
 /// `nvml.init`'s message when `nvidia-smi` did not answer.
@@ -42,11 +78,21 @@ pub const NVML_NO_ANSWER: &str =
     "the NVIDIA driver's management interface (nvidia-smi) did not answer";
 /// `nvml.init`'s message when there is no GPU section at all (no driver).
 pub const NVML_NOT_AVAILABLE: &str = "NVML is not available on this node";
+/// `nvml.init`'s CUDA version where `nvidia-smi` answered without one.
+pub const NO_CUDA_VERSION: &str = "unknown (nvidia-smi reports it from driver R410 on)";
 /// `gpu.present`'s message for a GPU the inventory does not list.
 pub const NOT_VISIBLE: &str = "not visible to NVML";
 
+/// How much a passed check asks for attention.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Severity {
+    /// The GPU is degraded: it may take work, watch it.
+    Warn,
+}
+
 /// One check's result.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Check {
     /// Its name, from [`check`].
     pub check: String,
@@ -55,12 +101,15 @@ pub struct Check {
     pub gpu: Option<GpuUuid>,
     /// Whether it passed.
     pub passed: bool,
-    /// What it found, in words.
+    /// `warn` on a passed check that carries a degraded GPU's reason; absent otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub severity: Option<Severity>,
+    /// What it found, in words; for a reason of the verdict, `kind: message -> action`.
     pub message: String,
 }
 
 /// The whole result: `passed` only when every check passed.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct DiagReport {
     /// Every check of every GPU passed.
     pub passed: bool,
@@ -77,22 +126,36 @@ pub struct DiagRequest {
     pub expected_gpu_count: Option<usize>,
 }
 
-/// A PCIe link's negotiated and maximum width, from sysfs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct LinkWidth {
-    /// `current_link_width`.
-    pub current: u32,
-    /// `max_link_width`.
-    pub max: u32,
-}
-
 /// What the inventory collection said about NVML.
 #[derive(Debug, Clone, Copy)]
 pub enum NvmlState<'a> {
     /// No GPU section: no driver at all.
     Unavailable,
-    /// The inventory, which tells by its CUDA driver version whether `nvidia-smi` answered.
+    /// The inventory; whether `nvidia-smi` answered for it is [`nvidia_smi_answered`].
     Collected(&'a Inventory),
+}
+
+/// Whether `nvidia-smi` answered the collection: there is a driver and the snapshot did not
+/// fail (`snapshot_error` is its error). `nvml.init` passes exactly then. A CUDA version
+/// cannot tell: drivers before R410 answer `-q -x` without one.
+pub fn nvidia_smi_answered(nvml: NvmlState<'_>, snapshot_error: Option<&str>) -> bool {
+    matches!(nvml, NvmlState::Collected(_)) && snapshot_error.is_none()
+}
+
+/// What [`diag_with_verdicts`] judges.
+#[derive(Debug, Clone, Copy)]
+pub struct DiagInput<'a> {
+    /// What the collection said about NVML.
+    pub nvml: NvmlState<'a>,
+    /// Why the snapshot failed, when it did: `nvml.init` then fails with it.
+    pub nvml_detail: Option<&'a str>,
+    /// The PCIe link widths per GPU UUID, for `pcie.link`'s message (the verdict judges them).
+    pub links: &'a BTreeMap<GpuUuid, LinkWidth>,
+    /// The verdict of each GPU of the inventory; a GPU without one is `unknown`.
+    pub verdicts: &'a BTreeMap<GpuUuid, Verdict>,
+    /// This boot's conditions, for `xid.recent`'s message on XIDs that change nothing; or why
+    /// there is no record of them, which `xid.recent` says instead of "no XIDs".
+    pub conditions: Result<&'a [Condition], &'a str>,
 }
 
 fn node_check(name: &str, passed: bool, message: String) -> Check {
@@ -100,6 +163,7 @@ fn node_check(name: &str, passed: bool, message: String) -> Check {
         check: name.to_owned(),
         gpu: None,
         passed,
+        severity: None,
         message,
     }
 }
@@ -109,16 +173,19 @@ fn gpu_check(name: &str, gpu: &GpuUuid, passed: bool, message: String) -> Check 
         check: name.to_owned(),
         gpu: Some(gpu.clone()),
         passed,
+        severity: None,
         message,
     }
 }
 
-/// Runs the checks.
+/// Runs the checks on the driver's readings and this boot's conditions alone: the verdict
+/// they give (the XID catalog as it is, no fabric manager state, no samples) stands for each
+/// GPU's. A caller that holds the whole verdict uses [`diag_with_verdicts`].
 ///
 /// `links` maps a GPU's UUID to its link width; a GPU without an entry (no sysfs, as on WSL)
-/// passes `pcie.link`. `conditions` must be this boot's. `nvml_detail` is appended to the
-/// `nvml.init` failure (the snapshot's error) when given. `driver` holds the driver's own
-/// readings per GPU UUID (from the same `-q -x`) for `recovery-action`.
+/// passes `pcie.link`. `conditions` must be this boot's. `nvml_detail` is the snapshot's
+/// error, when it failed: `nvml.init` fails with it. `driver` holds the driver's own
+/// readings per GPU UUID (from the same `-q -x`); empty, it stands for no readings at all.
 pub fn diag_nvml(
     nvml: NvmlState<'_>,
     nvml_detail: Option<&str>,
@@ -127,11 +194,41 @@ pub fn diag_nvml(
     conditions: &[Condition],
     request: &DiagRequest,
 ) -> DiagReport {
-    let detail = |base: &str| match nvml_detail {
+    let board = match nvml {
+        NvmlState::Collected(inv) => inv.gpu.gpus.as_slice(),
+        NvmlState::Unavailable => &[],
+    };
+    let evidence = Evidence {
+        conditions,
+        driver: (!driver.is_empty()).then_some(driver),
+        board,
+        links: Some(links),
+        ..Evidence::default()
+    };
+    let verdicts = board
+        .iter()
+        .map(|g| (g.uuid.clone(), judge(g, &evidence)))
+        .collect();
+    diag_with_verdicts(
+        &DiagInput {
+            nvml,
+            nvml_detail,
+            links,
+            verdicts: &verdicts,
+            conditions: Ok(conditions),
+        },
+        request,
+    )
+}
+
+/// Runs the checks: `nvml.init`, `gpu.count` and `gpu.present` from the inventory, then for
+/// each GPU asked for the seed's checks and a check for each other reason of its verdict.
+pub fn diag_with_verdicts(input: &DiagInput<'_>, request: &DiagRequest) -> DiagReport {
+    let detail = |base: &str| match input.nvml_detail {
         Some(d) => format!("{base}: {d}"),
         None => base.to_owned(),
     };
-    let inventory = match nvml {
+    let inventory = match input.nvml {
         NvmlState::Unavailable => {
             return finish(vec![node_check(
                 check::NVML_INIT,
@@ -139,7 +236,7 @@ pub fn diag_nvml(
                 detail(NVML_NOT_AVAILABLE),
             )])
         }
-        NvmlState::Collected(inv) if inv.gpu.cuda_driver_version.is_none() => {
+        NvmlState::Collected(_) if !nvidia_smi_answered(input.nvml, input.nvml_detail) => {
             return finish(vec![node_check(
                 check::NVML_INIT,
                 false,
@@ -157,7 +254,10 @@ pub fn diag_nvml(
         format!(
             "driver {}, CUDA {}",
             section.driver_version.as_deref().unwrap_or("unknown"),
-            section.cuda_driver_version.as_deref().unwrap_or("unknown")
+            section
+                .cuda_driver_version
+                .as_deref()
+                .unwrap_or(NO_CUDA_VERSION)
         ),
     )];
     if let Some(expected) = request.expected_gpu_count {
@@ -195,10 +295,30 @@ pub fn diag_nvml(
         selected
     };
     for gpu in selected {
-        checks.extend(gpu_checks(gpu, links.get(&gpu.uuid), conditions));
-        checks.push(recovery_check(&gpu.uuid, driver.get(&gpu.uuid)));
+        let unjudged;
+        let verdict = match input.verdicts.get(&gpu.uuid) {
+            Some(v) => v,
+            None => {
+                unjudged = not_judged(gpu);
+                &unjudged
+            }
+        };
+        checks.extend(gpu_checks(gpu, verdict, input));
     }
     finish(checks)
+}
+
+/// The verdict of a GPU the caller judged nothing for: never healthy.
+fn not_judged(gpu: &Gpu) -> Verdict {
+    Verdict {
+        health: HealthState::Unknown,
+        reasons: vec![Reason {
+            kind: kind::NOT_REPORTED.to_owned(),
+            message: "bcd has no verdict for this GPU".into(),
+            action: format!("run bcd diag --gpu {} again", gpu.uuid),
+            state: HealthState::Unknown,
+        }],
+    }
 }
 
 fn finish(checks: Vec<Check>) -> DiagReport {
@@ -208,185 +328,272 @@ fn finish(checks: Vec<Check>) -> DiagReport {
     }
 }
 
-/// `recovery-action`: fails when the driver asks for a reset, a drain or a reboot.
-fn recovery_check(uuid: &GpuUuid, driver: Option<&DriverHealth>) -> Check {
-    let Some(d) = driver else {
-        return gpu_check(
-            check::RECOVERY_ACTION,
-            uuid,
-            true,
-            "nvidia-smi gave no driver readings for this GPU (not checked)".into(),
-        );
-    };
-    if let Some((message, action)) = d
-        .recovery_action
-        .as_deref()
-        .and_then(|v| super::verdict::recovery_action(v, uuid.as_str()))
-    {
-        return gpu_check(
-            check::RECOVERY_ACTION,
-            uuid,
-            false,
-            format!("{message}: {action}"),
-        );
+/// The check that carries a reason of the verdict: a seed check where one covers it, else
+/// the check named for the reason's kind.
+fn check_of(r: &Reason) -> &'static str {
+    match r.kind.as_str() {
+        kind::ECC => check::ECC_UNCORRECTABLE,
+        kind::ROW_REMAP if r.message == verdict::ROW_REMAP_FAILED => check::ROW_REMAP_FAILURE,
+        kind::ROW_REMAP => check::ROW_REMAP_PENDING,
+        kind::PCIE_LINK => check::PCIE_LINK,
+        kind::RECOVERY_ACTION => check::RECOVERY_ACTION,
+        kind::FABRIC => check::FABRIC,
+        kind::FABRIC_MANAGER => check::FABRIC_MANAGER,
+        kind::THROTTLED => check::THROTTLING,
+        kind::ECC_CORRECTABLE_RATE => check::ECC_CORRECTABLE_RATE,
+        kind::SWITCH_FATAL => check::NVSWITCH,
+        kind::NVIDIA_SMI_SILENT | kind::NOT_REPORTED => check::NVIDIA_SMI,
+        // The kernel log's conditions: `Xid<N>`, `FellOffTheBus`.
+        _ => check::XID_RECENT,
     }
-    if d.drain_and_reset_recommended == Some(true) || d.reset_required == Some(true) {
-        return gpu_check(
-            check::RECOVERY_ACTION,
-            uuid,
-            false,
-            format!("the driver's gpu_reset_status asks for a reset: bcd gpu reset {uuid}"),
-        );
-    }
-    gpu_check(
-        check::RECOVERY_ACTION,
-        uuid,
-        true,
-        "the driver asks for no recovery action".into(),
-    )
 }
 
-fn gpu_checks(gpu: &Gpu, link: Option<&LinkWidth>, conditions: &[Condition]) -> Vec<Check> {
-    let u = &gpu.uuid;
-    let mut out = Vec::new();
-    out.push(match uncorrectable_volatile(gpu) {
-        Some(n) => gpu_check(
-            check::ECC_UNCORRECTABLE,
-            u,
-            false,
-            format!("{n} uncorrectable volatile ECC error(s) since the driver loaded"),
-        ),
-        None if gpu.ecc.as_ref().and_then(|e| e.volatile.as_ref()).is_some() => gpu_check(
-            check::ECC_UNCORRECTABLE,
-            u,
-            true,
-            "no uncorrectable volatile ECC errors".into(),
-        ),
-        None => gpu_check(
-            check::ECC_UNCORRECTABLE,
-            u,
-            true,
-            "the GPU reports no ECC counters".into(),
-        ),
-    });
-    let rr = gpu.row_remap.as_ref();
-    let pending = rr.and_then(|r| r.pending) == Some(true);
-    out.push(gpu_check(
-        check::ROW_REMAP_PENDING,
-        u,
-        !pending,
-        if pending {
-            "a row remap waits for a GPU reset".into()
-        } else if rr.is_some() {
-            "no row remap pending".into()
-        } else {
-            "the GPU reports no row remapping".into()
-        },
-    ));
-    let failed = rr.and_then(|r| r.failure) == Some(true);
-    out.push(gpu_check(
-        check::ROW_REMAP_FAILURE,
-        u,
-        !failed,
-        if failed {
-            "row remapping failed: the GPU needs replacing".into()
-        } else if rr.is_some() {
-            "row remapping has not failed".into()
-        } else {
-            "the GPU reports no row remapping".into()
-        },
-    ));
-    out.push(match link {
-        Some(l) if l.current < l.max => gpu_check(
-            check::PCIE_LINK,
-            u,
-            false,
-            format!(
-                "the PCIe link runs at x{} of x{}: check the riser, slot and seating",
-                l.current, l.max
-            ),
-        ),
-        Some(l) => gpu_check(
-            check::PCIE_LINK,
-            u,
-            true,
-            format!("x{} of x{}", l.current, l.max),
-        ),
-        None => gpu_check(
-            check::PCIE_LINK,
-            u,
-            true,
-            "no PCIe link width in sysfs (not checked)".into(),
-        ),
-    });
-    let xids = xid_conditions(gpu, conditions);
-    out.push(if xids.is_empty() {
-        gpu_check(check::XID_RECENT, u, true, "no XIDs this boot".into())
-    } else {
-        gpu_check(
-            check::XID_RECENT,
-            u,
-            false,
-            xids.iter()
-                .map(|c| format!("{}: {}", c.kind, c.message))
+/// A check made of reasons: failed when one of them keeps the GPU from work, `warn` when it
+/// passes with a degraded reason.
+fn from_reasons(name: &str, uuid: &GpuUuid, reasons: &[&Reason]) -> Check {
+    let passed = reasons.iter().all(|r| r.state.schedulable());
+    let degraded = reasons.iter().any(|r| r.state == HealthState::Degraded);
+    Check {
+        severity: (passed && degraded).then_some(Severity::Warn),
+        ..gpu_check(
+            name,
+            uuid,
+            passed,
+            reasons
+                .iter()
+                .map(|r| format!("{}: {} -> {}", r.kind, r.message, r.action))
                 .collect::<Vec<_>>()
                 .join("; "),
         )
-    });
-    out
+    }
 }
 
-/// Reads each GPU's `current_link_width` and `max_link_width` from `host`'s sysfs; GPUs
-/// without both files (WSL, passthrough without sysfs) are left out.
-pub fn link_widths(host: &Host, inventory: &Inventory) -> BTreeMap<GpuUuid, LinkWidth> {
-    let read = |dir: &std::path::Path, name: &str| -> Option<u32> {
-        std::fs::read_to_string(dir.join(name))
-            .ok()?
-            .trim()
-            .parse()
-            .ok()
-    };
-    let mut out = BTreeMap::new();
-    for gpu in &inventory.gpu.gpus {
-        let Some(address) = gpu.address() else {
-            continue;
-        };
-        let dir = host.path(format!("/sys/bus/pci/devices/{}", address.sysfs_name()));
-        if let (Some(current), Some(max)) = (
-            read(&dir, "current_link_width"),
-            read(&dir, "max_link_width"),
-        ) {
-            out.insert(gpu.uuid.clone(), LinkWidth { current, max });
+fn gpu_checks(gpu: &Gpu, verdict: &Verdict, input: &DiagInput<'_>) -> Vec<Check> {
+    let u = &gpu.uuid;
+    let mut out: Vec<Check> = check::SEED
+        .iter()
+        .map(|&name| {
+            let reasons: Vec<&Reason> = verdict
+                .reasons
+                .iter()
+                .filter(|r| check_of(r) == name)
+                .collect();
+            if reasons.is_empty() {
+                gpu_check(name, u, true, clean(name, gpu, input))
+            } else {
+                from_reasons(name, u, &reasons)
+            }
+        })
+        .collect();
+    let mut others: Vec<&'static str> = Vec::new();
+    for r in &verdict.reasons {
+        let name = check_of(r);
+        if !check::SEED.contains(&name) && !others.contains(&name) {
+            others.push(name);
         }
+    }
+    for name in others {
+        let reasons: Vec<&Reason> = verdict
+            .reasons
+            .iter()
+            .filter(|r| check_of(r) == name)
+            .collect();
+        out.push(from_reasons(name, u, &reasons));
     }
     out
 }
 
-/// The report as `bcd diag` prints it: one line per check, `ok`/`FAIL`, the check, the GPU
-/// (`-` for node-wide checks) and the message; then a summary line.
+/// A seed check's message when the verdict has no reason for it.
+fn clean(name: &str, gpu: &Gpu, input: &DiagInput<'_>) -> String {
+    let rr = gpu.row_remap.as_ref();
+    match name {
+        check::ECC_UNCORRECTABLE => {
+            if gpu.ecc.as_ref().and_then(|e| e.volatile.as_ref()).is_some() {
+                "no uncorrectable volatile ECC errors".into()
+            } else {
+                "the GPU reports no ECC counters".into()
+            }
+        }
+        check::ROW_REMAP_PENDING if rr.is_some() => "no row remap pending".into(),
+        check::ROW_REMAP_FAILURE if rr.is_some() => "row remapping has not failed".into(),
+        check::ROW_REMAP_PENDING | check::ROW_REMAP_FAILURE => {
+            "the GPU reports no row remapping".into()
+        }
+        check::PCIE_LINK => match input.links.get(&gpu.uuid) {
+            Some(l) => format!("x{} of x{}", l.current, l.max),
+            None => "no PCIe link width in sysfs (not checked)".into(),
+        },
+        check::XID_RECENT => match input.conditions {
+            Err(why) => why.to_owned(),
+            Ok(conditions) => {
+                let xids = xid_conditions(gpu, conditions);
+                if xids.is_empty() {
+                    "no XIDs this boot".into()
+                } else {
+                    format!(
+                        "only XIDs that change nothing by themselves this boot: {}",
+                        xids.iter()
+                            .map(|c| format!("{}: {}", c.kind, c.message))
+                            .collect::<Vec<_>>()
+                            .join("; ")
+                    )
+                }
+            }
+        },
+        _ => "the driver asks for no recovery action".into(),
+    }
+}
+
+/// `bcd diag` without a node: collects `host` through `runner`, reads its PCIe link widths,
+/// this boot's conditions from `<data_dir>/faults.json` (`xid.recent` says when there is none
+/// to read, and where it would be) and whether its NVSwitches have a fabric manager, judges
+/// every GPU with `policy`, and runs the checks.
+pub async fn diag_host(
+    host: &Host,
+    runner: &Runner,
+    data_dir: &Path,
+    policy: &XidPolicy,
+    request: &DiagRequest,
+) -> DiagReport {
+    use super::faults::{no_record, read_boot_id, read_record};
+    let collection = crate::inventory::collect::collect_with(host, None, runner).await;
+    let inventory = &collection.inventory;
+    let (conditions, history, unread) =
+        match read_boot_id(host).and_then(|b| read_record(data_dir, &b)) {
+            Ok(Some((c, h))) => (c, h, None),
+            Ok(None) => (
+                Vec::new(),
+                Vec::new(),
+                Some(no_record(data_dir, data_dir.is_dir())),
+            ),
+            Err(e) => (
+                Vec::new(),
+                Vec::new(),
+                Some(format!("XIDs unknown, not checked: {e}")),
+            ),
+        };
+    let error = collection.snapshot_error.as_ref();
+    let nvml = match error {
+        Some(e) if e.is_no_driver() => NvmlState::Unavailable,
+        _ => NvmlState::Collected(inventory),
+    };
+    let detail = error.filter(|e| !e.is_no_driver()).map(ToString::to_string);
+    let links = link_widths(host, inventory);
+    let driver = collection
+        .snapshot
+        .as_ref()
+        .map(|s| super::status::driver_readings(&s.xml));
+    let fabric_manager_down = verdict::fabric_manager_down(host).await;
+    let evidence = Evidence {
+        conditions: &conditions,
+        history: &history,
+        policy: Some(policy),
+        driver: driver.as_ref(),
+        silent: detail.as_deref(),
+        fabric_manager_down,
+        samples: &[],
+        correctable: None,
+        board: &inventory.gpu.gpus,
+        links: Some(&links),
+    };
+    let verdicts = inventory
+        .gpu
+        .gpus
+        .iter()
+        .map(|g| (g.uuid.clone(), judge(g, &evidence)))
+        .collect();
+    diag_with_verdicts(
+        &DiagInput {
+            nvml,
+            nvml_detail: detail.as_deref(),
+            links: &links,
+            verdicts: &verdicts,
+            conditions: unread.as_deref().map_or(Ok(&conditions), Err),
+        },
+        request,
+    )
+}
+
+/// The report as `bcd diag` prints it: one line per check, `ok`, `warn` (passed, with a
+/// degraded GPU's reason) or `FAIL`, the check, the GPU (`-` for node-wide checks) and the
+/// message with its control characters escaped; then a summary line.
 pub fn render(report: &DiagReport) -> String {
     let mut out = String::new();
     for c in &report.checks {
+        let word = match (c.passed, c.severity) {
+            (false, _) => "FAIL",
+            (true, Some(Severity::Warn)) => "warn",
+            (true, None) => "ok",
+        };
         out.push_str(&format!(
             "{:<4} {:<18} {} {}\n",
-            if c.passed { "ok" } else { "FAIL" },
+            word,
             c.check,
             c.gpu.as_ref().map_or("-", GpuUuid::as_str),
-            c.message
+            crate::smi::escape_line(&c.message)
         ));
     }
-    let failed = report.checks.iter().filter(|c| !c.passed).count();
-    if failed == 0 {
-        out.push_str("diag.nvml passed\n");
-    } else {
-        out.push_str(&format!("diag.nvml failed: {failed} check(s) failed\n"));
-    }
+    out.push_str(&summary(report));
+    out.push('\n');
     out
+}
+
+/// The last line of [`render`]: how many GPUs were checked and how each came out (a GPU
+/// fails with any of its checks, and passes with warnings when one of them warns), then the
+/// node-wide checks that failed: `diag.nvml failed: 8 GPUs: 1 passed, 1 passed with
+/// warnings, 6 failed`.
+pub fn summary(report: &DiagReport) -> String {
+    let mut gpus: Vec<(&GpuUuid, bool, bool)> = Vec::new();
+    for c in &report.checks {
+        let Some(uuid) = &c.gpu else { continue };
+        let i = match gpus.iter().position(|(u, _, _)| *u == uuid) {
+            Some(i) => i,
+            None => {
+                gpus.push((uuid, false, false));
+                gpus.len() - 1
+            }
+        };
+        gpus[i].1 |= !c.passed;
+        gpus[i].2 |= c.severity.is_some();
+    }
+    let failed = gpus.iter().filter(|g| g.1).count();
+    let warned = gpus.iter().filter(|g| !g.1 && g.2).count();
+    let mut parts = Vec::new();
+    if !gpus.is_empty() || report.passed {
+        let mut tally = vec![format!("{} passed", gpus.len() - failed - warned)];
+        if warned > 0 {
+            tally.push(format!("{warned} passed with warnings"));
+        }
+        if failed > 0 {
+            tally.push(format!("{failed} failed"));
+        }
+        parts.push(format!(
+            "{} GPU{}: {}",
+            gpus.len(),
+            if gpus.len() == 1 { "" } else { "s" },
+            tally.join(", ")
+        ));
+    }
+    let node: Vec<&str> = report
+        .checks
+        .iter()
+        .filter(|c| c.gpu.is_none() && !c.passed)
+        .map(|c| c.check.as_str())
+        .collect();
+    if !node.is_empty() {
+        parts.push(format!("{} failed", node.join(", ")));
+    }
+    format!(
+        "diag.nvml {}: {}",
+        if report.passed { "passed" } else { "failed" },
+        parts.join("; ")
+    )
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::health::verdict::{HealthState, Reason};
     use crate::health::{raise, ConditionKind};
     use crate::inventory::document::{Ecc, EccCounts, GpuSection, RowRemap};
 
@@ -495,13 +702,111 @@ mod tests {
         assert_eq!(failed(&r), [(check::XID_RECENT.into(), Some(B.into()))]);
         let msg = &r.checks.iter().find(|c| !c.passed).unwrap().message;
         assert!(
-            msg.starts_with("Xid79: NVRM") && msg.contains("; Xid13: "),
+            msg.starts_with("Xid79: Xid 79 (GPU has fallen off the bus")
+                && msg.contains("-> reboot the node; Xid13: "),
             "{msg}"
         );
     }
 
+    // What broke: diag failed a GPU for an application XID, which leaves it schedulable
+    // (degraded) in bcd status: the check passes now, with a warning.
     #[test]
-    fn a_narrowed_link_fails_and_a_missing_one_passes() {
+    fn a_degraded_gpu_passes_with_a_warning() {
+        let mut conds = Vec::new();
+        raise(
+            &mut conds,
+            &ConditionKind::Xid(13),
+            A.parse().unwrap(),
+            "NVRM: Xid (PCI:0000:18:00): 13, SM",
+            1,
+        );
+        // An informational XID changes nothing: listed, no warning.
+        raise(
+            &mut conds,
+            &ConditionKind::Xid(63),
+            B.parse().unwrap(),
+            "NVRM: Xid (PCI:0000:2a:00): 63, row remapping",
+            1,
+        );
+        let r = run(&inventory(), &conds, &DiagRequest::default());
+        assert!(r.passed, "{r:?}");
+        let xid = |gpu: &str| {
+            r.checks
+                .iter()
+                .find(|c| c.check == check::XID_RECENT && c.gpu.as_ref().unwrap() == gpu)
+                .unwrap()
+        };
+        assert_eq!(xid(A).severity, Some(Severity::Warn));
+        assert!(xid(A)
+            .message
+            .ends_with("-> restart the application; the GPU is fine"));
+        assert_eq!(xid(B).severity, None);
+        assert!(
+            xid(B)
+                .message
+                .starts_with("only XIDs that change nothing by themselves this boot: Xid63: "),
+            "{}",
+            xid(B).message
+        );
+        let json = serde_json::to_value(&r).unwrap();
+        let warned: Vec<_> = json["checks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|c| c.get("severity").is_some())
+            .collect();
+        assert_eq!(warned.len(), 1, "{json}");
+        assert_eq!(warned[0]["severity"], "warn");
+        assert_eq!(warned[0]["passed"], true);
+        assert!(
+            render(&r).contains(&format!("warn xid.recent         {A} Xid13: ")),
+            "{}",
+            render(&r)
+        );
+    }
+
+    // What broke: the verdict's reasons no seed check covers (the fabric, the fabric manager)
+    // were not checked at all, so diag passed GPUs bcd status called unhealthy.
+    #[test]
+    fn a_reason_no_seed_check_covers_is_a_check_of_its_own() {
+        let inv = inventory();
+        let down = Verdict {
+            health: HealthState::Unhealthy,
+            reasons: vec![Reason {
+                kind: kind::FABRIC_MANAGER.into(),
+                message: "4 NVSwitch(es) on the bus but nvidia-fabricmanager is not active".into(),
+                action: "start the fabric manager".into(),
+                state: HealthState::Unhealthy,
+            }],
+        };
+        let verdicts = BTreeMap::from([(A.parse().unwrap(), down)]);
+        let r = diag_with_verdicts(
+            &DiagInput {
+                nvml: NvmlState::Collected(&inv),
+                nvml_detail: None,
+                links: &BTreeMap::new(),
+                verdicts: &verdicts,
+                conditions: Ok(&[]),
+            },
+            &DiagRequest::default(),
+        );
+        // A's fabric manager, and B, whom the caller judged nothing for.
+        assert_eq!(
+            failed(&r),
+            [
+                (check::FABRIC_MANAGER.into(), Some(A.into())),
+                (check::NVIDIA_SMI.into(), Some(B.into()))
+            ]
+        );
+        assert_eq!(
+            r.checks.len(),
+            1 + 7 + 7,
+            "six seed checks and one other per GPU"
+        );
+    }
+
+    #[test]
+    fn a_narrowed_link_warns_and_a_missing_one_passes() {
         let inv = inventory();
         let links = BTreeMap::from([(
             A.parse().unwrap(),
@@ -518,7 +823,25 @@ mod tests {
             &[],
             &DiagRequest::default(),
         );
-        assert_eq!(failed(&r), [(check::PCIE_LINK.into(), Some(A.into()))]);
+        assert!(r.passed, "{r:?}");
+        let link = |gpu: &str| {
+            r.checks
+                .iter()
+                .find(|c| c.check == check::PCIE_LINK && c.gpu.as_ref().unwrap() == gpu)
+                .unwrap()
+        };
+        assert_eq!(link(A).severity, Some(Severity::Warn));
+        assert!(
+            link(A)
+                .message
+                .starts_with("PcieLink: the PCIe link runs at x8 of x16 -> check the riser"),
+            "{}",
+            link(A).message
+        );
+        assert_eq!(
+            (link(B).severity, link(B).message.as_str()),
+            (None, "no PCIe link width in sysfs (not checked)")
+        );
     }
 
     #[test]
@@ -546,6 +869,71 @@ mod tests {
         );
         assert_eq!(r.checks.len(), 1);
         assert_eq!(r.checks[0].message, NVML_NOT_AVAILABLE);
+    }
+
+    // What broke: a driver before R410 answers -q -x without a CUDA version, and nvml.init
+    // failed it with "nvidia-smi did not answer" although it answered and its GPUs parsed.
+    #[test]
+    fn a_driver_before_r410_passes_nvml_init_without_a_cuda_version() {
+        let mut inv = inventory();
+        inv.gpu.cuda_driver_version = None;
+        let r = run(&inv, &[], &DiagRequest::default());
+        assert!(r.passed, "{r:?}");
+        assert_eq!(
+            r.checks[0].message,
+            format!("driver 570.133.20, CUDA {NO_CUDA_VERSION}")
+        );
+        assert_eq!(r.checks.len(), 1 + 2 * 6);
+        assert!(nvidia_smi_answered(NvmlState::Collected(&inv), None));
+        assert!(!nvidia_smi_answered(
+            NvmlState::Collected(&inv),
+            Some("timed out")
+        ));
+        assert!(!nvidia_smi_answered(NvmlState::Unavailable, None));
+    }
+
+    // What broke: diag printed 56 lines for 8 GPUs and ended with "diag.nvml failed: 6
+    // check(s) failed", counting checks, not GPUs; its last line counts the GPUs now.
+    #[test]
+    fn the_last_line_counts_the_gpus_by_how_they_came_out() {
+        let mut inv = inventory();
+        let r = run(&inv, &[], &DiagRequest::default());
+        assert_eq!(summary(&r), "diag.nvml passed: 2 GPUs: 2 passed");
+        assert!(render(&r).ends_with("diag.nvml passed: 2 GPUs: 2 passed\n"));
+        inv.gpu.gpus[1].row_remap.as_mut().unwrap().pending = Some(true);
+        inv.gpu.gpus[1].row_remap.as_mut().unwrap().failure = Some(true);
+        let links = BTreeMap::from([(
+            A.parse().unwrap(),
+            LinkWidth {
+                current: 8,
+                max: 16,
+            },
+        )]);
+        let request = DiagRequest {
+            expected_gpu_count: Some(3),
+            ..DiagRequest::default()
+        };
+        let r = diag_nvml(
+            NvmlState::Collected(&inv),
+            None,
+            &links,
+            &BTreeMap::new(),
+            &[],
+            &request,
+        );
+        assert_eq!(
+            summary(&r),
+            "diag.nvml failed: 2 GPUs: 0 passed, 1 passed with warnings, 1 failed; gpu.count failed"
+        );
+        let r = diag_nvml(
+            NvmlState::Unavailable,
+            None,
+            &BTreeMap::new(),
+            &BTreeMap::new(),
+            &[],
+            &DiagRequest::default(),
+        );
+        assert_eq!(summary(&r), "diag.nvml failed: nvml.init failed");
     }
 
     #[test]

@@ -162,13 +162,22 @@ pub fn read_this_boot(data_dir: &Path, boot_id: &str) -> Result<Vec<Condition>, 
 ///
 /// # Errors
 /// As [`read_this_boot`].
-pub fn read_with_history(
-    data_dir: &Path,
-    boot_id: &str,
-) -> Result<(Vec<Condition>, Vec<PastBoot>), FaultsError> {
+pub fn read_with_history(data_dir: &Path, boot_id: &str) -> Result<Record, FaultsError> {
+    read_record(data_dir, boot_id).map(Option::unwrap_or_default)
+}
+
+/// This boot's conditions and the earlier boots' history, as a record holds them.
+pub type Record = (Vec<Condition>, Vec<PastBoot>);
+
+/// [`read_with_history`], telling an absent file apart: `None` when there is no
+/// `faults.json` in `data_dir` to read (see [`no_record`] for what a reader says then).
+///
+/// # Errors
+/// As [`read_this_boot`].
+pub fn read_record(data_dir: &Path, boot_id: &str) -> Result<Option<Record>, FaultsError> {
     let path = data_dir.join(FAULTS_FILE);
     let Some(bytes) = state::read(&path)? else {
-        return Ok((Vec::new(), Vec::new()));
+        return Ok(None);
     };
     let doc = parse(&bytes).map_err(|reason| {
         FaultsError::State(StateError::Io {
@@ -176,13 +185,31 @@ pub fn read_with_history(
             source: std::io::Error::new(std::io::ErrorKind::InvalidData, reason),
         })
     })?;
-    Ok(if doc.boot_id == boot_id {
+    Ok(Some(if doc.boot_id == boot_id {
         (doc.conditions, doc.history)
     } else {
         let mut history = doc.history;
         push_history(&mut history, PastBoot::of(&doc.boot_id, &doc.conditions));
         (Vec::new(), history)
-    })
+    }))
+}
+
+/// What a reader without a node says when `data_dir` holds no `faults.json`: that there is no
+/// XID record (not that there were no XIDs), and where one would be. `folder_exists` tells
+/// whether `data_dir` itself is there.
+pub fn no_record(data_dir: &Path, folder_exists: bool) -> String {
+    let file = data_dir.join(FAULTS_FILE);
+    if folder_exists {
+        format!(
+            "no XID record: there is no {} (bcd node writes it at the first XID it sees; without a running bcd node no XID is watched)",
+            file.display()
+        )
+    } else {
+        format!(
+            "no XID record: {} does not exist, so no bcd node kept one there (only bcd node watches the kernel log for XIDs; give --data-dir its folder)",
+            data_dir.display()
+        )
+    }
 }
 
 /// The faults file of one boot, owned by the node service.

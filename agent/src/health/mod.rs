@@ -1,7 +1,8 @@
 //! GPU health: XIDs from the kernel log, the conditions they raise (kept per boot in
 //! `faults.json`), what each XID means ([`xid`], the catalog), the one verdict every reader
 //! uses ([`verdict`]: healthy, degraded, unhealthy or unknown, each reason with its action),
-//! `diag.nvml`, `bcd status` and the policy half of `gpu.reset`.
+//! the PCIe link widths it judges ([`pcie`]), `diag.nvml`, `bcd status` and the policy half of
+//! `gpu.reset`.
 //!
 //! Conditions only ever come from the faults store, which drops those of earlier boots (keeping
 //! their hardware XIDs as history), so "this boot" holds by construction.
@@ -9,6 +10,7 @@
 pub mod diag;
 pub mod faults;
 pub mod kmsg;
+pub mod pcie;
 pub mod reset;
 pub mod status;
 pub mod verdict;

@@ -18,7 +18,7 @@ use std::time::Duration;
 use bcd_protocol::GpuUuid;
 use serde::{Deserialize, Serialize};
 
-use super::faults::{read_boot_id, read_with_history};
+use super::faults::{no_record, read_boot_id, read_record};
 use super::verdict::{judge, Evidence, HealthState, Reason};
 use super::xid::XidPolicy;
 use crate::host::Host;
@@ -79,7 +79,8 @@ pub struct GpuStatus {
 pub struct StatusReport {
     /// One per GPU, in the inventory's index order when known.
     pub gpus: Vec<GpuStatus>,
-    /// What could not be read, in words (the health is then incomplete).
+    /// What could not be read, in words (the health is then incomplete), and each GPU the
+    /// driver or `nvidia-smi` lists that the inventory leaves out.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub notes: Vec<String>,
     /// Why `nvidia-smi` gave no sample, when it did not (`bcd status` then exits 1).
@@ -200,7 +201,8 @@ pub async fn status(host: &Host, data_dir: &Path) -> Result<StatusReport, Status
 }
 
 /// Samples `host`'s GPUs and collects its inventory concurrently, both within `wait`, reads
-/// this boot's conditions from `<data_dir>/faults.json`, and judges every GPU.
+/// this boot's conditions from `<data_dir>/faults.json` (a note says so when there is none to
+/// read), and judges every GPU.
 ///
 /// # Errors
 /// [`StatusError`] when there is nothing to print: no driver, or no sample and no GPU in
@@ -258,6 +260,8 @@ pub async fn status_within(
         Ok(c) => {
             let silent = c.snapshot_error.as_ref().map(ToString::to_string);
             let driver = c.snapshot.as_ref().map(|s| driver_readings(&s.xml));
+            // A GPU bcd leaves out has no line: its note is where it shows.
+            notes.extend(c.left_out);
             (Some(c.inventory), driver, silent)
         }
     };
@@ -266,15 +270,22 @@ pub async fn status_within(
             return Err(e.clone());
         }
     }
-    let (conditions, history) =
-        match read_boot_id(host).and_then(|b| read_with_history(data_dir, &b)) {
-            Ok(c) => c,
-            Err(e) => {
-                notes.push(format!("XIDs unknown: {e}"));
-                (Vec::new(), Vec::new())
-            }
-        };
+    let (conditions, history) = match read_boot_id(host).and_then(|b| read_record(data_dir, &b)) {
+        Ok(Some(c)) => c,
+        Ok(None) => {
+            notes.push(no_record(data_dir, data_dir.is_dir()));
+            (Vec::new(), Vec::new())
+        }
+        Err(e) => {
+            notes.push(format!("XIDs unknown: {e}"));
+            (Vec::new(), Vec::new())
+        }
+    };
     let fabric_manager_down = super::verdict::fabric_manager_down(host).await;
+    let links = inventory
+        .as_ref()
+        .map(|i| super::pcie::link_widths(host, i))
+        .unwrap_or_default();
     let evidence = Evidence {
         conditions: &conditions,
         history: &history,
@@ -286,6 +297,7 @@ pub async fn status_within(
         // One collection: no rate between two.
         correctable: None,
         board: inventory.as_ref().map_or(&[][..], |i| &i.gpu.gpus),
+        links: Some(&links),
     };
     Ok(StatusReport {
         gpus: gpu_statuses(&samples, inventory.as_ref(), &evidence),
@@ -613,13 +625,89 @@ pub(crate) mod tests {
         assert_eq!(g.uuid, "GPU-940af793-c02c-d660-3221-9bbb6e5e0bfa");
         assert_eq!((g.health, g.healthy), (HealthState::Unknown, false));
         assert_eq!(g.reasons[0].kind, "NvidiaSmiSilent");
-        assert_eq!(
-            g.reasons[0].action,
-            super::super::verdict::silent_action(g.uuid.as_str())
+        assert!(
+            g.reasons[0]
+                .action
+                .starts_with("check the GPU: nvidia-smi hangs when a GPU is wedged"),
+            "{g:?}"
         );
         assert!(report.nvidia_smi_error.is_some());
         let text = render(&report);
         assert!(text.lines().next().unwrap().ends_with("UNKNOWN"), "{text}");
+    }
+
+    // What broke: for "Driver/library version mismatch" and "couldn't communicate with the
+    // NVIDIA driver" bcd status said to reset the GPU or reboot, where bcd hardware and bcd
+    // doctor said to reload the modules (or load them): one hint table gives both now.
+    #[tokio::test]
+    async fn a_broken_driver_gets_the_hint_doctor_gives_not_a_reset() {
+        for (said, code, hint) in [
+            (
+                "Failed to initialize NVML: Driver/library version mismatch",
+                18,
+                "unload and reload the nvidia modules",
+            ),
+            (
+                "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver. Make sure that the latest NVIDIA driver is installed and running.",
+                9,
+                "run modprobe nvidia",
+            ),
+        ] {
+            let dir = tempfile::tempdir().unwrap();
+            let copy = copy_host(dir.path(), "passthrough");
+            for key in ["q-x", "samples", "probe"] {
+                let _ = std::fs::remove_file(copy.join(format!("answers/{key}.out")));
+                std::fs::write(copy.join(format!("answers/{key}.out")), format!("{said}\n")).unwrap();
+                std::fs::write(copy.join(format!("answers/{key}.exit")), format!("{code}\n")).unwrap();
+            }
+            let data = tempfile::tempdir().unwrap();
+            let report = status(&Host::fake(&copy), data.path()).await.unwrap();
+            assert_eq!(report.gpus.len(), 1, "{report:?}");
+            let r = &report.gpus[0].reasons[0];
+            assert_eq!((report.gpus[0].health, r.kind.as_str()), (HealthState::Unknown, "NvidiaSmiSilent"));
+            assert!(r.action.contains(hint), "{said}: {}", r.action);
+            assert!(!r.action.contains("reboot the node"), "{}", r.action);
+        }
+    }
+
+    /// A copy of r470-old whose driver names GPU 1 with a UUID that names no GPU, as a driver
+    /// that failed to initialise it does.
+    fn host_with_an_unnamed_gpu(dir: &Path) -> std::path::PathBuf {
+        let copy = copy_host(dir, "r470-old");
+        for file in [
+            "answers/q-x.out",
+            "answers/L.out",
+            "answers/samples.out",
+            "root/proc/driver/nvidia/gpus/0000:d8:00.0/information",
+        ] {
+            let path = copy.join(file);
+            let Ok(text) = std::fs::read_to_string(&path) else {
+                continue;
+            };
+            let text = text.replace(
+                "GPU-770a8583-ddab-d174-2973-722164bb8d69",
+                "GPU-????????-????-????-????-????????????",
+            );
+            std::fs::write(&path, text).unwrap();
+        }
+        copy
+    }
+
+    // What broke: a GPU the driver lists under a UUID that names no GPU was left out of the
+    // inventory, and bcd status said nothing of it (only bcd hardware did, on stderr).
+    #[tokio::test]
+    async fn a_gpu_left_out_of_the_inventory_is_a_note() {
+        let dir = tempfile::tempdir().unwrap();
+        let host = Host::fake(host_with_an_unnamed_gpu(dir.path()));
+        let data = tempfile::tempdir().unwrap();
+        let report = status(&host, data.path()).await.unwrap();
+        assert_eq!(report.gpus.len(), 1, "{report:?}");
+        let text = render(&report);
+        assert!(
+            text.contains("note: the driver lists a GPU at 0000:d8:00.0 with UUID \"GPU-????????-????-????-????-????????????\", which names no GPU"),
+            "{text}"
+        );
+        assert!(text.contains("it is left out of the inventory"), "{text}");
     }
 
     // A GPU name or a note with nvidia-smi's raw ESC bytes reached the terminal.

@@ -5,7 +5,7 @@
 //! | state | means | schedulable |
 //! | --- | --- | --- |
 //! | `healthy` | nothing to report | yes |
-//! | `degraded` | may take work, watch it: throttling, application XIDs, a degraded fabric, correctable ECC errors above [`CORRECTABLE_PER_HOUR`] | yes |
+//! | `degraded` | may take work, watch it: throttling, application XIDs, a degraded fabric, correctable ECC errors above [`CORRECTABLE_PER_HOUR`], a PCIe link below its width | yes |
 //! | `unhealthy` | no new work until the action is taken | no |
 //! | `unknown` | nothing answered (`nvidia-smi` silent or not reporting the GPU) | no |
 //!
@@ -19,6 +19,7 @@ use bcd_protocol::GpuUuid;
 use serde::Serialize;
 
 use super::faults::PastBoot;
+use super::pcie::LinkWidth;
 use super::xid::{Effect, XidPolicy};
 use super::{uncorrectable_volatile, Condition, ConditionKind};
 use crate::inventory::document::Gpu;
@@ -133,6 +134,8 @@ pub struct Evidence<'a> {
     /// Every GPU of the inventory: which NVSwitch a GPU's NVLinks reach is known only by
     /// looking at them all (see [`switch_fault`]).
     pub board: &'a [Gpu],
+    /// The PCIe link widths sysfs gives, per GPU UUID; `None` where they were not read.
+    pub links: Option<&'a BTreeMap<GpuUuid, LinkWidth>>,
 }
 
 /// Volatile correctable ECC errors per hour above which a GPU is degraded. Correctable errors
@@ -238,11 +241,8 @@ pub mod kind {
     pub const ECC_CORRECTABLE_RATE: &str = "EccCorrectableRate";
     /// A fatal SXid on an NVSwitch this GPU's NVLinks reach.
     pub const SWITCH_FATAL: &str = "NvSwitchFatal";
-}
-
-/// The action for a GPU that nvidia-smi does not answer for.
-pub fn silent_action(uuid: &str) -> String {
-    format!("check the GPU: nvidia-smi hangs when a GPU is wedged (dmesg: Xid 79 or 119); reset it (bcd gpu reset {uuid}) or reboot the node")
+    /// The PCIe link trained below its maximum width.
+    pub const PCIE_LINK: &str = "PcieLink";
 }
 
 /// The driver's recovery action in bcd's words: (message, action), `None` for no action.
@@ -263,22 +263,40 @@ pub fn recovery_action(value: &str, uuid: &str) -> Option<(String, String)> {
     Some((format!("the driver's recovery action is {value:?}"), action))
 }
 
-/// The NVSwitches left without a fabric manager: `Some(switches)` when there are NVSwitch
-/// functions on the bus and `systemctl` says `nvidia-fabricmanager` is not active; `None`
-/// when there are none or systemd could not be asked (nothing is known then).
+/// The `systemctl is-active` states in which `nvidia-fabricmanager` serves (or is about to):
+/// any other state it prints leaves the board's NVSwitches without a fabric manager.
+pub const FABRIC_MANAGER_RUNNING: &[&str] = &["active", "reloading", "refreshing", "activating"];
+
+/// The NVSwitches left without a fabric manager, from what was read: `Some(switches)` when
+/// there are NVSwitch functions on the bus and systemd names a state outside
+/// [`FABRIC_MANAGER_RUNNING`]; `None` when there are none or systemd could not be asked
+/// (nothing is known then). `bcd doctor`'s `fabric-manager` line fails exactly then.
+pub fn fabric_manager_down_given(
+    switches: usize,
+    state: &crate::doctor::systemd::UnitState,
+) -> Option<usize> {
+    use crate::doctor::systemd::UnitState;
+    match state {
+        UnitState::Is(s) if switches > 0 && !FABRIC_MANAGER_RUNNING.contains(&s.as_str()) => {
+            Some(switches)
+        }
+        _ => None,
+    }
+}
+
+/// [`fabric_manager_down_given`] on `host`: its NVSwitch functions, and its `systemctl` asked
+/// only when there are some.
 pub async fn fabric_manager_down(host: &crate::host::Host) -> Option<usize> {
-    use crate::doctor::systemd::{is_active, UnitState, FABRIC_MANAGER_UNIT};
+    use crate::doctor::systemd::{is_active, FABRIC_MANAGER_UNIT};
     let switches =
         crate::doctor::checks::nvswitch_count(&crate::inventory::memory::pci_functions(host));
     if switches == 0 {
         return None;
     }
-    match is_active(host.systemctl(), FABRIC_MANAGER_UNIT).await {
-        UnitState::Is(s) if s != "active" && s != "activating" && s != "reloading" => {
-            Some(switches)
-        }
-        _ => None,
-    }
+    fabric_manager_down_given(
+        switches,
+        &is_active(host.systemctl(), FABRIC_MANAGER_UNIT).await,
+    )
 }
 
 /// Judges `gpu`.
@@ -306,7 +324,7 @@ pub fn judge(gpu: &Gpu, ev: &Evidence<'_>) -> Verdict {
                 HealthState::Unknown,
                 kind::NVIDIA_SMI_SILENT,
                 format!("nvidia-smi -q -x did not answer: {why}"),
-                silent_action(uuid.as_str()),
+                crate::smi::hint::gpu_action(why, uuid.as_str()),
             )),
             (None, Some(map)) => match map.get(uuid) {
                 Some(d) => driver(d, uuid, &mut out),
@@ -320,6 +338,14 @@ pub fn judge(gpu: &Gpu, ev: &Evidence<'_>) -> Verdict {
             (None, None) => {}
         }
         throttling(uuid, ev, &mut out);
+        if let Some(l) = ev.links.and_then(|m| m.get(uuid)).filter(|l| l.narrowed()) {
+            out.push(reason(
+                HealthState::Degraded,
+                kind::PCIE_LINK,
+                format!("the PCIe link runs at x{} of x{}", l.current, l.max),
+                PCIE_LINK_ACTION.into(),
+            ));
+        }
         if let Some(n) = ev.fabric_manager_down {
             out.push(reason(
                 HealthState::Unhealthy,
@@ -385,6 +411,11 @@ fn switch_fault(gpu: &Gpu, ev: &Evidence<'_>, out: &mut Vec<Reason>) {
     }
 }
 
+/// The message of a [`kind::ROW_REMAP`] reason for failed row remapping.
+pub const ROW_REMAP_FAILED: &str = "row remapping failed";
+/// The message of a [`kind::ROW_REMAP`] reason for a remap that waits for a reset.
+pub const ROW_REMAP_PENDING: &str = "a row remap waits for a GPU reset";
+
 fn counters(gpu: &Gpu, out: &mut Vec<Reason>) {
     let uuid = &gpu.uuid;
     if let Some(rr) = &gpu.row_remap {
@@ -392,7 +423,7 @@ fn counters(gpu: &Gpu, out: &mut Vec<Reason>) {
             out.push(reason(
                 HealthState::Unhealthy,
                 kind::ROW_REMAP,
-                "row remapping failed".into(),
+                ROW_REMAP_FAILED.into(),
                 "replace the GPU: row remapping failed, which NVIDIA's RMA policy counts as a failed GPU".into(),
             ));
         }
@@ -400,7 +431,7 @@ fn counters(gpu: &Gpu, out: &mut Vec<Reason>) {
             out.push(reason(
                 HealthState::Unhealthy,
                 kind::ROW_REMAP,
-                "a row remap waits for a GPU reset".into(),
+                ROW_REMAP_PENDING.into(),
                 format!("reset the GPU: bcd gpu reset {uuid}"),
             ));
         }
@@ -585,6 +616,9 @@ fn throttling(uuid: &GpuUuid, ev: &Evidence<'_>, out: &mut Vec<Reason>) {
         ));
     }
 }
+
+/// The action for a GPU whose PCIe link trained below its width.
+pub const PCIE_LINK_ACTION: &str = "check the riser, slot and seating at the next maintenance: the GPU may take work but moves data to and from the host more slowly";
 
 /// The action for a GPU whose clocks are slowed down.
 pub const THROTTLED_ACTION: &str =

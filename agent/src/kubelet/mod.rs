@@ -248,7 +248,8 @@ pub fn status_lines(data_dir: &std::path::Path) -> String {
         out.push_str(&format!("kubernetes {} {}", hold.id, devices.join(",")));
         if let Some(since) = hold.unassigned_since {
             out.push_str(&format!(
-                " (release pending: no pod has its devices since {since}, Unix time)"
+                " (release pending: no pod has its devices since {})",
+                crate::utc::format_utc(since)
             ));
         }
         out.push('\n');
@@ -302,8 +303,13 @@ mod tests {
             !holds.mark_unassigned(&id, Some(42)).unwrap(),
             "no change, no write"
         );
+        // What broke: the time read "since 42, Unix time"; it is a date an operator reads.
         assert!(
-            status_lines(dir.path()).contains("(release pending: no pod has its devices since 42")
+            status_lines(dir.path()).contains(
+                "(release pending: no pod has its devices since 1970-01-01 00:00:42 UTC)"
+            ),
+            "{}",
+            status_lines(dir.path())
         );
     }
 }

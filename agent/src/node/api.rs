@@ -31,7 +31,9 @@ use bcd_protocol::{DomainName, GpuRef, GpuUuid, PciAddress, SaveFile};
 
 use crate::cdi::{ConvergeError, DeviceId, HoldError, HoldId, HoldOwner, IdError};
 use crate::device::policy::PolicyError;
-use crate::health::diag::{diag_nvml, link_widths, DiagRequest, NvmlState};
+use crate::health::diag::{
+    diag_with_verdicts, link_widths, nvidia_smi_answered, DiagInput, DiagRequest, NvmlState,
+};
 use crate::health::reset::{reset_gpus, ResetError};
 use crate::inventory::scheduler::Trigger;
 use crate::node::http::Request;
@@ -501,8 +503,14 @@ async fn status(node: &Node) -> Answer {
     let conditions = node.health().conditions();
     let gpus = node.gpu_statuses().await;
     let (inventory_age_s, nvidia_smi_error) = node.latest_age_and_error().await;
-    // The seed's Hello rule: nvml only when nvidia-smi answered (a CUDA driver version).
-    let capabilities = if inventory.gpu.cuda_driver_version.is_some() {
+    // The seed's Hello rule, by the rule diag's `nvml.init` passes on: nvml only when
+    // nvidia-smi answered the latest collection (drivers before R410 give no CUDA version).
+    let answered = inventory_age_s.is_some()
+        && nvidia_smi_answered(
+            NvmlState::Collected(&inventory),
+            nvidia_smi_error.as_deref(),
+        );
+    let capabilities = if answered {
         vec!["nvml".to_owned()]
     } else {
         Vec::new()
@@ -542,7 +550,7 @@ async fn kubernetes_holds(node: &Node) -> schema::KubernetesHolds {
 
 async fn diag(node: &Node, asked: schema::DiagRequest) -> Answer {
     let inventory = node.collect_shared().await;
-    let (error, driver) = node.latest_driver_readings().await;
+    let (error, _) = node.latest_driver_readings().await;
     let no_driver = error
         .as_deref()
         .is_some_and(|e| e.contains("nvidia-smi not found"));
@@ -552,12 +560,18 @@ async fn diag(node: &Node, asked: schema::DiagRequest) -> Answer {
         NvmlState::Collected(&inventory)
     };
     let links = link_widths(&node.config().host, &inventory);
-    let report = diag_nvml(
-        nvml,
-        error.as_deref().filter(|_| !no_driver),
-        &links,
-        &driver,
-        &node.health().conditions(),
+    // The node's own verdict, the one `/v1/status` gives: its XID overrides, the fabric
+    // manager, the samples.
+    let verdicts = node.verdicts().await;
+    let conditions = node.health().conditions();
+    let report = diag_with_verdicts(
+        &DiagInput {
+            nvml,
+            nvml_detail: error.as_deref().filter(|_| !no_driver),
+            links: &links,
+            verdicts: &verdicts,
+            conditions: Ok(&conditions),
+        },
         &DiagRequest {
             gpu_uuids: asked.gpus,
             expected_gpu_count: asked.expected_gpus,

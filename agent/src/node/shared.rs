@@ -139,6 +139,8 @@ pub(crate) struct Latest {
     pub driver: Option<BTreeMap<GpuUuid, crate::smi::xml::DriverHealth>>,
     /// NVSwitches on the bus while `nvidia-fabricmanager` is not active (their count).
     pub fabric_manager_down: Option<usize>,
+    /// The PCIe link widths sysfs gave at the collection, per GPU UUID.
+    pub links: BTreeMap<GpuUuid, crate::health::pcie::LinkWidth>,
     /// While `nvidia-smi` is silent: the GPUs of the last inventory it answered for that this
     /// one does not list (procfs may have dropped them), still judged (`unknown`).
     pub kept: Vec<Gpu>,
@@ -581,6 +583,7 @@ impl Node {
             driver,
             fabric_manager_down: crate::health::verdict::fabric_manager_down(&self.config.host)
                 .await,
+            links: crate::health::pcie::link_widths(&self.config.host, &collection.inventory),
         };
         *self.latest.write().await = Some(latest);
         self.inventory_tx.send_replace(collection.inventory.clone());
@@ -803,6 +806,7 @@ impl Node {
             samples,
             correctable: Some(&l.correctable),
             board: &l.inventory.gpu.gpus,
+            links: Some(&l.links),
         }
     }
 

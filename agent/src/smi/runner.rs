@@ -339,7 +339,7 @@ mod tests {
         );
         assert_eq!(
             err.hint(),
-            Some("nvidia-smi did not answer: a GPU may be wedged (Xid 79 or 119); gpu.reset or a reboot recovers it")
+            Some("a GPU may be wedged (Xid 79 or 119): gpu.reset or a reboot recovers it")
         );
     }
 

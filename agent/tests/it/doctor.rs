@@ -262,7 +262,7 @@ async fn no_driver_host() {
     assert_eq!(bus.status, Status::Warn);
     assert_eq!(
         bus.message,
-        "2 NVIDIA GPUs on the PCI bus (2 with no driver bound) but no NVIDIA driver answers: install it (the nvidia-driver unit) and reboot"
+        "2 NVIDIA GPUs on the PCI bus (2 with no driver bound) but no NVIDIA driver answers: install the NVIDIA driver (on Debian the nvidia-driver package, from non-free; elsewhere NVIDIA's packages for the GPUs' driver branch), and reboot"
     );
     assert_eq!(report.named(name::PERSISTENCE).count(), 0);
     assert_eq!(report.named(name::DRIVER_VERSION).count(), 0);
@@ -358,25 +358,31 @@ async fn gpu_lines_warn_and_fail_on_health() {
     s.write("answers/q-x.out", &xml);
     let report = run(&env).await;
     use Status::{Fail, Ok, Warn};
+    // The verdict: a pending row remap keeps the GPU from work until its reset, as in bcd
+    // status; a MIG mode change waiting for a reset is no health matter, and has its own line.
     assert_eq!(
         statuses(&report, name::GPU),
-        vec![Warn, Fail, Warn, Ok, Fail, Ok, Ok, Ok],
+        vec![Fail, Fail, Ok, Ok, Fail, Ok, Ok, Ok],
         "{}",
         report.render_text()
     );
     let gpus: Vec<_> = report.named(name::GPU).collect();
-    assert!(gpus[0]
-        .message
-        .contains("a row remap waits for a GPU reset: drain it and reset it (bcd gpu reset GPU-"));
+    assert!(gpus[0].message.contains(
+        "; unhealthy: a row remap waits for a GPU reset -> reset the GPU: bcd gpu reset GPU-"
+    ));
     assert!(gpus[1]
         .message
-        .contains("row remapping failed: the GPU needs replacing"));
-    assert!(gpus[2]
-        .message
-        .contains("MIG mode turns on at the next GPU reset"));
-    assert!(gpus[4]
-        .message
-        .contains("2 uncorrectable ECC errors since the driver loaded"));
+        .contains("; unhealthy: row remapping failed -> replace the GPU"));
+    assert!(gpus[4].message.contains(
+        "; unhealthy: 2 uncorrectable volatile ECC error(s) since the driver loaded -> reset the GPU"
+    ));
+    let mig = one(&report, name::MIG_MODE);
+    assert_eq!(mig.status, Warn);
+    assert!(
+        mig.message.contains("turns on at the next GPU reset"),
+        "{}",
+        mig.message
+    );
     let p = one(&report, name::PERSISTENCE);
     assert_eq!(p.status, Warn);
     assert!(
@@ -385,6 +391,87 @@ async fn gpu_lines_warn_and_fail_on_health() {
         p.message
     );
     assert!(!report.passed());
+}
+
+// What broke: on hgx-faults doctor printed `ok gpu` for all 8 GPUs (exit 0) while bcd status
+// called 6 unhealthy and one degraded, and on a board without its fabric manager every `gpu`
+// line was `ok`: the preflight gave a green light to a board that cannot run CUDA. Each line
+// is the GPU's verdict now.
+#[tokio::test]
+async fn the_gpu_lines_are_the_verdict_of_bcd_status() {
+    // These two hosts link to hgx-h100's files, so they are read where they are.
+    let dir = tempfile::tempdir().unwrap();
+    let env_on = |name: &str| {
+        let host = Host::fake(hosts().join(name));
+        let mut env = DoctorEnv::new(host.clone(), dir.path().join("no-helper.sock"));
+        env.systemctl = host.systemctl().to_path_buf();
+        env
+    };
+    let report = run(&env_on("hgx-faults")).await;
+    use Status::{Fail, Ok, Warn};
+    assert_eq!(
+        statuses(&report, name::GPU),
+        vec![Fail, Fail, Fail, Ok, Warn, Fail, Fail, Fail],
+        "{}",
+        report.render_text()
+    );
+    let gpus: Vec<_> = report.named(name::GPU).collect();
+    assert!(
+        gpus[0].message.ends_with(
+            "; unhealthy: the driver's recovery action is \"Reset\" -> reset the GPU: bcd gpu reset GPU-ff1dacfa-2e1a-0504-a88b-76a3118ee48b"
+        ),
+        "{}",
+        gpus[0].message
+    );
+    assert!(
+        gpus[4].message.contains(
+            "; degraded: clocks slowed down: hw_thermal_slowdown -> check the GPU's cooling"
+        ),
+        "{}",
+        gpus[4].message
+    );
+    assert!(!report.passed());
+
+    // The fabric manager is down: the fabric-manager line and every GPU fail, from one answer.
+    let report = run(&env_on("hgx-no-fabric-manager")).await;
+    assert_eq!(one(&report, name::FABRIC_MANAGER).status, Fail);
+    assert_eq!(statuses(&report, name::GPU), vec![Fail; 8]);
+    assert!(report.named(name::GPU).all(|c| c
+        .message
+        .ends_with("-> start the fabric manager: systemctl enable --now nvidia-fabricmanager")));
+}
+
+// What broke: a GPU the driver lists under a UUID that names no GPU was left out of the
+// inventory and doctor said `nvml ok ... 2 GPUs`, `hardware ok ... 1 GPU`, with no warning.
+#[tokio::test]
+async fn a_gpu_left_out_of_the_inventory_warns_on_the_hardware_line() {
+    let (s, env) = env_of("r470-old");
+    for file in [
+        "answers/q-x.out",
+        "answers/L.out",
+        "root/proc/driver/nvidia/gpus/0000:d8:00.0/information",
+    ] {
+        let text = std::fs::read_to_string(s.path(file)).unwrap().replace(
+            "GPU-770a8583-ddab-d174-2973-722164bb8d69",
+            "GPU-????????-????-????-????-????????????",
+        );
+        s.write(file, &text);
+    }
+    let report = run(&env).await;
+    let c = one(&report, name::HARDWARE);
+    assert_eq!(c.status, Status::Warn, "{}", report.render_text());
+    assert!(
+        c.message
+            .starts_with("1 GPU in the inventory, hashed sha256:"),
+        "{}",
+        c.message
+    );
+    assert!(
+        c.message.contains("; but the driver lists a GPU at 0000:d8:00.0 with UUID \"GPU-????????-????-????-????-????????????\", which names no GPU"),
+        "{}",
+        c.message
+    );
+    assert_eq!(report.named(name::GPU).count(), 1);
 }
 
 #[tokio::test]
@@ -436,7 +523,15 @@ async fn each_nvidia_smi_failure_gets_its_hint() {
         let nvml = one(&report, name::NVML);
         assert_eq!(nvml.status, Status::Fail);
         assert!(nvml.message.contains(hint), "{}", nvml.message);
-        assert_eq!(report.named(name::GPU).count(), 0);
+        // The GPU the driver lists is unknown: nothing answered for it.
+        let gpu = one(&report, name::GPU);
+        assert_eq!(gpu.status, Status::Fail);
+        assert!(
+            gpu.message
+                .contains("; unknown: nvidia-smi -q -x did not answer"),
+            "{}",
+            gpu.message
+        );
         let bus = one(&report, name::GPU_BUS);
         assert_eq!(bus.status, Status::Warn);
         assert!(bus.message.contains("gpus check"), "{}", bus.message);
@@ -759,4 +854,34 @@ fn json_has_the_documented_shape() {
     assert!(checks
         .iter()
         .any(|c| c["name"] == "nouveau" && c["status"] == "fail"));
+}
+
+// The documented demo: `bcd doctor` on hgx-no-fabric-manager fails the fabric-manager line and
+// every GPU, exit 1. `--systemctl` names the host's own `bin/systemctl`: without it doctor asks
+// this machine's systemctl, not the demo host's.
+#[test]
+fn doctor_on_the_board_without_a_fabric_manager_fails_every_gpu() {
+    let dir = tempfile::tempdir().unwrap();
+    let host = hosts().join("hgx-no-fabric-manager");
+    let systemctl = host.join("bin/systemctl");
+    let (code, text) = bcd(&[
+        "doctor",
+        "--host",
+        host.to_str().unwrap(),
+        "--systemctl",
+        systemctl.to_str().unwrap(),
+        "--data-dir",
+        dir.path().to_str().unwrap(),
+        "--helper-socket",
+        dir.path().join("none.sock").to_str().unwrap(),
+    ]);
+    assert_eq!(code, 1, "{text}");
+    let word = |name: &str| -> Vec<String> {
+        text.lines()
+            .filter(|l| l.split_whitespace().nth(1) == Some(name))
+            .map(|l| l.split_whitespace().next().unwrap().to_owned())
+            .collect()
+    };
+    assert_eq!(word("fabric-manager"), ["fail"], "{text}");
+    assert_eq!(word("gpu"), vec!["fail"; 8], "{text}");
 }

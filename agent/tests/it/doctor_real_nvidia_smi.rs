@@ -36,6 +36,8 @@ fn real_nvidia_smi_without_the_module_fails_gpus_with_the_modprobe_hint() {
         .arg(&smi)
         .arg("--helper-socket")
         .arg(dir.path().join("no-helper.sock"))
+        .arg("--data-dir")
+        .arg(dir.path())
         .output()
         .unwrap();
     let text = String::from_utf8_lossy(&out.stdout);

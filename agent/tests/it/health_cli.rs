@@ -1,8 +1,11 @@
 //! `bcd diag` and `bcd status` on the fake hosts: each diag check failing where its host
-//! breaks it, the `nvml.init` stop, and the exit statuses.
+//! breaks it, the `nvml.init` stop, the exit statuses, and the one verdict that status, doctor,
+//! diag and the node's `/v1/status` lines give every GPU of every demo host.
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
+use std::time::Duration;
 
 fn hosts() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../testdata/hosts")
@@ -87,17 +90,139 @@ fn hgx_faults_fails_recovery_action_where_the_driver_asks_for_one() {
     );
 }
 
+/// The GPUs with a failed check in `checks`, in order, each once.
+fn failed_gpus(checks: &[CheckRow]) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    for (_, gpu, passed) in checks {
+        if let (Some(g), false) = (gpu, passed) {
+            if !out.contains(g) {
+                out.push(g.clone());
+            }
+        }
+    }
+    out
+}
+
+// What broke: diag passed the two GPUs of hgx-faults whose NVLink fabric bcd status calls
+// unhealthy (a route, a fabric the manager has not finished), and every GPU of a board whose
+// fabric manager is down: it fails each GPU whose verdict is unhealthy, with the reason as a
+// check of its own, and warns on the degraded one.
 #[test]
-fn r470_old_fails_pcie_link_for_the_narrowed_gpu_only() {
-    let (code, _, checks) = diag("r470-old", &[]);
-    assert_eq!(code, 1);
+fn diag_fails_the_gpus_whose_verdict_is_unhealthy_and_warns_on_the_degraded_one() {
+    let out = bcd("hgx-faults", &["diag", "--json"]);
+    assert_eq!(out.status.code(), Some(1));
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let checks = json["checks"].as_array().unwrap();
+    let rows: Vec<CheckRow> = checks
+        .iter()
+        .map(|c| {
+            (
+                c["check"].as_str().unwrap().to_owned(),
+                c["gpu"].as_str().map(str::to_owned),
+                c["passed"].as_bool().unwrap(),
+            )
+        })
+        .collect();
+    let fabric: Vec<(&str, Option<&str>)> = failed(&rows)
+        .into_iter()
+        .filter(|(c, _)| *c == "fabric")
+        .collect();
     assert_eq!(
-        failed(&checks),
-        [(
-            "pcie.link",
-            Some("GPU-770a8583-ddab-d174-2973-722164bb8d69")
-        )]
+        fabric,
+        [
+            ("fabric", Some("GPU-30e15e2f-5971-0b16-04be-39a46d1071ce")),
+            ("fabric", Some("GPU-8032961a-3b38-ab58-6c00-1b9ef125ea99")),
+        ]
     );
+    // GPUs 0, 1, 2, 5, 6, 7: unhealthy in bcd status too.
+    assert_eq!(failed_gpus(&rows).len(), 6, "{rows:?}");
+    let warned: Vec<&serde_json::Value> = checks
+        .iter()
+        .filter(|c| c.get("severity").is_some())
+        .collect();
+    assert_eq!(warned.len(), 1, "{warned:?}");
+    assert_eq!(
+        (
+            warned[0]["check"].as_str(),
+            warned[0]["gpu"].as_str(),
+            warned[0]["passed"].as_bool(),
+            warned[0]["severity"].as_str()
+        ),
+        (
+            Some("throttling"),
+            Some("GPU-123a1421-1172-b334-14d9-b65b34232574"),
+            Some(true),
+            Some("warn")
+        )
+    );
+    let (code, _, rows) = diag("hgx-no-fabric-manager", &[]);
+    assert_eq!(code, 1);
+    let down: Vec<(&str, Option<&str>)> = failed(&rows);
+    assert_eq!(down.len(), 8, "{down:?}");
+    assert!(down.iter().all(|(c, _)| *c == "fabric-manager"), "{down:?}");
+}
+
+// What broke: diag failed the GPU whose PCIe link trained at x8 while bcd status called it
+// healthy; the narrowed link is the verdict's (degraded) now, and diag passes it with a warning.
+#[test]
+fn r470_old_warns_pcie_link_for_the_narrowed_gpu_only() {
+    let (code, passed, checks) = diag("r470-old", &[]);
+    assert_eq!((code, passed), (0, true), "{checks:?}");
+    let out = bcd("r470-old", &["diag", "--json"]);
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let warned: Vec<(&str, &str)> = json["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|c| c["severity"] == "warn")
+        .map(|c| (c["check"].as_str().unwrap(), c["gpu"].as_str().unwrap()))
+        .collect();
+    assert_eq!(
+        warned,
+        [("pcie.link", "GPU-770a8583-ddab-d174-2973-722164bb8d69")]
+    );
+}
+
+// What broke: on a driver before R410 (whose -q -x has no cuda_version) diag failed nvml.init
+// with "nvidia-smi did not answer" although it answered and both GPUs parsed.
+#[test]
+fn a_driver_before_r410_passes_nvml_init() {
+    let dir = tempfile::tempdir().unwrap();
+    for what in ["r470-old", "replay-nvidia-smi"] {
+        let copied = Command::new("cp")
+            .arg("-a")
+            .arg(hosts().join(what))
+            .arg(dir.path())
+            .status()
+            .unwrap();
+        assert!(copied.success());
+    }
+    let host = dir.path().join("r470-old");
+    let qx = host.join("answers/q-x.out");
+    let xml = std::fs::read_to_string(&qx)
+        .unwrap()
+        .replace("\t<cuda_version>11.4</cuda_version>\n", "");
+    std::fs::write(&qx, xml).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_bcd"))
+        .arg("--host")
+        .arg(&host)
+        .arg("--data-dir")
+        .arg(dir.path().join("data"))
+        .arg("--api-socket")
+        .arg(dir.path().join("no-node.sock"))
+        .args(["diag", "--json"])
+        .output()
+        .unwrap();
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let init = &json["checks"][0];
+    assert_eq!(init["check"], "nvml.init");
+    assert_eq!(init["passed"], true, "{init}");
+    assert_eq!(
+        init["message"],
+        "driver 470.256.02, CUDA unknown (nvidia-smi reports it from driver R410 on)"
+    );
+    assert_eq!(json["checks"].as_array().unwrap().len(), 1 + 2 * 6);
+    assert_eq!(out.status.code(), Some(0), "the narrowed link only warns");
 }
 
 #[test]
@@ -148,13 +273,82 @@ fn status_prints_one_line_per_gpu_and_fails_without_a_driver() {
     let out = bcd("hgx-h100", &["status"]);
     assert_eq!(out.status.code(), Some(0));
     let text = String::from_utf8_lossy(&out.stdout);
-    assert_eq!(text.lines().count(), 8, "{text}");
+    // Eight GPUs, and the note that the fresh data folder holds no XID record.
+    assert_eq!(text.lines().count(), 9, "{text}");
+    assert!(
+        text.lines()
+            .last()
+            .unwrap()
+            .starts_with("note: no XID record: "),
+        "{text}"
+    );
     assert!(!text.contains("UNHEALTHY"), "{text}");
     let out = bcd("no-driver", &["status"]);
     assert_eq!(out.status.code(), Some(1));
     assert!(out.stdout.is_empty());
     assert!(String::from_utf8_lossy(&out.stderr)
         .contains("nvml: nvidia-smi not found (no NVIDIA driver on this host)"));
+}
+
+/// `bcd ARGS` on the demo host with `data` as its data folder and no node.
+fn bcd_with_data(data: &Path, args: &[&str]) -> String {
+    let out = Command::new(env!("CARGO_BIN_EXE_bcd"))
+        .arg("--host")
+        .arg(hosts().join("hgx-h100"))
+        .arg("--data-dir")
+        .arg(data)
+        .arg("--api-socket")
+        .arg(data.with_file_name("no-node.sock"))
+        .args(args)
+        .output()
+        .unwrap();
+    String::from_utf8(out.stdout).unwrap()
+}
+
+// What broke: without a node and a data folder holding faults.json, diag's xid.recent said
+// "no XIDs this boot" and status judged as if there were none, although nothing had been
+// read: both say there is no record now, and where it would be.
+#[test]
+fn diag_and_status_without_a_record_say_there_is_none() {
+    let dir = tempfile::tempdir().unwrap();
+    let missing = dir.path().join("missing");
+    let text = bcd_with_data(&missing, &["diag"]);
+    let expected = format!(
+        "no XID record: {} does not exist, so no bcd node kept one there",
+        missing.display()
+    );
+    let xid_lines: Vec<&str> = text.lines().filter(|l| l.contains("xid.recent")).collect();
+    assert_eq!(xid_lines.len(), 8, "{text}");
+    assert!(
+        xid_lines
+            .iter()
+            .all(|l| l.starts_with("ok ") && l.contains(&expected)),
+        "{text}"
+    );
+    assert!(!text.contains("no XIDs this boot"), "{text}");
+    let text = bcd_with_data(&missing, &["status"]);
+    assert!(text.contains(&format!("note: {expected}")), "{text}");
+
+    // The folder is there, without the file.
+    let empty = dir.path().join("empty");
+    std::fs::create_dir(&empty).unwrap();
+    let file = empty.join("faults.json");
+    let said = format!("no XID record: there is no {}", file.display());
+    assert!(bcd_with_data(&empty, &["diag"]).contains(&said));
+    assert!(bcd_with_data(&empty, &["status"]).contains(&format!("note: {said}")));
+
+    // A record of this boot without XIDs: no XIDs, and no note.
+    let boot =
+        std::fs::read_to_string(hosts().join("hgx-h100/root/proc/sys/kernel/random/boot_id"))
+            .unwrap();
+    std::fs::write(
+        &file,
+        format!("{{\"boot_id\": \"{}\", \"conditions\": []}}", boot.trim()),
+    )
+    .unwrap();
+    let text = bcd_with_data(&empty, &["diag"]);
+    assert_eq!(text.matches("no XIDs this boot").count(), 8, "{text}");
+    assert!(!bcd_with_data(&empty, &["status"]).contains("note: "));
 }
 
 /// A copy of the demo host whose `nvidia-smi` appends each start's arguments to `runs`.
@@ -394,4 +588,200 @@ fn a_command_waiting_on_nvidia_smi_says_so_on_a_terminal_only() {
         .output()
         .unwrap();
     assert!(!String::from_utf8_lossy(&out.stderr).contains("waiting for"));
+}
+
+/// Every demo host: the folders of `testdata/hosts` with a `root/`.
+fn demo_hosts() -> Vec<String> {
+    let mut out: Vec<String> = std::fs::read_dir(hosts())
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.join("root").is_dir())
+        .map(|p| p.file_name().unwrap().to_string_lossy().into_owned())
+        .collect();
+    out.sort();
+    out
+}
+
+/// A state as a check word: `ok` healthy, `warn` degraded, `fail` unhealthy or unknown.
+fn word(state: bcd::health::verdict::HealthState) -> &'static str {
+    use bcd::health::verdict::HealthState;
+    match state {
+        HealthState::Healthy => "ok",
+        HealthState::Degraded => "warn",
+        HealthState::Unhealthy | HealthState::Unknown => "fail",
+    }
+}
+
+/// Per GPU UUID, the word each reader gives it.
+type Judged = BTreeMap<String, &'static str>;
+
+/// A node on `host`, its state in `dir`, after one collection: what `/v1/status` lists.
+async fn node_statuses(host: bcd::host::Host, dir: &Path) -> Judged {
+    use bcd::health::faults::{FaultStore, Health};
+    use bcd::node::shared::{Node, NodeConfig};
+    let data = dir.join("node-data");
+    std::fs::create_dir_all(&data).unwrap();
+    let config = NodeConfig {
+        host,
+        data_dir: data.clone(),
+        runtime_dir: dir.join("node-run"),
+        cdi_dir: dir.join("node-cdi"),
+        helper_socket: dir.join("no-helper.sock"),
+        api_socket: dir.join("bcd.sock"),
+        api_group: None,
+        metrics_listen: None,
+        sample_interval: Duration::from_secs(5),
+        otlp_endpoint: None,
+        gpu_slots: 0,
+        xid_policy: bcd::health::xid::XidPolicy::default(),
+        metrics_compat: None,
+    };
+    let boot = bcd::health::faults::read_boot_id(&config.host).unwrap_or_default();
+    let health = Health::new(FaultStore::open(&data, &boot).unwrap());
+    let (inventory, _) = tokio::sync::watch::channel(bcd::inventory::document::Inventory::new(
+        bcd::inventory::document::GpuSection::default(),
+    ));
+    let (scheduler, _) = bcd::inventory::scheduler::Scheduler::new();
+    let node = Node::new(
+        config,
+        health,
+        Some(bcd::cdi::Holds::load(&data).unwrap()),
+        inventory,
+        std::sync::Arc::default(),
+        scheduler,
+    );
+    node.collect_now().await;
+    node.gpu_statuses()
+        .await
+        .into_iter()
+        .map(|g| (g.uuid.to_string(), word(g.health)))
+        .collect()
+}
+
+/// What status, doctor, diag and (but on `wedged`) the node say of each GPU of `name`.
+async fn every_reader(name: &str) -> [(&'static str, Judged); 4] {
+    use bcd::health::xid::XidPolicy;
+    const BOUND: Duration = Duration::from_secs(2);
+    let dir = tempfile::tempdir().unwrap();
+    let host = bcd::host::Host::fake(hosts().join(name));
+    let policy = XidPolicy::default();
+    let status: Judged =
+        match bcd::health::status::status_within(&host, dir.path(), &policy, BOUND).await {
+            Ok(r) => r
+                .gpus
+                .iter()
+                .map(|g| (g.uuid.to_string(), word(g.health)))
+                .collect(),
+            Err(e) => {
+                assert!(
+                    matches!(e, bcd::health::status::StatusError::NoDriver),
+                    "{name}: {e}"
+                );
+                Judged::new()
+            }
+        };
+    let mut env = bcd::doctor::DoctorEnv::new(host.clone(), dir.path().join("no-helper.sock"));
+    // What `--host` means for doctor too: the host's own systemctl.
+    env.systemctl = host.systemctl().to_path_buf();
+    env.query_timeout = BOUND;
+    env.data_dir = Some(dir.path().to_path_buf());
+    let doctor: Judged = bcd::doctor::run(&env)
+        .await
+        .named(bcd::doctor::checks::name::GPU)
+        .map(|c| {
+            let uuid = c.message.split(',').next().unwrap().to_owned();
+            (uuid, c.status.word())
+        })
+        .collect();
+    let runner = bcd::smi::runner::Runner::new(host.nvidia_smi()).with_timeout(BOUND);
+    let report = bcd::health::diag::diag_host(
+        &host,
+        &runner,
+        dir.path(),
+        &policy,
+        &bcd::health::diag::DiagRequest::default(),
+    )
+    .await;
+    let mut diag = Judged::new();
+    for c in &report.checks {
+        let Some(gpu) = &c.gpu else { continue };
+        let w = match (c.passed, c.severity) {
+            (false, _) => "fail",
+            (true, Some(_)) => "warn",
+            (true, None) => "ok",
+        };
+        let seen = diag.entry(gpu.to_string()).or_insert("ok");
+        if (w == "fail") || (w == "warn" && *seen == "ok") {
+            *seen = w;
+        }
+    }
+    if diag.is_empty() && !report.passed {
+        // nvml.init failed and stopped the rest: every GPU's diag failed.
+        diag = status.keys().map(|u| (u.clone(), "fail")).collect();
+    }
+    // The node's collection waits out nvidia-smi's whole 30 s bound on the wedged host; its
+    // silent GPUs' verdict is the node's unit test's (a_silent_nvidia_smi_keeps_...).
+    let node = if name == "wedged" {
+        status.clone()
+    } else {
+        node_statuses(host, dir.path()).await
+    };
+    [
+        ("status", status),
+        ("doctor", doctor),
+        ("diag", diag),
+        ("/v1/status", node),
+    ]
+}
+
+// What broke: three health answers. On hgx-faults bcd status called 6 GPUs unhealthy and one
+// degraded while doctor printed `ok gpu` for all 8 and diag passed the fabric faults; on
+// hgx-no-fabric-manager status failed all 8 while diag passed. Every reader gives each GPU of
+// every demo host the same verdict now.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn status_doctor_diag_and_the_node_agree_on_every_gpu_of_every_demo_host() {
+    let names = demo_hosts();
+    assert!(names.len() >= 9, "{names:?}");
+    let judged = futures_join_all(&names).await;
+    let mut counts = BTreeMap::new();
+    for (name, readers) in names.iter().zip(judged) {
+        let (_, status) = &readers[0];
+        for (reader, seen) in &readers[1..] {
+            assert_eq!(seen, status, "{name}: {reader} against bcd status");
+        }
+        let mut n = [0; 3];
+        for w in status.values() {
+            n[["ok", "warn", "fail"].iter().position(|x| x == w).unwrap()] += 1;
+        }
+        counts.insert(name.as_str(), n);
+    }
+    // [ok, warn, fail] per host, as its README documents it.
+    let expected = BTreeMap::from([
+        ("a100-mig", [2, 0, 0]),
+        ("hgx-faults", [1, 1, 6]),
+        ("hgx-h100", [8, 0, 0]),
+        ("hgx-no-fabric-manager", [0, 0, 8]),
+        ("no-driver", [0, 0, 0]),
+        ("passthrough", [1, 0, 0]),
+        ("r470-old", [1, 1, 0]),
+        ("wedged", [0, 0, 1]),
+        ("wsl2", [1, 0, 0]),
+    ]);
+    assert_eq!(counts, expected);
+}
+
+/// [`every_reader`] for each host, all at once (the wedged host's bounds run meanwhile).
+async fn futures_join_all(names: &[String]) -> Vec<[(&'static str, Judged); 4]> {
+    let tasks: Vec<_> = names
+        .iter()
+        .map(|n| {
+            let n = n.clone();
+            tokio::spawn(async move { every_reader(&n).await })
+        })
+        .collect();
+    let mut out = Vec::new();
+    for t in tasks {
+        out.push(t.await.unwrap());
+    }
+    out
 }

@@ -240,6 +240,76 @@ async fn a_gpu_on_vfio_pci_is_reported_from_the_memory() {
     );
 }
 
+// What broke: bcd hardware printed what nvidia-smi said raw, so an ESC, BEL or CR in a GPU's
+// name or the driver's version reached the terminal; bcd status and bcd doctor escape them.
+#[test]
+fn bcd_hardware_escapes_control_characters() {
+    let dir = tempfile::tempdir().unwrap();
+    for what in ["hgx-h100", "replay-nvidia-smi"] {
+        let copied = Command::new("cp")
+            .arg("-a")
+            .arg(hosts().join(what))
+            .arg(dir.path())
+            .status()
+            .unwrap();
+        assert!(copied.success());
+    }
+    let host = dir.path().join("hgx-h100");
+    let qx = host.join("answers/q-x.out");
+    let xml = std::fs::read_to_string(&qx).unwrap().replacen(
+        "<product_name>NVIDIA H100 80GB HBM3</product_name>",
+        "<product_name>NVIDIA H100\u{1b}[2J\u{7}\rfake</product_name>",
+        1,
+    );
+    std::fs::write(&qx, xml).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_bcd"))
+        .args(["hardware", "--host"])
+        .arg(&host)
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(
+        !text.chars().any(|c| c.is_control() && c != '\n'),
+        "{text:?}"
+    );
+    assert!(text.contains("NVIDIA H100\\x1b[2J\\x07\\x0dfake"), "{text}");
+}
+
+// What broke: a failed -q -x read "bcd: nvidia-smi did not answer: nvidia-smi -q -x was killed
+// by signal SIGKILL (9) (nvidia-smi did not answer: a GPU may be wedged ...)": the error says
+// once what nvidia-smi did, then the hint what to do.
+#[test]
+fn bcd_hardware_says_what_nvidia_smi_did_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let smi = dir.path().join("nvidia-smi");
+    std::fs::write(
+        &smi,
+        format!(
+            "#!/bin/sh\n[ \"$1 $2\" = \"-q -x\" ] && kill -KILL $$\nexec '{}' '{}' \"$@\"\n",
+            hosts().join("replay-nvidia-smi").display(),
+            hosts().join("hgx-h100/answers").display()
+        ),
+    )
+    .unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&smi, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_bcd"))
+        .arg("hardware")
+        .arg("--host-root")
+        .arg(hosts().join("hgx-h100/root"))
+        .arg("--nvidia-smi")
+        .arg(&smi)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("bcd: nvidia-smi -q -x was killed by signal SIGKILL (9); a GPU may be wedged (Xid 79 or 119): gpu.reset or a reboot recovers it; showing what procfs and sysfs show"),
+        "{err}"
+    );
+    assert!(!err.contains("did not answer"), "{err}");
+}
+
 #[test]
 fn bcd_hardware_prints_the_inventory_document() {
     let out = Command::new(env!("CARGO_BIN_EXE_bcd"))
