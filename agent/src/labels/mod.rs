@@ -1,7 +1,8 @@
 //! Node labels a scheduler already understands: NVIDIA GPU Feature Discovery's label set
 //! (its `nvidia.com/` names and value rules, release [`GFD_RELEASE`]) and a few of bcd's own
 //! (`bcd.dev/`), as one pure function of the inventory, the health verdicts, two host facts
-//! and the node's configuration ([`node_labels`]); the facts are read by [`host`].
+//! and the node's configuration ([`node_labels`]); the facts are read by [`host`], the labels
+//! published in a Node Feature Discovery feature file by [`nfd`].
 //!
 //! Where GFD's own choice is arbitrary, bcd's is fixed:
 //! - **Mixed GPU models**: GFD labels one model per pass, whichever its map yields last, so
@@ -22,6 +23,7 @@
 //!   inventory does not keep them).
 
 pub mod host;
+pub mod nfd;
 
 use std::collections::{BTreeMap, BTreeSet};
 
