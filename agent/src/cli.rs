@@ -168,6 +168,11 @@ pub enum Command {
         /// Default: the API socket's folder (/run/bcd).
         #[arg(long, value_name = "DIR")]
         runtime_dir: Option<std::path::PathBuf>,
+        /// Keep the GPUs' node labels (GPU Feature Discovery's names, and bcd.dev/ health) in
+        /// the file `bcd` of this Node Feature Discovery features folder, usually
+        /// /etc/kubernetes/node-feature-discovery/features.d; off when not given.
+        #[arg(long, value_name = "DIR")]
+        nfd_features_dir: Option<std::path::PathBuf>,
     },
     /// One line per GPU from a live sample (waits at most 10 s), with UNHEALTHY where the
     /// healthy rule fails.

@@ -55,6 +55,7 @@ fn main() -> ExitCode {
                 pod_resources_socket,
                 kubernetes_release_grace,
                 runtime_dir,
+                nfd_features_dir,
             } => {
                 let flags = svc::NodeFlags {
                     runtime_dir: runtime_dir.clone(),
@@ -73,6 +74,7 @@ fn main() -> ExitCode {
                                 *kubernetes_release_grace,
                             ),
                         }),
+                    nfd_features_dir: nfd_features_dir.clone(),
                 };
                 svc::node(&cli.global, flags).await
             }

@@ -2,7 +2,7 @@
 //! (its `nvidia.com/` names and value rules, release [`GFD_RELEASE`]) and a few of bcd's own
 //! (`bcd.dev/`), as one pure function of the inventory, the health verdicts, two host facts
 //! and the node's configuration ([`node_labels`]); the facts are read by [`host`], the labels
-//! published in a Node Feature Discovery feature file by [`nfd`].
+//! kept in a Node Feature Discovery feature file ([`nfd`]) by `bcd node`'s [`publish`] task.
 //!
 //! Where GFD's own choice is arbitrary, bcd's is fixed:
 //! - **Mixed GPU models**: GFD labels one model per pass, whichever its map yields last, so
@@ -24,6 +24,7 @@
 
 pub mod host;
 pub mod nfd;
+pub mod publish;
 
 use std::collections::{BTreeMap, BTreeSet};
 

@@ -239,11 +239,12 @@ impl FeatureFile {
     }
 }
 
-/// Keeps `file`: writes the labels `labels` holds (`None` until there are any) at once when
-/// they change, at least every [`REFRESH_EVERY`], and every [`RETRY_AFTER`] while a write
-/// fails; `wall` is the clock the expiry is written from. `report` is handed each failed
-/// write's sentence, and `None` once a write succeeds again. Ends when `labels`' sender is
-/// dropped; the file stays.
+/// Keeps `file`: writes the labels `labels` holds at once when they change, at least every
+/// [`REFRESH_EVERY`], and every [`RETRY_AFTER`] while a write fails; `wall` is the clock the
+/// expiry is written from. While `labels` holds `None` (there are none yet, or no longer)
+/// nothing is written, so the file's last labels expire. `report` is handed each failed
+/// write's sentence, and `None` once a write succeeds again (or none is due any more). Ends
+/// when `labels`' sender is dropped; the file stays.
 pub async fn keep(
     mut labels: watch::Receiver<Option<Labels>>,
     mut file: FeatureFile,
@@ -253,26 +254,34 @@ pub async fn keep(
     let mut failing = false;
     loop {
         let current = labels.borrow_and_update().clone();
-        if let Some(current) = current {
-            let now = Instant::now();
-            if failing || file.due(&current, now) {
-                match file.write(&current, wall(), now) {
-                    Ok(()) => {
-                        if std::mem::take(&mut failing) {
-                            report(None);
+        let wake = match current {
+            None => {
+                if std::mem::take(&mut failing) {
+                    report(None);
+                }
+                None
+            }
+            Some(current) => {
+                let now = Instant::now();
+                if failing || file.due(&current, now) {
+                    match file.write(&current, wall(), now) {
+                        Ok(()) => {
+                            if std::mem::take(&mut failing) {
+                                report(None);
+                            }
+                        }
+                        Err(e) => {
+                            failing = true;
+                            report(Some(e.to_string()));
                         }
                     }
-                    Err(e) => {
-                        failing = true;
-                        report(Some(e.to_string()));
-                    }
+                }
+                if failing {
+                    Some(Instant::now() + RETRY_AFTER)
+                } else {
+                    file.next_refresh()
                 }
             }
-        }
-        let wake = if failing {
-            Some(Instant::now() + RETRY_AFTER)
-        } else {
-            file.next_refresh()
         };
         tokio::select! {
             changed = labels.changed() => {

@@ -338,3 +338,27 @@ async fn a_failed_write_is_reported_and_tried_again_until_it_lands() {
     drop(tx);
     writer.await.unwrap();
 }
+
+// A node whose driver lists no GPU any more publishes nothing: the last labels are not
+// refreshed, and expire.
+#[tokio::test(start_paused = true)]
+async fn without_labels_nothing_is_written_and_the_last_ones_expire() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join(FILE_NAME);
+    let wall = paused_wall();
+    let (tx, rx) = watch::channel(Some(a()));
+    let writer = tokio::spawn(keep(rx, FeatureFile::new(dir.path()), wall.clone(), |_| {}));
+    settle().await;
+    let written = std::fs::read(&path).unwrap();
+    tx.send_replace(None);
+    settle().await;
+    for _ in 0..120 {
+        tokio::time::advance(Duration::from_secs(60)).await;
+        settle().await;
+    }
+    assert_eq!(std::fs::read(&path).unwrap(), written, "not rewritten");
+    let text = String::from_utf8(written).unwrap();
+    assert!(unexpired(&text, wall()).unwrap().is_empty(), "expired");
+    drop(tx);
+    writer.await.unwrap();
+}
