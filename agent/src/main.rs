@@ -30,7 +30,13 @@ fn main() -> ExitCode {
     };
     runtime.block_on(async {
         match &cli.command {
-            Command::Hardware => commands::hardware::hardware(&cli.global).await,
+            Command::Hardware { labels: false, .. } => {
+                commands::hardware::hardware(&cli.global).await
+            }
+            Command::Hardware {
+                labels: true,
+                gpu_slots,
+            } => commands::labels::labels(&cli.global, *gpu_slots).await,
             Command::Helper {
                 command: HelperCommand::Ping,
             } => commands::helper::ping(&cli.global).await,
