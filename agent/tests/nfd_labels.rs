@@ -220,3 +220,68 @@ fn the_node_keeps_the_labels_file_and_a_restart_never_removes_it() {
     );
     stop(&mut node);
 }
+
+// The README's drop-in: systemd accepts bcd.service with it, and it costs the unit nothing in
+// `systemd-analyze security`'s rating.
+#[test]
+fn the_features_folder_drop_in_verifies_and_keeps_the_units_rating() {
+    let Some(analyze) = bcd_testkit::require(bcd_testkit::Peer::SystemdAnalyze) else {
+        return;
+    };
+    let Some(_) = bcd_testkit::with_private_run(&analyze) else {
+        return;
+    };
+    let run = |args: &[&str], unit: &Path| {
+        bcd_testkit::with_private_run(&analyze)
+            .expect("checked above")
+            .args(args)
+            .arg(unit)
+            .output()
+            .unwrap()
+    };
+    let rating = |unit: &Path| -> f64 {
+        let out = run(&["security", "--offline=yes", "--no-pager"], unit);
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        let line = text
+            .lines()
+            .find(|l| l.contains("Overall exposure level"))
+            .unwrap_or_else(|| panic!("no rating: {text}"));
+        line.split(':')
+            .nth(1)
+            .unwrap()
+            .split_whitespace()
+            .next()
+            .unwrap()
+            .parse()
+            .unwrap()
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let bcd = env!("CARGO_BIN_EXE_bcd");
+    let packaged = repo().join("packaging/systemd");
+    let staged = |name: &str| {
+        std::fs::read_to_string(packaged.join(name))
+            .unwrap()
+            .replace("/usr/bin/bcd ", &format!("{bcd} "))
+    };
+    let unit = dir.path().join("bcd.service");
+    std::fs::write(&unit, staged("bcd.service")).unwrap();
+    let without = rating(&unit);
+    let drop_ins = dir.path().join("bcd.service.d");
+    std::fs::create_dir(&drop_ins).unwrap();
+    std::fs::write(
+        drop_ins.join("nfd-features.conf"),
+        staged("nfd-features.conf"),
+    )
+    .unwrap();
+    let out = run(&["verify"], &unit);
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success() && said.trim().is_empty(),
+        "systemd-analyze verify with the drop-in: {said}"
+    );
+    let with = rating(&unit);
+    assert!(
+        with <= without,
+        "the drop-in rates bcd.service {with}, above {without}"
+    );
+}
