@@ -2,7 +2,7 @@
 //! snapshot and writes nothing; `bcd node --nfd-features-dir` keeps them in its feature file,
 //! which outlives a stop and is in place at every moment of a restart.
 //!
-//! Self-contained: each test works in its own temporary folder, on a copy of a fake host.
+//! Each test works in its own temporary folder, on a copy of a fake host.
 
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
@@ -10,32 +10,10 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant, SystemTime};
 
 use bcd::labels::nfd::{parse, EXPIRY_AHEAD, FILE_NAME};
-
-fn repo() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
-}
+use bcd_testkit::{copy_host, repo, wait_for, Reaped};
 
 fn bcd() -> Command {
     Command::new(env!("CARGO_BIN_EXE_bcd"))
-}
-
-/// A copy of `testdata/hosts/<name>` in `dir`, with the replay script beside it as the
-/// host's `bin/nvidia-smi` expects.
-fn copy_host(dir: &Path, name: &str) -> PathBuf {
-    let copy = dir.join(name);
-    let copied = Command::new("cp")
-        .arg("-a")
-        .arg(repo().join("testdata/hosts").join(name))
-        .arg(&copy)
-        .status()
-        .unwrap();
-    assert!(copied.success(), "cp -a of the fake host {name} failed");
-    std::fs::copy(
-        repo().join("testdata/hosts/replay-nvidia-smi"),
-        dir.join("replay-nvidia-smi"),
-    )
-    .unwrap();
-    copy
 }
 
 /// Every entry under `dir`, relative, sorted.
@@ -101,8 +79,8 @@ fn hardware_labels_prints_each_demo_hosts_labels_and_writes_nothing() {
 }
 
 /// `bcd node` on `host` with its state, sockets and the features folder in `dir`.
-fn start_node(dir: &Path, host: &Path, features: &Path) -> Child {
-    bcd()
+fn start_node(dir: &Path, host: &Path, features: &Path) -> Reaped {
+    let child = bcd()
         .arg("--host")
         .arg(host)
         .arg("--data-dir")
@@ -119,10 +97,12 @@ fn start_node(dir: &Path, host: &Path, features: &Path) -> Child {
         .arg(features)
         .stderr(Stdio::null())
         .spawn()
-        .unwrap()
+        .unwrap();
+    Reaped(child)
 }
 
-fn stop(node: &mut Child) {
+fn stop(node: &mut Reaped) {
+    let node: &mut Child = &mut node.0;
     nix::sys::signal::kill(
         nix::unistd::Pid::from_raw(i32::try_from(node.id()).unwrap()),
         nix::sys::signal::Signal::SIGTERM,
@@ -135,18 +115,6 @@ fn stop(node: &mut Child) {
             "bcd node did not stop on SIGTERM"
         );
         std::thread::sleep(Duration::from_millis(50));
-    }
-}
-
-/// Polls `ready` every 20 ms for at most `bound`; fails naming `what`.
-fn wait_for(what: &str, bound: Duration, mut ready: impl FnMut() -> bool) {
-    let started = Instant::now();
-    while !ready() {
-        assert!(
-            started.elapsed() < bound,
-            "{what} did not happen within {bound:?}"
-        );
-        std::thread::sleep(Duration::from_millis(20));
     }
 }
 
