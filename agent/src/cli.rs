@@ -102,7 +102,16 @@ pub enum Command {
         command: HelperCommand,
     },
     /// Collect the inventory once (without the passthrough memory) and print it.
-    Hardware,
+    Hardware {
+        /// Print the node labels instead (GPU Feature Discovery's names and bcd.dev/ health,
+        /// as bcd node --nfd-features-dir keeps them), writing nothing.
+        #[arg(long)]
+        labels: bool,
+        /// The slots per GPU the labels count (bcd node --gpu-slots).
+        #[arg(long, value_name = "N", default_value_t = 0, requires = "labels",
+              value_parser = clap::value_parser!(u32).range(0..=i64::from(crate::device::id::MAX_SLOTS)))]
+        gpu_slots: u32,
+    },
     /// Check this host before trusting it with GPU work: one line per check (ok, warn or
     /// fail, its name, its message); exit status 1 when any check fails.
     Doctor {
@@ -168,6 +177,11 @@ pub enum Command {
         /// Default: the API socket's folder (/run/bcd).
         #[arg(long, value_name = "DIR")]
         runtime_dir: Option<std::path::PathBuf>,
+        /// Keep the GPUs' node labels (GPU Feature Discovery's names, and bcd.dev/ health) in
+        /// the file `bcd` of this Node Feature Discovery features folder, usually
+        /// /etc/kubernetes/node-feature-discovery/features.d; off when not given.
+        #[arg(long, value_name = "DIR")]
+        nfd_features_dir: Option<std::path::PathBuf>,
     },
     /// One line per GPU from a live sample (waits at most 10 s), with UNHEALTHY where the
     /// healthy rule fails.

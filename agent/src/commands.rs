@@ -7,6 +7,7 @@ pub mod diag;
 pub mod doctor;
 pub mod hardware;
 pub mod helper;
+pub mod labels;
 pub mod output;
 pub mod service;
 pub mod status;

@@ -16,6 +16,7 @@ pub mod helper_client;
 pub mod host;
 pub mod inventory;
 pub mod kubelet;
+pub mod labels;
 pub mod node;
 pub mod runtime;
 pub mod smi;

@@ -30,7 +30,13 @@ fn main() -> ExitCode {
     };
     runtime.block_on(async {
         match &cli.command {
-            Command::Hardware => commands::hardware::hardware(&cli.global).await,
+            Command::Hardware { labels: false, .. } => {
+                commands::hardware::hardware(&cli.global).await
+            }
+            Command::Hardware {
+                labels: true,
+                gpu_slots,
+            } => commands::labels::labels(&cli.global, *gpu_slots).await,
             Command::Helper {
                 command: HelperCommand::Ping,
             } => commands::helper::ping(&cli.global).await,
@@ -55,6 +61,7 @@ fn main() -> ExitCode {
                 pod_resources_socket,
                 kubernetes_release_grace,
                 runtime_dir,
+                nfd_features_dir,
             } => {
                 let flags = svc::NodeFlags {
                     runtime_dir: runtime_dir.clone(),
@@ -73,6 +80,7 @@ fn main() -> ExitCode {
                                 *kubernetes_release_grace,
                             ),
                         }),
+                    nfd_features_dir: nfd_features_dir.clone(),
                 };
                 svc::node(&cli.global, flags).await
             }

@@ -27,7 +27,9 @@ use std::io::Write as _;
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime};
+
+use bcd_protocol::time::rfc3339;
 
 /// The audit log's file mode.
 pub const AUDIT_LOG_MODE: u32 = 0o600;
@@ -444,49 +446,10 @@ pub fn json_string(out: &mut String, v: &str) {
     out.push('"');
 }
 
-/// RFC 3339 in UTC with milliseconds: `2025-01-31T12:34:56.789Z`.
-pub fn rfc3339(t: SystemTime) -> String {
-    let since = t.duration_since(UNIX_EPOCH).unwrap_or_default();
-    let secs = since.as_secs();
-    let days = (secs / 86_400) as i64;
-    let rem = secs % 86_400;
-    let (y, m, d) = civil_from_days(days);
-    format!(
-        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}.{:03}Z",
-        rem / 3600,
-        rem % 3600 / 60,
-        rem % 60,
-        since.subsec_millis()
-    )
-}
-
-/// Days since 1970-01-01 to a proleptic Gregorian (year, month, day), by 400-year eras.
-fn civil_from_days(z: i64) -> (i64, u32, u32) {
-    let z = z + 719_468; // shift the epoch to 0000-03-01
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097); // day of era, 0..=146096
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365; // year of era
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100); // day of year, March-based
-    let mp = (5 * doy + 2) / 153; // month, March = 0
-    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
-    let y = yoe + era * 400 + i64::from(m <= 2);
-    (y, m, d)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn dates_are_rfc3339_utc() {
-        assert_eq!(rfc3339(UNIX_EPOCH), "1970-01-01T00:00:00.000Z");
-        // 2000-02-29 (a leap day in a century leap year) 12:00:00.5
-        let t = UNIX_EPOCH + Duration::from_millis(951_825_600_500);
-        assert_eq!(rfc3339(t), "2000-02-29T12:00:00.500Z");
-        let t = UNIX_EPOCH + Duration::from_secs(1_735_689_599);
-        assert_eq!(rfc3339(t), "2024-12-31T23:59:59.000Z");
-    }
+    use std::time::UNIX_EPOCH;
 
     #[test]
     fn strings_are_escaped() {

@@ -212,6 +212,8 @@ pub struct NodeFlags {
     pub metrics_compat: Option<crate::node::metrics::MetricsCompat>,
     /// `--device-plugin-dir` and its companions; `None` without it.
     pub kubelet: Option<crate::kubelet::KubeletConfig>,
+    /// `--nfd-features-dir`.
+    pub nfd_features_dir: Option<std::path::PathBuf>,
 }
 
 /// `bcd node`.
@@ -225,6 +227,7 @@ pub async fn node(global: &Global, flags: NodeFlags) -> ExitCode {
         gpu_slots,
         metrics_compat,
         kubelet,
+        nfd_features_dir,
     } = flags;
     let config = NodeConfig {
         host: global.host(),
@@ -251,7 +254,7 @@ pub async fn node(global: &Global, flags: NodeFlags) -> ExitCode {
         xid_policy: global.xid_policy(),
         metrics_compat,
     };
-    match run(config, consumers(kubelet)).await {
+    match run(config, consumers(kubelet, nfd_features_dir)).await {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("bcd node: {e}");
@@ -262,9 +265,11 @@ pub async fn node(global: &Global, flags: NodeFlags) -> ExitCode {
 
 /// The consumers of the node's devices `bcd node` was asked for, each a task on the node that
 /// reaches it through [`crate::device::DeviceSource`] alone: the kubelet device plugins (with
-/// `--device-plugin-dir`), their state shown in the node's status and metrics.
+/// `--device-plugin-dir`) and the node labels' feature file (with `--nfd-features-dir`), their
+/// state shown in the node's status and metrics.
 fn consumers(
     kubelet: Option<crate::kubelet::KubeletConfig>,
+    nfd_features_dir: Option<std::path::PathBuf>,
 ) -> Vec<crate::node::service::NodeTask> {
     let mut tasks = Vec::new();
     if let Some(config) = kubelet {
@@ -274,6 +279,19 @@ fn consumers(
                 let kube = std::sync::Arc::new(crate::kubelet::KubeState::default());
                 node.add_report(kube.clone());
                 Box::pin(crate::kubelet::plugin::run(node, kube, config))
+            }),
+        });
+    }
+    if let Some(dir) = nfd_features_dir {
+        tasks.push(crate::node::service::NodeTask {
+            name: "the node labels' feature file",
+            start: Box::new(move |node| {
+                let report = std::sync::Arc::new(crate::labels::publish::FileReport::default());
+                node.add_report(report.clone());
+                let host = node.config().host.clone();
+                Box::pin(crate::labels::publish::keep_feature_file(
+                    node, host, dir, report,
+                ))
             }),
         });
     }

@@ -21,6 +21,7 @@ mod helper_ping;
 mod holds_and_runtimes;
 mod inventory_hosts;
 mod loop_sampler;
+mod nfd_labels;
 mod node_e2e;
 mod node_limits;
 mod otlp_export;

@@ -1,0 +1,41 @@
+//! `bcd hardware --labels`: this host's node labels, as `bcd node --nfd-features-dir` keeps
+//! them, printed (`name=value` lines, or a JSON object with `--json`); nothing is written.
+
+use std::process::ExitCode;
+
+use super::output::{print, print_json, saying_what_it_waits_for};
+use crate::cli::Global;
+use crate::labels::host::look;
+use crate::labels::LabelConfig;
+
+/// `bcd hardware --labels [--gpu-slots N]`.
+pub async fn labels(global: &Global, gpu_slots: u32) -> ExitCode {
+    let host = global.host();
+    let looked = saying_what_it_waits_for(
+        global.json,
+        look(
+            &host,
+            &global.data_dir,
+            &global.xid_policy(),
+            &LabelConfig { gpu_slots },
+        ),
+    )
+    .await;
+    if let Some(e) = &looked.nvidia_smi_error {
+        eprintln!("bcd: nvidia-smi did not answer: {e}; the labels are what procfs and sysfs show");
+    }
+    for note in &looked.notes {
+        eprintln!("bcd: {note}");
+    }
+    if looked.labels.is_empty() {
+        eprintln!("bcd: no NVIDIA GPU found on this host, so no labels");
+    }
+    if global.json {
+        if !print_json(&looked.labels, "the labels") {
+            return ExitCode::from(1);
+        }
+    } else {
+        print(&looked.labels.lines());
+    }
+    ExitCode::SUCCESS
+}
