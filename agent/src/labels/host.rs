@@ -80,6 +80,7 @@ pub async fn look(host: &Host, data_dir: &Path, policy: &XidPolicy, config: &Lab
             }
         };
     let inventory = &collection.inventory;
+    let links = crate::health::pcie::link_widths(host, inventory);
     let evidence = Evidence {
         conditions: &conditions,
         history: &history,
@@ -90,6 +91,7 @@ pub async fn look(host: &Host, data_dir: &Path, policy: &XidPolicy, config: &Lab
         samples: &[],
         correctable: None,
         board: &inventory.gpu.gpus,
+        links: Some(&links),
     };
     let verdicts: BTreeMap<GpuUuid, Verdict> = inventory
         .gpu
