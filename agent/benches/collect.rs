@@ -6,12 +6,12 @@
 use std::hint::black_box;
 use std::path::PathBuf;
 
-use bcd::host::Host;
 use bcd::inventory::document::Inventory;
 use bcd::inventory::merge::merge;
 use bcd::inventory::procfs;
 use bcd::smi::snapshot::Snapshot;
 use bcd::smi::{compute_cap, list, mig, nvlink, topo, xml};
+use bcd::sys::host::Host;
 use criterion::{criterion_group, criterion_main, Criterion};
 
 fn bench(c: &mut Criterion) {

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use bcd_protocol::GpuUuid;
 use clap::{Args, Parser, Subcommand};
 
-use crate::host::Host;
+use crate::sys::host::Host;
 
 /// bcd manages the NVIDIA GPUs of this node: inventory, health, CDI specs and passthrough.
 #[derive(Debug, Parser)]
@@ -114,11 +114,7 @@ pub enum Command {
     },
     /// Check this host before trusting it with GPU work: one line per check (ok, warn or
     /// fail, its name, its message); exit status 1 when any check fails.
-    Doctor {
-        /// The systemctl asked whether nvidia-fabricmanager is active (for tests and demos).
-        #[arg(long, hide = true, value_name = "PATH", default_value = "systemctl")]
-        systemctl: PathBuf,
-    },
+    Doctor,
     /// CDI specs of holds.
     #[command(subcommand)]
     Cdi(CdiCommand),

@@ -6,14 +6,12 @@
 //! untrusted input and is read by pure parsers that return errors, never panic.
 
 pub mod cdi;
-pub mod child;
 pub mod cli;
 pub mod commands;
 pub mod device;
 pub mod doctor;
 pub mod health;
 pub mod helper_client;
-pub mod host;
 pub mod inventory;
 pub mod kubelet;
 pub mod labels;
@@ -21,6 +19,7 @@ pub mod node;
 pub mod runtime;
 pub mod smi;
 pub mod state;
+pub mod sys;
 #[cfg(test)]
 mod test_log;
 pub mod utc;

@@ -40,7 +40,7 @@ fn main() -> ExitCode {
             Command::Helper {
                 command: HelperCommand::Ping,
             } => commands::helper::ping(&cli.global).await,
-            Command::Doctor { systemctl } => commands::doctor::doctor(&cli.global, systemctl).await,
+            Command::Doctor => commands::doctor::doctor(&cli.global).await,
             Command::Cdi(CdiCommand::Render {
                 hold,
                 devices,

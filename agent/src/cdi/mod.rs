@@ -29,6 +29,9 @@ pub use crate::device::id::{HOLD_SPEC_PREFIX, HOLD_SPEC_SUFFIX};
 
 /// The folders vendor specs are read from, in order: the CDI folder, then the toolkit's
 /// `/var/run/cdi` under the host's root.
-pub fn vendor_dirs(cdi_dir: &std::path::Path, host: &crate::host::Host) -> Vec<std::path::PathBuf> {
+pub fn vendor_dirs(
+    cdi_dir: &std::path::Path,
+    host: &crate::sys::host::Host,
+) -> Vec<std::path::PathBuf> {
     vec![cdi_dir.to_path_buf(), host.path(vendor::DYNAMIC_CDI_DIR)]
 }

@@ -1,6 +1,5 @@
 //! `bcd doctor [--json]`: the node's checks, one line each.
 
-use std::path::Path;
 use std::process::ExitCode;
 
 use super::output::{print, print_json, saying_what_it_waits_for};
@@ -8,9 +7,8 @@ use crate::cli::Global;
 use crate::doctor::{checks, run, Check, DoctorEnv, Status};
 
 /// `bcd doctor [--json]`: prints the report; exit status 1 when any check failed.
-pub async fn doctor(global: &Global, systemctl: &Path) -> ExitCode {
+pub async fn doctor(global: &Global) -> ExitCode {
     let mut env = DoctorEnv::new(global.host(), &global.helper_socket);
-    env.systemctl = systemctl.to_path_buf();
     env.data_dir = Some(global.data_dir.clone());
     env.xid_policy = global.xid_policy();
     let mut report = saying_what_it_waits_for(global.json, run(&env)).await;

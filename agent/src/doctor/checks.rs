@@ -6,18 +6,18 @@ use std::io;
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 
 use super::helper::PingError;
-use super::systemd::UnitState;
 use super::{Check, Status};
 use crate::health::verdict::{HealthState, Verdict};
-use crate::host::Host;
 use crate::inventory::collect::Collection;
 use crate::inventory::document::Gpu;
-use crate::inventory::memory::{PciFunction, NVIDIA_VENDOR};
 use crate::smi::hint::hint_or_default;
 use crate::smi::probe::Probe;
 use crate::smi::runner::RunError;
 use crate::smi::snapshot::{ProbeFailure, SnapshotError};
 use crate::smi::xml::XmlGpu;
+use crate::sys::host::Host;
+use crate::sys::pci::PciFunction;
+use crate::sys::systemd::UnitState;
 
 /// The checks' names, as printed.
 pub mod name {
@@ -417,13 +417,6 @@ pub fn persistence(gpus: &[XmlGpu]) -> Option<Check> {
     })
 }
 
-/// NVIDIA functions of class `0x0680xx` (bridge, other): the NVSwitches of an HGX board.
-pub fn nvswitch_count(pci: &[PciFunction]) -> usize {
-    pci.iter()
-        .filter(|f| f.vendor == NVIDIA_VENDOR && f.class.starts_with("0x0680"))
-        .count()
-}
-
 /// `fabric-manager`, only with NVSwitches on the bus: `ok` when `nvidia-fabricmanager` is
 /// active (or reloading), `warn` while it is still starting or when systemd could not be
 /// asked, `fail` in any other state (without it CUDA fails on every GPU).
@@ -662,11 +655,11 @@ mod tests {
     use super::*;
     use crate::smi::xml::RowRemap;
 
-    fn function(addr: &str, class: &str, driver: Option<&str>) -> PciFunction {
+    fn function(addr: &str, class: u32, driver: Option<&str>) -> PciFunction {
         PciFunction {
             address: addr.parse().unwrap(),
-            vendor: NVIDIA_VENDOR.into(),
-            class: class.into(),
+            vendor: Some(crate::sys::pci::NVIDIA_VENDOR),
+            class: Some(class),
             driver: driver.map(str::to_owned),
             numa_node: None,
         }
@@ -849,7 +842,7 @@ mod tests {
     fn a_host_without_a_driver_is_told_what_to_install_not_a_unit() {
         let nvml = nvml(&Err(ProbeFailure::Run(RunError::NoDriver)));
         let bus = gpu_bus(
-            &[function("0000:18:00.0", "0x030200", None)],
+            &[function("0000:18:00.0", 0x030200, None)],
             SmiView::NoDriver,
         );
         for c in [nvml, bus] {
@@ -881,8 +874,8 @@ mod tests {
     #[test]
     fn gpu_bus_each_status() {
         let two_nvidia = [
-            function("0000:18:00.0", "0x030200", Some("nvidia")),
-            function("0000:2a:00.0", "0x030200", Some("nvidia")),
+            function("0000:18:00.0", 0x030200, Some("nvidia")),
+            function("0000:2a:00.0", 0x030200, Some("nvidia")),
         ];
         let c = gpu_bus(&two_nvidia, SmiView::Answered(2));
         assert_eq!(
@@ -906,9 +899,9 @@ mod tests {
         assert!(c.message.contains("gpus check"), "{}", c.message);
 
         let mixed = [
-            function("0000:4a:00.0", "0x030200", Some("nvidia")),
-            function("0000:61:00.0", "0x030200", Some("vfio-pci")),
-            function("0000:61:00.1", "0x040300", Some("vfio-pci")),
+            function("0000:4a:00.0", 0x030200, Some("nvidia")),
+            function("0000:61:00.0", 0x030200, Some("vfio-pci")),
+            function("0000:61:00.1", 0x040300, Some("vfio-pci")),
         ];
         let c = gpu_bus(&mixed, SmiView::Answered(1));
         assert_eq!(
@@ -925,9 +918,9 @@ mod tests {
         );
 
         let unbound = [
-            function("0000:18:00.0", "0x030200", Some("nvidia")),
-            function("0000:41:00.0", "0x030000", None),
-            function("0000:c1:00.0", "0x030200", Some("nouveau")),
+            function("0000:18:00.0", 0x030200, Some("nvidia")),
+            function("0000:41:00.0", 0x030000, None),
+            function("0000:c1:00.0", 0x030200, Some("nouveau")),
         ];
         let c = gpu_bus(&unbound, SmiView::Answered(1));
         assert_eq!(c.status, Status::Warn);
@@ -939,7 +932,7 @@ mod tests {
         );
 
         let c = gpu_bus(
-            &[function("0000:05:00.0", "0x068000", None)],
+            &[function("0000:05:00.0", 0x068000, None)],
             SmiView::NoDriver,
         );
         assert_eq!(
@@ -987,10 +980,10 @@ mod tests {
         assert_eq!(c.status, Status::Warn);
         assert!(c.message.starts_with("1 NVSwitch on the PCI bus but whether nvidia-fabricmanager runs could not be told (systemctl not found)"), "{}", c.message);
         let pci = [
-            function("0000:05:00.0", "0x068000", None),
-            function("0000:18:00.0", "0x030200", Some("nvidia")),
+            function("0000:05:00.0", 0x068000, None),
+            function("0000:18:00.0", 0x030200, Some("nvidia")),
         ];
-        assert_eq!(nvswitch_count(&pci), 1);
+        assert_eq!(pci.iter().filter(|f| f.is_nvswitch()).count(), 1);
         // The line fails exactly when the verdict takes the GPUs out for it.
         let states = [
             "active",
@@ -1007,7 +1000,12 @@ mod tests {
         {
             assert_eq!(
                 fabric_manager(4, &s).status == Status::Fail,
-                crate::health::verdict::fabric_manager_down_given(4, &s).is_some(),
+                crate::sys::systemd::FabricManager {
+                    switches: 4,
+                    state: Some(s.clone()),
+                }
+                .down()
+                .is_some(),
                 "{s:?}"
             );
         }

@@ -12,7 +12,6 @@
 
 pub mod checks;
 pub mod helper;
-pub mod systemd;
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -20,14 +19,13 @@ use std::time::Duration;
 
 use serde::Serialize;
 
-use crate::health::verdict::{fabric_manager_down_given, judge, Evidence};
+use crate::health::verdict::{judge, Evidence};
 use crate::health::xid::XidPolicy;
 use crate::helper_client::{Helper, SocketHelper};
-use crate::host::Host;
 use crate::inventory::collect::collect_with;
-use crate::inventory::memory::pci_functions;
 use crate::smi::runner::{Runner, QUERY_TIMEOUT};
 use crate::smi::snapshot::probe;
+use crate::sys::host::Host;
 
 pub use helper::{ping, PingError, PING_TIMEOUT};
 
@@ -135,9 +133,6 @@ pub struct DoctorEnv {
     pub data_dir: Option<PathBuf>,
     /// The node's overrides of the XID catalog, for the verdict.
     pub xid_policy: XidPolicy,
-    /// The `systemctl` asked whether `nvidia-fabricmanager` is active (a bare name is looked
-    /// up on `PATH`).
-    pub systemctl: PathBuf,
     /// The bound on each `nvidia-smi` query (the probe and every query of the snapshot). A
     /// wedged GPU hangs `nvidia-smi`; the default is the reader's 30 s.
     pub query_timeout: Duration,
@@ -148,14 +143,13 @@ pub struct DoctorEnv {
 }
 
 impl DoctorEnv {
-    /// The defaults: no data folder, the catalog as it is, `systemctl` from `PATH`, the
+    /// The defaults: no data folder, the catalog as it is, the
     /// reader's query bound, and the helper at `helper_socket` pinged within [`PING_TIMEOUT`].
     pub fn new(host: Host, helper_socket: impl Into<PathBuf>) -> Self {
         Self {
             host,
             data_dir: None,
             xid_policy: XidPolicy::default(),
-            systemctl: PathBuf::from("systemctl"),
             query_timeout: QUERY_TIMEOUT,
             helper: Arc::new(SocketHelper::new(helper_socket)),
             ping_timeout: PING_TIMEOUT,
@@ -179,14 +173,10 @@ pub async fn run(env: &DoctorEnv) -> Report {
     let (probed, collection, ping) =
         tokio::join!(probe(&runner), collect_with(host, None, &runner), ping);
 
-    let pci = pci_functions(host);
-    let switches = checks::nvswitch_count(&pci);
-    // Asked once: the same answer makes the fabric-manager line and the GPUs' verdict.
-    let fabric_manager = if switches > 0 {
-        Some(systemd::is_active(&env.systemctl, systemd::FABRIC_MANAGER_UNIT).await)
-    } else {
-        None
-    };
+    let pci = crate::sys::pci::functions(host);
+    // Asked once, of the host's systemctl: the same answer makes the fabric-manager line and
+    // the GPUs' verdict.
+    let fabric = crate::sys::systemd::fabric_manager(host).await;
     let xids = env.data_dir.as_deref().map(|dir| {
         crate::health::faults::read_boot_id(host)
             .and_then(|boot| crate::health::faults::read_with_history(dir, &boot))
@@ -216,9 +206,7 @@ pub async fn run(env: &DoctorEnv) -> Report {
             policy: Some(&env.xid_policy),
             driver: driver.as_ref(),
             silent: silent.as_deref(),
-            fabric_manager_down: fabric_manager
-                .as_ref()
-                .and_then(|state| fabric_manager_down_given(switches, state)),
+            fabric_manager_down: fabric.down(),
             samples: &[],
             correctable: None,
             board: &inventory.gpu.gpus,
@@ -259,8 +247,8 @@ pub async fn run(env: &DoctorEnv) -> Report {
     if let Some(xml) = xml {
         out.extend(checks::persistence(&xml.gpus));
     }
-    if let Some(state) = &fabric_manager {
-        out.push(checks::fabric_manager(switches, state));
+    if let Some(state) = &fabric.state {
+        out.push(checks::fabric_manager(fabric.switches, state));
     }
     let module_version = std::fs::read_to_string(host.path("/proc/driver/nvidia/version"))
         .ok()

@@ -22,10 +22,10 @@ use serde::{Deserialize, Serialize};
 use super::verdict::{self, judge, kind, Evidence, HealthState, Reason, Verdict};
 use super::xid::XidPolicy;
 use super::{xid_conditions, Condition};
-use crate::host::Host;
 use crate::inventory::document::{Gpu, Inventory};
 use crate::smi::runner::Runner;
 use crate::smi::xml::DriverHealth;
+use crate::sys::host::Host;
 
 pub use super::pcie::{link_widths, LinkWidth};
 
@@ -483,7 +483,7 @@ pub async fn diag_host(
         .snapshot
         .as_ref()
         .map(|s| super::status::driver_readings(&s.xml));
-    let fabric_manager_down = verdict::fabric_manager_down(host).await;
+    let fabric_manager_down = crate::sys::systemd::fabric_manager(host).await.down();
     let evidence = Evidence {
         conditions: &conditions,
         history: &history,

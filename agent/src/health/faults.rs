@@ -28,8 +28,8 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::watch;
 
 use super::{Condition, ConditionDevice, ConditionKind};
-use crate::host::Host;
 use crate::state::{self, StateError, PRIVATE_MODE};
+use crate::sys::host::Host;
 
 /// The file's name in the data folder (and in the runtime folder, for its fallback).
 pub const FAULTS_FILE: &str = "faults.json";

@@ -10,6 +10,7 @@
 pub mod diag;
 pub mod faults;
 pub mod kmsg;
+pub mod log_limit;
 pub mod pcie;
 pub mod reset;
 pub mod status;

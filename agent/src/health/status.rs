@@ -21,7 +21,6 @@ use serde::{Deserialize, Serialize};
 use super::faults::{no_record, read_boot_id, read_record};
 use super::verdict::{judge, Evidence, HealthState, Reason};
 use super::xid::XidPolicy;
-use crate::host::Host;
 use crate::inventory::collect::collect;
 use crate::inventory::document::Inventory;
 use crate::inventory::{merge::merge, procfs};
@@ -29,6 +28,7 @@ use crate::smi::runner::{RunError, Runner};
 use crate::smi::samples::{attach_mig_memory, GpuSample};
 use crate::smi::snapshot::{csv_samples, samples_from_xml, SnapshotError};
 use crate::smi::xml::DriverHealth;
+use crate::sys::host::Host;
 
 /// The longest `bcd status` waits for the sample and the inventory.
 pub const STATUS_WAIT: Duration = Duration::from_secs(10);
@@ -281,7 +281,7 @@ pub async fn status_within(
             (Vec::new(), Vec::new())
         }
     };
-    let fabric_manager_down = super::verdict::fabric_manager_down(host).await;
+    let fabric_manager_down = crate::sys::systemd::fabric_manager(host).await.down();
     let links = inventory
         .as_ref()
         .map(|i| super::pcie::link_widths(host, i))

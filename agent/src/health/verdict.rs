@@ -263,42 +263,6 @@ pub fn recovery_action(value: &str, uuid: &str) -> Option<(String, String)> {
     Some((format!("the driver's recovery action is {value:?}"), action))
 }
 
-/// The `systemctl is-active` states in which `nvidia-fabricmanager` serves (or is about to):
-/// any other state it prints leaves the board's NVSwitches without a fabric manager.
-pub const FABRIC_MANAGER_RUNNING: &[&str] = &["active", "reloading", "refreshing", "activating"];
-
-/// The NVSwitches left without a fabric manager, from what was read: `Some(switches)` when
-/// there are NVSwitch functions on the bus and systemd names a state outside
-/// [`FABRIC_MANAGER_RUNNING`]; `None` when there are none or systemd could not be asked
-/// (nothing is known then). `bcd doctor`'s `fabric-manager` line fails exactly then.
-pub fn fabric_manager_down_given(
-    switches: usize,
-    state: &crate::doctor::systemd::UnitState,
-) -> Option<usize> {
-    use crate::doctor::systemd::UnitState;
-    match state {
-        UnitState::Is(s) if switches > 0 && !FABRIC_MANAGER_RUNNING.contains(&s.as_str()) => {
-            Some(switches)
-        }
-        _ => None,
-    }
-}
-
-/// [`fabric_manager_down_given`] on `host`: its NVSwitch functions, and its `systemctl` asked
-/// only when there are some.
-pub async fn fabric_manager_down(host: &crate::host::Host) -> Option<usize> {
-    use crate::doctor::systemd::{is_active, FABRIC_MANAGER_UNIT};
-    let switches =
-        crate::doctor::checks::nvswitch_count(&crate::inventory::memory::pci_functions(host));
-    if switches == 0 {
-        return None;
-    }
-    fabric_manager_down_given(
-        switches,
-        &is_active(host.systemctl(), FABRIC_MANAGER_UNIT).await,
-    )
-}
-
 /// Judges `gpu`.
 pub fn judge(gpu: &Gpu, ev: &Evidence<'_>) -> Verdict {
     let uuid = &gpu.uuid;

@@ -4,228 +4,33 @@
 //! condition (written to `faults.json` with the record's number, and published once written),
 //! and asks for an inventory collection, debounced.
 //!
-//! `/dev/kmsg` is opened non-blocking and polled: a read gives one record on the real character
-//! device, `EAGAIN` when there is none, and `EPIPE` when records were overwritten before they
-//! were read (the next record's sequence number tells how many). A fake host's `dev/kmsg` is a
-//! regular file a test appends to; there one read returns many records, split on newlines. The
-//! same loop serves both. When there is nothing to read, it waits on the character device for
-//! the kernel's next record (epoll, through the runtime: an idle node does not wake up), and
-//! polls a regular file every [`POLL_INTERVAL`]: a regular file cannot be waited on with
-//! epoll, and a tenth of a second is far below the ~2 seconds the collection after an XID
-//! waits anyway.
+//! The records come from [`crate::sys::kmsg::KmsgReader`] (the character device, or a fake
+//! host's regular file; records overwritten before they were read are counted by the next
+//! record's sequence number), what each means from [`super::kmsg`], and every line the kernel
+//! log makes bcd write goes through [`super::log_limit`].
 
-use std::fs::{File, OpenOptions};
-use std::io::{self, Read, Seek, SeekFrom};
-use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
-use std::path::{Path, PathBuf};
+use std::io;
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use bcd_protocol::{GpuUuid, PciAddress};
-use tokio::io::unix::AsyncFd;
-use tokio::io::Interest;
 use tokio::sync::{mpsc, watch};
 
 use super::faults::Health;
 use super::kmsg::{parse_event_record, Event, SXid, Xid};
+use super::log_limit::{KmsgLogLimit, LogKey};
 use super::xid::RECOVERY_ACTION_CHANGED;
 use super::{ConditionDevice, ConditionKind};
-use crate::host::Host;
 use crate::inventory::document::{Gpu, Inventory};
+use crate::sys::host::Host;
+use crate::sys::kmsg::{KmsgReader, Polled};
 
-/// How long the watcher sleeps when a kernel log it cannot wait on (a regular file) has
-/// nothing new.
-pub const POLL_INTERVAL: Duration = Duration::from_millis(100);
 /// How long the watcher waits before opening the kernel log again after its reader failed.
 pub const RESTART_DELAY: Duration = Duration::from_secs(1);
-/// Per GPU, the first XID of this window is logged in full, the rest are counted and logged
-/// as one line ("N more XIDs on GPU-...") when the window ends.
-pub const LOG_WINDOW: Duration = Duration::from_secs(10);
-/// The longest kernel log record (the kernel's `CONSOLE_EXT_LOG_MAX`).
-const MAX_RECORD: usize = 8192;
-/// How much one read of a regular file takes.
-const FILE_CHUNK: usize = 64 * 1024;
-
-/// What one poll of the kernel log gave.
-#[derive(Debug, PartialEq, Eq)]
-pub enum Polled {
-    /// Whole records, in order (without the trailing newline).
-    Records(Vec<Vec<u8>>),
-    /// Nothing new yet.
-    Idle,
-    /// Records were overwritten before they were read (`EPIPE`); reading goes on.
-    Lost,
-}
-
 /// How long the watcher waits for the first inventory before it reads the kernel log.
 pub const FIRST_INVENTORY_WAIT: Duration = Duration::from_secs(60);
-
-/// A reader of kernel log records, from the oldest or from the end of the log on.
-pub struct KmsgReader {
-    source: Box<dyn Read + Send>,
-    /// The character device returns one record per read; a regular file many lines.
-    one_record_per_read: bool,
-    /// The character device (a second descriptor of the same open file), registered with the
-    /// runtime so an idle reader waits for the next record; `None` where it cannot be waited
-    /// on (a regular file, no runtime) and is polled instead.
-    readiness: Option<AsyncFd<File>>,
-    buf: Vec<u8>,
-    pending: Vec<u8>,
-}
-
-impl std::fmt::Debug for KmsgReader {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("KmsgReader")
-            .field("one_record_per_read", &self.one_record_per_read)
-            .field("pending", &self.pending.len())
-            .field("waits", &self.readiness.is_some())
-            .finish_non_exhaustive()
-    }
-}
-
-impl KmsgReader {
-    /// Opens `path` non-blocking and seeks to its end (`SEEK_END`: on `/dev/kmsg` the next
-    /// record to come, on a regular file its current end).
-    ///
-    /// # Errors
-    /// The open, `fstat` or seek error.
-    pub fn open(path: &Path) -> io::Result<Self> {
-        Self::open_at(path, SeekFrom::End(0))
-    }
-
-    /// Opens `path` non-blocking at its beginning: on `/dev/kmsg` the oldest record the ring
-    /// buffer still holds, on a regular file its first line.
-    ///
-    /// # Errors
-    /// The open or `fstat` error.
-    pub fn open_from_start(path: &Path) -> io::Result<Self> {
-        Self::open_at(path, SeekFrom::Start(0))
-    }
-
-    fn open_at(path: &Path, at: SeekFrom) -> io::Result<Self> {
-        let mut file: File = OpenOptions::new()
-            .read(true)
-            .custom_flags(libc::O_NONBLOCK)
-            .open(path)?;
-        let char_device = file.metadata()?.file_type().is_char_device();
-        // A fresh open of /dev/kmsg is at its oldest record already; only the end is sought.
-        if at != SeekFrom::Start(0) {
-            file.seek(at)?;
-        }
-        // A duplicate shares the open file, so its readiness is this reader's position's.
-        let readiness = if char_device && tokio::runtime::Handle::try_current().is_ok() {
-            file.try_clone()
-                .ok()
-                // SAFETY: a `File` owns the descriptor it reports, and nothing replaces or
-                // closes it while the `AsyncFd` holds it.
-                .and_then(|dup| {
-                    unsafe { AsyncFd::register_with_interest(dup, Interest::READABLE) }.ok()
-                })
-        } else {
-            None
-        };
-        let mut reader = Self::from_source(Box::new(file), char_device);
-        reader.readiness = readiness;
-        Ok(reader)
-    }
-
-    /// Waits until the log may have something new, after [`Polled::Idle`]: until the character
-    /// device is readable, or [`POLL_INTERVAL`] where it cannot be waited on.
-    ///
-    /// # Cancel safety
-    /// Cancel safe: nothing is read here.
-    pub async fn wait(&mut self) {
-        match &self.readiness {
-            // Cleared before the next read, not after: a record arriving in between sets it
-            // again, so none is missed.
-            Some(fd) => match fd.readable().await {
-                Ok(mut ready) => ready.clear_ready(),
-                Err(_) => tokio::time::sleep(POLL_INTERVAL).await,
-            },
-            None => tokio::time::sleep(POLL_INTERVAL).await,
-        }
-    }
-
-    /// A reader over any source: `one_record_per_read` as the character device behaves, else
-    /// as a regular file.
-    pub fn from_source(source: Box<dyn Read + Send>, one_record_per_read: bool) -> Self {
-        Self {
-            source,
-            one_record_per_read,
-            readiness: None,
-            buf: vec![
-                0;
-                if one_record_per_read {
-                    MAX_RECORD
-                } else {
-                    FILE_CHUNK
-                }
-            ],
-            pending: Vec::new(),
-        }
-    }
-
-    /// Reads what is there now, without blocking.
-    ///
-    /// # Errors
-    /// Any read error but `EAGAIN`, `EINTR` and `EPIPE`.
-    pub fn poll(&mut self) -> io::Result<Polled> {
-        let n = loop {
-            match self.source.read(&mut self.buf) {
-                Ok(n) => break n,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(Polled::Idle),
-                Err(e) if e.raw_os_error() == Some(libc::EPIPE) => return Ok(Polled::Lost),
-                Err(e) => return Err(e),
-            }
-        };
-        if self.one_record_per_read {
-            if n == 0 {
-                return Ok(Polled::Idle);
-            }
-            let record = self.buf[..n].strip_suffix(b"\n").unwrap_or(&self.buf[..n]);
-            return Ok(Polled::Records(vec![record.to_vec()]));
-        }
-        if n > 0 {
-            self.pending.extend_from_slice(&self.buf[..n]);
-        }
-        let records = self.split_pending(n == 0);
-        Ok(if records.is_empty() {
-            Polled::Idle
-        } else {
-            Polled::Records(records)
-        })
-    }
-
-    /// Takes the whole records out of a regular file's buffer. A record ends at a newline
-    /// followed by a line that is not a continuation (does not start with a space); at the end
-    /// of the file (`at_end`), a buffer ending in a newline is whole as written so far.
-    fn split_pending(&mut self, at_end: bool) -> Vec<Vec<u8>> {
-        let mut out = Vec::new();
-        let mut start = 0;
-        let mut i = 0;
-        while let Some(nl) = self.pending[i..].iter().position(|&b| b == b'\n') {
-            let end = i + nl;
-            match self.pending.get(end + 1) {
-                Some(b' ') => {}
-                Some(_) => {
-                    out.push(self.pending[start..end].to_vec());
-                    start = end + 1;
-                }
-                None if at_end => {
-                    out.push(self.pending[start..end].to_vec());
-                    start = end + 1;
-                }
-                None => break,
-            }
-            i = end + 1;
-        }
-        self.pending.drain(..start);
-        out.retain(|r| !r.is_empty());
-        out
-    }
-}
 
 /// What the watcher has done, for metrics and tests.
 #[derive(Debug, Default)]
@@ -262,76 +67,6 @@ impl WatcherStats {
     /// What the kernel log overwrote while bcd was not reading it, if anything.
     pub fn overwritten(&self) -> Option<String> {
         self.overwritten.lock().ok().and_then(|f| f.clone())
-    }
-}
-
-/// What a kernel log line is about, for [`KmsgLogLimit`]: its kind in the plural ("XIDs",
-/// "SXids", ...) and the device (a GPU's UUID, a switch's or an unknown bus's address).
-pub type LogKey = (&'static str, String);
-
-/// The rate limit of every line the kernel log makes bcd write: per kind and device, one line
-/// for the first record of a [`LOG_WINDOW`], one summary line for the others when the window
-/// ends. Lines are the caller's, already escaped to one line ([`crate::smi::escape_line`]).
-#[derive(Debug, Default)]
-pub struct KmsgLogLimit {
-    windows: std::collections::BTreeMap<LogKey, LogWindow>,
-}
-
-#[derive(Debug)]
-struct LogWindow {
-    started: std::time::Instant,
-    more: u64,
-    latest: String,
-}
-
-impl KmsgLogLimit {
-    /// A record of `key` described by `line`: returns the lines to log now (the summary of
-    /// the window that ended, then `line` when it opens a window).
-    pub fn record(&mut self, key: LogKey, line: String, now: std::time::Instant) -> Vec<String> {
-        let mut out = self.ended(now, Some(&key));
-        match self.windows.get_mut(&key) {
-            Some(w) => {
-                w.more += 1;
-                w.latest = line;
-            }
-            None => {
-                self.windows.insert(
-                    key,
-                    LogWindow {
-                        started: now,
-                        more: 0,
-                        latest: String::new(),
-                    },
-                );
-                out.push(line);
-            }
-        }
-        out
-    }
-
-    /// The summaries of the windows that ended by `now` (all keys, or only `only`).
-    pub fn ended(&mut self, now: std::time::Instant, only: Option<&LogKey>) -> Vec<String> {
-        let mut out = Vec::new();
-        self.windows.retain(|key, w| {
-            let done = now.duration_since(w.started) >= LOG_WINDOW && only.is_none_or(|o| o == key);
-            if done && w.more > 0 {
-                out.push(format!(
-                    "{} more {} on {} in the last {}s; the latest: {}",
-                    w.more,
-                    key.0,
-                    key.1,
-                    LOG_WINDOW.as_secs(),
-                    w.latest
-                ));
-            }
-            !done
-        });
-        out
-    }
-
-    /// When the next window ends, if one is open.
-    pub fn next_end(&self) -> Option<std::time::Instant> {
-        self.windows.values().map(|w| w.started + LOG_WINDOW).min()
     }
 }
 
@@ -684,37 +419,10 @@ pub fn gpu_at<'a>(inventory: &'a Inventory, address: &PciAddress) -> Option<&'a 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::fs::OpenOptions;
+    use std::io::Read;
+    use std::path::Path;
 
-    // What broke: every XID of a storm logged its own WARN line.
-    #[test]
-    fn an_xid_storm_logs_one_line_then_a_count() {
-        let mut log = KmsgLogLimit::default();
-        let t0 = Instant::now();
-        let gpu: GpuUuid = "GPU-ff1dacfa-2e1a-0504-a88b-76a3118ee48b".parse().unwrap();
-        let mut lines = Vec::new();
-        for i in 0..1000u64 {
-            lines.extend(log.record(
-                xid_key(&gpu),
-                format!("Xid 13 on GPU {gpu}: n={i}"),
-                t0 + Duration::from_millis(i),
-            ));
-        }
-        assert_eq!(lines, vec![format!("Xid 13 on GPU {gpu}: n=0")]);
-        assert!(log.ended(t0 + Duration::from_secs(5), None).is_empty());
-        assert_eq!(log.next_end(), Some(t0 + LOG_WINDOW));
-        assert_eq!(
-            log.ended(t0 + LOG_WINDOW, None),
-            vec![format!(
-                "999 more XIDs on {gpu} in the last 10s; the latest: Xid 13 on GPU {gpu}: n=999"
-            )]
-        );
-        // The next XID after the window opens a new one and is logged in full.
-        assert_eq!(
-            log.record(xid_key(&gpu), "again".into(), t0 + LOG_WINDOW * 2)
-                .len(),
-            1
-        );
-    }
     use crate::test_log::logged;
 
     // 5,000 SXid records gave 10,000 log lines (the XID path: 1), and a `\x0a` in a record

@@ -2,7 +2,6 @@
 //! passthrough memory when the caller keeps one (the node service does, `bcd hardware` and
 //! `bcd doctor` do not).
 
-use crate::host::Host;
 use crate::inventory::document::Inventory;
 use crate::inventory::memory::{passed_through, GpuMemory};
 use crate::inventory::merge::{left_out, merge};
@@ -10,6 +9,7 @@ use crate::inventory::procfs;
 use crate::smi::runner::Runner;
 use crate::smi::snapshot::{query, snapshot, QueryRecord, Snapshot, SnapshotError};
 use crate::state::StateError;
+use crate::sys::host::Host;
 
 /// What a collection found, and what went wrong on the way without stopping it.
 #[derive(Debug)]

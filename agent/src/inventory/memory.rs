@@ -12,17 +12,14 @@ use std::path::{Path, PathBuf};
 use bcd_protocol::{GpuUuid, PciAddress};
 use serde::{Deserialize, Serialize};
 
-use crate::host::Host;
 use crate::inventory::document::Gpu;
-use crate::inventory::procfs::parse_numa_node;
 use crate::state::{self, StateError, PRIVATE_MODE};
+use crate::sys::host::Host;
 
 /// The file's name in the data folder.
 pub const FILE_NAME: &str = "gpus-seen.json";
 /// The format version written; a file of another version is set aside, not misread.
 const FORMAT_VERSION: u32 = 1;
-/// NVIDIA's PCI vendor id.
-pub const NVIDIA_VENDOR: &str = "0x10de";
 
 /// What bcd remembers of a GPU: only what stays true while a VM holds it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -172,58 +169,6 @@ impl GpuMemory {
     }
 }
 
-/// A PCI function as sysfs shows it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PciFunction {
-    pub address: PciAddress,
-    /// `0x10de`.
-    pub vendor: String,
-    /// `0x030200`.
-    pub class: String,
-    /// The bound driver's name, if any.
-    pub driver: Option<String>,
-    pub numa_node: Option<u32>,
-}
-
-impl PciFunction {
-    /// An NVIDIA display function (VGA `0x0300xx` or 3D controller `0x0302xx`): a GPU.
-    pub fn is_nvidia_gpu(&self) -> bool {
-        self.vendor == NVIDIA_VENDOR
-            && (self.class.starts_with("0x0300") || self.class.starts_with("0x0302"))
-    }
-}
-
-/// Every function in `<root>/sys/bus/pci/devices`, in address order. Unreadable ones are
-/// skipped.
-pub fn pci_functions(host: &Host) -> Vec<PciFunction> {
-    let dir = host.path("/sys/bus/pci/devices");
-    let mut out: Vec<PciFunction> = std::fs::read_dir(dir)
-        .into_iter()
-        .flatten()
-        .filter_map(Result::ok)
-        .filter_map(|entry| {
-            let address: PciAddress = entry.file_name().to_str()?.parse().ok()?;
-            let path = entry.path();
-            let read = |name: &str| {
-                std::fs::read_to_string(path.join(name))
-                    .ok()
-                    .map(|s| s.trim().to_ascii_lowercase())
-            };
-            Some(PciFunction {
-                address,
-                vendor: read("vendor")?,
-                class: read("class")?,
-                driver: std::fs::read_link(path.join("driver"))
-                    .ok()
-                    .and_then(|l| l.file_name().map(|n| n.to_string_lossy().into_owned())),
-                numa_node: read("numa_node").and_then(|t| parse_numa_node(&t)),
-            })
-        })
-        .collect();
-    out.sort_by_key(|f| f.address);
-    out
-}
-
 /// The remembered GPUs now bound to `vfio-pci` and not listed by the driver, indexed after
 /// `listed`. A function never seen on the driver is left out: there is no UUID to name it by.
 pub fn passed_through(
@@ -233,7 +178,7 @@ pub fn passed_through(
 ) -> Vec<Gpu> {
     let listed_addresses: Vec<PciAddress> = listed.iter().filter_map(Gpu::address).collect();
     let mut next = listed.iter().map(|g| g.index + 1).max().unwrap_or(0);
-    pci_functions(host)
+    crate::sys::pci::functions(host)
         .into_iter()
         .filter(|f| f.is_nvidia_gpu() && f.driver.as_deref() == Some("vfio-pci"))
         .filter(|f| !listed_addresses.contains(&f.address))

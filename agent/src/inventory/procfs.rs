@@ -6,8 +6,8 @@ use std::path::Path;
 
 use bcd_protocol::PciAddress;
 
-use crate::host::Host;
 use crate::inventory::arch::guess_architecture;
+use crate::sys::host::Host;
 
 /// A GPU as the kernel module describes it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -66,14 +66,6 @@ pub fn parse_module_version(text: &str) -> Option<String> {
         .map(str::to_owned)
 }
 
-/// Reads a sysfs NUMA node file: `-1` or garbage mean none.
-pub fn parse_numa_node(text: &str) -> Option<u32> {
-    text.trim()
-        .parse::<i64>()
-        .ok()
-        .and_then(|n| u32::try_from(n).ok())
-}
-
 /// Collects the procfs layer of `host`. A host without the NVIDIA module gives an empty
 /// inventory; an entry that cannot be read is skipped, since one bad GPU must not hide the rest.
 pub fn collect(host: &Host) -> ProcInventory {
@@ -128,7 +120,7 @@ fn read_gpu(host: &Host, dir: &Path) -> Option<ProcGpu> {
         host.path(format!("/sys/bus/pci/devices/{}/numa_node", gpu.address)),
     )
     .ok()
-    .and_then(|t| parse_numa_node(&t));
+    .and_then(|t| crate::sys::pci::parse_numa_node(&t));
     Some(gpu)
 }
 
@@ -151,8 +143,6 @@ mod tests {
             parse_module_version("NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  575.57.08  Release Build  (dvs-builder@U16-I3-B03-4-3)\n").as_deref(),
             Some("575.57.08")
         );
-        assert_eq!(parse_numa_node("-1\n"), None);
-        assert_eq!(parse_numa_node("1\n"), Some(1));
     }
 
     #[test]

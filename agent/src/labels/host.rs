@@ -9,11 +9,10 @@ use bcd_protocol::GpuUuid;
 
 use super::{node_labels, HostFacts, LabelConfig, Labels};
 use crate::health::faults::{read_boot_id, read_with_history};
-use crate::health::verdict::{fabric_manager_down, judge, Evidence, Verdict};
+use crate::health::verdict::{judge, Evidence, Verdict};
 use crate::health::xid::XidPolicy;
-use crate::host::Host;
 use crate::inventory::collect::collect;
-use crate::inventory::memory::pci_functions;
+use crate::sys::host::Host;
 
 /// Where the kernel shows the machine's DMI product name (world-readable).
 pub const DMI_PRODUCT_NAME: &str = "/sys/class/dmi/id/product_name";
@@ -34,10 +33,10 @@ impl HostFacts {
             .ok()
             .map(|t| t.trim().to_owned())
             .filter(|t| !t.is_empty());
-        let pci_classes = pci_functions(host)
+        let pci_classes = crate::sys::pci::functions(host)
             .into_iter()
             .filter(|f| f.is_nvidia_gpu())
-            .map(|f| (f.address, f.class))
+            .filter_map(|f| Some((f.address, f.class?)))
             .collect();
         Self {
             machine,
@@ -87,7 +86,7 @@ pub async fn look(host: &Host, data_dir: &Path, policy: &XidPolicy, config: &Lab
         policy: Some(policy),
         driver: driver.as_ref(),
         silent: nvidia_smi_error.as_deref(),
-        fabric_manager_down: fabric_manager_down(host).await,
+        fabric_manager_down: crate::sys::systemd::fabric_manager(host).await.down(),
         samples: &[],
         correctable: None,
         board: &inventory.gpu.gpus,

@@ -274,7 +274,7 @@ pub struct HostFacts {
     /// The DMI product name (`/sys/class/dmi/id/product_name`), `None` when unreadable.
     pub machine: Option<String>,
     /// The NVIDIA GPU functions' PCI classes (`0x030200`), by address.
-    pub pci_classes: BTreeMap<PciAddress, String>,
+    pub pci_classes: BTreeMap<PciAddress, u32>,
 }
 
 /// The node's labels (sorted, each valid) for `inventory` judged by `verdicts` (a GPU
@@ -400,17 +400,18 @@ fn is_mig_enabled(gpu: &Gpu) -> bool {
 /// (`0x0300`) `graphics`, anything else (mixed, a GPU without a PCI function, as on WSL 2)
 /// `unknown`.
 fn gpu_mode(gpus: &[&Gpu], facts: &HostFacts) -> &'static str {
-    let classes: BTreeSet<Option<&str>> = gpus
+    use crate::sys::pci::{CLASS_3D, CLASS_VGA};
+    let classes: BTreeSet<Option<u32>> = gpus
         .iter()
         .map(|g| {
             g.bus_id
                 .and_then(|a| facts.pci_classes.get(&a))
-                .and_then(|c| c.get(..6))
+                .map(|c| c >> 8)
         })
         .collect();
     match classes.into_iter().collect::<Vec<_>>().as_slice() {
-        [Some("0x0302")] => "compute",
-        [Some("0x0300")] => "graphics",
+        [Some(CLASS_3D)] => "compute",
+        [Some(CLASS_VGA)] => "graphics",
         _ => "unknown",
     }
 }

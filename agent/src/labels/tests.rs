@@ -6,8 +6,8 @@ use super::host::{look, Look};
 use super::*;
 use crate::health::verdict::Reason;
 use crate::health::xid::XidPolicy;
-use crate::host::Host;
 use crate::inventory::document::{Fabric, Mig, MigProfile};
+use crate::sys::host::Host;
 
 /// GPU Feature Discovery's label regexes (`tests/expected-output.txt`, `-mig-none.txt` and
 /// `-mig-mixed.txt` of [`GFD_RELEASE`]), written again in this notation: every `nvidia.com/`
@@ -463,16 +463,12 @@ fn machine_and_mode_come_from_the_host_facts() {
         ..HostFacts::default()
     };
     for bus in [&a, &b] {
-        facts
-            .pci_classes
-            .insert(bus.bus_id.unwrap(), "0x030200".into());
+        facts.pci_classes.insert(bus.bus_id.unwrap(), 0x030200);
     }
     let labels = node_labels(&inv, &BTreeMap::new(), &facts, &LabelConfig::default());
     assert_eq!(labels.get(name::MACHINE), Some("PowerEdge-XE9680-rev.-A"));
     assert_eq!(labels.get(name::MODE), Some("compute"));
-    facts
-        .pci_classes
-        .insert(b.bus_id.unwrap(), "0x030000".into());
+    facts.pci_classes.insert(b.bus_id.unwrap(), 0x030000);
     let mixed = node_labels(&inv, &BTreeMap::new(), &facts, &LabelConfig::default());
     assert_eq!(mixed.get(name::MODE), Some("unknown"));
     let none = labels_of(&inv);

@@ -29,10 +29,10 @@ use bcd_protocol::GpuUuid;
 use tokio::net::TcpStream;
 
 use super::readings::Kind;
-use crate::host::Host;
 use crate::node::attribution::Attribution;
 use crate::node::http;
 use crate::smi::samples::GpuSample;
+use crate::sys::host::Host;
 
 /// The bound on one export request, connection included.
 pub const EXPORT_TIMEOUT: Duration = Duration::from_secs(5);

@@ -26,7 +26,6 @@ use crate::health::verdict::{judge, Evidence, Verdict};
 use crate::health::watcher::WatcherStats;
 use crate::health::Condition;
 use crate::helper_client::{Helper, SocketHelper};
-use crate::host::Host;
 use crate::inventory::collect::collect;
 use crate::inventory::collect::Collection;
 use crate::inventory::document::{Gpu, GpuSection, Inventory};
@@ -41,6 +40,7 @@ use crate::runtime::Passthrough;
 use crate::smi::list::ListedGpu;
 use crate::smi::samples::GpuSample;
 use crate::smi::snapshot::QueryRecord;
+use crate::sys::host::Host;
 use bcd_protocol::{GpuUuid, PciAddress};
 
 /// GPUs claimed by [`Node::claim`] for a step; free again when this is dropped (also when the
@@ -581,8 +581,9 @@ impl Node {
             listed,
             snapshot_error: collection.snapshot_error.as_ref().map(ToString::to_string),
             driver,
-            fabric_manager_down: crate::health::verdict::fabric_manager_down(&self.config.host)
-                .await,
+            fabric_manager_down: crate::sys::systemd::fabric_manager(&self.config.host)
+                .await
+                .down(),
             links: crate::health::pcie::link_widths(&self.config.host, &collection.inventory),
         };
         *self.latest.write().await = Some(latest);

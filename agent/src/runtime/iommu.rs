@@ -16,47 +16,19 @@ use std::fmt;
 
 use bcd_protocol::PciAddress;
 
-use crate::host::Host;
-use crate::inventory::memory::NVIDIA_VENDOR;
+use crate::sys::host::Host;
 
-/// The class prefix of a PCI-to-PCI bridge (`0x0604xx`), left on its host driver.
-pub const BRIDGE_CLASS_PREFIX: &str = "0x0604";
-/// The class prefixes of a display controller: VGA (`0x0300xx`) and 3D (`0x0302xx`).
-pub const GPU_CLASS_PREFIXES: [&str; 2] = ["0x0300", "0x0302"];
 /// The driver a passed-through function sits on.
 pub const VFIO_DRIVER: &str = "vfio-pci";
 /// NVIDIA's kernel driver.
 pub const NVIDIA_DRIVER: &str = "nvidia";
 
-/// One PCI function as sysfs shows it now.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Function {
-    /// Its address.
-    pub address: PciAddress,
-    /// `vendor`, lower case (`0x10de`); empty when unreadable.
-    pub vendor: String,
-    /// `class`, lower case (`0x030200`); empty when unreadable.
-    pub class: String,
-    /// The bound driver, `None` for none.
-    pub driver: Option<String>,
-}
-
-impl Function {
-    /// Whether it is NVIDIA's.
-    pub fn is_nvidia(&self) -> bool {
-        self.vendor == NVIDIA_VENDOR
-    }
-
-    /// Whether it is an NVIDIA display controller: a GPU, not one of its other functions.
-    pub fn is_nvidia_gpu(&self) -> bool {
-        self.is_nvidia() && GPU_CLASS_PREFIXES.iter().any(|p| self.class.starts_with(p))
-    }
-
-    /// Whether it is a PCI bridge.
-    pub fn is_bridge(&self) -> bool {
-        self.class.starts_with(BRIDGE_CLASS_PREFIX)
-    }
-}
+/// The function's driver now.
+pub use crate::sys::pci::driver_of;
+/// Reads one function; `None` when sysfs has no folder for it.
+pub use crate::sys::pci::function as read_function;
+/// One PCI function as sysfs shows it now (the one reader, [`crate::sys::pci`]).
+pub use crate::sys::pci::PciFunction as Function;
 
 /// A function's driver as a word: its name, or `no driver`.
 pub fn driver_word(driver: Option<&str>) -> &str {
@@ -103,59 +75,26 @@ pub enum GroupError {
     },
 }
 
-/// Reads one function's `vendor`, `class` and `driver` link. `None` when it is not there.
-pub fn read_function(host: &Host, address: &PciAddress) -> Option<Function> {
-    let dir = host.path(format!("/sys/bus/pci/devices/{address}"));
-    if !dir.is_dir() {
-        return None;
-    }
-    let read = |name: &str| {
-        std::fs::read_to_string(dir.join(name))
-            .map(|s| s.trim().to_ascii_lowercase())
-            .unwrap_or_default()
-    };
-    Some(Function {
-        address: *address,
-        vendor: read("vendor"),
-        class: read("class"),
-        driver: driver_of(host, address),
-    })
-}
-
-/// The function's driver now: the `driver` link's last component, `None` without one.
-pub fn driver_of(host: &Host, address: &PciAddress) -> Option<String> {
-    let link = host.path(format!("/sys/bus/pci/devices/{address}/driver"));
-    let target = std::fs::read_link(link).ok()?;
-    target.file_name().map(|n| n.to_string_lossy().into_owned())
-}
-
 /// Reads the IOMMU group of `address` (`<dev>/iommu_group`, then the group's `devices/`).
 ///
 /// # Errors
 /// [`GroupError::NoGroup`] when the function has no group link.
 pub fn read_group(host: &Host, address: &PciAddress) -> Result<Group, GroupError> {
-    let link = host.path(format!("/sys/bus/pci/devices/{address}/iommu_group"));
-    let no_group = || GroupError::NoGroup { address: *address };
-    let target = std::fs::read_link(&link).map_err(|_| no_group())?;
-    let id = target
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .ok_or_else(no_group)?;
-    let mut functions: Vec<Function> = std::fs::read_dir(link.join("devices"))
-        .map_err(|_| no_group())?
-        .filter_map(Result::ok)
-        .filter_map(|e| e.file_name().to_str()?.parse::<PciAddress>().ok())
+    let (id, members) = crate::sys::pci::iommu_group(host, address)
+        .ok_or(GroupError::NoGroup { address: *address })?;
+    let functions = members
+        .into_iter()
         .map(|a| {
             // A member whose folder cannot be read is judged as unknown, hence foreign.
             read_function(host, &a).unwrap_or(Function {
                 address: a,
-                vendor: String::new(),
-                class: String::new(),
+                vendor: None,
+                class: None,
                 driver: None,
+                numa_node: None,
             })
         })
         .collect();
-    functions.sort_by_key(|f| f.address);
     Ok(Group { id, functions })
 }
 
@@ -176,8 +115,8 @@ pub fn plan_bind(group: &Group, gpu: &PciAddress) -> Result<Vec<Function>, Group
             group: group.id.clone(),
             gpu: *gpu,
             device: other.address,
-            vendor: shown(&other.vendor),
-            class: shown(&other.class),
+            vendor: other.vendor_word(),
+            class: other.class_word(),
         });
     }
     let mut plan: Vec<Function> = group
@@ -190,24 +129,17 @@ pub fn plan_bind(group: &Group, gpu: &PciAddress) -> Result<Vec<Function>, Group
     Ok(plan)
 }
 
-fn shown(value: &str) -> String {
-    if value.is_empty() {
-        "unreadable".to_owned()
-    } else {
-        value.to_owned()
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn f(addr: &str, vendor: &str, class: &str, driver: Option<&str>) -> Function {
+    fn f(addr: &str, vendor: u16, class: u32, driver: Option<&str>) -> Function {
         Function {
             address: addr.parse().unwrap(),
-            vendor: vendor.into(),
-            class: class.into(),
+            vendor: Some(vendor),
+            class: Some(class),
             driver: driver.map(Into::into),
+            numa_node: None,
         }
     }
 
@@ -216,9 +148,9 @@ mod tests {
         let group = Group {
             id: "61".into(),
             functions: vec![
-                f("0000:60:01.0", "0x8086", "0x060400", Some("pcieport")),
-                f("0000:61:00.0", "0x10de", "0x030200", Some("nvidia")),
-                f("0000:61:00.1", "0x10de", "0x040300", Some("snd_hda_intel")),
+                f("0000:60:01.0", 0x8086, 0x060400, Some("pcieport")),
+                f("0000:61:00.0", 0x10de, 0x030200, Some("nvidia")),
+                f("0000:61:00.1", 0x10de, 0x040300, Some("snd_hda_intel")),
             ],
         };
         let gpu = "0000:61:00.0".parse().unwrap();
@@ -232,8 +164,8 @@ mod tests {
         let group = Group {
             id: "7".into(),
             functions: vec![
-                f("0000:18:00.0", "0x10de", "0x0c0330", Some("xhci_hcd")),
-                f("0000:18:00.1", "0x10de", "0x030000", Some("nvidia")),
+                f("0000:18:00.0", 0x10de, 0x0c0330, Some("xhci_hcd")),
+                f("0000:18:00.1", 0x10de, 0x030000, Some("nvidia")),
             ],
         };
         let plan = plan_bind(&group, &"0000:18:00.1".parse().unwrap()).unwrap();
@@ -245,8 +177,8 @@ mod tests {
         let group = Group {
             id: "12".into(),
             functions: vec![
-                f("0000:18:00.0", "0x10de", "0x030200", Some("nvidia")),
-                f("0000:19:00.0", "0x8086", "0x020000", Some("ixgbe")),
+                f("0000:18:00.0", 0x10de, 0x030200, Some("nvidia")),
+                f("0000:19:00.0", 0x8086, 0x020000, Some("ixgbe")),
             ],
         };
         let err = plan_bind(&group, &"0000:18:00.0".parse().unwrap()).unwrap_err();

@@ -10,7 +10,6 @@ use bcd_protocol::{DomainName, PciAddress, PersistenceNote, SaveFile};
 use super::iommu::driver_of;
 use super::{Action, FunctionChange, HoldLookup, Passthrough, Report, RuntimeError};
 use crate::helper_client::{BoxFuture, ClientError, LibvirtRun};
-use crate::inventory::memory::pci_functions;
 
 /// The helper's reading of which GPUs a domain or image has, not yet asked.
 type Inspect<'a> = BoxFuture<'a, Result<Vec<PciAddress>, ClientError>>;
@@ -100,9 +99,9 @@ impl Passthrough {
         }
         // Which GPUs the domain has is the helper's reading of its XML; read every NVIDIA
         // function's driver now so that each can be shown before and after.
-        let before: BTreeMap<PciAddress, Option<String>> = pci_functions(&self.host)
+        let before: BTreeMap<PciAddress, Option<String>> = crate::sys::pci::functions(&self.host)
             .into_iter()
-            .filter(|f| f.vendor == crate::inventory::memory::NVIDIA_VENDOR)
+            .filter(crate::sys::pci::PciFunction::is_nvidia)
             .map(|f| (f.address, f.driver))
             .collect();
         let answer = op.await;

@@ -40,10 +40,10 @@ use std::sync::Arc;
 use bcd_protocol::{GpuUuid, InvalidArgument, PciAddress, PersistenceNote};
 
 use crate::helper_client::{ClientError, Helper};
-use crate::host::Host;
 use crate::inventory::memory::GpuMemory;
 use crate::inventory::scheduler::{SchedulerHandle, Trigger};
 use crate::state::StateError;
+use crate::sys::host::Host;
 
 pub use iommu::GroupError;
 pub use journal::Journal;

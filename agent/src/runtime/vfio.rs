@@ -11,8 +11,8 @@ use super::{
     RuntimeError,
 };
 use crate::helper_client::{ClientError, Helper};
-use crate::host::Host;
 use crate::state::StateError;
+use crate::sys::host::Host;
 
 impl Passthrough {
     /// Binds a GPU, named by UUID (resolved through the passthrough memory) or PCI address,
@@ -59,7 +59,8 @@ impl Passthrough {
                 address,
                 why: format!(
                     "is not an NVIDIA GPU (vendor {}, class {})",
-                    gpu.vendor, gpu.class
+                    gpu.vendor_word(),
+                    gpu.class_word()
                 ),
             });
         }
@@ -146,7 +147,10 @@ impl Passthrough {
         if !function.is_nvidia() {
             return Err(RuntimeError::NotAGpu {
                 address,
-                why: format!("is not an NVIDIA function (vendor {})", function.vendor),
+                why: format!(
+                    "is not an NVIDIA function (vendor {})",
+                    function.vendor_word()
+                ),
             });
         }
         if function.driver.as_deref() != Some(VFIO_DRIVER) {

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use nix::sys::signal::Signal;
 use nix::unistd::Pid;
 
-use crate::child;
+use crate::sys::child;
 
 /// The bound on one query.
 pub const QUERY_TIMEOUT: Duration = Duration::from_secs(30);

@@ -18,8 +18,8 @@ use bcd::cdi::{
     Rendered, VendorSpec,
 };
 use bcd::device::policy::{Placed, Topology};
-use bcd::host::Host;
 use bcd::inventory::collect::collect;
+use bcd::sys::host::Host;
 use processes::{repo, H100, H100_MIG};
 use serde_json::Value;
 

@@ -12,7 +12,7 @@ use bcd::doctor::checks::name;
 use bcd::doctor::{ping, run, DoctorEnv, PingError, Report, Status, PING_TIMEOUT};
 use bcd::helper_client::fake::RecordingHelper;
 use bcd::helper_client::SocketHelper;
-use bcd::host::Host;
+use bcd::sys::host::Host;
 use bcd_protocol::frame::{read_frame, write_frame};
 use bcd_protocol::{
     ClientFrame, HelloAnswer, HelperError, OperationKind, Outcome, Response, ServerFrame,
@@ -78,9 +78,10 @@ impl Scratch {
 
     /// An environment with no helper socket and a `systemctl` saying the fabric manager runs.
     fn env(&self) -> DoctorEnv {
-        let mut env = DoctorEnv::new(self.host(), self.dir.path().join("no-helper.sock"));
-        env.systemctl = self.systemctl("echo active");
-        env
+        DoctorEnv::new(
+            self.host().with_systemctl(self.systemctl("echo active")),
+            self.dir.path().join("no-helper.sock"),
+        )
     }
 }
 
@@ -201,14 +202,18 @@ async fn hgx_h100_passes_with_a_helper_and_the_fabric_manager() {
 #[tokio::test]
 async fn fabric_manager_inactive_fails_and_unknown_warns() {
     let (s, mut env) = env_of("hgx-h100");
-    env.systemctl = s.systemctl("echo inactive; exit 3");
+    env.host = env
+        .host
+        .with_systemctl(s.systemctl("echo inactive; exit 3"));
     let report = run(&env).await;
     let c = one(&report, name::FABRIC_MANAGER);
     assert_eq!(c.status, Status::Fail, "{}", c.message);
     assert!(c.message.contains("nvidia-fabricmanager is inactive"));
     assert!(!report.passed());
 
-    env.systemctl = s.dir.path().join("no-systemctl-here");
+    env.host = env
+        .host
+        .with_systemctl(s.dir.path().join("no-systemctl-here"));
     let report = run(&env).await;
     let c = one(&report, name::FABRIC_MANAGER);
     assert_eq!(c.status, Status::Warn, "{}", c.message);
@@ -403,9 +408,7 @@ async fn the_gpu_lines_are_the_verdict_of_bcd_status() {
     let dir = tempfile::tempdir().unwrap();
     let env_on = |name: &str| {
         let host = Host::fake(hosts().join(name));
-        let mut env = DoctorEnv::new(host.clone(), dir.path().join("no-helper.sock"));
-        env.systemctl = host.systemctl().to_path_buf();
-        env
+        DoctorEnv::new(host, dir.path().join("no-helper.sock"))
     };
     let report = run(&env_on("hgx-faults")).await;
     use Status::{Fail, Ok, Warn};
@@ -857,19 +860,17 @@ fn json_has_the_documented_shape() {
 }
 
 // The documented demo: `bcd doctor` on hgx-no-fabric-manager fails the fabric-manager line and
-// every GPU, exit 1. `--systemctl` names the host's own `bin/systemctl`: without it doctor asks
-// this machine's systemctl, not the demo host's.
+// every GPU, exit 1. What broke: `bcd doctor --host X` asked this machine's systemctl (a hidden
+// `--systemctl` defaulted to the one on PATH) while `bcd status --host X` asked X's; both ask
+// the host's own `bin/systemctl` now, so the demo needs no hidden flag.
 #[test]
 fn doctor_on_the_board_without_a_fabric_manager_fails_every_gpu() {
     let dir = tempfile::tempdir().unwrap();
     let host = hosts().join("hgx-no-fabric-manager");
-    let systemctl = host.join("bin/systemctl");
     let (code, text) = bcd(&[
         "doctor",
         "--host",
         host.to_str().unwrap(),
-        "--systemctl",
-        systemctl.to_str().unwrap(),
         "--data-dir",
         dir.path().to_str().unwrap(),
         "--helper-socket",

@@ -616,7 +616,7 @@ fn word(state: bcd::health::verdict::HealthState) -> &'static str {
 type Judged = BTreeMap<String, &'static str>;
 
 /// A node on `host`, its state in `dir`, after one collection: what `/v1/status` lists.
-async fn node_statuses(host: bcd::host::Host, dir: &Path) -> Judged {
+async fn node_statuses(host: bcd::sys::host::Host, dir: &Path) -> Judged {
     use bcd::health::faults::{FaultStore, Health};
     use bcd::node::shared::{Node, NodeConfig};
     let data = dir.join("node-data");
@@ -663,7 +663,7 @@ async fn every_reader(name: &str) -> [(&'static str, Judged); 4] {
     use bcd::health::xid::XidPolicy;
     const BOUND: Duration = Duration::from_secs(2);
     let dir = tempfile::tempdir().unwrap();
-    let host = bcd::host::Host::fake(hosts().join(name));
+    let host = bcd::sys::host::Host::fake(hosts().join(name));
     let policy = XidPolicy::default();
     let status: Judged =
         match bcd::health::status::status_within(&host, dir.path(), &policy, BOUND).await {
@@ -681,8 +681,7 @@ async fn every_reader(name: &str) -> [(&'static str, Judged); 4] {
             }
         };
     let mut env = bcd::doctor::DoctorEnv::new(host.clone(), dir.path().join("no-helper.sock"));
-    // What `--host` means for doctor too: the host's own systemctl.
-    env.systemctl = host.systemctl().to_path_buf();
+    // `--host` means the host's own systemctl, for doctor as for status.
     env.query_timeout = BOUND;
     env.data_dir = Some(dir.path().to_path_buf());
     let doctor: Judged = bcd::doctor::run(&env)

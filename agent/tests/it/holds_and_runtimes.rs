@@ -12,8 +12,8 @@ use std::time::Duration;
 
 use bcd::cdi::{DeviceCatalog, DeviceId};
 use bcd::device::policy::{Placed, Topology};
-use bcd::host::Host;
 use bcd::inventory::collect::collect;
+use bcd::sys::host::Host;
 use processes::{copy_host, repo, wait_for, Reaped, H100, H100_MIG};
 use serde_json::Value;
 

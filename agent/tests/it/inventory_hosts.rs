@@ -6,9 +6,9 @@ use crate::common::processes;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use bcd::host::Host;
 use bcd::inventory::collect::collect;
 use bcd::inventory::memory::GpuMemory;
+use bcd::sys::host::Host;
 
 fn hosts() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../testdata/hosts")

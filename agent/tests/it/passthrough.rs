@@ -12,10 +12,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bcd::helper_client::SocketHelper;
-use bcd::host::Host;
 use bcd::runtime::helper_watch::HelperSeen;
 use bcd::runtime::journal::{Entry, FunctionRecord, Intent, Persistence, Step};
 use bcd::runtime::{Journal, Passthrough, RuntimeError};
+use bcd::sys::host::Host;
 use bcd_protocol::{GpuRef, GpuUuid, PciAddress};
 use bcd_testkit::{recorded, FakePciKernel};
 use common::{helper_binary, Helper};

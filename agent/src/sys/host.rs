@@ -38,6 +38,12 @@ impl Host {
         host
     }
 
+    /// The same host asking `systemctl` about units.
+    pub fn with_systemctl(mut self, systemctl: impl Into<PathBuf>) -> Self {
+        self.systemctl = systemctl.into();
+        self
+    }
+
     /// The `systemctl` to ask about units, as given.
     pub fn systemctl(&self) -> &Path {
         &self.systemctl

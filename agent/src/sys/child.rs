@@ -3,7 +3,7 @@
 //! it), killed too when the agent dies, and with its output read only up to a limit.
 //!
 //! `nvidia-smi`'s runner ([`crate::smi::runner`]) and doctor's `systemctl`
-//! ([`crate::doctor::systemd`]) both run their children here, and word the outcome
+//! ([`crate::sys::systemd`]) both run their children here, and word the outcome
 //! themselves.
 
 use std::path::Path;

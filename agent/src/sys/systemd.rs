@@ -1,8 +1,12 @@
-//! Asking systemd whether a unit runs, without root: `systemctl is-active UNIT`.
+//! Asking systemd whether a unit runs, without root: `systemctl is-active UNIT`, and the one
+//! fact every command asks it for, whether NVIDIA's fabric manager serves the board's
+//! NVSwitches ([`fabric_manager`]). The `systemctl` asked is the host's ([`Host::systemctl`]):
+//! a demo host's own `bin/systemctl`, so `bcd doctor --host X` and `bcd status --host X`
+//! ask the same one.
 //!
 //! `is-active` only reads a unit's state, which systemd's D-Bus policy lets any user do (root
 //! goes through systemd's private socket instead), so doctor needs no privilege and no D-Bus
-//! library for it. The call runs through [`crate::child`]: bounded by [`SYSTEMCTL_TIMEOUT`],
+//! library for it. The call runs through [`crate::sys::child`]: bounded by [`SYSTEMCTL_TIMEOUT`],
 //! its process group killed past it. When `systemctl` is missing, fails without naming a state (no systemd as
 //! PID 1, no bus) or does not answer, the state is [`UnitState::Unknown`] with the reason:
 //! doctor then says it could not tell rather than guessing.
@@ -10,7 +14,8 @@
 use std::path::Path;
 use std::time::Duration;
 
-use crate::child;
+use super::child;
+use super::host::Host;
 
 /// The bound on one `systemctl` call.
 pub const SYSTEMCTL_TIMEOUT: Duration = Duration::from_secs(5);
@@ -41,6 +46,48 @@ pub enum UnitState {
     Is(String),
     /// systemd could not be asked; why.
     Unknown(String),
+}
+
+/// The `systemctl is-active` states in which `nvidia-fabricmanager` serves (or is about to):
+/// any other state it prints leaves the board's NVSwitches without a fabric manager.
+pub const FABRIC_MANAGER_RUNNING: &[&str] = &["active", "reloading", "refreshing", "activating"];
+
+/// What the host says of its fabric manager: the NVSwitches on its PCI bus, and what systemd
+/// says of `nvidia-fabricmanager` (asked only when there are some).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FabricManager {
+    /// NVSwitch functions on the PCI bus.
+    pub switches: usize,
+    /// `systemctl is-active`'s answer; `None` when not asked (no NVSwitch).
+    pub state: Option<UnitState>,
+}
+
+impl FabricManager {
+    /// The NVSwitches left without a fabric manager: `Some(switches)` when there are some and
+    /// systemd names a state outside [`FABRIC_MANAGER_RUNNING`]; `None` when there are none or
+    /// systemd could not be asked (nothing is known then).
+    pub fn down(&self) -> Option<usize> {
+        match &self.state {
+            Some(UnitState::Is(s))
+                if self.switches > 0 && !FABRIC_MANAGER_RUNNING.contains(&s.as_str()) =>
+            {
+                Some(self.switches)
+            }
+            _ => None,
+        }
+    }
+}
+
+/// Reads the fact on `host`: its NVSwitch functions, and its `systemctl` asked only when
+/// there are some.
+pub async fn fabric_manager(host: &Host) -> FabricManager {
+    let switches = super::pci::nvswitch_count(host);
+    let state = if switches > 0 {
+        Some(is_active(host.systemctl(), FABRIC_MANAGER_UNIT).await)
+    } else {
+        None
+    };
+    FabricManager { switches, state }
 }
 
 /// Runs `SYSTEMCTL is-active UNIT` within [`SYSTEMCTL_TIMEOUT`].
