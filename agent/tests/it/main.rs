@@ -20,6 +20,7 @@ mod health_cli;
 mod helper_ping;
 mod holds_and_runtimes;
 mod inventory_hosts;
+mod layers;
 mod loop_sampler;
 mod nfd_labels;
 mod node_e2e;
