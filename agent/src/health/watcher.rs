@@ -144,6 +144,12 @@ impl XidWatcher {
         self
     }
 
+    /// Keeps its counters in `stats` (the node's, which status and the metrics read).
+    pub fn with_stats(mut self, stats: Arc<WatcherStats>) -> Self {
+        self.stats = stats;
+        self
+    }
+
     /// The watcher's counters, shared.
     pub fn stats(&self) -> Arc<WatcherStats> {
         Arc::clone(&self.stats)

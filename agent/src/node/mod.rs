@@ -10,6 +10,7 @@ pub mod instance;
 pub mod listen;
 pub mod metrics;
 pub mod notify;
+pub mod open;
 pub mod otlp;
 pub mod readings;
 pub mod schema;

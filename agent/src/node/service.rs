@@ -18,17 +18,14 @@ use tokio::net::{TcpListener, UnixListener};
 use tokio::sync::{mpsc, watch, RwLock};
 use tokio::task::JoinSet;
 
-use crate::cdi::{self, Holds};
-use crate::health::faults::{read_boot_id, FaultStore, Health};
 use crate::health::watcher::XidWatcher;
-use crate::inventory::document::{GpuSection, Inventory};
-use crate::inventory::scheduler::{Scheduler, Trigger};
+use crate::helper_client::SocketHelper;
+use crate::inventory::scheduler::Trigger;
 use crate::node::instance::{self, FileIdentity};
 use crate::node::otlp;
 use crate::node::{api, http, listen, notify};
 use crate::runtime::helper_watch;
 use crate::smi::sampler::{Mode, Sampler, Timing};
-use crate::state::remove_crash_temps;
 
 pub use crate::node::metrics::SamplingState;
 pub use crate::node::shared::{Node, NodeConfig, MIN_SAMPLE_INTERVAL};
@@ -68,58 +65,6 @@ pub enum NodeError {
         /// Why.
         source: std::io::Error,
     },
-}
-
-/// Opens the state a node keeps, reporting (not failing on) what is unusable.
-fn open_state(config: &NodeConfig, problems: &mut Vec<String>) -> (Health, Option<Holds>) {
-    if let Err(e) = std::fs::create_dir_all(&config.data_dir) {
-        problems.push(format!(
-            "the data folder {} cannot be created ({e}): state will not be kept; check --data-dir and its owner",
-            config.data_dir.display()
-        ));
-    }
-    let boot_id = read_boot_id(&config.host).unwrap_or_else(|e| {
-        problems.push(format!("{e}; XID conditions are kept without a boot id"));
-        String::from("unknown")
-    });
-    let store = match FaultStore::open(&config.data_dir, &boot_id) {
-        Ok(store) => store,
-        Err(e) => {
-            problems.push(format!("{e}"));
-            // A torn file was set aside; the retry starts from empty.
-            FaultStore::open(&config.data_dir, &boot_id)
-                .unwrap_or_else(|_| FaultStore::empty(&config.data_dir, &boot_id))
-        }
-    }
-    // What an earlier process of this boot could not write to the data folder.
-    .with_fallback(&config.runtime_dir);
-    for temp in remove_crash_temps(&config.data_dir, is_state_file)
-        .into_iter()
-        .chain(remove_crash_temps(&config.cdi_dir, |n| {
-            cdi::holds::hold_of_file_name(n).is_some()
-        }))
-    {
-        tracing::warn!(
-            "removed {}, left by a write a crash cut off",
-            temp.display()
-        );
-    }
-    let opened = Holds::open(&config.data_dir, &config.cdi_dir);
-    problems.extend(opened.notes);
-    let holds = Some(opened.holds);
-    (Health::new(store), holds)
-}
-
-/// Whether `name` is one of the state files of the data folder.
-fn is_state_file(name: &str) -> bool {
-    [
-        cdi::holds::HOLDS_FILE,
-        crate::health::faults::FAULTS_FILE,
-        crate::inventory::memory::FILE_NAME,
-        crate::runtime::journal::FILE_NAME,
-        crate::node::vms::VM_GPUS_FILE,
-    ]
-    .contains(&name)
 }
 
 /// Binds the API socket: a stale socket file is replaced; a socket something listens on, and
@@ -216,7 +161,10 @@ pub async fn run(config: NodeConfig, extra: Vec<NodeTask>) -> Result<(), NodeErr
             config.cdi_dir.display()
         ));
     }
-    let (health, holds) = open_state(&config, &mut problems);
+    let opened = Node::open(
+        config.clone(),
+        Arc::new(SocketHelper::new(config.helper_socket.clone())),
+    );
     let (api_listener, api_identity) = bind_api(&config)?;
     let metrics_listener = match config.metrics_listen {
         Some(addr) => Some(
@@ -226,20 +174,14 @@ pub async fn run(config: NodeConfig, extra: Vec<NodeTask>) -> Result<(), NodeErr
         ),
         None => None,
     };
-    let (scheduler_handle, scheduler) = Scheduler::new();
-    let (inventory_tx, inventory_rx) = watch::channel(Inventory::new(GpuSection::default()));
+    let node = Arc::new(opened.node);
+    let scheduler = opened.scheduler;
+    let health = node.health().clone();
     // XIDs: the watcher asks for collections; the scheduler debounces them.
     // XID 154 (the driver's recovery action changed) is collected at once.
     let (xid_tx, mut xid_rx) = mpsc::channel::<bool>(64);
-    let watcher = XidWatcher::new(&config.host, inventory_rx, health.clone(), xid_tx);
-    let node = Arc::new(Node::new(
-        config.clone(),
-        health.clone(),
-        holds,
-        inventory_tx,
-        watcher.stats(),
-        scheduler_handle.clone(),
-    ));
+    let watcher = XidWatcher::new(&config.host, opened.inventory, health.clone(), xid_tx)
+        .with_stats(node.watcher_stats());
     for p in problems {
         node.problem(p);
     }
@@ -292,10 +234,10 @@ pub async fn run(config: NodeConfig, extra: Vec<NodeTask>) -> Result<(), NodeErr
     });
     // An XID burst's later records reach faults.json within a second, not one write each.
     tasks.spawn("the faults writer", health.clone().write_pending());
-    let handle = scheduler_handle.clone();
+    let requests = node.clone();
     tasks.spawn("the XID collection requests", async move {
         while let Some(urgent) = xid_rx.recv().await {
-            handle.request(if urgent {
+            requests.request_collection(if urgent {
                 Trigger::Refresh
             } else {
                 Trigger::Xid

@@ -25,12 +25,12 @@ use crate::health::faults::Health;
 use crate::health::verdict::{judge, Evidence, Verdict};
 use crate::health::watcher::WatcherStats;
 use crate::health::Condition;
-use crate::helper_client::{Helper, SocketHelper};
+use crate::helper_client::Helper;
 use crate::inventory::collect::collect;
 use crate::inventory::collect::Collection;
 use crate::inventory::document::{Gpu, GpuSection, Inventory};
 use crate::inventory::memory::GpuMemory;
-use crate::inventory::scheduler::SchedulerHandle;
+use crate::inventory::scheduler::{Scheduler, SchedulerHandle};
 use crate::node::attribution::Attribution;
 use crate::node::listen;
 use crate::node::metrics::{self, SamplingState};
@@ -211,21 +211,40 @@ pub struct Node {
 
 impl Node {
     /// A node's state before any task runs: no collection yet, no samples; the VM labels are
-    /// read from `vm-gpus.json` (a failure to read it is its one problem).
-    /// `inventory` publishes each collection (the XID watcher holds its receiver); `watcher`
-    /// is the XID watcher's counters; `scheduler` is where collections are asked for.
-    pub fn new(
+    /// read from `vm-gpus.json` of boot `boot_id` (a failure to read it is its one problem).
+    /// Returns it with the receiver of each collection's inventory (for the XID watcher) and
+    /// the collection scheduler (for its task). Built by [`Node::open`] alone.
+    pub(super) fn assemble(
         config: NodeConfig,
         health: Health,
         holds: Option<Holds>,
-        inventory: watch::Sender<Inventory>,
-        watcher: Arc<WatcherStats>,
-        scheduler: SchedulerHandle,
+        helper: Arc<dyn Helper>,
+        boot_id: &str,
+    ) -> (Self, watch::Receiver<Inventory>, Scheduler) {
+        let (scheduler_handle, scheduler) = Scheduler::new();
+        let (inventory, inventory_rx) = watch::channel(Inventory::new(GpuSection::default()));
+        let node = Self::with_parts(
+            config,
+            health,
+            holds,
+            (inventory, scheduler_handle),
+            helper,
+            boot_id,
+        );
+        (node, inventory_rx, scheduler)
+    }
+
+    fn with_parts(
+        config: NodeConfig,
+        health: Health,
+        holds: Option<Holds>,
+        (inventory, scheduler): (watch::Sender<Inventory>, SchedulerHandle),
+        helper: Arc<dyn Helper>,
+        boot_id: &str,
     ) -> Self {
+        let watcher = Arc::new(WatcherStats::default());
         let host_name = crate::node::otlp::Resource::of_host(&config.host).host_name;
-        // Unreadable, the boot id is empty: labels then last until a change rewrites them.
-        let boot_id = crate::health::faults::read_boot_id(&config.host).unwrap_or_default();
-        let (vms, vms_problem) = match crate::node::vms::load(&config.data_dir, &boot_id) {
+        let (vms, vms_problem) = match crate::node::vms::load(&config.data_dir, boot_id) {
             Ok(vms) => (vms, None),
             Err(e) => {
                 let sentence = format!("the GPUs given to VMs (their metrics' vm label): {e}");
@@ -233,7 +252,6 @@ impl Node {
                 (BTreeMap::new(), Some(sentence))
             }
         };
-        let helper: Arc<dyn Helper> = Arc::new(SocketHelper::new(config.helper_socket.clone()));
         let claims = ClaimSet::default();
         Self {
             memory: GpuMemory::new(&config.data_dir),
@@ -260,10 +278,15 @@ impl Node {
             vendor_problems: Mutex::new(Vec::new()),
             left_out: Mutex::new(Vec::new()),
             vms: Mutex::new(vms),
-            vms_file: Mutex::new(boot_id),
+            vms_file: Mutex::new(boot_id.to_owned()),
             pods: Mutex::new(Vec::new()),
             host_name,
         }
+    }
+
+    /// The XID watcher's counters, for the watcher to keep.
+    pub fn watcher_stats(&self) -> Arc<WatcherStats> {
+        Arc::clone(&self.watcher)
     }
 
     /// The root helper.
@@ -1186,17 +1209,10 @@ pub(crate) fn test_node_on(dir: &std::path::Path, host: Host) -> Node {
         xid_policy: crate::health::xid::XidPolicy::default(),
         metrics_compat: None,
     };
-    let health = Health::new(crate::health::faults::FaultStore::open(&data, "boot").unwrap());
-    let (inventory, _) = watch::channel(Inventory::new(GpuSection::default()));
-    let (scheduler, _) = crate::inventory::scheduler::Scheduler::new();
-    Node::new(
-        config,
-        health,
-        Some(Holds::load(&data).unwrap()),
-        inventory,
-        Arc::default(),
-        scheduler,
-    )
+    let helper = Arc::new(crate::helper_client::SocketHelper::new(
+        dir.join("no-helper.sock"),
+    ));
+    Node::open(config, helper).node
 }
 
 #[cfg(test)]

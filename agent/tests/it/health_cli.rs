@@ -617,7 +617,6 @@ type Judged = BTreeMap<String, &'static str>;
 
 /// A node on `host`, its state in `dir`, after one collection: what `/v1/status` lists.
 async fn node_statuses(host: bcd::sys::host::Host, dir: &Path) -> Judged {
-    use bcd::health::faults::{FaultStore, Health};
     use bcd::node::shared::{Node, NodeConfig};
     let data = dir.join("node-data");
     std::fs::create_dir_all(&data).unwrap();
@@ -636,20 +635,10 @@ async fn node_statuses(host: bcd::sys::host::Host, dir: &Path) -> Judged {
         xid_policy: bcd::health::xid::XidPolicy::default(),
         metrics_compat: None,
     };
-    let boot = bcd::health::faults::read_boot_id(&config.host).unwrap_or_default();
-    let health = Health::new(FaultStore::open(&data, &boot).unwrap());
-    let (inventory, _) = tokio::sync::watch::channel(bcd::inventory::document::Inventory::new(
-        bcd::inventory::document::GpuSection::default(),
+    let helper = std::sync::Arc::new(bcd::helper_client::SocketHelper::new(
+        dir.join("no-helper.sock"),
     ));
-    let (scheduler, _) = bcd::inventory::scheduler::Scheduler::new();
-    let node = Node::new(
-        config,
-        health,
-        Some(bcd::cdi::Holds::load(&data).unwrap()),
-        inventory,
-        std::sync::Arc::default(),
-        scheduler,
-    );
+    let node = Node::open(config, helper).node;
     node.collect_now().await;
     node.gpu_statuses()
         .await
