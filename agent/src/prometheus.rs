@@ -1,7 +1,8 @@
 //! The Prometheus text exposition format (version 0.0.4), written: each family's `# HELP` and
 //! `# TYPE` lines once, before its samples; samples with their labels; label values and help
-//! text escaped as the format says. The kubelet side's counters ([`crate::kubelet::KubeState`])
-//! write through it, so no resource name can end a label value or a line.
+//! text escaped as the format says. It is bcd's one writer of the format: the node's metrics
+//! ([`crate::node::metrics`]) and the kubelet side's counters ([`crate::kubelet::KubeState`])
+//! both write through it, so no VM, pod or resource name can end a label value or a line.
 //!
 //! It imports nothing of bcd: it sits below `node/` and `kubelet/`, which both use it and
 //! neither of which may import the other.
@@ -11,7 +12,7 @@ use std::fmt::Write;
 /// A family's type, the word of its `# TYPE` line.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Kind {
-    /// Only goes up (and to zero when its source restarts); the name ends in `_total`.
+    /// Only goes up (and back to zero when its source starts again).
     Counter,
     /// Goes up and down.
     Gauge,
