@@ -50,8 +50,9 @@ pub struct SamplingState {
     pub mig_memory_reads: u64,
 }
 
-/// Which other exporter's names the metrics also carry (`bcd node --metrics-compat`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+/// Which other exporter's names the metrics also carry (`bcd node --metrics-compat`, whose
+/// spellings `dcgm` and `dcgm-legacy` the command line maps to these).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum MetricsCompat {
     /// dcgm-exporter's names and labels, the host's name as `hostname` (dcgm-exporter since
     /// it renamed the label in 2026).
