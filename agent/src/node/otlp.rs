@@ -11,7 +11,7 @@
 //! - **Encoding.** The few OTLP messages bcd sends are a `.proto` of its own
 //!   (`agent/proto/otlp/v1/metrics.proto`: the published contract's field numbers and types,
 //!   only the fields bcd sets), compiled to prost messages by `build.rs`; the request is built
-//!   as those messages and encoded by prost.
+//!   as those messages and encoded by prost. The endpoint is parsed by hyper's [`Uri`].
 //!
 //! Every metric is a gauge with one data point per GPU, attribute `gpu.uuid`, and the
 //! attribution of whoever has the GPU ([`crate::node::attribution`]: `bcd.hold`, `bcd.vm`,
@@ -24,6 +24,8 @@ use std::str::FromStr;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use bcd_protocol::GpuUuid;
+use hyper::http::uri::InvalidUri;
+use hyper::Uri;
 use prost::Message;
 use tokio::net::TcpStream;
 
@@ -66,7 +68,7 @@ pub struct OtlpEndpoint {
 }
 
 /// Why an `--otlp-endpoint` is refused.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[derive(Debug, thiserror::Error)]
 pub enum EndpointError {
     /// TLS is not spoken here.
     #[error("{0}: bcd sends OTLP over plain HTTP only; run a collector on this host (http://127.0.0.1:4318) and let it speak TLS onwards")]
@@ -74,6 +76,14 @@ pub enum EndpointError {
     /// Another scheme, or none.
     #[error("{0}: the OTLP endpoint must be an http:// URL, e.g. http://127.0.0.1:4318")]
     Scheme(String),
+    /// Not a URL at all.
+    #[error("{url}: not a URL ({source})")]
+    Unparsable {
+        /// The text as given.
+        url: String,
+        /// Why the URL parser refused it.
+        source: InvalidUri,
+    },
     /// Something else in it cannot be used.
     #[error("{url}: {why}")]
     Malformed {
@@ -87,49 +97,53 @@ pub enum EndpointError {
 impl FromStr for OtlpEndpoint {
     type Err = EndpointError;
 
+    /// Accepts `http://host[:port][/base]` (any case of `http`, an IPv6 host in brackets, port
+    /// 4318 when none is given); refuses `https://` and other schemes, user names, queries,
+    /// fragments, an empty host and a port outside 1 to 65535.
     fn from_str(url: &str) -> Result<Self, Self::Err> {
         let bad = |why| EndpointError::Malformed {
             url: url.to_owned(),
             why,
         };
-        let lower = url.to_ascii_lowercase();
-        if lower.starts_with("https://") {
-            return Err(EndpointError::Https(url.to_owned()));
+        let uri: Uri = url.parse().map_err(|source| EndpointError::Unparsable {
+            url: url.to_owned(),
+            source,
+        })?;
+        match uri.scheme_str() {
+            Some(s) if s.eq_ignore_ascii_case("https") => {
+                return Err(EndpointError::Https(url.to_owned()))
+            }
+            Some(s) if s.eq_ignore_ascii_case("http") => {}
+            _ => return Err(EndpointError::Scheme(url.to_owned())),
         }
-        if !lower.starts_with("http://") {
-            return Err(EndpointError::Scheme(url.to_owned()));
-        }
-        let rest = &url["http://".len()..];
-        if rest.contains(['@', '?', '#', ' ']) {
+        let authority = uri.authority().ok_or_else(|| bad("it names no host"))?;
+        // The parser drops a fragment without a word, and takes a user name as part of the
+        // authority: both are refused here.
+        if authority.as_str().contains('@') || uri.query().is_some() || url.contains('#') {
             return Err(bad(
                 "user names, queries and fragments have no place in an OTLP endpoint",
             ));
         }
-        let (authority, base) = rest.find('/').map_or((rest, ""), |at| rest.split_at(at));
-        let (host, port) = if let Some(v6) = authority.strip_prefix('[') {
-            let (addr, after) = v6
-                .split_once(']')
-                .ok_or_else(|| bad("an IPv6 address must be closed with ]"))?;
-            (addr, after.strip_prefix(':'))
+        let host = authority.host();
+        // A port that is there must be a number from 1 to 65535: the parser reads `x:` and
+        // `x:99999` as no port at all.
+        let port = if authority.as_str() == host {
+            DEFAULT_PORT
         } else {
-            match authority.rsplit_once(':') {
-                Some((h, p)) => (h, Some(p)),
-                None => (authority, None),
-            }
+            authority
+                .port_u16()
+                .filter(|&p| p != 0)
+                .ok_or_else(|| bad("its port is not a number from 1 to 65535"))?
         };
+        let host = host
+            .strip_prefix('[')
+            .and_then(|h| h.strip_suffix(']'))
+            .unwrap_or(host);
         if host.is_empty() {
             return Err(bad("it names no host"));
         }
-        let port = match port {
-            Some(p) => p
-                .parse()
-                .ok()
-                .filter(|&p| p != 0)
-                .ok_or_else(|| bad("its port is not a number from 1 to 65535"))?,
-            None => DEFAULT_PORT,
-        };
         // OTLP/HTTP: a base URL gets the signal's path appended; a full one is kept.
-        let base = base.trim_end_matches('/');
+        let base = uri.path().trim_end_matches('/');
         let path = if base.ends_with(METRICS_PATH) {
             base.to_owned()
         } else {
@@ -470,6 +484,77 @@ mod tests {
         ));
         assert!("http://x:0".parse::<OtlpEndpoint>().is_err());
         assert!("http://u:p@x".parse::<OtlpEndpoint>().is_err());
+    }
+
+    #[test]
+    fn the_scheme_is_read_in_any_case_and_the_host_and_base_path_are_kept() {
+        let e: OtlpEndpoint = "HTTP://Collector:1/Base/".parse().unwrap();
+        assert_eq!(e.to_string(), "http://Collector:1/Base/v1/metrics");
+        let e: OtlpEndpoint = "http://[::1]".parse().unwrap();
+        assert_eq!(e.to_string(), "http://[::1]:4318/v1/metrics");
+        assert!(matches!(
+            "HTTPS://x".parse::<OtlpEndpoint>(),
+            Err(EndpointError::Https(_))
+        ));
+        for no_scheme in ["127.0.0.1:4318", "/v1/metrics", "localhost"] {
+            assert!(
+                matches!(
+                    no_scheme.parse::<OtlpEndpoint>(),
+                    Err(EndpointError::Scheme(_))
+                ),
+                "{no_scheme}"
+            );
+        }
+    }
+
+    // hyper's URI parser drops a fragment without a word and reads `x:` and `x:99999` as no
+    // port at all: each would have become a different endpoint than the one written.
+    #[test]
+    fn a_port_or_fragment_the_uri_parser_would_let_pass_is_refused() {
+        for (url, why) in [
+            ("http://x:", "its port is not a number from 1 to 65535"),
+            ("http://x:99999", "its port is not a number from 1 to 65535"),
+            ("http://x:65536", "its port is not a number from 1 to 65535"),
+            ("http://[::1]:", "its port is not a number from 1 to 65535"),
+            ("http://:80", "it names no host"),
+            (
+                "http://x/a#b",
+                "user names, queries and fragments have no place in an OTLP endpoint",
+            ),
+            (
+                "http://x?q",
+                "user names, queries and fragments have no place in an OTLP endpoint",
+            ),
+            (
+                "http://@x",
+                "user names, queries and fragments have no place in an OTLP endpoint",
+            ),
+        ] {
+            let err = url.parse::<OtlpEndpoint>().unwrap_err();
+            assert_eq!(err.to_string(), format!("{url}: {why}"));
+        }
+    }
+
+    // The hand-written parser split the authority at its last `:` and took what it did not
+    // understand as the host: `x:80:90` became host `x:80`, `[::1]x` lost its `x`, a tab or
+    // a backslash went into the host name.
+    #[test]
+    fn an_authority_that_is_not_a_host_and_port_is_refused() {
+        for url in [
+            "http://x:80:90",
+            "http://[::1]x",
+            "http://x\ty",
+            "http://x\\y",
+            "http://[::1",
+        ] {
+            assert!(url.parse::<OtlpEndpoint>().is_err(), "{url}");
+        }
+        let err = "http://a b".parse::<OtlpEndpoint>().unwrap_err();
+        assert!(matches!(err, EndpointError::Unparsable { .. }), "{err}");
+        assert_eq!(
+            err.to_string(),
+            "http://a b: not a URL (invalid uri character)"
+        );
     }
 
     #[test]
