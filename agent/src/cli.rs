@@ -155,7 +155,7 @@ pub enum Command {
         /// dcgm-exporter's DCGM_FI_* names, units and labels, host as `hostname`) or
         /// `dcgm-legacy` (the same with `Hostname`, as dcgm-exporter named it before 2026).
         #[arg(long, value_name = "SCHEME")]
-        metrics_compat: Option<crate::node::metrics::MetricsCompat>,
+        metrics_compat: Option<MetricsCompatScheme>,
         /// Serve kubelet device plugins (bcd.dev/gpu, bcd.dev/mig-<profile>,
         /// bcd.dev/gpu-slot) in this folder, the kubelet's /var/lib/kubelet/device-plugins;
         /// off when not given.
@@ -278,4 +278,25 @@ pub enum CdiCommand {
         #[arg(long)]
         kubernetes: bool,
     },
+}
+
+/// `--metrics-compat`'s schemes, as the command line spells them (`dcgm`, `dcgm-legacy`);
+/// each is one [`crate::node::metrics::MetricsCompat`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum MetricsCompatScheme {
+    /// dcgm-exporter's names and labels, the host's name as `hostname` (dcgm-exporter since
+    /// it renamed the label in 2026).
+    Dcgm,
+    /// The same, the host's name as `Hostname` (dcgm-exporter before the rename, which
+    /// dashboard 12239 and most alert rules written until then expect).
+    DcgmLegacy,
+}
+
+impl From<MetricsCompatScheme> for crate::node::metrics::MetricsCompat {
+    fn from(scheme: MetricsCompatScheme) -> Self {
+        match scheme {
+            MetricsCompatScheme::Dcgm => Self::Dcgm,
+            MetricsCompatScheme::DcgmLegacy => Self::DcgmLegacy,
+        }
+    }
 }

@@ -16,6 +16,7 @@ pub mod inventory;
 pub mod kubelet;
 pub mod labels;
 pub mod node;
+pub mod prometheus;
 pub mod runtime;
 pub mod smi;
 pub mod state;

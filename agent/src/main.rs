@@ -70,7 +70,7 @@ fn main() -> ExitCode {
                     sample_interval: *sample_interval,
                     api_group: api_group.clone(),
                     gpu_slots: *gpu_slots,
-                    metrics_compat: *metrics_compat,
+                    metrics_compat: metrics_compat.map(Into::into),
                     kubelet: device_plugin_dir
                         .as_ref()
                         .map(|dir| bcd::kubelet::KubeletConfig {

@@ -152,53 +152,51 @@ impl KubeState {
         self.problem.lock().ok().and_then(|p| p.clone())
     }
 
-    /// The counters in Prometheus' text format.
+    /// The counters in Prometheus' text format ([`crate::prometheus`]: the resource label's
+    /// value escaped); nothing before the first allocation or dropped name.
     pub fn metrics_text(&self) -> String {
+        use crate::prometheus::{Exposition, Kind};
         let counters = self.counters();
+        let mut text = Exposition::default();
         let dropped = self.dropped_total();
-        let mut out = String::new();
         if dropped > 0 {
-            out.push_str(&format!(
-                "# HELP bcd_kubernetes_podresources_dropped_total PodResources containers whose names were not Kubernetes names (their devices still count as in use).\n\
-                 # TYPE bcd_kubernetes_podresources_dropped_total counter\n\
-                 bcd_kubernetes_podresources_dropped_total {dropped}\n"
-            ));
+            text.family(
+                "bcd_kubernetes_podresources_dropped_total",
+                Kind::Counter,
+                "PodResources containers whose names were not Kubernetes names (their devices still count as in use).",
+            )
+            .sample([], dropped as f64);
         }
-        if counters.is_empty() {
-            return out;
-        }
-        let mut family =
-            |name: &str,
-             help: &str,
-             value: &dyn Fn(&ResourceCounters) -> Vec<(&'static str, u64)>| {
-                out.push_str(&format!("# HELP {name} {help}\n# TYPE {name} counter\n"));
-                for (resource, c) in &counters {
-                    for (extra, v) in value(c) {
-                        out.push_str(&format!("{name}{{resource=\"{resource}\"{extra}}} {v}\n"));
-                    }
-                }
-            };
-        family(
+        let mut per_resource = |name, help, value: fn(&ResourceCounters) -> u64| {
+            let mut family = text.family(name, Kind::Counter, help);
+            for (resource, c) in &counters {
+                family.sample([("resource", resource.as_str())], value(c) as f64);
+            }
+        };
+        per_resource(
             "bcd_kubernetes_allocations_total",
             "Containers the kubelet allocated devices to, per resource.",
-            &|c| vec![("", c.allocations)],
+            |c| c.allocations,
         );
-        family(
+        per_resource(
             "bcd_kubernetes_releases_total",
             "Kubernetes holds released after no pod had their devices, per resource.",
-            &|c| vec![("", c.releases)],
+            |c| c.releases,
         );
-        family(
+        let mut family = text.family(
             "bcd_kubernetes_health_transitions_total",
+            Kind::Counter,
             "Devices whose health changed on the ListAndWatch stream, per resource and new health.",
-            &|c| {
-                vec![
-                    (",health=\"Healthy\"", c.to_healthy),
-                    (",health=\"Unhealthy\"", c.to_unhealthy),
-                ]
-            },
         );
-        out
+        for (resource, c) in &counters {
+            for (health, n) in [("Healthy", c.to_healthy), ("Unhealthy", c.to_unhealthy)] {
+                family.sample(
+                    [("resource", resource.as_str()), ("health", health)],
+                    n as f64,
+                );
+            }
+        }
+        text.into_text()
     }
 }
 
@@ -278,6 +276,24 @@ mod tests {
         );
         assert!(text.contains("bcd_kubernetes_health_transitions_total{resource=\"bcd.dev/gpu\",health=\"Unhealthy\"} 1\n"), "{text}");
         assert!(text.contains("# TYPE bcd_kubernetes_releases_total counter\n"));
+    }
+
+    // The counters wrote the resource into its label unescaped, safe only while every caller
+    // passed a validated resource name: a `"` or a line feed in one broke the scrape.
+    #[test]
+    fn a_resource_with_a_quote_or_a_newline_stays_inside_its_label_value() {
+        let state = KubeState::default();
+        state.count("bcd.dev/mig-\"x\"} 1\nbcd_gpus 99\\", |c| {
+            c.allocations += 1
+        });
+        let text = state.metrics_text();
+        assert!(
+            text.contains(
+                "bcd_kubernetes_allocations_total{resource=\"bcd.dev/mig-\\\"x\\\"} 1\\nbcd_gpus 99\\\\\"} 1\n"
+            ),
+            "{text}"
+        );
+        assert!(!text.contains("\nbcd_gpus 99"), "{text}");
     }
 
     #[test]
