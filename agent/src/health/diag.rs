@@ -331,7 +331,7 @@ fn finish(checks: Vec<Check>) -> DiagReport {
 /// The check that carries a reason of the verdict: a seed check where one covers it, else
 /// the check named for the reason's kind.
 fn check_of(r: &Reason) -> &'static str {
-    match r.kind.as_str() {
+    match r.kind {
         kind::ECC => check::ECC_UNCORRECTABLE,
         kind::ROW_REMAP if r.message == verdict::ROW_REMAP_FAILED => check::ROW_REMAP_FAILURE,
         kind::ROW_REMAP => check::ROW_REMAP_PENDING,
@@ -773,7 +773,7 @@ mod tests {
         let down = Verdict {
             health: HealthState::Unhealthy,
             reasons: vec![Reason {
-                kind: kind::FABRIC_MANAGER.into(),
+                kind: kind::FABRIC_MANAGER,
                 message: "4 NVSwitch(es) on the bus but nvidia-fabricmanager is not active".into(),
                 action: "start the fabric manager".into(),
                 state: HealthState::Unhealthy,

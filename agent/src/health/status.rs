@@ -151,7 +151,7 @@ pub fn gpu_statuses(
     for s in samples {
         if !gpus.iter().any(|g| g.uuid == s.uuid) {
             let reason = Reason {
-                kind: "NotInInventory".into(),
+                kind: crate::health::verdict::ReasonKind::NotInInventory,
                 message: "the inventory does not list this GPU (it was not collected in time)"
                     .into(),
                 action: "run bcd status again; if it stays unknown, run bcd doctor".into(),
@@ -664,7 +664,7 @@ pub(crate) mod tests {
             let report = status(&Host::fake(&copy), data.path()).await.unwrap();
             assert_eq!(report.gpus.len(), 1, "{report:?}");
             let r = &report.gpus[0].reasons[0];
-            assert_eq!((report.gpus[0].health, r.kind.as_str()), (HealthState::Unknown, "NvidiaSmiSilent"));
+            assert_eq!((report.gpus[0].health, r.kind.to_string().as_str()), (HealthState::Unknown, "NvidiaSmiSilent"));
             assert!(r.action.contains(hint), "{said}: {}", r.action);
             assert!(!r.action.contains("reboot the node"), "{}", r.action);
         }

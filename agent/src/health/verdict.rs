@@ -68,11 +68,112 @@ impl HealthState {
     }
 }
 
+/// What kind of problem a [`Reason`] is. `Display` (and the JSON documents) spell it as bcd
+/// always has: `Xid79`, `FellOffTheBus` for a kernel log condition, `RecoveryAction`,
+/// `Fabric`, `Throttled`, ... for the rest.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum ReasonKind {
+    /// A condition of the kernel log: an XID, a GPU that fell off the bus.
+    Condition(ConditionKind),
+    /// `nvidia-smi -q -x` did not answer.
+    NvidiaSmiSilent,
+    /// `nvidia-smi` answered without this GPU.
+    NotReported,
+    /// The driver's `gpu_recovery_action` or `gpu_reset_status`.
+    RecoveryAction,
+    /// The NVLink fabric.
+    Fabric,
+    /// NVSwitches without a fabric manager.
+    FabricManager,
+    /// Clocks slowed by hardware, heat or a power brake.
+    Throttled,
+    /// Row remapping.
+    RowRemap,
+    /// Uncorrectable ECC errors.
+    EccUncorrectable,
+    /// Correctable ECC errors at a high rate.
+    EccCorrectableRate,
+    /// A fatal SXid on an NVSwitch this GPU's NVLinks reach.
+    NvSwitchFatal,
+    /// The PCIe link trained below its maximum width.
+    PcieLink,
+    /// A GPU sampled that the inventory does not list (yet).
+    NotInInventory,
+}
+
+impl ReasonKind {
+    /// The kinds that are not kernel log conditions, with their spellings.
+    const NAMED: [(ReasonKind, &'static str); 12] = [
+        (ReasonKind::NvidiaSmiSilent, "NvidiaSmiSilent"),
+        (ReasonKind::NotReported, "NotReported"),
+        (ReasonKind::RecoveryAction, "RecoveryAction"),
+        (ReasonKind::Fabric, "Fabric"),
+        (ReasonKind::FabricManager, "FabricManager"),
+        (ReasonKind::Throttled, "Throttled"),
+        (ReasonKind::RowRemap, "RowRemap"),
+        (ReasonKind::EccUncorrectable, "EccUncorrectable"),
+        (ReasonKind::EccCorrectableRate, "EccCorrectableRate"),
+        (ReasonKind::NvSwitchFatal, "NvSwitchFatal"),
+        (ReasonKind::PcieLink, "PcieLink"),
+        (ReasonKind::NotInInventory, "NotInInventory"),
+    ];
+
+    /// Reads a kind as written; never fails (any other spelling is a condition's kind).
+    pub fn parse(s: &str) -> Self {
+        Self::NAMED.iter().find(|(_, name)| *name == s).map_or_else(
+            || Self::Condition(ConditionKind::parse(s)),
+            |(k, _)| k.clone(),
+        )
+    }
+}
+
+impl std::fmt::Display for ReasonKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Condition(c) => c.fmt(f),
+            named => {
+                let name = Self::NAMED
+                    .iter()
+                    .find(|(k, _)| k == named)
+                    .map_or("", |(_, n)| n);
+                f.write_str(name)
+            }
+        }
+    }
+}
+
+/// [`ReasonKind::parse`].
+impl From<&str> for ReasonKind {
+    fn from(s: &str) -> Self {
+        Self::parse(s)
+    }
+}
+
+/// Compares the spelling.
+impl PartialEq<&str> for ReasonKind {
+    fn eq(&self, other: &&str) -> bool {
+        *self == Self::parse(other)
+    }
+}
+
+impl Serialize for ReasonKind {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_str(self)
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for ReasonKind {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let s = String::deserialize(deserializer)?;
+        Ok(Self::parse(&s))
+    }
+}
+
 /// One reason a GPU is not healthy.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
 pub struct Reason {
-    /// What kind of problem: `Xid79`, `RecoveryAction`, `Fabric`, `Throttled`, ...
-    pub kind: String,
+    /// What kind of problem.
+    pub kind: ReasonKind,
     /// What was found, in words.
     pub message: String,
     /// What the operator does, as a sentence.
@@ -210,39 +311,40 @@ impl CorrectableRates {
 /// The action for a GPU whose correctable errors come fast.
 pub const CORRECTABLE_ACTION: &str = "watch the GPU: its memory corrects errors at a high rate, which often comes before uncorrectable ones; drain it at the next chance and run the vendor's memory diagnostics (dcgmi diag -r 3)";
 
-fn reason(state: HealthState, kind: &str, message: String, action: String) -> Reason {
+fn reason(state: HealthState, kind: ReasonKind, message: String, action: String) -> Reason {
     Reason {
-        kind: kind.to_owned(),
+        kind,
         message,
         action,
         state,
     }
 }
 
-/// The reason kinds that are not XIDs, in one place.
+/// The reason kinds that are not kernel log conditions, by the names callers match on.
 pub mod kind {
+    use super::ReasonKind;
     /// `nvidia-smi -q -x` did not answer.
-    pub const NVIDIA_SMI_SILENT: &str = "NvidiaSmiSilent";
+    pub const NVIDIA_SMI_SILENT: ReasonKind = ReasonKind::NvidiaSmiSilent;
     /// `nvidia-smi` answered without this GPU.
-    pub const NOT_REPORTED: &str = "NotReported";
+    pub const NOT_REPORTED: ReasonKind = ReasonKind::NotReported;
     /// The driver's `gpu_recovery_action` or `gpu_reset_status`.
-    pub const RECOVERY_ACTION: &str = "RecoveryAction";
+    pub const RECOVERY_ACTION: ReasonKind = ReasonKind::RecoveryAction;
     /// The NVLink fabric.
-    pub const FABRIC: &str = "Fabric";
+    pub const FABRIC: ReasonKind = ReasonKind::Fabric;
     /// NVSwitches without a fabric manager.
-    pub const FABRIC_MANAGER: &str = "FabricManager";
+    pub const FABRIC_MANAGER: ReasonKind = ReasonKind::FabricManager;
     /// Clocks slowed by hardware, heat or a power brake.
-    pub const THROTTLED: &str = "Throttled";
+    pub const THROTTLED: ReasonKind = ReasonKind::Throttled;
     /// Row remapping.
-    pub const ROW_REMAP: &str = "RowRemap";
+    pub const ROW_REMAP: ReasonKind = ReasonKind::RowRemap;
     /// Uncorrectable ECC errors.
-    pub const ECC: &str = "EccUncorrectable";
+    pub const ECC: ReasonKind = ReasonKind::EccUncorrectable;
     /// Correctable ECC errors at a high rate.
-    pub const ECC_CORRECTABLE_RATE: &str = "EccCorrectableRate";
+    pub const ECC_CORRECTABLE_RATE: ReasonKind = ReasonKind::EccCorrectableRate;
     /// A fatal SXid on an NVSwitch this GPU's NVLinks reach.
-    pub const SWITCH_FATAL: &str = "NvSwitchFatal";
+    pub const SWITCH_FATAL: ReasonKind = ReasonKind::NvSwitchFatal;
     /// The PCIe link trained below its maximum width.
-    pub const PCIE_LINK: &str = "PcieLink";
+    pub const PCIE_LINK: ReasonKind = ReasonKind::PcieLink;
 }
 
 /// The driver's recovery action in bcd's words: (message, action), `None` for no action.
@@ -423,7 +525,7 @@ fn xids(gpu: &Gpu, ev: &Evidence<'_>, out: &mut Vec<Reason>) {
     }) {
         out.push(reason(
             HealthState::Unhealthy,
-            &c.kind.to_string(),
+            ReasonKind::Condition(c.kind.clone()),
             format!("the GPU fell off the bus: {}", c.message),
             super::xid::Remedy::RebootNode.action(gpu.uuid.as_str()),
         ));
@@ -447,7 +549,7 @@ fn xids(gpu: &Gpu, ev: &Evidence<'_>, out: &mut Vec<Reason>) {
         let times = c.count.max(1);
         out.push(reason(
             state,
-            &c.kind.to_string(),
+            ReasonKind::Condition(c.kind.clone()),
             format!(
                 "Xid {number} ({}, class {}) {times} time(s) this boot{}: {}",
                 j.meaning,
@@ -591,6 +693,25 @@ pub const THROTTLED_ACTION: &str =
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    // The reason kind became an enum; its spelling in status, diag and the JSON documents is
+    // the one the strings had, and every spelling reads back as the same kind.
+    #[test]
+    fn reason_kinds_keep_their_spelling_and_read_back() {
+        for (kind, name) in ReasonKind::NAMED {
+            assert_eq!(kind.to_string(), name);
+            assert_eq!(ReasonKind::parse(name), kind);
+        }
+        let xid = ReasonKind::Condition(ConditionKind::Xid(79));
+        assert_eq!(xid.to_string(), "Xid79");
+        assert_eq!(ReasonKind::parse("Xid79"), xid);
+        assert_eq!(
+            serde_json::to_string(&kind::FABRIC_MANAGER).unwrap(),
+            "\"FabricManager\""
+        );
+        let back: ReasonKind = serde_json::from_str("\"FellOffTheBus\"").unwrap();
+        assert_eq!(back, ReasonKind::Condition(ConditionKind::FellOffTheBus));
+    }
     use crate::inventory::document::{Ecc, EccCounts};
 
     const UUID: &str = "GPU-ff1dacfa-2e1a-0504-a88b-76a3118ee48b";

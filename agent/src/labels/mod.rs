@@ -30,7 +30,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use bcd_protocol::{GpuUuid, PciAddress};
 
-use crate::health::verdict::{kind, HealthState, Verdict};
+use crate::health::verdict::{kind, HealthState, ReasonKind, Verdict};
 use crate::inventory::document::{Gpu, GpuSection, Inventory, MigDevice};
 
 /// The GPU Feature Discovery release whose label names and value rules these follow
@@ -571,15 +571,14 @@ fn clique(gpus: &[&Gpu], out: &mut Labels) {
 }
 
 /// The reason kinds that mean the NVLink fabric is down for a GPU.
-const FABRIC_DOWN: [&str; 3] = [kind::FABRIC, kind::FABRIC_MANAGER, kind::SWITCH_FATAL];
+const FABRIC_DOWN: [ReasonKind; 3] = [kind::FABRIC, kind::FABRIC_MANAGER, kind::SWITCH_FATAL];
 
 fn bcd_labels(gpus: &[&Gpu], verdicts: &BTreeMap<GpuUuid, Verdict>, out: &mut Labels) {
     let judged = || gpus.iter().filter_map(|g| verdicts.get(&g.uuid));
     out.put(name::HEALTHY, judged().filter(|v| v.healthy()).count());
     let fabric_reason = |v: &Verdict, unhealthy: bool| {
         v.reasons.iter().any(|r| {
-            FABRIC_DOWN.contains(&r.kind.as_str())
-                && (!unhealthy || r.state == HealthState::Unhealthy)
+            FABRIC_DOWN.contains(&r.kind) && (!unhealthy || r.state == HealthState::Unhealthy)
         })
     };
     let in_fabric = gpus.iter().any(|g| {

@@ -402,10 +402,10 @@ fn healthy_counts_the_gpus_that_may_take_work() {
         gpu(1, "NVIDIA L4"),
         gpu(2, "NVIDIA L4"),
     ]);
-    let verdict = |health, kind: &str| Verdict {
+    let verdict = |health, kind: crate::health::verdict::ReasonKind| Verdict {
         health,
         reasons: vec![Reason {
-            kind: kind.into(),
+            kind,
             message: String::new(),
             action: String::new(),
             state: health,
