@@ -754,7 +754,7 @@ mod tests {
                 mig: Some(Mig {
                     mode: Some(true),
                     devices: vec![MigDevice {
-                        uuid: Some(MIG3.into()),
+                        uuid: Some(MIG3.parse().unwrap()),
                         ..MigDevice::default()
                     }],
                     ..Mig::default()

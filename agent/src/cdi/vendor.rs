@@ -149,7 +149,7 @@ impl DeviceCatalog {
                 gi_ci: None,
             });
             for mig in gpu.mig.iter().flat_map(|m| &m.devices) {
-                if let Some(Ok(id)) = mig.uuid.as_deref().map(str::parse) {
+                if let Some(id) = mig.uuid.as_ref().map(DeviceId::from) {
                     entries.push(CatalogEntry {
                         id,
                         gpu_index: gpu.index,

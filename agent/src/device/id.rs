@@ -201,6 +201,68 @@ impl DeviceId {
     }
 }
 
+/// A MIG device's UUID: `MIG-<uuid>`, or R450's `MIG-GPU-<uuid>/<gi>/<ci>`, hex in lower case
+/// (a [`DeviceId`] of kind [`DeviceKind::Mig`]). Holding one is proof it names a MIG device.
+#[derive(Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(try_from = "String", into = "String")]
+pub struct MigUuid(DeviceId);
+
+impl MigUuid {
+    /// The UUID in its normal form.
+    pub fn as_str(&self) -> &str {
+        self.0.as_str()
+    }
+
+    /// The device id it is.
+    pub fn device(&self) -> &DeviceId {
+        &self.0
+    }
+}
+
+impl FromStr for MigUuid {
+    type Err = IdError;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let id: DeviceId = s.parse()?;
+        if id.kind() == DeviceKind::Mig {
+            Ok(Self(id))
+        } else {
+            Err(IdError::Device(shown(s)))
+        }
+    }
+}
+
+impl TryFrom<String> for MigUuid {
+    type Error = IdError;
+    fn try_from(s: String) -> Result<Self, Self::Error> {
+        s.parse()
+    }
+}
+
+impl From<MigUuid> for String {
+    fn from(v: MigUuid) -> Self {
+        v.0.into()
+    }
+}
+
+impl From<&MigUuid> for DeviceId {
+    fn from(m: &MigUuid) -> Self {
+        m.0.clone()
+    }
+}
+
+impl fmt::Display for MigUuid {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl fmt::Debug for MigUuid {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "MigUuid({})", self.as_str())
+    }
+}
+
 /// `8-4-4-4-12` hex digits, lower-cased; `None` when the shape is wrong.
 fn uuid_body(s: &str) -> Option<String> {
     let mut groups = 0;

@@ -204,7 +204,7 @@ impl Topology {
                     .mig
                     .iter()
                     .flat_map(|m| &m.devices)
-                    .filter_map(|d| d.uuid.as_deref()?.parse().ok())
+                    .filter_map(|d| d.uuid.as_ref().map(DeviceId::from))
                     .collect(),
                 passed_through: g.passed_through,
             })
@@ -411,7 +411,7 @@ pub(crate) mod tests {
             devices: [MIG_A, MIG_B]
                 .iter()
                 .map(|u| MigDevice {
-                    uuid: Some((*u).into()),
+                    uuid: Some((*u).parse().unwrap()),
                     ..MigDevice::default()
                 })
                 .collect(),

@@ -240,7 +240,7 @@ mod tests {
         c.mig = Some(Mig {
             mode: Some(true),
             devices: vec![MigDevice {
-                uuid: Some(MIG.into()),
+                uuid: Some(MIG.parse().unwrap()),
                 ..MigDevice::default()
             }],
             ..Mig::default()

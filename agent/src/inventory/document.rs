@@ -217,9 +217,10 @@ pub struct Mig {
 /// A MIG instance.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct MigDevice {
-    /// `MIG-...`, from `nvidia-smi -L`.
+    /// `MIG-...`, from `nvidia-smi -L` (one that names no MIG device is left out, and the
+    /// collection says so).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub uuid: Option<String>,
+    pub uuid: Option<crate::device::id::MigUuid>,
     /// `3g.40gb`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub profile: Option<String>,

@@ -110,6 +110,22 @@ pub fn left_out(base: &ProcInventory, snapshot: Option<&Snapshot>) -> Vec<String
             })
         })
         .collect();
+    out.extend(snapshot.iter().flat_map(|s| &s.listed).flat_map(|g| {
+        g.mig.iter().filter_map(move |m| {
+            m.uuid
+                .parse::<crate::device::id::MigUuid>()
+                .is_err()
+                .then(|| {
+                    format!(
+                        "nvidia-smi -L listed MIG device {} of GPU {} with UUID {:?}, which is not \
+                         a MIG UUID: the device is kept without a UUID, and cannot be held",
+                        m.device,
+                        g.index,
+                        crate::smi::escape_control(&m.uuid)
+                    )
+                })
+        })
+    }));
     out.extend(snapshot.iter().flat_map(|s| &s.xml.gpus).filter_map(|x| {
         let raw = x.uuid.as_deref()?;
         unnamed(raw).then(|| {
@@ -288,7 +304,7 @@ fn mig_of(
         .map(|d| {
             let named = d.index.and_then(|i| listed.iter().find(|l| l.device == i));
             MigDevice {
-                uuid: named.map(|l| l.uuid.clone()),
+                uuid: named.and_then(|l| l.uuid.parse().ok()),
                 profile: named.map(|l| l.profile.clone()),
                 gi: d.gpu_instance_id,
                 ci: d.compute_instance_id,
@@ -370,6 +386,39 @@ mod tests {
             left_out(&ProcInventory::default(), Some(&snap)),
             ["nvidia-smi -q -x reported a GPU at 0000:18:00.0 with UUID \"GPU-XXX9-b02c-1c4ca42113c8\", \
               which is not GPU- and 8-4-4-4-12 hex digits: it is left out of the inventory"]
+        );
+    }
+
+    // What broke: a MIG device whose UUID -L printed malformed was kept in the inventory as a
+    // string, and the policy then silently dropped it (no hold could take it, nothing said
+    // why). The UUID is typed now: the device stays without one, and the collection says so.
+    #[test]
+    fn a_mig_device_whose_uuid_is_malformed_is_kept_without_it_and_said_so() {
+        let xml = format!(
+            "<nvidia_smi_log><gpu id=\"00000000:18:00.0\"><uuid>{UUID}</uuid>\
+             <mig_mode><current_mig>Enabled</current_mig></mig_mode>\
+             <mig_devices><mig_device><index>0</index><gpu_instance_id>1</gpu_instance_id>\
+             <compute_instance_id>0</compute_instance_id></mig_device></mig_devices></gpu>\
+             </nvidia_smi_log>"
+        );
+        let listed = format!(
+            "GPU 0: NVIDIA A100-SXM4-40GB (UUID: {UUID})\n  MIG 3g.20gb     Device  0: (UUID: MIG-XXXX-not-a-uuid)\n"
+        );
+        let snap = Snapshot {
+            xml: parse_query_xml(xml.as_bytes()).unwrap(),
+            listed: parse_list(listed.as_bytes()).unwrap(),
+            ..snapshot(UUID, UUID)
+        };
+        let gpus = gpus_from_snapshot(&snap);
+        let devices = &gpus[0].mig.as_ref().unwrap().devices;
+        assert_eq!(devices.len(), 1);
+        assert_eq!(devices[0].uuid, None);
+        assert_eq!(devices[0].profile.as_deref(), Some("3g.20gb"));
+        let said = left_out(&ProcInventory::default(), Some(&snap));
+        assert_eq!(said.len(), 1, "{said:?}");
+        assert!(
+            said[0].contains("\"MIG-XXXX-not-a-uuid\", which is not a MIG UUID"),
+            "{said:?}"
         );
     }
 

@@ -146,7 +146,7 @@ pub fn offer(
         if physical.mig_mode {
             for mig in gpu.mig.iter().flat_map(|m| &m.devices) {
                 let (Some(id), Some(resource)) = (
-                    mig.uuid.as_deref().and_then(|u| u.parse().ok()),
+                    mig.uuid.as_ref().map(DeviceId::from),
                     mig.profile.as_deref().and_then(Resource::of_mig_profile),
                 ) else {
                     continue;
@@ -219,7 +219,7 @@ pub fn preferred(
                 g.mig
                     .iter()
                     .flat_map(|m| &m.devices)
-                    .any(|m| m.uuid.as_deref() == Some(d.as_str()))
+                    .any(|m| m.uuid.as_ref().map(|u| u.device()) == Some(d))
                     .then(|| DeviceId::from(&g.uuid))
             })
         })?;
@@ -352,7 +352,7 @@ mod tests {
         g3.mig = Some(Mig {
             mode: Some(true),
             devices: vec![MigDevice {
-                uuid: Some(M1.into()),
+                uuid: Some(M1.parse().unwrap()),
                 profile: Some("3g.40gb".into()),
                 ..MigDevice::default()
             }],

@@ -48,10 +48,11 @@ async fn hgx_h100_merges_every_layer() {
         .expect("one GPU in MIG mode");
     let mig = mig_gpu.mig.as_ref().unwrap();
     assert_eq!(mig.devices.len(), 2);
-    assert!(mig
-        .devices
-        .iter()
-        .all(|d| d.uuid.as_deref().is_some_and(|u| u.starts_with("MIG-")) && d.profile.is_some()));
+    assert!(mig.devices.iter().all(|d| d
+        .uuid
+        .as_ref()
+        .is_some_and(|u| u.as_str().starts_with("MIG-"))
+        && d.profile.is_some()));
     assert!(!mig.profiles.is_empty(), "mig -lgip read for the MIG GPU");
     let linked = &s.gpus[0];
     assert_eq!(linked.nvlinks.len(), 18);

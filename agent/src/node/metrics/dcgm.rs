@@ -337,9 +337,8 @@ fn last_xids(family: &mut Family<'_>, view: &MetricsView<'_>, labels: &DcgmLabel
             };
             let owner = m
                 .uuid
-                .as_deref()
-                .and_then(|u| u.parse().ok())
-                .map(|d| view.attribution.device(&d))
+                .as_ref()
+                .map(|d| view.attribution.device(d.device()))
                 .unwrap_or_default();
             owned(family, l, &owner, last);
         }

@@ -545,7 +545,7 @@ mod tests {
                 mig: Some(Mig {
                     mode: Some(true),
                     devices: vec![MigDevice {
-                        uuid: Some("MIG-65db3e42-f991-a575-c20e-8350d31e437c".into()),
+                        uuid: Some("MIG-65db3e42-f991-a575-c20e-8350d31e437c".parse().unwrap()),
                         profile: Some("4g.40gb".into()),
                         gi: Some(1),
                         ci: Some(0),
