@@ -111,20 +111,18 @@ pub fn left_out(base: &ProcInventory, snapshot: Option<&Snapshot>) -> Vec<String
         })
         .collect();
     out.extend(snapshot.iter().flat_map(|s| &s.listed).flat_map(|g| {
-        g.mig.iter().filter_map(move |m| {
-            m.uuid
-                .parse::<crate::device::id::MigUuid>()
-                .is_err()
-                .then(|| {
-                    format!(
-                        "nvidia-smi -L listed MIG device {} of GPU {} with UUID {:?}, which is not \
-                         a MIG UUID: the device is kept without a UUID, and cannot be held",
-                        m.device,
-                        g.index,
-                        crate::smi::escape_control(&m.uuid)
-                    )
-                })
-        })
+        g.mig
+            .iter()
+            .filter(|m| m.uuid.parse::<crate::device::id::MigUuid>().is_err())
+            .map(move |m| {
+                format!(
+                    "nvidia-smi -L listed MIG device {} of GPU {} with UUID {:?}, which is not \
+                     a MIG UUID: the device is kept without a UUID, and cannot be held",
+                    m.device,
+                    g.index,
+                    crate::smi::escape_control(&m.uuid)
+                )
+            })
     }));
     out.extend(snapshot.iter().flat_map(|s| &s.xml.gpus).filter_map(|x| {
         let raw = x.uuid.as_deref()?;
