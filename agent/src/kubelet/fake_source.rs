@@ -256,3 +256,30 @@ async fn the_change_signal_wakes_on_a_touch() {
             .unwrap()
     );
 }
+
+// What broke: `--device-plugin-dir` pointing where no kubelet is (a stopped kubelet, a wrong
+// folder) registered nothing and said nothing. The plugins say so, in the log and in status,
+// until the kubelet's socket appears.
+#[tokio::test]
+async fn plugins_without_a_kubelet_say_so_in_status() {
+    let source = std::sync::Arc::new(FakeSource::new());
+    let kube = std::sync::Arc::new(KubeState::default());
+    let dir = tempfile::tempdir().unwrap();
+    let config = super::KubeletConfig {
+        plugin_dir: dir.path().join("device-plugins"),
+        pod_resources_socket: dir.path().join("pod-resources.sock"),
+        release_grace: std::time::Duration::from_secs(30),
+    };
+    let running = tokio::spawn(super::plugin::run(source, kube.clone(), config));
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    let said = loop {
+        if let Some(p) = kube.problem().filter(|p| p.contains("not registered")) {
+            break p;
+        }
+        assert!(std::time::Instant::now() < deadline, "{:?}", kube.problem());
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    };
+    running.abort();
+    assert!(said.contains("kubelet.sock"), "{said}");
+    assert!(said.contains("--device-plugin-dir"), "{said}");
+}

@@ -84,6 +84,8 @@ pub struct ResourceCounters {
 pub struct KubeState {
     counters: Mutex<BTreeMap<String, ResourceCounters>>,
     problem: Mutex<Option<String>>,
+    /// Why the plugins are not registered, while they wait for the kubelet.
+    unregistered: Mutex<Option<String>>,
     /// PodResources containers whose names were not Kubernetes names, and when that was
     /// last logged.
     dropped: Mutex<(u64, Option<std::time::Instant>)>,
@@ -94,6 +96,7 @@ impl Default for KubeState {
         Self {
             counters: Mutex::new(BTreeMap::new()),
             problem: Mutex::new(None),
+            unregistered: Mutex::new(None),
             dropped: Mutex::new((0, None)),
         }
     }
@@ -147,9 +150,22 @@ impl KubeState {
         self.dropped.lock().map(|d| d.0).unwrap_or(0)
     }
 
-    /// What is degraded on the Kubernetes side now.
+    /// Sets or clears why the plugins are not registered with the kubelet (shown in
+    /// `status` beside the PodResources problem; logged once by the plugin that finds it).
+    pub fn set_unregistered(&self, sentence: Option<String>) {
+        if let Ok(mut u) = self.unregistered.lock() {
+            *u = sentence;
+        }
+    }
+
+    /// What is degraded on the Kubernetes side now: the PodResources reader's problem and
+    /// why the plugins are not registered, in one sentence.
     pub fn problem(&self) -> Option<String> {
-        self.problem.lock().ok().and_then(|p| p.clone())
+        let parts: Vec<String> = [&self.problem, &self.unregistered]
+            .into_iter()
+            .filter_map(|p| p.lock().ok().and_then(|p| p.clone()))
+            .collect();
+        (!parts.is_empty()).then(|| parts.join("; "))
     }
 
     /// The counters in Prometheus' text format ([`crate::prometheus`]: the resource label's

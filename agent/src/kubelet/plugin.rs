@@ -404,6 +404,16 @@ async fn run_plugin<S: DeviceSource>(plugin: Plugin<S>, dir: PathBuf) {
             if registered.is_some() && now != registered {
                 break;
             }
+            if registered.is_none() && now.is_none() {
+                // Nothing registers until the kubelet makes its socket: said once, and in
+                // status, so a wrong --device-plugin-dir or a stopped kubelet is visible.
+                let sentence = format!(
+                    "the kubelet device plugins are not registered: there is no {} (is the kubelet running, and is --device-plugin-dir its device-plugins folder?)",
+                    kubelet.display()
+                );
+                say(&mut said, format!("{}: {sentence}", plugin.resource));
+                plugin.kube.set_unregistered(Some(sentence));
+            }
             if registered.is_none() && now.is_some() {
                 match register(&kubelet, &name, &plugin.resource).await {
                     Ok(()) => {
@@ -414,6 +424,7 @@ async fn run_plugin<S: DeviceSource>(plugin: Plugin<S>, dir: PathBuf) {
                         );
                         registered = now;
                         said.clear();
+                        plugin.kube.set_unregistered(None);
                     }
                     Err(e) => {
                         say(&mut said, format!("{}: {e}", plugin.resource));
