@@ -4,7 +4,7 @@
 //! tasks share one [`Node`]; it imports neither of them.
 //!
 //! Lock order, where two are held at once: `collecting`, then `holds`, then `latest`; the
-//! `std` mutexes (`sampling`, `problems`, `vendor_problems`, `left_out`, `vms`, `pods`) are
+//! `std` mutexes (`sampling`, `problems`, `vendor_problems`, `grantless`, `left_out`, `vms`, `pods`) are
 //! held for a copy only, never across an `.await`; `vms_file` is taken before `vms` and held
 //! for the write of `vm-gpus.json`.
 
@@ -196,6 +196,8 @@ pub struct Node {
     watcher: Arc<WatcherStats>,
     /// The vendor CDI specs that could not be read at the last convergence.
     vendor_problems: Mutex<Vec<String>>,
+    /// The operator holds that give a container no GPU, as the last convergence found them.
+    grantless: Mutex<Vec<String>>,
     /// The latest collection's GPUs left out of the inventory (replaced by each collection).
     left_out: Mutex<Vec<String>>,
     /// GPUs given to libvirt domains through this node, by PCI address: domain name.
@@ -276,6 +278,7 @@ impl Node {
             metrics_listener: Arc::default(),
             watcher,
             vendor_problems: Mutex::new(Vec::new()),
+            grantless: Mutex::new(Vec::new()),
             left_out: Mutex::new(Vec::new()),
             vms: Mutex::new(vms),
             vms_file: Mutex::new(boot_id.to_owned()),
@@ -498,6 +501,9 @@ impl Node {
         }
         if let Ok(v) = self.vendor_problems.lock() {
             all.extend(v.iter().map(|p| format!("vendor CDI spec: {p}")));
+        }
+        if let Ok(v) = self.grantless.lock() {
+            all.extend(v.iter().cloned());
         }
         if let Ok(v) = self.left_out.lock() {
             all.extend(v.iter().cloned());
@@ -764,6 +770,51 @@ impl Node {
         vendor
     }
 
+    /// Says (in status, and in the log once) which operator holds give a container no GPU:
+    /// all of them while there is no NVIDIA spec (a hold's spec then carries only
+    /// `NVIDIA_VISIBLE_DEVICES=void` and its name), and each hold with devices NVIDIA's spec
+    /// does not name. Replaced at each convergence, so it goes once NVIDIA's spec is there.
+    fn note_grantless(
+        &self,
+        holds: &Holds,
+        vendor: &cdi::vendor::VendorSpecs,
+        result: &cdi::Convergence,
+    ) {
+        let mut sentences = Vec::new();
+        let operators: Vec<String> = holds
+            .list()
+            .filter(|h| !h.kubernetes)
+            .map(|h| h.id.to_string())
+            .collect();
+        if vendor.specs.is_empty() && !operators.is_empty() {
+            let dirs: Vec<String> = cdi::vendor_dirs(&self.config.cdi_dir, &self.config.host)
+                .iter()
+                .map(|d| d.display().to_string())
+                .collect();
+            sentences.push(format!(
+                "there is no NVIDIA CDI spec (kind nvidia.com/gpu) in {}: hold(s) {} give a container no GPU (their specs carry no device node); generate it: nvidia-ctk cdi generate --output=/etc/cdi/nvidia.yaml",
+                dirs.join(" or "),
+                operators.join(", ")
+            ));
+        }
+        for (hold, devices) in &result.unnamed {
+            let devices: Vec<&str> = devices.iter().map(DeviceId::as_str).collect();
+            sentences.push(format!(
+                "hold {hold}: NVIDIA's CDI spec does not name {}, so a container gets no device node for them; regenerate NVIDIA's spec (nvidia-ctk cdi generate)",
+                devices.join(", ")
+            ));
+        }
+        if let Ok(mut kept) = self.grantless.lock() {
+            // The unnamed devices were logged by the convergence already.
+            if let Some(first) = sentences.first().filter(|s| !kept.contains(s)) {
+                if vendor.specs.is_empty() {
+                    tracing::warn!("{first}");
+                }
+            }
+            *kept = sentences;
+        }
+    }
+
     /// [`Node::converge_holds`] on a store already locked.
     async fn converge_locked(
         &self,
@@ -788,6 +839,7 @@ impl Node {
         for e in &result.errors {
             self.problem(format!("CDI specs: {e}"));
         }
+        self.note_grantless(holds, vendor, &result);
         // Holds or the inventory changed: the device consumers' offers are computed again.
         self.touch_devices();
         result

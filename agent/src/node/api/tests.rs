@@ -562,3 +562,36 @@ fn requests_are_parsed_and_refused_before_any_handler() {
         Err((405, "method-not-allowed"))
     );
 }
+
+// What broke: with no NVIDIA CDI spec, `hold apply` succeeded and advised
+// `--device bcd.dev/gpu=<uuid>`, whose device carried only BCD_HOLD while the common edits said
+// NVIDIA_VISIBLE_DEVICES=void: the container got no GPU and nothing reached the log or
+// `status.problems`. Status says which holds grant nothing, and goes quiet once a spec is there.
+#[tokio::test]
+async fn a_hold_without_nvidias_spec_is_said_to_grant_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let node = node(dir.path());
+    node.collect_now().await;
+    let mut hold = request("POST", "/v1/holds");
+    hold.body = serde_json::to_vec(&serde_json::json!({ "id": "job", "devices": [GPU0] })).unwrap();
+    assert_eq!(handle(&node, &hold).await.0, 201);
+    let problems = node.problems_now();
+    assert!(
+        problems.iter().any(|p| p.contains("no NVIDIA CDI spec")
+            && p.contains("hold(s) job give a container no GPU")),
+        "{problems:?}"
+    );
+    std::fs::copy(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../testdata/cdi/hgx-h100-uuid.json"),
+        node.config().cdi_dir.join("nvidia.json"),
+    )
+    .unwrap();
+    node.converge_holds().await;
+    let problems = node.problems_now();
+    assert!(
+        !problems
+            .iter()
+            .any(|p| p.contains("give a container no GPU")),
+        "{problems:?}"
+    );
+}
