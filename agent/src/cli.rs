@@ -370,10 +370,7 @@ mod tests {
         for low in ["0", "4"] {
             let e = parse(&["node", "--sample-interval", low]).unwrap_err();
             assert_eq!(e.kind(), clap::error::ErrorKind::ValueValidation, "{low}");
-            assert!(
-                e.to_string().contains("at least 5 s"),
-                "{low}: {e}"
-            );
+            assert!(e.to_string().contains("at least 5 s"), "{low}: {e}");
         }
         let Command::Node {
             sample_interval, ..
@@ -405,13 +402,15 @@ mod tests {
             let mut args = command.to_vec();
             args.extend(["--xid-ignore", "13,31", "--xid-unhealthy", "13"]);
             let e = parse(&args).unwrap_err();
-            assert_eq!(e.kind(), clap::error::ErrorKind::ArgumentConflict, "{command:?}");
+            assert_eq!(
+                e.kind(),
+                clap::error::ErrorKind::ArgumentConflict,
+                "{command:?}"
+            );
             assert_eq!(e.exit_code(), 2);
             let text = e.to_string();
             assert!(
-                text.contains(
-                    "XID 13 is given to both --xid-ignore and --xid-unhealthy"
-                ),
+                text.contains("XID 13 is given to both --xid-ignore and --xid-unhealthy"),
                 "{command:?}: {text}"
             );
         }

@@ -429,7 +429,10 @@ mod tests {
             parse(args(&["--no-sandbox", "--version"])),
             Ok(Parsed::Version)
         ));
-        assert_eq!(VERSION_LINE, format!("bcd-helper {}", env!("CARGO_PKG_VERSION")));
+        assert_eq!(
+            VERSION_LINE,
+            format!("bcd-helper {}", env!("CARGO_PKG_VERSION"))
+        );
         assert!(USAGE.contains("\n  --version "), "{USAGE}");
     }
 
