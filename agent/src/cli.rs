@@ -3,11 +3,14 @@
 use std::path::PathBuf;
 
 use bcd_protocol::GpuUuid;
-use clap::{Args, Parser, Subcommand};
+use clap::{Args, CommandFactory, Parser, Subcommand};
 
 use crate::sys::host::Host;
 
 /// bcd manages the NVIDIA GPUs of this node: inventory, health, CDI specs and passthrough.
+///
+/// Parsed with [`Cli::try_parse_checked`], which also refuses what clap's attributes cannot
+/// express; the derived parsers leave [`Global::xid_policy`] empty.
 #[derive(Debug, Parser)]
 #[command(name = "bcd", version, about, long_about = None, propagate_version = true)]
 pub struct Cli {
@@ -66,6 +69,60 @@ pub struct Global {
     /// XIDs that make a GPU unhealthy until a reset, overriding NVIDIA's catalog (e.g. 43).
     #[arg(long, global = true, value_name = "XIDS", default_value = "")]
     pub xid_unhealthy: crate::health::xid::XidList,
+    /// The policy `--xid-ignore` and `--xid-unhealthy` make, set by [`Cli::try_parse_checked`].
+    #[arg(skip)]
+    xid_policy: crate::health::xid::XidPolicy,
+}
+
+impl Cli {
+    /// Parses `args` (the program name first) as clap does, then checks what spans two flags:
+    /// an XID given to both `--xid-ignore` and `--xid-unhealthy` is refused, for every
+    /// subcommand alike.
+    ///
+    /// # Errors
+    /// A clap usage error (exit status 2), clap's own or the XID conflict in words.
+    pub fn try_parse_checked<I, T>(args: I) -> Result<Self, clap::Error>
+    where
+        I: IntoIterator<Item = T>,
+        T: Into<std::ffi::OsString> + Clone,
+    {
+        let mut cli = Self::try_parse_from(args)?;
+        cli.global.xid_policy = crate::health::xid::XidPolicy::new(
+            cli.global.xid_ignore.0.clone(),
+            cli.global.xid_unhealthy.0.clone(),
+        )
+        .map_err(|e| Self::command().error(clap::error::ErrorKind::ArgumentConflict, e))?;
+        Ok(cli)
+    }
+}
+
+/// The shortest `--sample-interval`, in seconds: [`crate::node::service::MIN_SAMPLE_INTERVAL`].
+pub const MIN_SAMPLE_INTERVAL_S: u64 = crate::node::service::MIN_SAMPLE_INTERVAL.as_secs();
+
+/// Why a `--sample-interval` is refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SampleIntervalError {
+    /// Not a whole number of seconds.
+    #[error("give whole seconds, {MIN_SAMPLE_INTERVAL_S} or more")]
+    NotSeconds,
+    /// Below the minimum.
+    #[error("the sample interval is at least {MIN_SAMPLE_INTERVAL_S} s (nvidia-smi costs driver time on every GPU)")]
+    BelowMinimum,
+}
+
+/// Reads `--sample-interval`: whole seconds, at least [`MIN_SAMPLE_INTERVAL_S`].
+///
+/// # Errors
+/// A [`SampleIntervalError`] that names the minimum.
+pub fn parse_sample_interval(text: &str) -> Result<u64, SampleIntervalError> {
+    let seconds: u64 = text
+        .trim()
+        .parse()
+        .map_err(|_| SampleIntervalError::NotSeconds)?;
+    if seconds < MIN_SAMPLE_INTERVAL_S {
+        return Err(SampleIntervalError::BelowMinimum);
+    }
+    Ok(seconds)
 }
 
 impl Global {
@@ -77,12 +134,10 @@ impl Global {
         }
     }
 
-    /// The node's XID overrides (`--xid-ignore`, `--xid-unhealthy`).
+    /// The node's XID overrides (`--xid-ignore`, `--xid-unhealthy`), as
+    /// [`Cli::try_parse_checked`] checked them.
     pub fn xid_policy(&self) -> crate::health::xid::XidPolicy {
-        crate::health::xid::XidPolicy {
-            ignore: self.xid_ignore.0.clone(),
-            unhealthy: self.xid_unhealthy.0.clone(),
-        }
+        self.xid_policy.clone()
     }
 }
 
@@ -140,7 +195,8 @@ pub enum Command {
         #[arg(long, value_name = "URL")]
         otlp_endpoint: Option<crate::node::otlp::OtlpEndpoint>,
         /// Seconds between GPU samples (at least 5).
-        #[arg(long, value_name = "SECONDS", default_value_t = 5)]
+        #[arg(long, value_name = "SECONDS", default_value_t = MIN_SAMPLE_INTERVAL_S,
+              value_parser = parse_sample_interval)]
         sample_interval: u64,
         /// The group given the API socket (mode 0660).
         #[arg(long, value_name = "GROUP", default_value = "bcd")]
@@ -298,5 +354,70 @@ impl From<MetricsCompatScheme> for crate::node::metrics::MetricsCompat {
             MetricsCompatScheme::Dcgm => Self::Dcgm,
             MetricsCompatScheme::DcgmLegacy => Self::DcgmLegacy,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(args: &[&str]) -> Result<Cli, clap::Error> {
+        Cli::try_parse_checked(std::iter::once("bcd").chain(args.iter().copied()))
+    }
+
+    #[test]
+    fn a_sample_interval_below_the_minimum_is_refused_not_raised() {
+        for low in ["0", "4"] {
+            let e = parse(&["node", "--sample-interval", low]).unwrap_err();
+            assert_eq!(e.kind(), clap::error::ErrorKind::ValueValidation, "{low}");
+            assert!(e.to_string().contains("at least 5 s"), "{low}: {e}");
+        }
+        let Command::Node {
+            sample_interval, ..
+        } = parse(&["node", "--sample-interval", "5"]).unwrap().command
+        else {
+            panic!("not node");
+        };
+        assert_eq!(sample_interval, 5);
+        let Command::Node {
+            sample_interval, ..
+        } = parse(&["node"]).unwrap().command
+        else {
+            panic!("not node");
+        };
+        assert_eq!(sample_interval, MIN_SAMPLE_INTERVAL_S);
+    }
+
+    #[test]
+    fn an_xid_both_ignored_and_unhealthy_is_a_usage_error_for_every_command() {
+        for command in [
+            &["status"][..],
+            &["doctor"],
+            &["diag"],
+            &["hardware"],
+            &["hardware", "--labels"],
+            &["node"],
+            &["hold", "list"],
+        ] {
+            let mut args = command.to_vec();
+            args.extend(["--xid-ignore", "13,31", "--xid-unhealthy", "13"]);
+            let e = parse(&args).unwrap_err();
+            assert_eq!(
+                e.kind(),
+                clap::error::ErrorKind::ArgumentConflict,
+                "{command:?}"
+            );
+            assert_eq!(e.exit_code(), 2);
+            let text = e.to_string();
+            assert!(
+                text.contains("XID 13 is given to both --xid-ignore and --xid-unhealthy"),
+                "{command:?}: {text}"
+            );
+        }
+        let cli = parse(&["status", "--xid-ignore", "13", "--xid-unhealthy", "43"]).unwrap();
+        assert_eq!(
+            cli.global.xid_policy().describe(),
+            "XID overrides: ignored: 13; unhealthy until reset: 43"
+        );
     }
 }

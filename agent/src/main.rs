@@ -2,13 +2,11 @@
 
 use std::process::ExitCode;
 
-use clap::Parser;
-
 use bcd::cli::{CdiCommand, Cli, Command, HelperCommand};
 use bcd::commands::{self, service as svc};
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = Cli::try_parse_checked(std::env::args_os()).unwrap_or_else(|e| e.exit());
     tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
         .with_env_filter(

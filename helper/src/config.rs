@@ -125,7 +125,12 @@ pub enum Parsed {
     Run(Box<Config>),
     /// `--help`.
     Help,
+    /// `--version`: print [`VERSION_LINE`].
+    Version,
 }
+
+/// What `--version` prints: the program's name and its version, as `bcd --version` does.
+pub const VERSION_LINE: &str = concat!("bcd-helper ", env!("CARGO_PKG_VERSION"));
 
 /// A command line the helper refuses. `Display` is the one sentence printed before exit 2.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
@@ -202,6 +207,7 @@ Usage: bcd-helper [FLAGS]
                             confine the helper (without it only Ping is served then)
   --no-sandbox              keep all capabilities and skip Landlock (tests only)
   --help                    print this text
+  --version                 print the version (bcd-helper X.Y.Z)
 
 Log level: BCD_HELPER_LOG (default info), to standard error.
 ";
@@ -216,6 +222,7 @@ pub fn parse<I: IntoIterator<Item = String>>(args: I) -> Result<Parsed, UsageErr
     while let Some(flag) = args.next() {
         let flag_name: &'static str = match flag.as_str() {
             "--help" | "-h" => return Ok(Parsed::Help),
+            "--version" | "-V" => return Ok(Parsed::Version),
             "--no-sandbox" => {
                 c.no_sandbox = true;
                 continue;
@@ -413,6 +420,20 @@ mod tests {
             parse(args(&["--allow-group", "no-such-group-bcd"])),
             Err(UsageError::BadValue { .. })
         ));
+    }
+
+    #[test]
+    fn version_is_accepted_and_listed_in_help() {
+        assert!(matches!(parse(args(&["--version"])), Ok(Parsed::Version)));
+        assert!(matches!(
+            parse(args(&["--no-sandbox", "--version"])),
+            Ok(Parsed::Version)
+        ));
+        assert_eq!(
+            VERSION_LINE,
+            format!("bcd-helper {}", env!("CARGO_PKG_VERSION"))
+        );
+        assert!(USAGE.contains("\n  --version "), "{USAGE}");
     }
 
     #[test]

@@ -233,6 +233,10 @@ fn main() -> ExitCode {
             print!("{}", config::USAGE);
             return ExitCode::SUCCESS;
         }
+        Ok(Parsed::Version) => {
+            println!("{}", config::VERSION_LINE);
+            return ExitCode::SUCCESS;
+        }
         Err(e) => {
             eprintln!("{e}");
             return ExitCode::from(2);

@@ -518,10 +518,7 @@ pub(crate) mod tests {
             assert_eq!(r.action, "restart the application; the GPU is fine");
         }
         // The node's override makes Xid 13 ignored and Xid 31 unhealthy.
-        let policy = XidPolicy {
-            ignore: [13].into(),
-            unhealthy: [31].into(),
-        };
+        let policy = XidPolicy::new([13].into(), [31].into()).unwrap();
         let report = status_within(&host, data.path(), &policy, STATUS_WAIT)
             .await
             .unwrap();

@@ -262,12 +262,34 @@ impl std::str::FromStr for XidList {
 }
 
 /// The node's overrides of the catalog: XIDs to ignore, XIDs that make the GPU unhealthy.
+/// Built by [`XidPolicy::new`] only, so no XID is both ignored and made unhealthy.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct XidPolicy {
     /// `--xid-ignore`: these XIDs never affect the verdict.
-    pub ignore: BTreeSet<u32>,
+    ignore: BTreeSet<u32>,
     /// `--xid-unhealthy`: these XIDs make the GPU unhealthy until a reset.
-    pub unhealthy: BTreeSet<u32>,
+    unhealthy: BTreeSet<u32>,
+}
+
+/// Why the node's XID overrides do not stand together.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum XidPolicyError {
+    /// XIDs given to both `--xid-ignore` and `--xid-unhealthy`.
+    #[error("{} given to both --xid-ignore and --xid-unhealthy: give {} to one of them", both_subject(.0), if .0.len() == 1 { "it" } else { "each" })]
+    Both(Vec<u32>),
+}
+
+fn both_subject(xids: &[u32]) -> String {
+    let list = xids
+        .iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join(",");
+    if xids.len() == 1 {
+        format!("XID {list} is")
+    } else {
+        format!("XIDs {list} are")
+    }
 }
 
 /// How one XID is judged on this node: the catalog's entry, or the override.
@@ -286,6 +308,20 @@ pub struct Judged {
 }
 
 impl XidPolicy {
+    /// The overrides `--xid-ignore` and `--xid-unhealthy` give.
+    ///
+    /// # Errors
+    /// [`XidPolicyError::Both`] when an XID is in both sets: ignored and unhealthy cannot both
+    /// hold, and neither flag silently wins.
+    pub fn new(ignore: BTreeSet<u32>, unhealthy: BTreeSet<u32>) -> Result<Self, XidPolicyError> {
+        let both: Vec<u32> = ignore.intersection(&unhealthy).copied().collect();
+        if both.is_empty() {
+            Ok(Self { ignore, unhealthy })
+        } else {
+            Err(XidPolicyError::Both(both))
+        }
+    }
+
     /// Judges `number`: an override first, then the catalog, then the safe default (reset).
     pub fn judge(&self, number: u32) -> Judged {
         let known = lookup(number);
@@ -401,10 +437,11 @@ mod tests {
 
     #[test]
     fn overrides_ignore_and_escalate() {
-        let p = XidPolicy {
-            ignore: "13,31".parse::<XidList>().unwrap().0,
-            unhealthy: "43".parse::<XidList>().unwrap().0,
-        };
+        let p = XidPolicy::new(
+            "13,31".parse::<XidList>().unwrap().0,
+            "43".parse::<XidList>().unwrap().0,
+        )
+        .unwrap();
         assert_eq!(p.judge(13).remedy.effect(), Effect::None);
         assert!(p.judge(13).overridden);
         assert_eq!(p.judge(43).remedy, Remedy::ResetGpu);
@@ -419,5 +456,21 @@ mod tests {
             .to_string()
             .contains("\"x\""));
         assert!("0".parse::<XidList>().is_err());
+    }
+
+    #[test]
+    fn an_xid_both_ignored_and_unhealthy_is_refused() {
+        assert_eq!(
+            XidPolicy::new([13, 31].into(), [13].into())
+                .unwrap_err()
+                .to_string(),
+            "XID 13 is given to both --xid-ignore and --xid-unhealthy: give it to one of them"
+        );
+        assert_eq!(
+            XidPolicy::new([13, 31].into(), [31, 13, 43].into())
+                .unwrap_err()
+                .to_string(),
+            "XIDs 13,31 are given to both --xid-ignore and --xid-unhealthy: give each to one of them"
+        );
     }
 }

@@ -78,6 +78,16 @@ fn a_stale_socket_is_replaced_but_another_file_is_not() {
 }
 
 #[test]
+fn version_prints_the_name_and_version_and_exits_0() {
+    let out = Command::new(HELPER).arg("--version").output().unwrap();
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(
+        String::from_utf8(out.stdout).unwrap(),
+        format!("bcd-helper {}\n", env!("CARGO_PKG_VERSION"))
+    );
+}
+
+#[test]
 fn usage_errors_are_one_sentence_and_exit_2() {
     for args in [
         &["--nvidia-smi", "nvidia-smi"][..],

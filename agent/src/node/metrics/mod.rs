@@ -362,21 +362,38 @@ fn row_remap_flags(text: &mut Exposition, view: &MetricsView<'_>, gpus: &[Gpu]) 
     }
 }
 
-/// `bcd_mig_memory_used_bytes` and `_total_bytes` per MIG device of the samples.
+/// `bcd_mig_memory_used_bytes` and `_total_bytes` per MIG device of the samples, labelled
+/// with the parent GPU's `uuid` (as dcgm-exporter's MIG series are, so joins on it keep
+/// working) and the MIG device's own `mig_uuid` from the inventory (empty when the inventory
+/// names no MIG device with that GPU instance and compute instance).
 fn mig_memory(text: &mut Exposition, view: &MetricsView<'_>) {
     type MigReading = fn(&XmlMigDevice) -> Option<u64>;
+    let used_help = format!(
+        "A MIG device's framebuffer memory in use (read with nvidia-smi -q -x every {} s).",
+        crate::smi::sampler::MIG_MEMORY_INTERVAL.as_secs()
+    );
     let readings: [(&str, &str, MigReading); 2] = [
-        (
-            "bcd_mig_memory_used_bytes",
-            "A MIG device's framebuffer memory in use (read with nvidia-smi -q -x every minute).",
-            |m| m.memory_used_mib,
-        ),
+        ("bcd_mig_memory_used_bytes", used_help.as_str(), |m| {
+            m.memory_used_mib
+        }),
         (
             "bcd_mig_memory_total_bytes",
             "A MIG device's framebuffer memory size.",
             |m| m.memory_total_mib,
         ),
     ];
+    let mut mig_uuids: BTreeMap<(&str, Option<u32>, Option<u32>), &str> = BTreeMap::new();
+    for gpu in view
+        .inventory
+        .map(|i| i.gpu.gpus.as_slice())
+        .unwrap_or_default()
+    {
+        for d in gpu.mig.iter().flat_map(|m| &m.devices) {
+            if let Some(mig_uuid) = &d.uuid {
+                mig_uuids.insert((gpu.uuid.as_str(), d.gi, d.ci), mig_uuid.as_str());
+            }
+        }
+    }
     for (name, help, read) in readings {
         let mut family = text.family(name, Kind::Gauge, help);
         for sample in view.samples {
@@ -384,8 +401,17 @@ fn mig_memory(text: &mut Exposition, view: &MetricsView<'_>) {
                 let Some(mib) = read(m) else { continue };
                 let id = |n: Option<u32>| n.map(|n| n.to_string()).unwrap_or_default();
                 let (gi, ci) = (id(m.gpu_instance_id), id(m.compute_instance_id));
+                let mig_uuid = mig_uuids
+                    .get(&(
+                        sample.uuid.as_str(),
+                        m.gpu_instance_id,
+                        m.compute_instance_id,
+                    ))
+                    .copied()
+                    .unwrap_or_default();
                 let labels = [
                     ("uuid", sample.uuid.as_str()),
+                    ("mig_uuid", mig_uuid),
                     ("gpu_instance", gi.as_str()),
                     ("compute_instance", ci.as_str()),
                 ];
