@@ -588,6 +588,36 @@ mod tests {
         })
     }
 
+    // What broke: bcd_mig_memory_* carried only the parent GPU's uuid, so two MIG devices of
+    // one GPU were told apart by instance ids alone, and the help said "every minute" for a
+    // reading taken every 600 s. The MIG device's own UUID is a label now, the parent's kept.
+    #[test]
+    fn mig_memory_series_name_the_mig_device_and_the_real_interval() {
+        use crate::smi::xml::XmlMigDevice;
+        let inv = inventory();
+        let mut s = sample("GPU-b9036d74-bff6-b565-c003-dc53279ae2bd");
+        s.mig_devices = vec![XmlMigDevice {
+            gpu_instance_id: Some(1),
+            compute_instance_id: Some(0),
+            memory_used_mib: Some(100),
+            memory_total_mib: Some(40192),
+            ..XmlMigDevice::default()
+        }];
+        let samples = [s];
+        let view = MetricsView {
+            samples: &samples,
+            inventory: Some(&inv),
+            ..MetricsView::default()
+        };
+        let text = render(&view);
+        assert!(
+            text.contains("bcd_mig_memory_used_bytes{uuid=\"GPU-b9036d74-bff6-b565-c003-dc53279ae2bd\",mig_uuid=\"MIG-65db3e42-f991-a575-c20e-8350d31e437c\",gpu_instance=\"1\",compute_instance=\"0\"} 104857600\n"),
+            "{text}"
+        );
+        assert!(text.contains("every 600 s"), "{text}");
+        assert!(!text.contains("every minute"), "{text}");
+    }
+
     #[test]
     fn dcgm_names_carry_dcgm_exporters_units_and_labels_and_mig_devices_their_instance() {
         let inv = inventory();
