@@ -34,22 +34,11 @@ pub(super) fn signed_i32(text: &str) -> Option<i32> {
     Some(n as i32)
 }
 
-/// `Enabled`/`Disabled` (modes) and `Yes`/`No` (row remapper states).
-pub(super) fn flag(text: &str) -> Option<bool> {
-    let text = value::present(text)?;
-    if text.eq_ignore_ascii_case("enabled") || text.eq_ignore_ascii_case("yes") {
-        Some(true)
-    } else if text.eq_ignore_ascii_case("disabled") || text.eq_ignore_ascii_case("no") {
-        Some(false)
-    } else {
-        None
-    }
-}
+/// `Enabled`/`Disabled` and `Yes`/`No`: [`value::flag`], the one reader of a flag.
+pub(super) use value::flag;
 
 /// `Yes`/`No`, `True`/`False` and `Active`/`Not Active` (health and clock event readings).
-pub(super) fn truth(text: &str) -> Option<bool> {
-    value::truth(text)
-}
+pub(super) use value::truth;
 
 pub(super) fn compute_mode(text: &str) -> Option<ComputeMode> {
     let text = value::present(text)?;
