@@ -226,26 +226,6 @@ pub fn raise(
     true
 }
 
-/// Why the hardware counters say `gpu` may not take work, in words; empty when they do not.
-/// XIDs are not looked at (a reset clears them, not these).
-pub fn hardware_problems(gpu: &Gpu) -> Vec<String> {
-    let mut out = Vec::new();
-    if let Some(rr) = &gpu.row_remap {
-        if rr.failure == Some(true) {
-            out.push("row remapping failed: the GPU needs replacing".to_owned());
-        }
-        if rr.pending == Some(true) {
-            out.push("a row remap waits for a GPU reset".to_owned());
-        }
-    }
-    if let Some(n) = uncorrectable_volatile(gpu) {
-        out.push(format!(
-            "{n} uncorrectable volatile ECC error(s) since the driver loaded"
-        ));
-    }
-    out
-}
-
 /// The count of uncorrectable volatile ECC errors, when above zero.
 pub fn uncorrectable_volatile(gpu: &Gpu) -> Option<u64> {
     gpu.ecc

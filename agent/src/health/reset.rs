@@ -14,7 +14,6 @@ use bcd_protocol::{GpuUuid, PciAddress};
 use serde::{Deserialize, Serialize};
 
 use super::faults::Health;
-use super::hardware_problems;
 use crate::cdi::{DeviceId, Hold};
 use crate::device::policy::Topology;
 use crate::helper_client::Helper;
@@ -155,7 +154,11 @@ where
             reasons.push(format!("the reset failed: {e}"));
         }
         match after.gpu.gpus.iter().find(|g| g.uuid == gpu.uuid) {
-            Some(now) => reasons.extend(hardware_problems(now)),
+            Some(now) => reasons.extend(
+                super::verdict::counter_reasons(now)
+                    .into_iter()
+                    .map(|r| r.message),
+            ),
             None => reasons.push("the inventory no longer lists it after the reset".to_owned()),
         }
         reasons.extend(
