@@ -1,10 +1,10 @@
-//! Doctor's checks as pure functions from what was read to a [`Check`], plus the few small
-//! reads they need (`/dev/kmsg`, `dmesg_restrict`, the WSL test). Each function documents when
-//! it gives which status; a check that has nothing to say returns `None` and prints no line.
+//! Doctor's checks as pure functions from what was read to a [`Check`]; what they judge is
+//! read by [`super::gather`] and the collector. Each function documents when it gives which
+//! status; a check that has nothing to say returns `None` and prints no line.
 
 use std::io;
-use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 
+use super::gather::{KmsgDenied, KmsgNode};
 use super::helper::PingError;
 use super::{Check, Status};
 use crate::health::verdict::{HealthState, Verdict};
@@ -15,7 +15,6 @@ use crate::smi::probe::Probe;
 use crate::smi::runner::RunError;
 use crate::smi::snapshot::{ProbeFailure, SnapshotError};
 use crate::smi::xml::XmlGpu;
-use crate::sys::host::Host;
 use crate::sys::pci::PciFunction;
 use crate::sys::systemd::UnitState;
 
@@ -220,11 +219,6 @@ pub fn gpus(error: Option<&SnapshotError>) -> Option<Check> {
             hint_or_default(&text)
         ),
     ))
-}
-
-/// WSL 2's paravirtual GPU: `/dev/dxg` without `/dev/nvidiactl`.
-pub fn is_paravirtual_gpu(host: &Host) -> bool {
-    host.path("/dev/dxg").exists() && !host.path("/dev/nvidiactl").exists()
 }
 
 /// `gpu-host`, only under WSL 2: `warn` with what works there and what does not.
@@ -469,81 +463,6 @@ pub fn driver_version(module: Option<&str>, smi: Option<&str>) -> Option<Check> 
             format!("the loaded kernel module is {module} (/proc/driver/nvidia/version) but nvidia-smi reports {smi}: the driver was upgraded without reloading the module; reboot, or unload and reload the nvidia modules"),
         )
     })
-}
-
-/// Opens the host's `/dev/kmsg` for reading, as the XID watcher would, and closes it.
-///
-/// # Errors
-/// The open's error: `EPERM` is the kernel refusing the log (`dmesg_restrict`), `EACCES` the
-/// device node's mode, `ENOENT` no node.
-pub fn open_kmsg(host: &Host) -> io::Result<KmsgNode> {
-    let path = host.path("/dev/kmsg");
-    let node = match std::fs::metadata(&path) {
-        Ok(m) => KmsgNode {
-            mode: m.mode() & 0o7777,
-            gid: m.gid(),
-        },
-        Err(e) => return Err(e),
-    };
-    // Non-blocking, so the open can never wait; nothing is read.
-    std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NONBLOCK)
-        .open(&path)
-        .map(|_| node)
-        .map_err(|e| KmsgDenied::attach(e, node))
-}
-
-/// The device node's mode and group, for the message.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct KmsgNode {
-    /// Permission bits.
-    pub mode: u32,
-    /// Owning group.
-    pub gid: u32,
-}
-
-/// An open error that carries the node it was refused on.
-#[derive(Debug)]
-pub struct KmsgDenied {
-    /// The node.
-    pub node: KmsgNode,
-    /// The open's error.
-    pub source: io::Error,
-}
-
-impl std::fmt::Display for KmsgDenied {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        self.source.fmt(f)
-    }
-}
-
-impl std::error::Error for KmsgDenied {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        Some(&self.source)
-    }
-}
-
-impl KmsgDenied {
-    fn attach(source: io::Error, node: KmsgNode) -> io::Error {
-        io::Error::new(source.kind(), KmsgDenied { node, source })
-    }
-
-    /// The node and the OS error number of an error [`open_kmsg`] returned.
-    pub fn parts(e: &io::Error) -> (Option<KmsgNode>, Option<i32>) {
-        match e.get_ref().and_then(|i| i.downcast_ref::<KmsgDenied>()) {
-            Some(d) => (Some(d.node), d.source.raw_os_error()),
-            None => (None, e.raw_os_error()),
-        }
-    }
-}
-
-/// The host's `kernel.dmesg_restrict`, when readable.
-pub fn dmesg_restrict(host: &Host) -> Option<bool> {
-    std::fs::read_to_string(host.path("/proc/sys/kernel/dmesg_restrict"))
-        .ok()
-        .and_then(|t| t.trim().parse::<u8>().ok())
-        .map(|v| v != 0)
 }
 
 fn group_name(gid: u32) -> String {

@@ -11,6 +11,7 @@
 //! skipped: there is no PCI function, kernel module, kernel log or privileged step to check.
 
 pub mod checks;
+pub mod gather;
 pub mod helper;
 
 use std::path::PathBuf;
@@ -161,7 +162,7 @@ impl DoctorEnv {
 pub async fn run(env: &DoctorEnv) -> Report {
     let host = &env.host;
     let runner = Runner::new(host.nvidia_smi()).with_timeout(env.query_timeout);
-    let wsl = checks::is_paravirtual_gpu(host);
+    let wsl = gather::is_paravirtual_gpu(host);
     // The helper is pinged while nvidia-smi works: both are bounded, neither waits on the other.
     let ping = async {
         if wsl {
@@ -261,8 +262,8 @@ pub async fn run(env: &DoctorEnv) -> Report {
         smi_version.as_deref(),
     ));
     out.push(checks::kmsg(
-        checks::open_kmsg(host),
-        checks::dmesg_restrict(host),
+        gather::open_kmsg(host),
+        gather::dmesg_restrict(host),
     ));
     if let Some(Err(e)) = &xids {
         out.push(checks::xid_record(e));
