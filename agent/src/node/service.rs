@@ -176,12 +176,16 @@ pub async fn run(config: NodeConfig, extra: Vec<NodeTask>) -> Result<(), NodeErr
     };
     let node = Arc::new(opened.node);
     let scheduler = opened.scheduler;
-    let health = node.health().clone();
     // XIDs: the watcher asks for collections; the scheduler debounces them.
     // XID 154 (the driver's recovery action changed) is collected at once.
-    let (xid_tx, mut xid_rx) = mpsc::channel::<bool>(64);
-    let watcher = XidWatcher::new(&config.host, opened.inventory, health.clone(), xid_tx)
-        .with_stats(node.watcher_stats());
+    let (xid_tx, xid_rx) = mpsc::channel::<bool>(64);
+    let watcher = XidWatcher::new(
+        &config.host,
+        opened.inventory,
+        node.health().clone(),
+        xid_tx,
+    )
+    .with_stats(node.watcher_stats());
     for p in problems {
         node.problem(p);
     }
@@ -207,164 +211,18 @@ pub async fn run(config: NodeConfig, extra: Vec<NodeTask>) -> Result<(), NodeErr
         set: JoinSet::new(),
         stop: stop_rx,
     };
-    let (first_tx, first_rx) = tokio::sync::oneshot::channel::<()>();
-    let collector = node.clone();
-    let mut first_tx = Some(first_tx);
-    tasks.spawn(
-        "the collection scheduler",
-        scheduler.run(move || {
-            let node = collector.clone();
-            let first = first_tx.take();
-            async move {
-                node.collect_now().await;
-                if let Some(first) = first {
-                    let _ = first.send(());
-                }
-            }
-        }),
-    );
-
-    tasks.spawn("the XID watcher", watcher.run());
-    let watched = node.clone();
-    tasks.spawn("the helper watch", async move {
-        watched
-            .passthrough()
-            .watch_helper(helper_watch::PING_WHILE_OPEN, helper_watch::PING_IDLE)
-            .await;
-    });
-    // An XID burst's later records reach faults.json within a second, not one write each.
-    tasks.spawn("the faults writer", health.clone().write_pending());
-    let requests = node.clone();
-    tasks.spawn("the XID collection requests", async move {
-        while let Some(urgent) = xid_rx.recv().await {
-            requests.request_collection(if urgent {
-                Trigger::Refresh
-            } else {
-                Trigger::Xid
-            });
-        }
-    });
-
-    let sampled = node.clone();
-    let interval = config.sample_interval.max(MIN_SAMPLE_INTERVAL);
-    tasks.spawn("the sampler", async move {
-        // One long-lived nvidia-smi in loop mode, not a process per sample; the sampler falls
-        // back to one-shot queries by itself where loop mode is refused.
-        let sampler = Sampler::spawn(sampled.config().host.nvidia_smi(), Timing::new(interval));
-        let mut rx = sampler.subscribe();
-        while rx.changed().await.is_ok() {
-            let latest = rx.borrow_and_update().clone();
-            if let Some(latest) = latest {
-                let state = SamplingState {
-                    loop_mode: matches!(latest.mode, Mode::Loop),
-                    one_shot_because: match &latest.mode {
-                        Mode::Loop => None,
-                        Mode::OneShot(why) => Some(why.to_string()),
-                    },
-                    restarts: sampler
-                        .stats()
-                        .restarts
-                        .load(std::sync::atomic::Ordering::Relaxed),
-                    mig_memory: latest.mig_memory.clone(),
-                    mig_memory_reads: sampler
-                        .stats()
-                        .mig_reads
-                        .load(std::sync::atomic::Ordering::Relaxed),
-                };
-                sampled.set_sampling(state);
-                sampled.set_samples(latest.samples).await;
-            }
-        }
-    });
-
-    if let Some(endpoint) = config.otlp_endpoint.clone() {
-        let exported = node.clone();
-        let read = move || {
-            let node = exported.clone();
-            async move {
-                (
-                    node.samples_now().await,
-                    node.healthy_map().await,
-                    node.attribution().await,
-                )
-            }
-        };
-        tasks.spawn(
-            "the OTLP exporter",
-            otlp::export_loop(
-                otlp::Resource::of_host(&config.host),
-                read,
-                endpoint,
-                interval,
-            ),
-        );
-    }
+    let first_rx = spawn_collections(&mut tasks, &node, scheduler);
+    spawn_watchers(&mut tasks, &node, watcher, xid_rx);
+    spawn_samples(&mut tasks, &node);
 
     for task in extra {
         tasks.spawn(task.name, (task.start)(node.clone()));
     }
 
     let in_flight = Arc::new(RwLock::new(()));
-    let api_listener = Arc::new(api_listener);
-    let api_node = node.clone();
-    let api_in_flight = in_flight.clone();
-    tasks.spawn(
-        "the API socket's accept loop",
-        listen::serve(
-            format!("the API socket {}", config.api_socket.display()),
-            http::MAX_CONNECTIONS,
-            node.api_listener_stats(),
-            move || {
-                let l = api_listener.clone();
-                async move { l.accept().await.map(|(stream, _)| stream) }
-            },
-            move |stream: tokio::net::UnixStream| {
-                // Refused once shutdown waits for the requests in flight.
-                let guard = api_in_flight.clone().try_read_owned().ok()?;
-                let node = api_node.clone();
-                Some(async move {
-                    let _guard = guard;
-                    http::serve_connection(stream, |request: http::Request| {
-                        let node = node.clone();
-                        async move {
-                            let (status, body) = api::handle(&node, &request).await;
-                            http::Reply::json(status, body)
-                        }
-                    })
-                    .await;
-                })
-            },
-        ),
-    );
-
+    spawn_api(&mut tasks, &node, api_listener, in_flight.clone());
     if let Some(listener) = metrics_listener {
-        let node = node.clone();
-        let stats = node.metrics_listener_stats();
-        let listener = Arc::new(listener);
-        tasks.spawn(
-            "the metrics listener's accept loop",
-            listen::serve(
-                format!(
-                    "the metrics listener {}",
-                    listener
-                        .local_addr()
-                        .map_or_else(|_| "?".to_owned(), |a| a.to_string())
-                ),
-                METRICS_CONNECTIONS,
-                stats,
-                move || {
-                    let l = listener.clone();
-                    async move { l.accept().await.map(|(stream, _)| stream) }
-                },
-                move |stream: tokio::net::TcpStream| {
-                    let node = node.clone();
-                    Some(http::serve_connection(stream, move |request| {
-                        let node = node.clone();
-                        async move { metrics_reply(&node, &request).await }
-                    }))
-                },
-            ),
-        );
+        spawn_metrics(&mut tasks, &node, listener);
     }
 
     // Ready once the first inventory is in, so a client's first status has GPUs.
@@ -397,6 +255,192 @@ pub async fn run(config: NodeConfig, extra: Vec<NodeTask>) -> Result<(), NodeErr
     }
     tracing::info!("bcd node: stopped");
     outcome
+}
+
+/// The collection scheduler's task; the receiver hears once the first collection is in.
+fn spawn_collections(
+    tasks: &mut Tasks,
+    node: &Arc<Node>,
+    scheduler: crate::inventory::scheduler::Scheduler,
+) -> tokio::sync::oneshot::Receiver<()> {
+    let (first_tx, first_rx) = tokio::sync::oneshot::channel::<()>();
+    let collector = node.clone();
+    let mut first_tx = Some(first_tx);
+    tasks.spawn(
+        "the collection scheduler",
+        scheduler.run(move || {
+            let node = collector.clone();
+            let first = first_tx.take();
+            async move {
+                node.collect_now().await;
+                if let Some(first) = first {
+                    let _ = first.send(());
+                }
+            }
+        }),
+    );
+
+    first_rx
+}
+
+/// The kernel log's tasks: the XID watcher, its collection requests and the faults writer,
+/// and the helper watch.
+fn spawn_watchers(
+    tasks: &mut Tasks,
+    node: &Arc<Node>,
+    watcher: XidWatcher,
+    mut xid_rx: mpsc::Receiver<bool>,
+) {
+    let health = node.health().clone();
+    tasks.spawn("the XID watcher", watcher.run());
+    let watched = node.clone();
+    tasks.spawn("the helper watch", async move {
+        watched
+            .passthrough()
+            .watch_helper(helper_watch::PING_WHILE_OPEN, helper_watch::PING_IDLE)
+            .await;
+    });
+    // An XID burst's later records reach faults.json within a second, not one write each.
+    tasks.spawn("the faults writer", health.clone().write_pending());
+    let requests = node.clone();
+    tasks.spawn("the XID collection requests", async move {
+        while let Some(urgent) = xid_rx.recv().await {
+            requests.request_collection(if urgent {
+                Trigger::Refresh
+            } else {
+                Trigger::Xid
+            });
+        }
+    });
+}
+
+/// The sampler's task and, with `--otlp-endpoint`, the OTLP exporter's.
+fn spawn_samples(tasks: &mut Tasks, node: &Arc<Node>) {
+    let sampled = node.clone();
+    let interval = node.config().sample_interval.max(MIN_SAMPLE_INTERVAL);
+    tasks.spawn("the sampler", async move {
+        // One long-lived nvidia-smi in loop mode, not a process per sample; the sampler falls
+        // back to one-shot queries by itself where loop mode is refused.
+        let sampler = Sampler::spawn(sampled.config().host.nvidia_smi(), Timing::new(interval));
+        let mut rx = sampler.subscribe();
+        while rx.changed().await.is_ok() {
+            let latest = rx.borrow_and_update().clone();
+            if let Some(latest) = latest {
+                let state = SamplingState {
+                    loop_mode: matches!(latest.mode, Mode::Loop),
+                    one_shot_because: match &latest.mode {
+                        Mode::Loop => None,
+                        Mode::OneShot(why) => Some(why.to_string()),
+                    },
+                    restarts: sampler
+                        .stats()
+                        .restarts
+                        .load(std::sync::atomic::Ordering::Relaxed),
+                    mig_memory: latest.mig_memory.clone(),
+                    mig_memory_reads: sampler
+                        .stats()
+                        .mig_reads
+                        .load(std::sync::atomic::Ordering::Relaxed),
+                };
+                sampled.set_sampling(state);
+                sampled.set_samples(latest.samples).await;
+            }
+        }
+    });
+
+    if let Some(endpoint) = node.config().otlp_endpoint.clone() {
+        let exported = node.clone();
+        let read = move || {
+            let node = exported.clone();
+            async move {
+                (
+                    node.samples_now().await,
+                    node.healthy_map().await,
+                    node.attribution().await,
+                )
+            }
+        };
+        tasks.spawn(
+            "the OTLP exporter",
+            otlp::export_loop(
+                otlp::Resource::of_host(&node.config().host),
+                read,
+                endpoint,
+                interval,
+            ),
+        );
+    }
+}
+
+/// The API socket's accept loop; each request holds `in_flight` for reading while it runs.
+fn spawn_api(
+    tasks: &mut Tasks,
+    node: &Arc<Node>,
+    api_listener: UnixListener,
+    in_flight: Arc<RwLock<()>>,
+) {
+    let api_listener = Arc::new(api_listener);
+    let api_node = node.clone();
+    let api_in_flight = in_flight;
+    tasks.spawn(
+        "the API socket's accept loop",
+        listen::serve(
+            format!("the API socket {}", node.config().api_socket.display()),
+            http::MAX_CONNECTIONS,
+            node.api_listener_stats(),
+            move || {
+                let l = api_listener.clone();
+                async move { l.accept().await.map(|(stream, _)| stream) }
+            },
+            move |stream: tokio::net::UnixStream| {
+                // Refused once shutdown waits for the requests in flight.
+                let guard = api_in_flight.clone().try_read_owned().ok()?;
+                let node = api_node.clone();
+                Some(async move {
+                    let _guard = guard;
+                    http::serve_connection(stream, |request: http::Request| {
+                        let node = node.clone();
+                        async move {
+                            let (status, body) = api::handle(&node, &request).await;
+                            http::Reply::json(status, body)
+                        }
+                    })
+                    .await;
+                })
+            },
+        ),
+    );
+}
+
+/// The metrics listener's accept loop.
+fn spawn_metrics(tasks: &mut Tasks, node: &Arc<Node>, listener: TcpListener) {
+    let node = node.clone();
+    let stats = node.metrics_listener_stats();
+    let listener = Arc::new(listener);
+    tasks.spawn(
+        "the metrics listener's accept loop",
+        listen::serve(
+            format!(
+                "the metrics listener {}",
+                listener
+                    .local_addr()
+                    .map_or_else(|_| "?".to_owned(), |a| a.to_string())
+            ),
+            METRICS_CONNECTIONS,
+            stats,
+            move || {
+                let l = listener.clone();
+                async move { l.accept().await.map(|(stream, _)| stream) }
+            },
+            move |stream: tokio::net::TcpStream| {
+                let node = node.clone();
+                Some(http::serve_connection(stream, move |request| {
+                    let node = node.clone();
+                    async move { metrics_reply(&node, &request).await }
+                }))
+            },
+        ),
+    );
 }
 
 /// The node's long-running tasks, each named, in one set under one stop signal.
