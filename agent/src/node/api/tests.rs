@@ -595,3 +595,27 @@ async fn a_hold_without_nvidias_spec_is_said_to_grant_nothing() {
         "{problems:?}"
     );
 }
+
+// What broke: during the first collection (30 s and more on a wedged host) the API answered an
+// empty inventory with no word that a collection was running.
+#[tokio::test]
+async fn status_says_the_first_collection_is_running_until_it_is_in() {
+    let dir = tempfile::tempdir().unwrap();
+    let node = node(dir.path());
+    let problems = |node: &Node| node.problems_now();
+    assert!(
+        problems(&node)
+            .iter()
+            .any(|p| p.starts_with("the first collection is running")),
+        "{:?}",
+        problems(&node)
+    );
+    node.collect_now().await;
+    assert!(
+        !problems(&node)
+            .iter()
+            .any(|p| p.starts_with("the first collection is running")),
+        "{:?}",
+        problems(&node)
+    );
+}

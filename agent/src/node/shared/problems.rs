@@ -24,6 +24,12 @@ impl Node {
     /// sampling and the listeners, each while it is degraded.
     pub fn problems_now(&self) -> Vec<String> {
         let mut all = self.problems.lock().map(|p| p.clone()).unwrap_or_default();
+        if self.collections() == 0 {
+            all.push(format!(
+                "the first collection is running: the inventory is empty until nvidia-smi answers (it has up to {} s)",
+                crate::smi::runner::SNAPSHOT_TIMEOUT.as_secs()
+            ));
+        }
         all.extend(self.watcher.failure());
         all.extend(self.watcher.overwritten());
         all.extend(self.health.save_failure());
