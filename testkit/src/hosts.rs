@@ -1,12 +1,11 @@
 //! The repository's demo hosts for tests: where they are, a copy a test may edit, the folders
-//! and sockets of one `bcd node` under test, the root helper's arguments for such a sandbox, and
-//! a runner for `bcd` commands against a host. The binaries' paths come from the caller
-//! (`env!("CARGO_BIN_EXE_bcd")` exists only in the crate's own tests).
+//! and sockets of one `bcd node` under test, and the root helper's arguments for such a
+//! sandbox. The binaries' paths stay the caller's (`env!("CARGO_BIN_EXE_bcd")` exists only in
+//! the crate's own tests).
 
-use std::ffi::OsStr;
 use std::os::unix::fs::MetadataExt as _;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Command;
 
 /// The repository's root (where `testdata/` is).
 pub fn repo() -> PathBuf {
@@ -19,19 +18,6 @@ pub fn repo() -> PathBuf {
 /// `testdata/hosts`, the demo hosts.
 pub fn hosts_dir() -> PathBuf {
     repo().join("testdata/hosts")
-}
-
-/// The names of every demo host (each folder of `testdata/hosts` with a `bin/nvidia-smi`),
-/// sorted.
-pub fn demo_hosts() -> Vec<String> {
-    let mut names: Vec<String> = std::fs::read_dir(hosts_dir())
-        .unwrap()
-        .flatten()
-        .filter(|e| e.path().join("bin/nvidia-smi").exists())
-        .map(|e| e.file_name().to_string_lossy().into_owned())
-        .collect();
-    names.sort();
-    names
 }
 
 /// A copy of `testdata/hosts/<name>` (with the replay script beside it, as each host's
@@ -117,65 +103,4 @@ pub fn helper_args(dir: &Path, host: &Path) -> Vec<String> {
         "--lock-dir".into(),
         dir.join("locks").display().to_string(),
     ]
-}
-
-/// A `bcd` command against a demo host (by name, or any host folder) with a data folder of
-/// its own, so nothing a command stores outlives the test.
-#[derive(Debug)]
-pub struct Bcd {
-    command: Command,
-    _data: Option<tempfile::TempDir>,
-}
-
-impl Bcd {
-    /// `bcd --host testdata/hosts/<host> --data-dir <fresh folder>`, `bin` the binary.
-    pub fn on(bin: impl AsRef<OsStr>, host: &str) -> Self {
-        Self::on_path(bin, &hosts_dir().join(host))
-    }
-
-    /// The same on a host folder anywhere (a copy a test edits).
-    pub fn on_path(bin: impl AsRef<OsStr>, host: &Path) -> Self {
-        let data = tempfile::tempdir().unwrap();
-        let mut command = Command::new(bin);
-        command
-            .arg("--host")
-            .arg(host)
-            .arg("--data-dir")
-            .arg(data.path());
-        Self {
-            command,
-            _data: Some(data),
-        }
-    }
-
-    /// Adds arguments.
-    pub fn args<I, S>(mut self, args: I) -> Self
-    where
-        I: IntoIterator<Item = S>,
-        S: AsRef<OsStr>,
-    {
-        self.command.args(args);
-        self
-    }
-
-    /// Runs it to the end.
-    pub fn output(mut self) -> Ran {
-        let out: Output = self.command.output().unwrap();
-        Ran {
-            code: out.status.code(),
-            stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
-            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-        }
-    }
-}
-
-/// What a finished `bcd` command said.
-#[derive(Debug, Clone)]
-pub struct Ran {
-    /// The exit status (`None`: killed by a signal).
-    pub code: Option<i32>,
-    /// Standard output, lossily decoded.
-    pub stdout: String,
-    /// Standard error, lossily decoded.
-    pub stderr: String,
 }

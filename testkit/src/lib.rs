@@ -1,14 +1,14 @@
 //! bcd-testkit: what the tests of every crate of the workspace share. It is a dev-dependency
 //! only, knows nothing of bcd's types (the binaries' paths come from the caller), and depends
-//! on std and tempfile alone.
+//! on std alone.
 //!
 //! - [`peers`]: the one rule for a test whose real peer (podman, prometheus, virsh, ...) is
 //!   missing, and for a condition no install can give (a real GPU, Landlock, root): skip on a
 //!   developer's machine, fail under `CI` when `run-tests` should have installed the peer, and
 //!   record every skip for `run-tests`' summary.
 //! - [`pci`]: the fake PCI kernel, a sysfs tree whose driver binding a thread plays.
-//! - [`hosts`]: the demo hosts, a copy a test may edit, a `bcd node` sandbox, the root
-//!   helper's arguments for it, and a runner for `bcd` commands.
+//! - [`hosts`]: the demo hosts, a copy a test may edit, a `bcd node` sandbox and the root
+//!   helper's arguments for it.
 //! - [`process`]: children killed at the end, bounded waits, free ports, record files.
 
 pub mod hosts;
@@ -16,7 +16,7 @@ pub mod pci;
 pub mod peers;
 pub mod process;
 
-pub use hosts::{copy_host, demo_hosts, helper_args, hosts_dir, repo, Bcd, NodeSandbox, Ran};
+pub use hosts::{copy_host, helper_args, hosts_dir, repo, NodeSandbox};
 pub use pci::FakePciKernel;
 pub use peers::{built, require, skip, with_private_run, Peer};
 pub use process::{append_line, free_port, recorded, wait_for, wait_listening, Reaped};

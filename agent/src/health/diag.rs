@@ -24,6 +24,7 @@ use super::xid::XidPolicy;
 use super::{xid_conditions, Condition};
 use crate::inventory::document::{Gpu, Inventory};
 use crate::smi::runner::Runner;
+#[cfg(test)]
 use crate::smi::xml::DriverHealth;
 use crate::sys::host::Host;
 
@@ -186,7 +187,9 @@ fn gpu_check(name: &str, gpu: &GpuUuid, passed: bool, message: String) -> Check 
 /// passes `pcie.link`. `conditions` must be this boot's. `nvml_detail` is the snapshot's
 /// error, when it failed: `nvml.init` fails with it. `driver` holds the driver's own
 /// readings per GPU UUID (from the same `-q -x`); empty, it stands for no readings at all.
-pub fn diag_nvml(
+/// The tests' shorthand: every caller outside them holds the whole verdict.
+#[cfg(test)]
+pub(crate) fn diag_nvml(
     nvml: NvmlState<'_>,
     nvml_detail: Option<&str>,
     links: &BTreeMap<GpuUuid, LinkWidth>,
