@@ -63,6 +63,11 @@ pub struct Global {
     /// Machine-readable output where the command has it.
     #[arg(long, global = true)]
     pub json: bool,
+    /// How log lines are written to stderr: `text`, or `json` (one object per line, for the
+    /// journal's and log shippers' sake). Which lines: BCD_LOG (e.g. `debug`,
+    /// `warn,bcd::kubelet=debug`); `info` for bcd node, `warn` for the other commands.
+    #[arg(long, global = true, value_name = "FORMAT", default_value = "text")]
+    pub log_format: LogFormat,
     /// XIDs that never affect a GPU's health, overriding NVIDIA's catalog (e.g. 13,31).
     #[arg(long, global = true, value_name = "XIDS", default_value = "")]
     pub xid_ignore: crate::health::xid::XidList,
@@ -86,7 +91,8 @@ impl Cli {
         I: IntoIterator<Item = T>,
         T: Into<std::ffi::OsString> + Clone,
     {
-        let mut cli = Self::try_parse_from(args)?;
+        let matches = with_exit_statuses(Self::command()).try_get_matches_from(args)?;
+        let mut cli = <Self as clap::FromArgMatches>::from_arg_matches(&matches)?;
         cli.global.xid_policy = crate::health::xid::XidPolicy::new(
             cli.global.xid_ignore.0.clone(),
             cli.global.xid_unhealthy.0.clone(),
@@ -94,6 +100,41 @@ impl Cli {
         .map_err(|e| Self::command().error(clap::error::ErrorKind::ArgumentConflict, e))?;
         Ok(cli)
     }
+}
+
+/// What each command's exit status means, as its `--help` ends: the README's "Exit status and
+/// JSON" in the command's own terms. Every command: 2 is a usage error.
+pub fn exit_statuses(command: &str) -> &'static str {
+    match command {
+        "hardware" => "0 the inventory (or the labels) printed; 3 nvidia-smi failed or timed out (what procfs and sysfs show is printed all the same)",
+        "status" => "0 every GPU healthy or degraded; 1 a GPU unhealthy or unknown; 3 no sample (no driver, nvidia-smi failed or timed out)",
+        "doctor" => "0 no check failed (warnings pass); 1 a check failed; 3 the report could not be printed",
+        "diag" => "0 every check passed (warnings pass); 1 a check failed; 3 the report could not be printed",
+        "reset" => "0 every GPU reset and healthy; 1 a GPU reset but still not healthy; 3 a reset failed or was refused, or the node could not be reached",
+        "ping" => "0 the helper answered; 3 it did not",
+        "render" => "0 the spec printed",
+        "node" => "0 stopped by SIGTERM or SIGINT; 3 it could not start or had to stop",
+        _ => "0 done; 3 refused by the node service, or it could not be reached",
+    }
+}
+
+/// `command` and its subcommands, each `--help` ending with its exit statuses.
+fn with_exit_statuses(command: clap::Command) -> clap::Command {
+    let name = command.get_name().to_owned();
+    let has_subcommands = command.get_subcommands().next().is_some();
+    let command = command.mut_subcommands(with_exit_statuses);
+    if has_subcommands {
+        return command.after_help(
+            "Exit status: 0 all well; 1 bcd did its job and found a problem (a GPU not healthy, a \
+             check failed); 3 bcd could not do its job (nvidia-smi failed, a reset failed, the \
+             node service could not be reached or refused); 2 usage. With --json, stdout is one \
+             JSON document, {\"error\": {\"code\", \"message\"}} on failure.",
+        );
+    }
+    command.after_help(format!(
+        "Exit status: {}; 2 usage. With --json, stdout is one JSON document, {{\"error\": {{\"code\", \"message\"}}}} on failure.",
+        exit_statuses(&name)
+    ))
 }
 
 /// The shortest `--sample-interval`, in seconds: [`crate::node::service::MIN_SAMPLE_INTERVAL`].
@@ -336,6 +377,16 @@ pub enum CdiCommand {
     },
 }
 
+/// `--log-format`'s formats.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+pub enum LogFormat {
+    /// One line of text per event.
+    #[default]
+    Text,
+    /// One JSON object per event (`timestamp`, `level`, `target`, `fields.message`).
+    Json,
+}
+
 /// `--metrics-compat`'s schemes, as the command line spells them (`dcgm`, `dcgm-legacy`);
 /// each is one [`crate::node::metrics::MetricsCompat`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -363,6 +414,39 @@ mod tests {
 
     fn parse(args: &[&str]) -> Result<Cli, clap::Error> {
         Cli::try_parse_checked(std::iter::once("bcd").chain(args.iter().copied()))
+    }
+
+    // What broke: no command's --help said what its exit status means, and 3 (could not do
+    // its job) did not exist.
+    #[test]
+    fn every_commands_help_ends_with_its_exit_statuses() {
+        for args in [
+            &["status"][..],
+            &["hardware"],
+            &["doctor"],
+            &["diag"],
+            &["gpu", "reset"],
+            &["hold", "apply"],
+            &["vm", "start"],
+            &["helper", "ping"],
+            &["node"],
+            &[],
+        ] {
+            let mut all = args.to_vec();
+            all.push("--help");
+            let e = parse(&all).unwrap_err();
+            assert_eq!(e.kind(), clap::error::ErrorKind::DisplayHelp);
+            let help = e.to_string();
+            assert!(
+                help.contains("Exit status: 0 ") && help.contains("; 2 usage"),
+                "{args:?}: {help}"
+            );
+        }
+        let help = parse(&["status", "--help"]).unwrap_err().to_string();
+        assert!(
+            help.contains("1 a GPU unhealthy or unknown; 3 no sample"),
+            "{help}"
+        );
     }
 
     #[test]

@@ -2,19 +2,27 @@
 
 use std::process::ExitCode;
 
-use bcd::cli::{CdiCommand, Cli, Command, HelperCommand};
+use bcd::cli::{CdiCommand, Cli, Command, HelperCommand, LogFormat};
 use bcd::commands::{self, service as svc};
 
 fn main() -> ExitCode {
     let cli = Cli::try_parse_checked(std::env::args_os()).unwrap_or_else(|e| e.exit());
-    tracing_subscriber::fmt()
+    // bcd node says what it serves at info; a one-shot command only what went wrong.
+    let default_level = if matches!(cli.command, Command::Node { .. }) {
+        "warn,bcd=info"
+    } else {
+        "warn"
+    };
+    let filter = tracing_subscriber::EnvFilter::try_from_env("BCD_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_level));
+    let logs = tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("BCD_LOG")
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
-        )
-        .with_ansi(false)
-        .init();
+        .with_env_filter(filter)
+        .with_ansi(false);
+    match cli.global.log_format {
+        LogFormat::Text => logs.init(),
+        LogFormat::Json => logs.json().init(),
+    }
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -22,8 +30,11 @@ fn main() -> ExitCode {
     {
         Ok(rt) => rt,
         Err(e) => {
-            eprintln!("bcd: cannot start the async runtime: {e}");
-            return ExitCode::from(1);
+            return commands::output::fail(
+                cli.global.json,
+                commands::output::code::INTERNAL,
+                &format!("cannot start the async runtime: {e}"),
+            );
         }
     };
     runtime.block_on(async {

@@ -9,7 +9,7 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 use serde_json::Value;
 
-use super::output::print;
+use super::output::{fail_api, print, FAILED, PROBLEM};
 use crate::cli::{Global, GpuCommand, HoldCommand, VfioCommand, VmCommand};
 use crate::node::client::{call, decode};
 use crate::node::otlp::OtlpEndpoint;
@@ -18,8 +18,36 @@ use crate::node::schema::{
 };
 use crate::node::service::{run, NodeConfig};
 
-/// Prints the answer as JSON (with `--json`, as the service wrote it) or, read as `T`,
-/// through `render`; a refusal or an answer of another shape as a sentence.
+/// Asks the node service and decodes its answer as `T`; a refusal or an answer of another
+/// shape is said ([`fail_api`], exit 3) and `Err` carries the exit status.
+async fn ask_service<T: DeserializeOwned>(
+    global: &Global,
+    method: &str,
+    path: &str,
+    body: Option<&impl Serialize>,
+) -> Result<(T, Value), ExitCode> {
+    let body = body.map(|b| serde_json::to_value(b).unwrap_or(Value::Null));
+    let answered = call(&global.api_socket, method, path, body.as_ref())
+        .await
+        .and_then(|value| Ok((decode::<T>(&global.api_socket, value.clone())?, value)));
+    answered.map_err(|e| fail_api(global.json, &e))
+}
+
+/// Prints what the service answered: with `--json` the document as the service wrote it
+/// (its `schema_version` included), otherwise `text`.
+fn show(global: &Global, value: &Value, text: &str) {
+    if global.json {
+        print(&format!(
+            "{}\n",
+            serde_json::to_string_pretty(value).unwrap_or_else(|_| value.to_string())
+        ));
+    } else {
+        print(text);
+    }
+}
+
+/// Asks the service, prints its answer through `render` (or as JSON), exit 0; a refusal
+/// exits 3.
 async fn through_service<T: DeserializeOwned>(
     global: &Global,
     method: &str,
@@ -27,66 +55,53 @@ async fn through_service<T: DeserializeOwned>(
     body: Option<&impl Serialize>,
     render: impl FnOnce(&T) -> String,
 ) -> ExitCode {
-    let body = body.map(|b| serde_json::to_value(b).unwrap_or(Value::Null));
-    let answer = call(&global.api_socket, method, path, body.as_ref())
-        .await
-        .and_then(|value| {
-            if global.json {
-                Ok(format!("{value}\n"))
-            } else {
-                decode::<T>(&global.api_socket, value).map(|t| render(&t))
-            }
-        });
-    match answer {
-        Ok(text) => {
-            print(&text);
+    match ask_service::<T>(global, method, path, body).await {
+        Ok((answer, value)) => {
+            show(global, &value, &render(&answer));
             ExitCode::SUCCESS
         }
-        Err(e) => {
-            eprintln!("bcd: {e}");
-            ExitCode::from(1)
-        }
+        Err(code) => code,
     }
 }
 
-/// `bcd gpu reset UUID...`.
+/// The lines `bcd gpu reset` prints for `report`, and its exit status: 3 when a reset
+/// failed, 1 when every reset happened but a GPU is still not healthy, else 0.
+pub fn render_reset(report: &ResetReport) -> (String, u8) {
+    let mut out = String::new();
+    let mut status = 0;
+    for g in &report.gpus {
+        let uuid = &g.uuid;
+        if let Some(e) = &g.error {
+            status = FAILED;
+            out.push_str(&format!("{uuid}: reset failed: {e}\n"));
+        } else if g.healthy {
+            out.push_str(&format!(
+                "{uuid}: reset, healthy ({} XID condition(s) cleared)\n",
+                g.conditions_cleared
+            ));
+        } else {
+            status = status.max(PROBLEM);
+            out.push_str(&format!(
+                "{uuid}: reset, still UNHEALTHY ({})\n",
+                g.reasons.join("; ")
+            ));
+        }
+    }
+    (out, status)
+}
+
+/// `bcd gpu reset UUID...`: exit 0 when every GPU was reset and is healthy, 1 when one is
+/// still not healthy, 3 when a reset failed or was refused (with `--json` too).
 pub async fn gpu(global: &Global, cmd: &GpuCommand) -> ExitCode {
     let GpuCommand::Reset { gpus } = cmd;
-    let mut failed = false;
     let request = ResetRequest { gpus: gpus.clone() };
-    let code = through_service(
-        global,
-        "POST",
-        "/v1/gpus/reset",
-        Some(&request),
-        |report: &ResetReport| {
-            let mut out = String::new();
-            for g in &report.gpus {
-                let uuid = &g.uuid;
-                if let Some(e) = &g.error {
-                    failed = true;
-                    out.push_str(&format!("{uuid}: reset failed: {e}\n"));
-                } else if g.healthy {
-                    out.push_str(&format!(
-                        "{uuid}: reset, healthy ({} XID condition(s) cleared)\n",
-                        g.conditions_cleared
-                    ));
-                } else {
-                    failed = true;
-                    out.push_str(&format!(
-                        "{uuid}: reset, still UNHEALTHY ({})\n",
-                        g.reasons.join("; ")
-                    ));
-                }
-            }
-            out
-        },
-    )
-    .await;
-    if failed {
-        ExitCode::from(1)
-    } else {
-        code
+    match ask_service::<ResetReport>(global, "POST", "/v1/gpus/reset", Some(&request)).await {
+        Ok((report, value)) => {
+            let (text, status) = render_reset(&report);
+            show(global, &value, &text);
+            ExitCode::from(status)
+        }
+        Err(code) => code,
     }
 }
 
@@ -258,7 +273,7 @@ pub async fn node(global: &Global, flags: NodeFlags) -> ExitCode {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("bcd node: {e}");
-            ExitCode::from(1)
+            ExitCode::from(FAILED)
         }
     }
 }

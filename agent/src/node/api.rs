@@ -241,10 +241,11 @@ impl From<RuntimeError> for ApiError {
     }
 }
 
-/// A typed answer: `status` and the body as JSON. The schema's types are plain data, so
-/// encoding them cannot fail; if it ever did, the answer is a 500 that says so.
+/// A typed answer: `status` and the body as JSON, its `schema_version` first
+/// ([`crate::document`]). The schema's types are plain data, so encoding them cannot fail; if
+/// it ever did, the answer is a 500 that says so.
 fn typed<T: Serialize>(status: u16, body: &T) -> Answer {
-    match serde_json::to_vec(body) {
+    match serde_json::to_vec(&crate::document::versioned(body)) {
         Ok(bytes) => (status, bytes),
         Err(e) => ApiError::Internal(format!("the answer could not be encoded: {e}")).answer(),
     }

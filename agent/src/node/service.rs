@@ -215,6 +215,7 @@ pub async fn run(config: NodeConfig, extra: Vec<NodeTask>) -> Result<(), NodeErr
     spawn_watchers(&mut tasks, &node, watcher, xid_rx);
     spawn_samples(&mut tasks, &node);
 
+    let consumers: Vec<&'static str> = extra.iter().map(|t| t.name).collect();
     for task in extra {
         tasks.spawn(task.name, (task.start)(node.clone()));
     }
@@ -234,10 +235,8 @@ pub async fn run(config: NodeConfig, extra: Vec<NodeTask>) -> Result<(), NodeErr
         Ok(())
     } else {
         notify::notify("READY=1\nSTATUS=serving");
-        tracing::info!(
-            "bcd node: serving the API on {}",
-            config.api_socket.display()
-        );
+        let gpus = node.inventory().await.gpu.gpus.len();
+        tracing::info!("{}", serving_line(&config, gpus, &consumers));
         work_loop(&node, &mut tasks, &mut signals).await
     };
 
@@ -255,6 +254,28 @@ pub async fn run(config: NodeConfig, extra: Vec<NodeTask>) -> Result<(), NodeErr
     }
     tracing::info!("bcd node: stopped");
     outcome
+}
+
+/// The one line `bcd node` logs (at info) when it serves: its version, the API socket, the
+/// GPUs of the first inventory, the metrics address, the helper's socket and the consumers it
+/// started (the kubelet device plugins, the labels' file).
+pub fn serving_line(config: &NodeConfig, gpus: usize, consumers: &[&str]) -> String {
+    let mut line = format!(
+        "bcd node {}: serving the API on {}; {gpus} GPU(s)",
+        env!("CARGO_PKG_VERSION"),
+        config.api_socket.display()
+    );
+    if let Some(addr) = config.metrics_listen {
+        line.push_str(&format!("; metrics on http://{addr}/metrics"));
+    }
+    if let Some(otlp) = &config.otlp_endpoint {
+        line.push_str(&format!("; OTLP to {otlp}"));
+    }
+    line.push_str(&format!("; helper at {}", config.helper_socket.display()));
+    if !consumers.is_empty() {
+        line.push_str(&format!("; with {}", consumers.join(", ")));
+    }
+    line
 }
 
 /// The collection scheduler's task; the receiver hears once the first collection is in.

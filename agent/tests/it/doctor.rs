@@ -843,7 +843,8 @@ fn json_has_the_documented_shape() {
     assert_eq!(code, 1);
     let v: serde_json::Value = serde_json::from_str(&text).unwrap();
     let top = v.as_object().unwrap();
-    assert_eq!(top.keys().collect::<Vec<_>>(), ["checks"]);
+    assert_eq!(top.keys().collect::<Vec<_>>(), ["checks", "schema_version"]);
+    assert_eq!(v["schema_version"], 1);
     let checks = v["checks"].as_array().unwrap();
     assert!(!checks.is_empty());
     for c in checks {
