@@ -421,6 +421,58 @@ impl ApiRequest {
     }
 }
 
+/// The methods `path` takes, for a 405's `Allow`; `None` for a path the API does not serve.
+pub fn allowed_methods(path: &str) -> Option<&'static str> {
+    let path = path.trim_end_matches('/');
+    match path {
+        "/v1/status" | "/v1/inventory" | "/v1/conditions" => Some("GET"),
+        "/v1/holds" => Some("GET, POST"),
+        p if is_known_path(p) && p.starts_with("/v1/holds/") => Some("DELETE"),
+        p if is_known_path(p) => Some("POST"),
+        _ => None,
+    }
+}
+
+/// Answers one request as the HTTP layer sends it: [`handle`]'s answer, a 405 with `Allow`.
+pub async fn reply(node: &Node, request: &Request) -> crate::node::http::Reply {
+    let (status, body) = handle(node, request).await;
+    let allow = if status == 405 {
+        allowed_methods(&request.path)
+    } else {
+        None
+    };
+    crate::node::http::Reply::json(status, body).with_allow(allow)
+}
+
+/// Serves one connection of the API socket: a status watch
+/// ([`crate::node::watch::is_watch`]) goes to a task of its own, holding one of `watchers`'
+/// places and not `in_flight` (shutdown does not wait for it); any other request is answered
+/// while `in_flight` is held.
+pub async fn serve_connection(
+    node: std::sync::Arc<Node>,
+    mut stream: tokio::net::UnixStream,
+    in_flight: tokio::sync::OwnedRwLockReadGuard<()>,
+    watchers: &crate::node::watch::Watchers,
+) {
+    let started = std::time::Instant::now();
+    let Some(prefix) = crate::node::http::read_checked_head(&mut stream).await else {
+        return;
+    };
+    if let Some((method, target)) = crate::node::http::request_line(&prefix) {
+        if crate::node::watch::is_watch(&method, &target) {
+            drop(in_flight);
+            let place = watchers.take();
+            tokio::spawn(async move { crate::node::watch::serve(&node, stream, place).await });
+            return;
+        }
+    }
+    crate::node::http::serve_read(stream, prefix, started, |request| {
+        let node = node.clone();
+        async move { reply(&node, &request).await }
+    })
+    .await;
+}
+
 /// Answers one request.
 pub async fn handle(node: &Node, request: &Request) -> Answer {
     match ApiRequest::parse(request) {
@@ -499,7 +551,8 @@ fn described(
         .collect()
 }
 
-async fn status(node: &Node) -> Answer {
+/// The `/v1/status` document as it is now (the watch sends it too).
+pub async fn status_document(node: &Node) -> schema::NodeStatus {
     let inventory = node.inventory().await;
     let conditions = node.health().conditions();
     let gpus = node.gpu_statuses().await;
@@ -516,21 +569,23 @@ async fn status(node: &Node) -> Answer {
     } else {
         Vec::new()
     };
-    typed(
-        200,
-        &schema::NodeStatus {
-            capabilities,
-            inventory_hash: inventory.hash,
-            inventory_age_s,
-            collections: node.collections(),
-            nvidia_smi_error,
-            gpus,
-            conditions: described(&conditions, &node.config().xid_policy),
-            sampling: node.sampling(),
-            problems: node.problems_now(),
-            kubernetes: kubernetes_holds(node).await,
-        },
-    )
+    schema::NodeStatus {
+        capabilities,
+        inventory_hash: inventory.hash,
+        inventory_age_s,
+        collections: node.collections(),
+        nvidia_smi_error,
+        gpus,
+        conditions: described(&conditions, &node.config().xid_policy),
+        sampling: node.sampling(),
+        problems: node.problems_now(),
+        kubernetes: kubernetes_holds(node).await,
+        holds: list_holds(node).await.map(|l| l.holds).unwrap_or_default(),
+    }
+}
+
+async fn status(node: &Node) -> Answer {
+    typed(200, &status_document(node).await)
 }
 
 /// Which devices Kubernetes has: its holds, and whether each one's release is pending.

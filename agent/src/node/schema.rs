@@ -44,6 +44,8 @@ pub struct NodeStatus {
     pub problems: Vec<String>,
     /// Which devices Kubernetes has.
     pub kubernetes: KubernetesHolds,
+    /// Every hold (operator, device plugin, DRA), as `GET /v1/holds` lists them.
+    pub holds: Vec<HoldView>,
 }
 
 /// A condition with its `class` and `action` from the XID catalog (and the node's

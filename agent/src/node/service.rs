@@ -403,6 +403,7 @@ fn spawn_api(
     let api_listener = Arc::new(api_listener);
     let api_node = node.clone();
     let api_in_flight = in_flight;
+    let watchers = crate::node::watch::Watchers::default();
     tasks.spawn(
         "the API socket's accept loop",
         listen::serve(
@@ -417,17 +418,8 @@ fn spawn_api(
                 // Refused once shutdown waits for the requests in flight.
                 let guard = api_in_flight.clone().try_read_owned().ok()?;
                 let node = api_node.clone();
-                Some(async move {
-                    let _guard = guard;
-                    http::serve_connection(stream, |request: http::Request| {
-                        let node = node.clone();
-                        async move {
-                            let (status, body) = api::handle(&node, &request).await;
-                            http::Reply::json(status, body)
-                        }
-                    })
-                    .await;
-                })
+                let watchers = watchers.clone();
+                Some(async move { api::serve_connection(node, stream, guard, &watchers).await })
             },
         ),
     );
@@ -492,12 +484,14 @@ async fn metrics_reply(node: &Node, request: &http::Request) -> http::Reply {
             status: 200,
             content_type: METRICS_TYPE,
             body: node.metrics_text().await.into_bytes(),
+            allow: None,
         },
         (method, "/metrics") => http::Reply::error(
             405,
             "method-not-allowed",
             &format!("{method} is not allowed on /metrics; use GET"),
-        ),
+        )
+        .with_allow(Some("GET")),
         (_, path) => http::Reply::error(
             404,
             "not-found",

@@ -27,6 +27,7 @@ mod nfd_labels;
 mod node_e2e;
 mod node_limits;
 mod node_logs;
+mod node_watch;
 mod otlp_export;
 mod passthrough;
 mod prometheus;
