@@ -91,7 +91,7 @@ impl Cli {
         I: IntoIterator<Item = T>,
         T: Into<std::ffi::OsString> + Clone,
     {
-        let matches = with_exit_statuses(Self::command()).try_get_matches_from(args)?;
+        let matches = command().try_get_matches_from(args)?;
         let mut cli = <Self as clap::FromArgMatches>::from_arg_matches(&matches)?;
         cli.global.xid_policy = crate::health::xid::XidPolicy::new(
             cli.global.xid_ignore.0.clone(),
@@ -116,6 +116,12 @@ pub fn exit_statuses(command: &str) -> &'static str {
         "node" => "0 stopped by SIGTERM or SIGINT; 3 it could not start or had to stop",
         _ => "0 done; 3 refused by the node service, or it could not be reached",
     }
+}
+
+/// bcd's whole command line as clap builds it, each `--help` ending with its exit statuses:
+/// what the parser, the man pages and the shell completions are made from.
+pub fn command() -> clap::Command {
+    with_exit_statuses(Cli::command())
 }
 
 /// `command` and its subcommands, each `--help` ending with its exit statuses.
@@ -279,6 +285,13 @@ pub enum Command {
     /// One line per GPU from a live sample (waits at most 10 s), with UNHEALTHY where the
     /// healthy rule fails.
     Status,
+    /// Write bcd's man pages (`DIR/man/*.1`) and shell completions (`DIR/completions/`: bash,
+    /// zsh, fish) from this command line; the packaged ones are made so.
+    #[command(hide = true)]
+    GenerateDocs {
+        /// The folder to write under.
+        dir: PathBuf,
+    },
     /// diag.nvml: collect again and check the GPUs; exit 1 unless every check passed.
     Diag {
         /// Check only this GPU (UUID); repeatable.

@@ -94,6 +94,7 @@ fn main() -> ExitCode {
                 svc::node(&cli.global, flags).await
             }
             Command::Status => commands::status::status(&cli.global).await,
+            Command::GenerateDocs { dir } => commands::docs::generate(dir),
             Command::Diag { gpu, expected_gpus } => {
                 commands::diag::diag(&cli.global, gpu, *expected_gpus).await
             }

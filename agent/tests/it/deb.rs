@@ -78,6 +78,16 @@ fn the_package_installs_the_binaries_and_units() {
         ("/usr/lib/systemd/system/bcd-helper.socket", "-rw-r--r--"),
         ("/usr/lib/sysusers.d/bcd.conf", "-rw-r--r--"),
         ("/usr/lib/tmpfiles.d/bcd.conf", "-rw-r--r--"),
+        ("/usr/share/man/man1/bcd.1", "-rw-r--r--"),
+        ("/usr/share/man/man1/bcd-status.1", "-rw-r--r--"),
+        ("/usr/share/man/man1/bcd-node.1", "-rw-r--r--"),
+        ("/usr/share/man/man8/bcd-helper.8", "-rw-r--r--"),
+        ("/usr/share/bash-completion/completions/bcd", "-rw-r--r--"),
+        ("/usr/share/zsh/vendor-completions/_bcd", "-rw-r--r--"),
+        (
+            "/usr/share/fish/vendor_completions.d/bcd.fish",
+            "-rw-r--r--",
+        ),
         ("/usr/share/doc/bcd/README.md", "-rw-r--r--"),
         ("/usr/share/doc/bcd/copyright", "-rw-r--r--"),
     ] {

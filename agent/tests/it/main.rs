@@ -13,6 +13,7 @@ mod common;
 mod cdi_specs;
 mod deb;
 mod device_plugins;
+mod docs;
 mod doctor;
 mod doctor_real_nvidia_smi;
 mod exit_codes;
