@@ -28,26 +28,46 @@ pub struct Global {
     #[arg(long, global = true, value_name = "DIR", conflicts_with_all = ["host_root", "nvidia_smi"])]
     pub host: Option<PathBuf>,
     /// The root under which /proc, /sys and /dev are read.
-    #[arg(long, global = true, value_name = "DIR", default_value = "/")]
+    #[arg(
+        long,
+        global = true,
+        env = "BCD_HOST_ROOT",
+        value_name = "DIR",
+        default_value = "/"
+    )]
     pub host_root: PathBuf,
     /// The nvidia-smi to run (a bare name is looked up on PATH).
-    #[arg(long, global = true, value_name = "PATH", default_value = "nvidia-smi")]
+    #[arg(
+        long,
+        global = true,
+        env = "BCD_NVIDIA_SMI",
+        value_name = "PATH",
+        default_value = "nvidia-smi"
+    )]
     pub nvidia_smi: PathBuf,
     /// Where the agent keeps its state files.
     #[arg(
         long,
         global = true,
+        env = "BCD_DATA_DIR",
         value_name = "DIR",
         default_value = "/var/lib/bcd"
     )]
     pub data_dir: PathBuf,
     /// Where hold CDI specs are written (vendor specs are read from here, then /var/run/cdi).
-    #[arg(long, global = true, value_name = "DIR", default_value = "/etc/cdi")]
+    #[arg(
+        long,
+        global = true,
+        env = "BCD_CDI_DIR",
+        value_name = "DIR",
+        default_value = "/etc/cdi"
+    )]
     pub cdi_dir: PathBuf,
     /// The root helper's socket.
     #[arg(
         long,
         global = true,
+        env = "BCD_HELPER_SOCKET",
         value_name = "PATH",
         default_value = "/run/bcd-helper/helper.sock"
     )]
@@ -56,6 +76,7 @@ pub struct Global {
     #[arg(
         long,
         global = true,
+        env = "BCD_API_SOCKET",
         value_name = "PATH",
         default_value = "/run/bcd/bcd.sock"
     )]
@@ -66,13 +87,31 @@ pub struct Global {
     /// How log lines are written to stderr: `text`, or `json` (one object per line, for the
     /// journal's and log shippers' sake). Which lines: BCD_LOG (e.g. `debug`,
     /// `warn,bcd::kubelet=debug`); `info` for bcd node, `warn` for the other commands.
-    #[arg(long, global = true, value_name = "FORMAT", default_value = "text")]
+    #[arg(
+        long,
+        global = true,
+        env = "BCD_LOG_FORMAT",
+        value_name = "FORMAT",
+        default_value = "text"
+    )]
     pub log_format: LogFormat,
     /// XIDs that never affect a GPU's health, overriding NVIDIA's catalog (e.g. 13,31).
-    #[arg(long, global = true, value_name = "XIDS", default_value = "")]
+    #[arg(
+        long,
+        global = true,
+        env = "BCD_XID_IGNORE",
+        value_name = "XIDS",
+        default_value = ""
+    )]
     pub xid_ignore: crate::health::xid::XidList,
     /// XIDs that make a GPU unhealthy until a reset, overriding NVIDIA's catalog (e.g. 43).
-    #[arg(long, global = true, value_name = "XIDS", default_value = "")]
+    #[arg(
+        long,
+        global = true,
+        env = "BCD_XID_UNHEALTHY",
+        value_name = "XIDS",
+        default_value = ""
+    )]
     pub xid_unhealthy: crate::health::xid::XidList,
     /// The policy `--xid-ignore` and `--xid-unhealthy` make, set by [`Cli::try_parse_checked`].
     #[arg(skip)]
@@ -235,51 +274,56 @@ pub enum Command {
     /// The long-running node service.
     Node {
         /// Serve Prometheus metrics on this address (GET /metrics); off by default.
-        #[arg(long, value_name = "ADDR")]
+        #[arg(long, env = "BCD_METRICS_LISTEN", value_name = "ADDR")]
         metrics_listen: Option<std::net::SocketAddr>,
         /// Send the GPU samples over OTLP/HTTP (protobuf) to this collector every sample
         /// interval, e.g. http://127.0.0.1:4318 (POST /v1/metrics); plain HTTP only.
-        #[arg(long, value_name = "URL")]
+        #[arg(long, env = "BCD_OTLP_ENDPOINT", value_name = "URL")]
         otlp_endpoint: Option<crate::node::otlp::OtlpEndpoint>,
         /// Seconds between GPU samples (at least 5).
-        #[arg(long, value_name = "SECONDS", default_value_t = MIN_SAMPLE_INTERVAL_S,
+        #[arg(long, env = "BCD_SAMPLE_INTERVAL", value_name = "SECONDS", default_value_t = MIN_SAMPLE_INTERVAL_S,
               value_parser = parse_sample_interval)]
         sample_interval: u64,
         /// The group given the API socket (mode 0660).
-        #[arg(long, value_name = "GROUP", default_value = "bcd")]
+        #[arg(
+            long,
+            env = "BCD_API_GROUP",
+            value_name = "GROUP",
+            default_value = "bcd"
+        )]
         api_group: String,
         /// Time-sliced slots each GPU offers to holds, as GPU-<uuid>::0 to ::N-1 (0: none;
         /// at most 64). Slots of one GPU may go to different holds; a slot never goes with
         /// its whole GPU or its MIG devices.
-        #[arg(long, value_name = "N", default_value_t = 0,
+        #[arg(long, env = "BCD_GPU_SLOTS", value_name = "N", default_value_t = 0,
               value_parser = clap::value_parser!(u32).range(0..=i64::from(crate::device::id::MAX_SLOTS)))]
         gpu_slots: u32,
         /// Also serve the metrics under another exporter's names: `dcgm` (NVIDIA
         /// dcgm-exporter's DCGM_FI_* names, units and labels, host as `hostname`) or
         /// `dcgm-legacy` (the same with `Hostname`, as dcgm-exporter named it before 2026).
-        #[arg(long, value_name = "SCHEME")]
+        #[arg(long, env = "BCD_METRICS_COMPAT", value_name = "SCHEME")]
         metrics_compat: Option<MetricsCompatScheme>,
         /// Serve kubelet device plugins (bcd.dev/gpu, bcd.dev/mig-<profile>,
         /// bcd.dev/gpu-slot) in this folder, the kubelet's /var/lib/kubelet/device-plugins;
         /// off when not given.
-        #[arg(long, value_name = "DIR")]
+        #[arg(long, env = "BCD_DEVICE_PLUGIN_DIR", value_name = "DIR")]
         device_plugin_dir: Option<std::path::PathBuf>,
         /// The kubelet's PodResources socket, read to learn which Kubernetes holds no pod has
         /// any more.
-        #[arg(long, value_name = "PATH", default_value = crate::kubelet::DEFAULT_POD_RESOURCES_SOCKET)]
+        #[arg(long, env = "BCD_POD_RESOURCES_SOCKET", value_name = "PATH", default_value = crate::kubelet::DEFAULT_POD_RESOURCES_SOCKET)]
         pod_resources_socket: std::path::PathBuf,
         /// Seconds a Kubernetes hold whose devices no pod has is kept before its release.
-        #[arg(long, value_name = "SECONDS", default_value_t = crate::kubelet::DEFAULT_RELEASE_GRACE.as_secs())]
+        #[arg(long, env = "BCD_KUBERNETES_RELEASE_GRACE", value_name = "SECONDS", default_value_t = crate::kubelet::DEFAULT_RELEASE_GRACE.as_secs())]
         kubernetes_release_grace: u64,
         /// A folder on tmpfs that lasts the boot (bcd.service's RuntimeDirectory, kept across
         /// restarts): XID conditions the data folder cannot take are kept here meanwhile.
         /// Default: the API socket's folder (/run/bcd).
-        #[arg(long, value_name = "DIR")]
+        #[arg(long, env = "BCD_RUNTIME_DIR", value_name = "DIR")]
         runtime_dir: Option<std::path::PathBuf>,
         /// Keep the GPUs' node labels (GPU Feature Discovery's names, and bcd.dev/ health) in
         /// the file `bcd` of this Node Feature Discovery features folder, usually
         /// /etc/kubernetes/node-feature-discovery/features.d; off when not given.
-        #[arg(long, value_name = "DIR")]
+        #[arg(long, env = "BCD_NFD_FEATURES_DIR", value_name = "DIR")]
         nfd_features_dir: Option<std::path::PathBuf>,
     },
     /// One line per GPU from a live sample (waits at most 10 s), with UNHEALTHY where the

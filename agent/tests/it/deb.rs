@@ -78,6 +78,7 @@ fn the_package_installs_the_binaries_and_units() {
         ("/usr/lib/systemd/system/bcd-helper.socket", "-rw-r--r--"),
         ("/usr/lib/sysusers.d/bcd.conf", "-rw-r--r--"),
         ("/usr/lib/tmpfiles.d/bcd.conf", "-rw-r--r--"),
+        ("/etc/default/bcd", "-rw-r--r--"),
         ("/usr/share/man/man1/bcd.1", "-rw-r--r--"),
         ("/usr/share/man/man1/bcd-status.1", "-rw-r--r--"),
         ("/usr/share/man/man1/bcd-node.1", "-rw-r--r--"),
