@@ -20,8 +20,9 @@ pub struct Cli {
     pub command: Command,
 }
 
-/// Options every subcommand takes.
+/// Options every subcommand takes, listed under their own heading in each `--help`.
 #[derive(Debug, Clone, Args)]
+#[command(next_help_heading = "Global options")]
 pub struct Global {
     /// A fake host: DIR/root is the root for /proc, /sys and /dev, and DIR/bin/nvidia-smi the
     /// nvidia-smi to run (for demos and tests).
@@ -504,6 +505,18 @@ mod tests {
             help.contains("1 a GPU unhealthy or unknown; 3 no sample"),
             "{help}"
         );
+    }
+
+    // What broke: bcd node --help listed the global options among the node's own.
+    #[test]
+    fn a_subcommands_help_lists_its_own_options_before_the_global_ones() {
+        let help = parse(&["node", "--help"]).unwrap_err().to_string();
+        let global = help
+            .find("Global options:")
+            .expect("a heading of their own");
+        let own = help.find("--metrics-listen").unwrap();
+        let data_dir = help.find("--data-dir").unwrap();
+        assert!(own < global && global < data_dir, "{help}");
     }
 
     #[test]

@@ -352,21 +352,31 @@ pub fn render(report: &StatusReport) -> String {
             ));
             continue;
         }
-        let line = format!(
-            "GPU {}  {}  {} busy  {}/{} MiB  {}°C  {}/{} W  {} process(es)  {}",
+        let sampled = g.utilization_gpu_pct.is_some()
+            || g.memory_used_mib.is_some()
+            || g.temperature_c.is_some()
+            || g.power_draw_w.is_some();
+        // A node's first seconds, or an nvidia-smi that gave nothing: no row of dashes.
+        let readings = if sampled {
+            format!(
+                "{} busy  {}/{} MiB  {}°C  {}/{} W  {} process(es)",
+                or_dash(g.utilization_gpu_pct.map(|p| format!("{p}%"))),
+                or_dash(g.memory_used_mib),
+                or_dash(g.memory_total_mib),
+                or_dash(g.temperature_c),
+                or_dash(g.power_draw_w.map(|w| format!("{w:.0}"))),
+                or_dash(g.power_limit_w.map(|w| format!("{w:.0}"))),
+                or_dash(g.compute_processes),
+            )
+        } else {
+            "no sample yet".to_owned()
+        };
+        out.push_str(&format!(
+            "GPU {}  {}  {readings}  {}\n",
             or_dash(g.index),
             shown(g.name.as_deref().unwrap_or(g.uuid.as_str())),
-            or_dash(g.utilization_gpu_pct.map(|p| format!("{p}%"))),
-            or_dash(g.memory_used_mib),
-            or_dash(g.memory_total_mib),
-            or_dash(g.temperature_c),
-            or_dash(g.power_draw_w.map(|w| format!("{w:.0}"))),
-            or_dash(g.power_limit_w.map(|w| format!("{w:.0}"))),
-            or_dash(g.compute_processes),
             g.health.name().to_ascii_uppercase(),
-        );
-        out.push_str(&line);
-        out.push('\n');
+        ));
         for r in &g.reasons {
             out.push_str(&format!(
                 "    {}: {} -> {}\n",
@@ -411,6 +421,26 @@ pub(crate) mod tests {
         )
         .unwrap();
         copy
+    }
+
+    // What broke: a node's first seconds (no sample yet) printed `- busy -/- MiB -°C -/- W`.
+    #[test]
+    fn a_gpu_without_a_sample_says_so_instead_of_a_row_of_dashes() {
+        let report = StatusReport {
+            gpus: vec![line(
+                "GPU-8f4c6a52-1b2e-4d3a-9c7f-0123456789ab".parse().unwrap(),
+                None,
+                HealthState::Healthy,
+                Vec::new(),
+            )],
+            notes: Vec::new(),
+            nvidia_smi_error: None,
+        };
+        let text = render(&report);
+        assert_eq!(
+            text,
+            "GPU -  GPU-8f4c6a52-1b2e-4d3a-9c7f-0123456789ab  no sample yet  HEALTHY\n"
+        );
     }
 
     // What broke: throttling came only from the -q -x document of the last collection (minutes
