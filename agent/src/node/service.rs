@@ -419,10 +419,39 @@ fn spawn_api(
                 let guard = api_in_flight.clone().try_read_owned().ok()?;
                 let node = api_node.clone();
                 let watchers = watchers.clone();
-                Some(async move { api::serve_connection(node, stream, guard, &watchers).await })
+                Some(async move { serve_api_connection(node, stream, guard, &watchers).await })
             },
         ),
     );
+}
+
+/// Serves one connection of the API socket: a status watch
+/// ([`crate::node::watch::is_watch`]) goes to a task of its own, holding one of `watchers`'
+/// places and not `in_flight` (shutdown does not wait for it); any other request is answered
+/// while `in_flight` is held.
+async fn serve_api_connection(
+    node: std::sync::Arc<Node>,
+    mut stream: tokio::net::UnixStream,
+    in_flight: tokio::sync::OwnedRwLockReadGuard<()>,
+    watchers: &crate::node::watch::Watchers,
+) {
+    let started = std::time::Instant::now();
+    let Some(prefix) = crate::node::http::read_checked_head(&mut stream).await else {
+        return;
+    };
+    if let Some((method, target)) = crate::node::http::request_line(&prefix) {
+        if crate::node::watch::is_watch(&method, &target) {
+            drop(in_flight);
+            let place = watchers.take();
+            tokio::spawn(async move { crate::node::watch::serve(&node, stream, place).await });
+            return;
+        }
+    }
+    crate::node::http::serve_read(stream, prefix, started, |request| {
+        let node = node.clone();
+        async move { api::reply(&node, &request).await }
+    })
+    .await;
 }
 
 /// The metrics listener's accept loop.
