@@ -146,7 +146,7 @@ fn pass(
 
 /// Logs the devices a hold's spec lacks NVIDIA's edits for.
 pub fn warn_unnamed(hold: &HoldId, unnamed: &[DeviceId], vendor: Option<&Path>) {
-    let devices: Vec<&str> = unnamed.iter().map(DeviceId::as_str).collect();
+    let devices: Vec<String> = unnamed.iter().map(DeviceId::to_string).collect();
     tracing::warn!(
         hold = %hold,
         devices = %devices.join(","),

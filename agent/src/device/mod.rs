@@ -14,6 +14,6 @@ pub mod policy;
 pub mod source;
 
 pub use hold::{Hold, HoldOwner};
-pub use id::{DeviceId, DeviceKind, HoldId, IdError};
+pub use id::{DeviceId, HoldId, IdError, MigUuid};
 pub use pods::{PodAllocation, PodRef};
 pub use source::{Changes, DeviceSource, Report};

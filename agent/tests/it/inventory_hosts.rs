@@ -51,7 +51,7 @@ async fn hgx_h100_merges_every_layer() {
     assert!(mig.devices.iter().all(|d| d
         .uuid
         .as_ref()
-        .is_some_and(|u| u.as_str().starts_with("MIG-"))
+        .is_some_and(|u| u.to_string().starts_with("MIG-"))
         && d.profile.is_some()));
     assert!(!mig.profiles.is_empty(), "mig -lgip read for the MIG GPU");
     let linked = &s.gpus[0];
