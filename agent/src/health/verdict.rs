@@ -22,7 +22,7 @@ use super::faults::PastBoot;
 use super::pcie::LinkWidth;
 use super::xid::{Effect, XidPolicy};
 use super::{uncorrectable_volatile, Condition, ConditionKind};
-use crate::inventory::document::Gpu;
+use crate::inventory::document::{Gpu, NvLinkRemote};
 use crate::smi::samples::GpuSample;
 use crate::smi::xml::{ClockEvents, DriverHealth};
 
@@ -442,20 +442,15 @@ fn switch_fault(gpu: &Gpu, ev: &Evidence<'_>, out: &mut Vec<Reason>) {
                 .map(|s| (c, s))
         });
     for (c, sxid) in fatal {
-        let switch = format!("nvswitch:{}", sxid.address.nvml_bus_id());
-        let names = |g: &Gpu| {
-            g.nvlinks
-                .iter()
-                .any(|l| l.remote.as_deref() == Some(&switch))
-        };
+        let switch = NvLinkRemote::NvSwitch(sxid.address.nvml_bus_id());
+        let names = |g: &Gpu| g.nvlinks.iter().any(|l| l.remote.as_ref() == Some(&switch));
         let reached = if ev.board.iter().any(names) {
             names(gpu)
         } else {
-            let to_switch = gpu.nvlinks.iter().any(|l| {
-                l.remote
-                    .as_deref()
-                    .is_some_and(|r| r.starts_with("nvswitch:"))
-            });
+            let to_switch = gpu
+                .nvlinks
+                .iter()
+                .any(|l| matches!(l.remote, Some(NvLinkRemote::NvSwitch(_))));
             let far_ends_unknown = gpu.nvlinks.iter().all(|l| l.remote.is_none());
             let any_nvlink =
                 !gpu.nvlinks.is_empty() || gpu.topology.values().any(|t| t.starts_with("NV"));
@@ -744,7 +739,7 @@ mod tests {
             nvlinks: vec![crate::inventory::document::NvLink {
                 link: 0,
                 state: "active".into(),
-                remote: remote.map(str::to_owned),
+                remote: remote.map(|r| NvLinkRemote::from(r.to_owned())),
             }],
             ..Gpu::new(index, uuid.parse().unwrap())
         }
