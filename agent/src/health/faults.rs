@@ -1119,11 +1119,7 @@ mod tests {
         let gpu = Gpu::new(0, uuid(GPU_A));
         let v = judge(
             &gpu,
-            &Evidence {
-                conditions: store.conditions(),
-                history: store.history(),
-                ..Evidence::default()
-            },
+            &Evidence::new(store.conditions()).with_history(store.history()),
         );
         assert_eq!(v.health, HealthState::Unhealthy);
         assert_eq!(v.reasons[0].action, INSPECT_ACTION);
@@ -1131,14 +1127,7 @@ mod tests {
         let other = Gpu::new(1, uuid(GPU_B));
         let mut c = store.conditions().to_vec();
         c[0].device_id = dev(GPU_B);
-        let v = judge(
-            &other,
-            &Evidence {
-                conditions: &c,
-                history: store.history(),
-                ..Evidence::default()
-            },
-        );
+        let v = judge(&other, &Evidence::new(&c).with_history(store.history()));
         assert_eq!(
             v.reasons[0].action,
             format!("reset the GPU: bcd gpu reset {GPU_B}")

@@ -267,14 +267,7 @@ pub fn describe(c: &Condition, policy: &xid::XidPolicy) -> (&'static str, String
 /// The scheduling answer from the counters and this boot's conditions alone (no driver
 /// readings): see [`verdict::judge`] for the whole verdict.
 pub fn gpu_healthy(gpu: &Gpu, conditions: &[Condition]) -> bool {
-    verdict::judge(
-        gpu,
-        &verdict::Evidence {
-            conditions,
-            ..verdict::Evidence::default()
-        },
-    )
-    .healthy()
+    verdict::judge(gpu, &verdict::Evidence::new(conditions)).healthy()
 }
 
 #[cfg(test)]
@@ -308,13 +301,7 @@ mod tests {
     }
 
     fn unhealthy_reasons(gpu: &Gpu, conditions: &[Condition]) -> Vec<String> {
-        let v = verdict::judge(
-            gpu,
-            &verdict::Evidence {
-                conditions,
-                ..verdict::Evidence::default()
-            },
-        );
+        let v = verdict::judge(gpu, &verdict::Evidence::new(conditions));
         v.reasons.into_iter().map(|r| r.message).collect()
     }
 
