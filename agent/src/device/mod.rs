@@ -7,11 +7,11 @@
 //! This module imports nothing from `node/`, `kubelet/`, `doctor/` or the command line, and
 //! the policy nothing from `cdi/`: the hold store (`cdi::holds`) and the node build on it.
 
-pub mod hold;
-pub mod id;
-pub mod pods;
+pub(crate) mod hold;
+pub(crate) mod id;
+pub(crate) mod pods;
 pub mod policy;
-pub mod source;
+pub(crate) mod source;
 
 pub use hold::{Hold, HoldOwner};
 pub use id::{DeviceId, HoldId, IdError, MigUuid};
