@@ -31,7 +31,7 @@ use crate::sys::host::Host;
 pub use super::pcie::{link_widths, LinkWidth};
 
 /// The checks' names: the seed's, then those for the verdict's other reasons.
-pub mod check {
+pub(crate) mod check {
     /// `nvidia-smi` answered ([`super::nvidia_smi_answered`]).
     pub const NVML_INIT: &str = "nvml.init";
     /// At least the expected number of GPUs is visible.

@@ -8,14 +8,14 @@
 //! their hardware XIDs as history), so "this boot" holds by construction.
 
 pub mod diag;
-pub mod faults;
+pub(crate) mod faults;
 pub mod kmsg;
-pub mod log_limit;
-pub mod pcie;
-pub mod reset;
+pub(crate) mod log_limit;
+pub(crate) mod pcie;
+pub(crate) mod reset;
 pub mod status;
 pub mod verdict;
-pub mod watcher;
+pub(crate) mod watcher;
 pub mod xid;
 
 use bcd_protocol::{GpuUuid, PciAddress};

@@ -402,7 +402,7 @@ fn reason(state: HealthState, kind: ReasonKind, message: String, action: String)
 }
 
 /// The reason kinds that are not kernel log conditions, by the names callers match on.
-pub mod kind {
+pub(crate) mod kind {
     use super::ReasonKind;
     /// `nvidia-smi -q -x` did not answer.
     pub const NVIDIA_SMI_SILENT: ReasonKind = ReasonKind::NvidiaSmiSilent;
