@@ -273,60 +273,7 @@ pub enum Command {
     #[command(subcommand)]
     Vm(VmCommand),
     /// The long-running node service.
-    Node {
-        /// Serve Prometheus metrics on this address (GET /metrics); off by default.
-        #[arg(long, env = "BCD_METRICS_LISTEN", value_name = "ADDR")]
-        metrics_listen: Option<std::net::SocketAddr>,
-        /// Send the GPU samples over OTLP/HTTP (protobuf) to this collector every sample
-        /// interval, e.g. http://127.0.0.1:4318 (POST /v1/metrics); plain HTTP only.
-        #[arg(long, env = "BCD_OTLP_ENDPOINT", value_name = "URL")]
-        otlp_endpoint: Option<crate::node::otlp::OtlpEndpoint>,
-        /// Seconds between GPU samples (at least 5).
-        #[arg(long, env = "BCD_SAMPLE_INTERVAL", value_name = "SECONDS", default_value_t = MIN_SAMPLE_INTERVAL_S,
-              value_parser = parse_sample_interval)]
-        sample_interval: u64,
-        /// The group given the API socket (mode 0660).
-        #[arg(
-            long,
-            env = "BCD_API_GROUP",
-            value_name = "GROUP",
-            default_value = "bcd"
-        )]
-        api_group: String,
-        /// Time-sliced slots each GPU offers to holds, as GPU-<uuid>::0 to ::N-1 (0: none;
-        /// at most 64). Slots of one GPU may go to different holds; a slot never goes with
-        /// its whole GPU or its MIG devices.
-        #[arg(long, env = "BCD_GPU_SLOTS", value_name = "N", default_value_t = 0,
-              value_parser = clap::value_parser!(u32).range(0..=i64::from(crate::device::id::MAX_SLOTS)))]
-        gpu_slots: u32,
-        /// Also serve the metrics under another exporter's names: `dcgm` (NVIDIA
-        /// dcgm-exporter's DCGM_FI_* names, units and labels, host as `hostname`) or
-        /// `dcgm-legacy` (the same with `Hostname`, as dcgm-exporter named it before 2026).
-        #[arg(long, env = "BCD_METRICS_COMPAT", value_name = "SCHEME")]
-        metrics_compat: Option<MetricsCompatScheme>,
-        /// Serve kubelet device plugins (bcd.dev/gpu, bcd.dev/mig-<profile>,
-        /// bcd.dev/gpu-slot) in this folder, the kubelet's /var/lib/kubelet/device-plugins;
-        /// off when not given.
-        #[arg(long, env = "BCD_DEVICE_PLUGIN_DIR", value_name = "DIR")]
-        device_plugin_dir: Option<std::path::PathBuf>,
-        /// The kubelet's PodResources socket, read to learn which Kubernetes holds no pod has
-        /// any more.
-        #[arg(long, env = "BCD_POD_RESOURCES_SOCKET", value_name = "PATH", default_value = crate::kubelet::DEFAULT_POD_RESOURCES_SOCKET)]
-        pod_resources_socket: std::path::PathBuf,
-        /// Seconds a Kubernetes hold whose devices no pod has is kept before its release.
-        #[arg(long, env = "BCD_KUBERNETES_RELEASE_GRACE", value_name = "SECONDS", default_value_t = crate::kubelet::DEFAULT_RELEASE_GRACE.as_secs())]
-        kubernetes_release_grace: u64,
-        /// A folder on tmpfs that lasts the boot (bcd.service's RuntimeDirectory, kept across
-        /// restarts): XID conditions the data folder cannot take are kept here meanwhile.
-        /// Default: the API socket's folder (/run/bcd).
-        #[arg(long, env = "BCD_RUNTIME_DIR", value_name = "DIR")]
-        runtime_dir: Option<std::path::PathBuf>,
-        /// Keep the GPUs' node labels (GPU Feature Discovery's names, and bcd.dev/ health) in
-        /// the file `bcd` of this Node Feature Discovery features folder, usually
-        /// /etc/kubernetes/node-feature-discovery/features.d; off when not given.
-        #[arg(long, env = "BCD_NFD_FEATURES_DIR", value_name = "DIR")]
-        nfd_features_dir: Option<std::path::PathBuf>,
-    },
+    Node(NodeArgs),
     /// One line per GPU from a live sample (waits at most 10 s), with UNHEALTHY where the
     /// healthy rule fails.
     Status,
@@ -346,6 +293,64 @@ pub enum Command {
         #[arg(long, value_name = "N")]
         expected_gpus: Option<usize>,
     },
+}
+
+/// `bcd node`'s own options: the one place they are declared. `commands::service` turns
+/// them, with the global options, into the node's configuration.
+#[derive(Debug, Clone, Args)]
+pub struct NodeArgs {
+    /// Serve Prometheus metrics on this address (GET /metrics); off by default.
+    #[arg(long, env = "BCD_METRICS_LISTEN", value_name = "ADDR")]
+    pub metrics_listen: Option<std::net::SocketAddr>,
+    /// Send the GPU samples over OTLP/HTTP (protobuf) to this collector every sample
+    /// interval, e.g. http://127.0.0.1:4318 (POST /v1/metrics); plain HTTP only.
+    #[arg(long, env = "BCD_OTLP_ENDPOINT", value_name = "URL")]
+    pub otlp_endpoint: Option<crate::node::otlp::OtlpEndpoint>,
+    /// Seconds between GPU samples (at least 5).
+    #[arg(long, env = "BCD_SAMPLE_INTERVAL", value_name = "SECONDS", default_value_t = MIN_SAMPLE_INTERVAL_S,
+          value_parser = parse_sample_interval)]
+    pub sample_interval: u64,
+    /// The group given the API socket (mode 0660).
+    #[arg(
+        long,
+        env = "BCD_API_GROUP",
+        value_name = "GROUP",
+        default_value = "bcd"
+    )]
+    pub api_group: String,
+    /// Time-sliced slots each GPU offers to holds, as GPU-<uuid>::0 to ::N-1 (0: none;
+    /// at most 64). Slots of one GPU may go to different holds; a slot never goes with
+    /// its whole GPU or its MIG devices.
+    #[arg(long, env = "BCD_GPU_SLOTS", value_name = "N", default_value_t = 0,
+          value_parser = clap::value_parser!(u32).range(0..=i64::from(crate::device::id::MAX_SLOTS)))]
+    pub gpu_slots: u32,
+    /// Also serve the metrics under another exporter's names: `dcgm` (NVIDIA
+    /// dcgm-exporter's DCGM_FI_* names, units and labels, host as `hostname`) or
+    /// `dcgm-legacy` (the same with `Hostname`, as dcgm-exporter named it before 2026).
+    #[arg(long, env = "BCD_METRICS_COMPAT", value_name = "SCHEME")]
+    pub metrics_compat: Option<MetricsCompatScheme>,
+    /// Serve kubelet device plugins (bcd.dev/gpu, bcd.dev/mig-<profile>,
+    /// bcd.dev/gpu-slot) in this folder, the kubelet's /var/lib/kubelet/device-plugins;
+    /// off when not given.
+    #[arg(long, env = "BCD_DEVICE_PLUGIN_DIR", value_name = "DIR")]
+    pub device_plugin_dir: Option<std::path::PathBuf>,
+    /// The kubelet's PodResources socket, read to learn which Kubernetes holds no pod has
+    /// any more.
+    #[arg(long, env = "BCD_POD_RESOURCES_SOCKET", value_name = "PATH", default_value = crate::kubelet::DEFAULT_POD_RESOURCES_SOCKET)]
+    pub pod_resources_socket: std::path::PathBuf,
+    /// Seconds a Kubernetes hold whose devices no pod has is kept before its release.
+    #[arg(long, env = "BCD_KUBERNETES_RELEASE_GRACE", value_name = "SECONDS", default_value_t = crate::kubelet::DEFAULT_RELEASE_GRACE.as_secs())]
+    pub kubernetes_release_grace: u64,
+    /// A folder on tmpfs that lasts the boot (bcd.service's RuntimeDirectory, kept across
+    /// restarts): XID conditions the data folder cannot take are kept here meanwhile.
+    /// Default: the API socket's folder (/run/bcd).
+    #[arg(long, env = "BCD_RUNTIME_DIR", value_name = "DIR")]
+    pub runtime_dir: Option<std::path::PathBuf>,
+    /// Keep the GPUs' node labels (GPU Feature Discovery's names, and bcd.dev/ health) in
+    /// the file `bcd` of this Node Feature Discovery features folder, usually
+    /// /etc/kubernetes/node-feature-discovery/features.d; off when not given.
+    #[arg(long, env = "BCD_NFD_FEATURES_DIR", value_name = "DIR")]
+    pub nfd_features_dir: Option<std::path::PathBuf>,
 }
 
 /// `bcd gpu ...`.
@@ -526,20 +531,15 @@ mod tests {
             assert_eq!(e.kind(), clap::error::ErrorKind::ValueValidation, "{low}");
             assert!(e.to_string().contains("at least 5 s"), "{low}: {e}");
         }
-        let Command::Node {
-            sample_interval, ..
-        } = parse(&["node", "--sample-interval", "5"]).unwrap().command
+        let Command::Node(args) = parse(&["node", "--sample-interval", "5"]).unwrap().command
         else {
             panic!("not node");
         };
-        assert_eq!(sample_interval, 5);
-        let Command::Node {
-            sample_interval, ..
-        } = parse(&["node"]).unwrap().command
-        else {
+        assert_eq!(args.sample_interval, 5);
+        let Command::Node(args) = parse(&["node"]).unwrap().command else {
             panic!("not node");
         };
-        assert_eq!(sample_interval, MIN_SAMPLE_INTERVAL_S);
+        assert_eq!(args.sample_interval, MIN_SAMPLE_INTERVAL_S);
     }
 
     #[test]

@@ -17,11 +17,11 @@ pub mod inventory;
 pub mod kubelet;
 pub mod labels;
 pub mod node;
-pub mod prometheus;
+pub(crate) mod prometheus;
 pub mod runtime;
 pub mod smi;
-pub mod state;
+pub(crate) mod state;
 pub mod sys;
 #[cfg(test)]
 mod test_log;
-pub mod utc;
+pub(crate) mod utc;

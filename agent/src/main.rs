@@ -59,40 +59,7 @@ fn main() -> ExitCode {
             Command::Hold(cmd) => svc::hold(&cli.global, cmd).await,
             Command::Vfio(cmd) => svc::vfio(&cli.global, cmd).await,
             Command::Vm(cmd) => svc::vm(&cli.global, cmd).await,
-            Command::Node {
-                metrics_listen,
-                otlp_endpoint,
-                sample_interval,
-                api_group,
-                gpu_slots,
-                metrics_compat,
-                device_plugin_dir,
-                pod_resources_socket,
-                kubernetes_release_grace,
-                runtime_dir,
-                nfd_features_dir,
-            } => {
-                let flags = svc::NodeFlags {
-                    runtime_dir: runtime_dir.clone(),
-                    metrics_listen: *metrics_listen,
-                    otlp_endpoint: otlp_endpoint.clone(),
-                    sample_interval: *sample_interval,
-                    api_group: api_group.clone(),
-                    gpu_slots: *gpu_slots,
-                    metrics_compat: metrics_compat.map(Into::into),
-                    kubelet: device_plugin_dir
-                        .as_ref()
-                        .map(|dir| bcd::kubelet::KubeletConfig {
-                            plugin_dir: dir.clone(),
-                            pod_resources_socket: pod_resources_socket.clone(),
-                            release_grace: std::time::Duration::from_secs(
-                                *kubernetes_release_grace,
-                            ),
-                        }),
-                    nfd_features_dir: nfd_features_dir.clone(),
-                };
-                svc::node(&cli.global, flags).await
-            }
+            Command::Node(args) => svc::node(&cli.global, args).await,
             Command::Status => commands::status::status(&cli.global).await,
             Command::GenerateDocs { dir } => commands::docs::generate(dir),
             Command::Diag { gpu, expected_gpus } => {

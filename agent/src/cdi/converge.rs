@@ -164,7 +164,7 @@ pub fn unnamed_sentence(hold: &HoldId, unnamed: &[DeviceId], vendor: Option<&Pat
 }
 
 pub fn warn_unnamed(hold: &HoldId, unnamed: &[DeviceId], vendor: Option<&Path>) {
-    let devices: Vec<&str> = unnamed.iter().map(DeviceId::as_str).collect();
+    let devices: Vec<String> = unnamed.iter().map(DeviceId::to_string).collect();
     tracing::warn!(
         hold = %hold,
         devices = %devices.join(","),

@@ -187,20 +187,4 @@ mod tests {
             "waiting for nvidia-smi --query-gpu --format: 3 s of 30 s"
         );
     }
-
-    #[test]
-    fn running_queries_are_listed_longest_first_until_they_end() {
-        use crate::smi::runner::waiting::{running, Waiting};
-        // Names no other test uses: the registry is the whole process's.
-        let first = Waiting::start("-q -x --test-first", std::time::Duration::from_secs(30));
-        std::thread::sleep(std::time::Duration::from_millis(5));
-        let second = Waiting::start("-L --test-second", std::time::Duration::from_secs(30));
-        let now = running();
-        let at = |q: &str| now.iter().position(|r| r == q).unwrap();
-        assert!(at("-q -x --test-first") < at("-L --test-second"), "{now:?}");
-        drop(first);
-        assert!(!running().iter().any(|r| r == "-q -x --test-first"));
-        drop(second);
-        assert!(!running().iter().any(|r| r == "-L --test-second"));
-    }
 }

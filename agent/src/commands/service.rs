@@ -1,7 +1,6 @@
 //! The subcommands that go through the node service (`gpu reset`, `hold ...`) and `bcd node`
 //! itself. Each prints what the service did, or its refusal as a sentence.
 
-use std::net::SocketAddr;
 use std::process::ExitCode;
 use std::time::Duration;
 
@@ -10,9 +9,8 @@ use serde::Serialize;
 use serde_json::Value;
 
 use super::output::{fail_api, print, FAILED, PROBLEM};
-use crate::cli::{Global, GpuCommand, HoldCommand, VfioCommand, VmCommand};
+use crate::cli::{Global, GpuCommand, HoldCommand, NodeArgs, VfioCommand, VmCommand};
 use crate::node::client::{call, decode};
-use crate::node::otlp::OtlpEndpoint;
 use crate::node::schema::{
     HoldList, HoldRequest, HoldView, PassthroughRequest, ResetReport, ResetRequest, Summary,
 };
@@ -208,47 +206,30 @@ pub async fn vm(global: &Global, cmd: &VmCommand) -> ExitCode {
     through_service(global, "POST", path, Some(&request), summary).await
 }
 
-/// `bcd node`'s own flags, as the command line gave them.
-#[derive(Debug, Clone)]
-pub struct NodeFlags {
-    /// See `bcd node --runtime-dir`.
-    pub runtime_dir: Option<std::path::PathBuf>,
-    /// `--metrics-listen`.
-    pub metrics_listen: Option<SocketAddr>,
-    /// `--otlp-endpoint`.
-    pub otlp_endpoint: Option<OtlpEndpoint>,
-    /// `--sample-interval`, in seconds.
-    pub sample_interval: u64,
-    /// `--api-group`.
-    pub api_group: String,
-    /// `--gpu-slots`.
-    pub gpu_slots: u32,
-    /// `--metrics-compat`.
-    pub metrics_compat: Option<crate::node::metrics::MetricsCompat>,
-    /// `--device-plugin-dir` and its companions; `None` without it.
-    pub kubelet: Option<crate::kubelet::KubeletConfig>,
-    /// `--nfd-features-dir`.
-    pub nfd_features_dir: Option<std::path::PathBuf>,
+/// `bcd node`.
+pub async fn node(global: &Global, args: &NodeArgs) -> ExitCode {
+    let nfd_features_dir = args.nfd_features_dir.clone();
+    match run(
+        node_config(global, args),
+        consumers(kubelet_config(args), nfd_features_dir),
+    )
+    .await
+    {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("bcd node: {e}");
+            ExitCode::from(FAILED)
+        }
+    }
 }
 
-/// `bcd node`.
-pub async fn node(global: &Global, flags: NodeFlags) -> ExitCode {
-    let NodeFlags {
-        runtime_dir,
-        metrics_listen,
-        otlp_endpoint,
-        sample_interval,
-        api_group,
-        gpu_slots,
-        metrics_compat,
-        kubelet,
-        nfd_features_dir,
-    } = flags;
-    let config = NodeConfig {
+/// The node's configuration: the global options and `bcd node`'s own, read once here.
+fn node_config(global: &Global, args: &NodeArgs) -> NodeConfig {
+    NodeConfig {
         host: global.host(),
         data_dir: global.data_dir.clone(),
         // The API socket's folder is bcd.service's RuntimeDirectory (/run/bcd).
-        runtime_dir: runtime_dir.unwrap_or_else(|| {
+        runtime_dir: args.runtime_dir.clone().unwrap_or_else(|| {
             global
                 .api_socket
                 .parent()
@@ -261,21 +242,24 @@ pub async fn node(global: &Global, flags: NodeFlags) -> ExitCode {
         cdi_dir: global.cdi_dir.clone(),
         helper_socket: global.helper_socket.clone(),
         api_socket: global.api_socket.clone(),
-        api_group: Some(api_group),
-        metrics_listen,
-        sample_interval: Duration::from_secs(sample_interval),
-        otlp_endpoint,
-        gpu_slots,
+        api_group: Some(args.api_group.clone()),
+        metrics_listen: args.metrics_listen,
+        sample_interval: Duration::from_secs(args.sample_interval),
+        otlp_endpoint: args.otlp_endpoint.clone(),
+        gpu_slots: args.gpu_slots,
         xid_policy: global.xid_policy(),
-        metrics_compat,
-    };
-    match run(config, consumers(kubelet, nfd_features_dir)).await {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("bcd node: {e}");
-            ExitCode::from(FAILED)
-        }
+        metrics_compat: args.metrics_compat.map(Into::into),
     }
+}
+
+/// The kubelet device plugins' configuration; `None` without `--device-plugin-dir`.
+fn kubelet_config(args: &NodeArgs) -> Option<crate::kubelet::KubeletConfig> {
+    let plugin_dir = args.device_plugin_dir.clone()?;
+    Some(crate::kubelet::KubeletConfig {
+        plugin_dir,
+        pod_resources_socket: args.pod_resources_socket.clone(),
+        release_grace: Duration::from_secs(args.kubernetes_release_grace),
+    })
 }
 
 /// The consumers of the node's devices `bcd node` was asked for, each a task on the node that
@@ -311,4 +295,70 @@ fn consumers(
         });
     }
     tasks
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::PathBuf;
+    use std::time::Duration;
+
+    use super::{kubelet_config, node_config};
+    use crate::cli::{Cli, Command, NodeArgs};
+
+    fn parse(args: &[&str]) -> (Cli, NodeArgs) {
+        let cli = Cli::try_parse_checked(["bcd", "node"].iter().chain(args)).unwrap();
+        let Command::Node(node) = &cli.command else {
+            panic!("not node");
+        };
+        let node = node.clone();
+        (cli, node)
+    }
+
+    #[test]
+    fn the_node_options_reach_the_node_config_once() {
+        let (cli, args) = parse(&[
+            "--api-socket",
+            "/run/x/api.sock",
+            "--sample-interval",
+            "7",
+            "--gpu-slots",
+            "4",
+            "--metrics-compat",
+            "dcgm",
+        ]);
+        let config = node_config(&cli.global, &args);
+        assert_eq!(config.sample_interval, Duration::from_secs(7));
+        assert_eq!(config.gpu_slots, 4);
+        assert_eq!(config.api_group.as_deref(), Some("bcd"));
+        assert_eq!(
+            config.runtime_dir,
+            PathBuf::from("/run/x"),
+            "the socket's folder"
+        );
+        assert!(config.metrics_compat.is_some());
+        let (cli, args) = parse(&["--runtime-dir", "/run/y"]);
+        assert_eq!(
+            node_config(&cli.global, &args).runtime_dir,
+            PathBuf::from("/run/y")
+        );
+    }
+
+    #[test]
+    fn the_kubelet_is_configured_only_with_a_device_plugin_dir() {
+        let (_, args) = parse(&["--kubernetes-release-grace", "9"]);
+        assert!(kubelet_config(&args).is_none());
+        let (_, args) = parse(&[
+            "--device-plugin-dir",
+            "/dp",
+            "--kubernetes-release-grace",
+            "9",
+        ]);
+        let kubelet = kubelet_config(&args).unwrap();
+        assert_eq!(kubelet.plugin_dir, PathBuf::from("/dp"));
+        assert_eq!(kubelet.release_grace, Duration::from_secs(9));
+        assert_eq!(
+            kubelet.pod_resources_socket,
+            PathBuf::from(crate::kubelet::DEFAULT_POD_RESOURCES_SOCKET)
+        );
+    }
 }

@@ -313,19 +313,15 @@ pub async fn status_within(
         .as_ref()
         .map(|i| super::pcie::link_widths(host, i))
         .unwrap_or_default();
-    let evidence = Evidence {
-        conditions: &conditions,
-        history: &history,
-        policy: Some(policy),
-        driver: driver.as_ref(),
-        silent: silent.as_deref(),
-        fabric_manager_down,
-        samples: &samples,
-        // One collection: no rate between two.
-        correctable: None,
-        board: inventory.as_ref().map_or(&[][..], |i| &i.gpu.gpus),
-        links: Some(&links),
-    };
+    // One collection: no correctable rate between two.
+    let evidence = Evidence::new(&conditions)
+        .with_board(inventory.as_ref().map_or(&[][..], |i| &i.gpu.gpus))
+        .with_history(&history)
+        .with_policy(policy)
+        .with_driver(driver.as_ref(), silent.as_deref())
+        .with_fabric_manager_down(fabric_manager_down)
+        .with_samples(&samples)
+        .with_links(&links);
     Ok(StatusReport {
         gpus: gpu_statuses(&samples, inventory.as_ref(), &evidence),
         notes,

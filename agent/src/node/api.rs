@@ -170,7 +170,7 @@ impl From<PolicyError> for ApiError {
         use PolicyError as P;
         let sentence = e.to_string();
         match e {
-            P::Conflict { .. } | P::Invariant { .. } => Self::DeviceHeld(sentence),
+            P::Conflict { .. } | P::Invariant(_) => Self::DeviceHeld(sentence),
             P::PassedThrough(_) | P::Claimed { .. } => Self::GpuBusy(sentence),
             P::UnknownDevice(_) => Self::UnknownDevice(sentence),
             P::NoSuchSlot { .. } | P::SlotInMigMode { .. } => Self::Refused(sentence),
@@ -568,7 +568,7 @@ async fn kubernetes_holds(node: &Node) -> schema::KubernetesHolds {
         .filter(|h| h.kubernetes)
         .map(|h| schema::KubernetesHold {
             hold: h.id.as_str().to_owned(),
-            devices: h.devices.iter().map(|d| d.as_str().to_owned()).collect(),
+            devices: h.devices.iter().map(|d| d.to_string()).collect(),
             release_pending_since: h.unassigned_since,
         })
         .collect();
@@ -619,7 +619,7 @@ async fn reset(
         .claim(&devices, crate::device::policy::ClaimKind::Reset)
         .await
         .map_err(|(gpu, busy)| ResetError::Busy {
-            uuid: gpu.as_str().parse().unwrap_or_else(|_| gpus[0].clone()),
+            uuid: gpu.gpu_uuid().unwrap_or(&gpus[0]).clone(),
             holder: busy.to_string(),
         })?;
     let inventory = node.inventory().await;

@@ -115,7 +115,7 @@ impl From<&crate::cdi::Hold> for HoldView {
     fn from(hold: &crate::cdi::Hold) -> Self {
         Self {
             id: hold.id.as_str().to_owned(),
-            devices: hold.devices.iter().map(|d| d.as_str().to_owned()).collect(),
+            devices: hold.devices.iter().map(|d| d.to_string()).collect(),
             kubernetes: hold.kubernetes,
             owner: Some(hold.owner()),
             spec: None,

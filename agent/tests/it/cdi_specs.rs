@@ -822,7 +822,7 @@ fn real_nvidia_specs_render_valid_hold_specs() {
         for (id, vendor_name, catalog) in targets_of(&v.spec) {
             let rendered = render_hold(
                 "real",
-                &[id.as_str()],
+                &[id.to_string().as_str()],
                 false,
                 std::slice::from_ref(&v),
                 &catalog,
