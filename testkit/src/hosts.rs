@@ -62,6 +62,23 @@ pub struct NodeSandbox {
 }
 
 impl NodeSandbox {
+    /// The global options that point `bcd` at this sandbox: `--host`, `--data-dir`,
+    /// `--cdi-dir`, `--helper-socket` and `--api-socket`.
+    pub fn global_args(&self) -> Vec<std::ffi::OsString> {
+        let mut args = Vec::new();
+        for (flag, path) in [
+            ("--host", &self.host),
+            ("--data-dir", &self.data),
+            ("--cdi-dir", &self.cdi),
+            ("--helper-socket", &self.helper_sock),
+            ("--api-socket", &self.api_sock),
+        ] {
+            args.push(flag.into());
+            args.push(path.clone().into_os_string());
+        }
+        args
+    }
+
     /// A sandbox in `dir` on the fake host `name` (its NVIDIA spec is the demo host's).
     pub fn new(dir: &Path, name: &str) -> Self {
         let host = copy_host(dir, name);

@@ -20,30 +20,27 @@ fn bcd() -> Command {
 fn the_global_options_come_from_bcd_variables_and_a_flag_wins() {
     let host = Path::new(env!("CARGO_MANIFEST_DIR")).join("../testdata/hosts/hgx-h100");
     let data = tempfile::tempdir().unwrap();
-    let out = bcd()
-        .arg("--host")
-        .arg(&host)
-        .args(["diag"])
-        .env("BCD_DATA_DIR", data.path().join("from-env"))
-        .env("BCD_API_SOCKET", data.path().join("none.sock"))
-        .output()
-        .unwrap();
-    let text = String::from_utf8_lossy(&out.stdout);
+    // diag names the data folder it read (no XID record there) in its xid.recent lines.
+    let diag = |flag: Option<&str>| {
+        let mut cmd = bcd();
+        cmd.arg("--host").arg(&host);
+        if let Some(dir) = flag {
+            cmd.arg("--data-dir").arg(data.path().join(dir));
+        }
+        let out = cmd
+            .arg("diag")
+            .env("BCD_DATA_DIR", data.path().join("from-env"))
+            .env("BCD_API_SOCKET", data.path().join("none.sock"))
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let text = diag(None);
     assert!(
-        text.contains(&format!("{}", data.path().join("from-env").display())),
+        text.contains(&data.path().join("from-env").display().to_string()),
         "{text}"
     );
-    let out = bcd()
-        .arg("--host")
-        .arg(&host)
-        .arg("--data-dir")
-        .arg(data.path().join("from-flag"))
-        .args(["diag"])
-        .env("BCD_DATA_DIR", data.path().join("from-env"))
-        .env("BCD_API_SOCKET", data.path().join("none.sock"))
-        .output()
-        .unwrap();
-    let text = String::from_utf8_lossy(&out.stdout);
+    let text = diag(Some("from-flag"));
     assert!(
         text.contains("from-flag") && !text.contains("from-env"),
         "{text}"

@@ -14,16 +14,7 @@ fn node_lines(extra: &[&str], until: &str) -> Vec<String> {
     let s = NodeSandbox::new(dir.path(), "hgx-h100");
     let mut child = Reaped(
         Command::new(env!("CARGO_BIN_EXE_bcd"))
-            .arg("--host")
-            .arg(&s.host)
-            .arg("--data-dir")
-            .arg(&s.data)
-            .arg("--cdi-dir")
-            .arg(&s.cdi)
-            .arg("--helper-socket")
-            .arg(&s.helper_sock)
-            .arg("--api-socket")
-            .arg(&s.api_sock)
+            .args(s.global_args())
             .args(extra)
             .args(["node", "--api-group", "root"])
             .env_remove("BCD_LOG")

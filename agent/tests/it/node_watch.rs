@@ -59,16 +59,7 @@ fn the_status_watch_streams_a_document_per_change_within_its_own_cap() {
     let s = NodeSandbox::new(dir.path(), "hgx-h100");
     let _node = Reaped(
         Command::new(env!("CARGO_BIN_EXE_bcd"))
-            .arg("--host")
-            .arg(&s.host)
-            .arg("--data-dir")
-            .arg(&s.data)
-            .arg("--cdi-dir")
-            .arg(&s.cdi)
-            .arg("--helper-socket")
-            .arg(&s.helper_sock)
-            .arg("--api-socket")
-            .arg(&s.api_sock)
+            .args(s.global_args())
             .args(["node", "--api-group", "root"])
             .stderr(Stdio::null())
             .spawn()
