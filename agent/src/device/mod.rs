@@ -13,7 +13,7 @@ pub mod pods;
 pub mod policy;
 pub mod source;
 
-pub use hold::{Hold, HoldOwner};
+pub use hold::{DraClaim, Hold, HoldOwner, PoolDevice};
 pub use id::{DeviceId, DeviceKind, HoldId, IdError};
 pub use pods::{PodAllocation, PodRef};
 pub use source::{Changes, DeviceSource, Report};
