@@ -10,6 +10,7 @@ pub mod cli;
 pub mod commands;
 pub mod device;
 pub mod doctor;
+pub mod dra;
 pub mod health;
 pub mod helper_client;
 pub mod inventory;
