@@ -653,6 +653,7 @@ mod tests {
             devices: vec![crate::device::PoolDevice {
                 pool: "node-a".into(),
                 device: "gpu-0".into(),
+                requests: vec!["gpu".into()],
             }],
             spec: Some("/var/run/cdi/k8s.gpu.bcd.dev-claim_3f0c.json".into()),
         }

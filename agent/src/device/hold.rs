@@ -104,6 +104,9 @@ pub struct PoolDevice {
     pub pool: String,
     /// The device's name in the pool (`gpu-0`, ...).
     pub device: String,
+    /// The claim's requests it was allocated for (base names, without a subrequest).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub requests: Vec<String>,
 }
 
 impl std::fmt::Display for PoolDevice {

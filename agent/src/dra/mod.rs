@@ -4,12 +4,194 @@
 //! - What the driver offers and how it names and describes each device ([`devices`]), and
 //!   the node's ResourceSlices with the writes that bring the API server's to them
 //!   ([`slices`]): pure functions, tested as tables.
+//! - The kubelet side ([`plugin`]): the registration socket in `<kubelet>/plugins_registry/`
+//!   and, on `<kubelet>/plugins/gpu.bcd.dev/dra.sock`, the DRA plugin API (`v1` and
+//!   `v1beta1`) and the device health stream (`v1alpha1`).
+//! - Claims ([`prepare`]): a prepared claim is one Kubernetes hold made through the policy,
+//!   with its own CDI spec in the CDI runtime folder, written before the answer; the
+//!   ResourceClaims are read through [`claims::ClaimReader`].
 //!
-//! It reaches the node through [`crate::device::DeviceSource`] alone, never runs a privileged
-//! step and changes nothing but holds and its claims' CDI specs.
+//! It reaches the node through [`crate::device::DeviceSource`] alone (tested against a fake
+//! source), keeps its own counters and problems in [`DraState`] (shown in the node's status
+//! and metrics as a [`crate::device::Report`]), never runs a privileged step and changes
+//! nothing but holds and its claims' CDI specs.
 
+pub mod claims;
 pub mod devices;
+pub mod plugin;
+pub mod prepare;
 pub mod slices;
+
+use std::path::PathBuf;
+use std::sync::Mutex;
 
 /// The driver's name: the ResourceSlices' `spec.driver`, the kubelet plugin's name.
 pub const DRIVER: &str = "gpu.bcd.dev";
+/// The kubelet's root folder, where its plugin folders are.
+pub const DEFAULT_KUBELET_DIR: &str = "/var/lib/kubelet";
+/// Where the claims' CDI specs go: a folder that does not outlive a reboot, as a prepared
+/// claim does not.
+pub const DEFAULT_CDI_RUNTIME_DIR: &str = "/var/run/cdi";
+
+/// The generated gRPC code of the kubelet's DRA APIs (`agent/proto/`).
+pub mod proto {
+    /// The DRA plugin API, `v1`.
+    #[allow(missing_docs, clippy::all, missing_debug_implementations)]
+    pub mod v1 {
+        tonic::include_proto!("k8s.io.kubelet.pkg.apis.dra.v1");
+    }
+    /// The DRA plugin API, `v1beta1`.
+    #[allow(missing_docs, clippy::all, missing_debug_implementations)]
+    pub mod v1beta1 {
+        tonic::include_proto!("k8s.io.kubelet.pkg.apis.dra.v1beta1");
+    }
+    /// Plugin registration.
+    #[allow(missing_docs, clippy::all, missing_debug_implementations)]
+    pub mod registration {
+        tonic::include_proto!("pluginregistration");
+    }
+    /// The DRA device health API, `v1alpha1`.
+    #[allow(missing_docs, clippy::all, missing_debug_implementations)]
+    pub mod health {
+        tonic::include_proto!("v1alpha1");
+    }
+}
+
+/// What `bcd node --dra` was told.
+#[derive(Debug, Clone)]
+pub struct DraConfig {
+    /// The kubelet's root folder ([`DEFAULT_KUBELET_DIR`]).
+    pub kubelet_dir: PathBuf,
+    /// Where the claims' specs go ([`DEFAULT_CDI_RUNTIME_DIR`]).
+    pub cdi_runtime_dir: PathBuf,
+    /// The node's name: the pool's name.
+    pub node_name: String,
+    /// The host whose procfs gives the GPUs' device minors.
+    pub host: crate::sys::host::Host,
+}
+
+impl DraConfig {
+    /// The folder of the DRA socket: `<kubelet>/plugins/gpu.bcd.dev`.
+    pub fn plugin_dir(&self) -> PathBuf {
+        self.kubelet_dir.join("plugins").join(DRIVER)
+    }
+
+    /// The DRA socket: `<kubelet>/plugins/gpu.bcd.dev/dra.sock`.
+    pub fn dra_socket(&self) -> PathBuf {
+        self.plugin_dir().join("dra.sock")
+    }
+
+    /// The registration folder: `<kubelet>/plugins_registry`.
+    pub fn registry_dir(&self) -> PathBuf {
+        self.kubelet_dir.join("plugins_registry")
+    }
+
+    /// The registration socket: `<kubelet>/plugins_registry/gpu.bcd.dev-reg.sock`.
+    pub fn registration_socket(&self) -> PathBuf {
+        self.registry_dir().join(format!("{DRIVER}-reg.sock"))
+    }
+}
+
+/// The driver's counters.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Counters {
+    /// Claims prepared (again, too).
+    pub prepared: u64,
+    /// Claims refused.
+    pub refused: u64,
+    /// Claims unprepared.
+    pub unprepared: u64,
+}
+
+/// The driver's own state: counters, whether the kubelet registered it, what is degraded.
+#[derive(Debug, Default)]
+pub struct DraState {
+    counters: Mutex<Counters>,
+    /// What the kubelet last said of the registration: `Ok` or its error.
+    registration: Mutex<Option<Result<(), String>>>,
+    /// What is degraded on the driver's side (sockets).
+    problem: Mutex<Option<String>>,
+}
+
+impl DraState {
+    /// Changes the counters.
+    pub fn count(&self, f: impl FnOnce(&mut Counters)) {
+        if let Ok(mut c) = self.counters.lock() {
+            f(&mut c);
+        }
+    }
+
+    /// The counters now.
+    pub fn counters(&self) -> Counters {
+        self.counters.lock().map(|c| *c).unwrap_or_default()
+    }
+
+    /// Records what the kubelet said of the registration.
+    pub fn registered(&self, outcome: Result<(), String>) {
+        if let Ok(mut r) = self.registration.lock() {
+            *r = Some(outcome);
+        }
+    }
+
+    /// What the kubelet last said of the registration; `None` before it said anything.
+    pub fn registration(&self) -> Option<Result<(), String>> {
+        self.registration.lock().ok().and_then(|r| r.clone())
+    }
+
+    /// Sets or clears what is degraded on the driver's side (logged when it changes).
+    pub fn set_problem(&self, sentence: Option<String>) {
+        if let Ok(mut p) = self.problem.lock() {
+            if let Some(s) = &sentence {
+                if p.as_ref() != Some(s) {
+                    tracing::warn!("{s}");
+                }
+            }
+            *p = sentence;
+        }
+    }
+}
+
+impl crate::device::Report for DraState {
+    fn problem(&self) -> Option<String> {
+        let mut parts: Vec<String> = Vec::new();
+        if let Some(p) = self.problem.lock().ok().and_then(|p| p.clone()) {
+            parts.push(p);
+        }
+        if let Some(Err(e)) = self.registration() {
+            parts.push(format!(
+                "the kubelet did not register the DRA driver {DRIVER}: {e}"
+            ));
+        }
+        (!parts.is_empty()).then(|| parts.join("; "))
+    }
+
+    fn metrics_text(&self) -> String {
+        use crate::prometheus::{Exposition, Kind};
+        let c = self.counters();
+        let mut text = Exposition::default();
+        for (name, help, value) in [
+            (
+                "bcd_dra_claims_prepared_total",
+                "DRA claims prepared (answered again after a kubelet restart, too).",
+                c.prepared,
+            ),
+            (
+                "bcd_dra_claims_refused_total",
+                "DRA claims the driver refused to prepare.",
+                c.refused,
+            ),
+            (
+                "bcd_dra_claims_unprepared_total",
+                "DRA claims unprepared.",
+                c.unprepared,
+            ),
+        ] {
+            text.family(name, Kind::Counter, help)
+                .sample([], value as f64);
+        }
+        text.into_text()
+    }
+}
+
+#[cfg(test)]
+mod tests;
