@@ -13,7 +13,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         "proto/dra/v1/api.proto",
         "proto/dra/v1beta1/api.proto",
         "proto/pluginregistration/v1/api.proto",
-        "proto/dra-health/v1alpha1/api.proto",
+        "proto/dra_health/v1alpha1/api.proto",
         "proto/otlp/v1/metrics.proto",
     ];
     for p in protos {

@@ -60,7 +60,30 @@ fn main() -> ExitCode {
                 kubernetes_release_grace,
                 runtime_dir,
                 nfd_features_dir,
+                dra,
+                kubelet_dir,
+                cdi_runtime_dir,
+                kubeconfig,
+                node_name,
             } => {
+                let dra = if *dra {
+                    let Some(node_name) = node_name.clone().or_else(bcd::dra::host_node_name)
+                    else {
+                        eprintln!("bcd node: the host's name cannot be read; give --node-name");
+                        return ExitCode::from(2);
+                    };
+                    Some(svc::DraFlags {
+                        config: bcd::dra::DraConfig {
+                            kubelet_dir: kubelet_dir.clone(),
+                            cdi_runtime_dir: cdi_runtime_dir.clone(),
+                            node_name,
+                            host: cli.global.host(),
+                        },
+                        kubeconfig: kubeconfig.clone(),
+                    })
+                } else {
+                    None
+                };
                 let flags = svc::NodeFlags {
                     runtime_dir: runtime_dir.clone(),
                     metrics_listen: *metrics_listen,
@@ -79,6 +102,7 @@ fn main() -> ExitCode {
                             ),
                         }),
                     nfd_features_dir: nfd_features_dir.clone(),
+                    dra,
                 };
                 svc::node(&cli.global, flags).await
             }

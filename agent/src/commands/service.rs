@@ -214,6 +214,17 @@ pub struct NodeFlags {
     pub kubelet: Option<crate::kubelet::KubeletConfig>,
     /// `--nfd-features-dir`.
     pub nfd_features_dir: Option<std::path::PathBuf>,
+    /// `--dra` and its companions; `None` without it.
+    pub dra: Option<DraFlags>,
+}
+
+/// `bcd node --dra`'s flags.
+#[derive(Debug, Clone)]
+pub struct DraFlags {
+    /// `--kubelet-dir`, `--cdi-runtime-dir`, `--node-name`.
+    pub config: crate::dra::DraConfig,
+    /// `--kubeconfig`.
+    pub kubeconfig: Option<std::path::PathBuf>,
 }
 
 /// `bcd node`.
@@ -228,6 +239,7 @@ pub async fn node(global: &Global, flags: NodeFlags) -> ExitCode {
         metrics_compat,
         kubelet,
         nfd_features_dir,
+        dra,
     } = flags;
     let config = NodeConfig {
         host: global.host(),
@@ -254,7 +266,7 @@ pub async fn node(global: &Global, flags: NodeFlags) -> ExitCode {
         xid_policy: global.xid_policy(),
         metrics_compat,
     };
-    match run(config, consumers(kubelet, nfd_features_dir)).await {
+    match run(config, consumers(kubelet, nfd_features_dir, dra)).await {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("bcd node: {e}");
@@ -266,12 +278,23 @@ pub async fn node(global: &Global, flags: NodeFlags) -> ExitCode {
 /// The consumers of the node's devices `bcd node` was asked for, each a task on the node that
 /// reaches it through [`crate::device::DeviceSource`] alone: the kubelet device plugins (with
 /// `--device-plugin-dir`) and the node labels' feature file (with `--nfd-features-dir`), their
-/// state shown in the node's status and metrics.
+/// state shown in the node's status and metrics, and the DRA driver (with `--dra`).
 fn consumers(
     kubelet: Option<crate::kubelet::KubeletConfig>,
     nfd_features_dir: Option<std::path::PathBuf>,
+    dra: Option<DraFlags>,
 ) -> Vec<crate::node::service::NodeTask> {
     let mut tasks = Vec::new();
+    if let Some(DraFlags { config, kubeconfig }) = dra {
+        tasks.push(crate::node::service::NodeTask {
+            name: "the DRA driver gpu.bcd.dev",
+            start: Box::new(move |node| {
+                let state = std::sync::Arc::new(crate::dra::DraState::default());
+                node.add_report(state.clone());
+                Box::pin(crate::dra::run(node, state, config, kubeconfig))
+            }),
+        });
+    }
     if let Some(config) = kubelet {
         tasks.push(crate::node::service::NodeTask {
             name: "the kubelet device plugins",

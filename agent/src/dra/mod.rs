@@ -7,6 +7,8 @@
 //! - The kubelet side ([`plugin`]): the registration socket in `<kubelet>/plugins_registry/`
 //!   and, on `<kubelet>/plugins/gpu.bcd.dev/dra.sock`, the DRA plugin API (`v1` and
 //!   `v1beta1`) and the device health stream (`v1alpha1`).
+//! - The API server ([`controller`]): the client, the ResourceClaim reader, and the work loop
+//!   that keeps the pool's slices as the node's devices are.
 //! - Claims ([`prepare`]): a prepared claim is one Kubernetes hold made through the policy,
 //!   with its own CDI spec in the CDI runtime folder, written before the answer; the
 //!   ResourceClaims are read through [`claims::ClaimReader`].
@@ -17,6 +19,7 @@
 //! nothing but holds and its claims' CDI specs.
 
 pub mod claims;
+pub mod controller;
 pub mod devices;
 pub mod plugin;
 pub mod prepare;
@@ -101,6 +104,8 @@ pub struct Counters {
     pub refused: u64,
     /// Claims unprepared.
     pub unprepared: u64,
+    /// ResourceSlice writes (creates, updates, deletions).
+    pub slice_writes: u64,
 }
 
 /// The driver's own state: counters, whether the kubelet registered it, what is degraded.
@@ -111,6 +116,8 @@ pub struct DraState {
     registration: Mutex<Option<Result<(), String>>>,
     /// What is degraded on the driver's side (sockets).
     problem: Mutex<Option<String>>,
+    /// What is degraded on the API server's side (the slices, the Node).
+    api_problem: Mutex<Option<String>>,
 }
 
 impl DraState {
@@ -138,24 +145,35 @@ impl DraState {
         self.registration.lock().ok().and_then(|r| r.clone())
     }
 
-    /// Sets or clears what is degraded on the driver's side (logged when it changes).
+    /// Sets or clears what is degraded on the kubelet's side (logged when it changes).
     pub fn set_problem(&self, sentence: Option<String>) {
-        if let Ok(mut p) = self.problem.lock() {
-            if let Some(s) = &sentence {
-                if p.as_ref() != Some(s) {
-                    tracing::warn!("{s}");
-                }
+        set(&self.problem, sentence);
+    }
+
+    /// Sets or clears what is degraded on the API server's side (logged when it changes).
+    pub fn set_api_problem(&self, sentence: Option<String>) {
+        set(&self.api_problem, sentence);
+    }
+}
+
+fn set(slot: &Mutex<Option<String>>, sentence: Option<String>) {
+    if let Ok(mut p) = slot.lock() {
+        if let Some(s) = &sentence {
+            if p.as_ref() != Some(s) {
+                tracing::warn!("{s}");
             }
-            *p = sentence;
         }
+        *p = sentence;
     }
 }
 
 impl crate::device::Report for DraState {
     fn problem(&self) -> Option<String> {
         let mut parts: Vec<String> = Vec::new();
-        if let Some(p) = self.problem.lock().ok().and_then(|p| p.clone()) {
-            parts.push(p);
+        for slot in [&self.problem, &self.api_problem] {
+            if let Some(p) = slot.lock().ok().and_then(|p| p.clone()) {
+                parts.push(p);
+            }
         }
         if let Some(Err(e)) = self.registration() {
             parts.push(format!(
@@ -185,12 +203,62 @@ impl crate::device::Report for DraState {
                 "DRA claims unprepared.",
                 c.unprepared,
             ),
+            (
+                "bcd_dra_resourceslice_writes_total",
+                "ResourceSlice creates, updates and deletions bcd sent.",
+                c.slice_writes,
+            ),
         ] {
             text.family(name, Kind::Counter, help)
                 .sample([], value as f64);
         }
         text.into_text()
     }
+}
+
+/// How long the driver waits before it tries a kubeconfig or service account again.
+pub const CONNECT_RETRY: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// The driver on the node: makes the API server's client (trying again every
+/// [`CONNECT_RETRY`] while it cannot, saying why in `status`), then serves the kubelet's
+/// sockets and publishes the node's ResourceSlices, until the node stops.
+pub async fn run<S: crate::device::DeviceSource>(
+    node: std::sync::Arc<S>,
+    state: std::sync::Arc<DraState>,
+    config: DraConfig,
+    kubeconfig: Option<PathBuf>,
+) {
+    let client = loop {
+        match controller::connect(kubeconfig.as_deref()).await {
+            Ok(c) => break c,
+            Err(e) => {
+                state.set_api_problem(Some(format!(
+                    "{e}; the DRA driver {DRIVER} starts once it can"
+                )));
+                tokio::time::sleep(CONNECT_RETRY).await;
+            }
+        }
+    };
+    state.set_api_problem(None);
+    let reader = std::sync::Arc::new(controller::ApiClaims::new(client.clone()));
+    let driver = std::sync::Arc::new(prepare::Driver::new(
+        node.clone(),
+        reader,
+        config.clone(),
+        state.clone(),
+    ));
+    tokio::join!(
+        plugin::run(driver, state.clone()),
+        controller::publish(node, client, state, config),
+    );
+}
+
+/// The host's name in lower case, as the kubelet names its node by default; `None` when the
+/// kernel does not say.
+pub fn host_node_name() -> Option<String> {
+    let name = std::fs::read_to_string("/proc/sys/kernel/hostname").ok()?;
+    let name = name.trim().to_ascii_lowercase();
+    (!name.is_empty()).then_some(name)
 }
 
 #[cfg(test)]

@@ -156,7 +156,7 @@ pub fn quantity(n: u64) -> String {
     }
     let mut mantissa = n;
     let mut exponent = 0;
-    while mantissa % 1000 == 0 && exponent < 6 {
+    while mantissa.is_multiple_of(1000) && exponent < 6 {
         mantissa /= 1000;
         exponent += 1;
     }

@@ -15,6 +15,7 @@ mod deb;
 mod device_plugins;
 mod doctor;
 mod doctor_real_nvidia_smi;
+mod dra;
 mod fake_hosts;
 mod health_cli;
 mod helper_ping;
