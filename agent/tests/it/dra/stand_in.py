@@ -95,6 +95,8 @@ class State:
         self.writes = []  # (method, name)
         self.invalid = []  # (what, error)
         self.fail = []  # status codes the next writes get
+        self.reject = 0  # how many of the next writes get a 422
+        self.attempts = 0  # writes asked for, answered or not
         self.down = False
         self.n = 0
 
@@ -178,7 +180,11 @@ class Api(BaseHTTPRequestHandler):
 
     def injected(self):
         with STATE.lock:
+            STATE.attempts += 1
             code = STATE.fail.pop(0) if STATE.fail else None
+            if code is None and STATE.reject > 0:
+                STATE.reject -= 1
+                code = 422
         if code:
             self.status(code, "Injected", f"an injected {code}")
             return True
@@ -361,26 +367,43 @@ def percentile(values, p):
     return values[min(len(values) - 1, int(round(p / 100 * (len(values) - 1))))]
 
 
+class Node:
+    """`bcd node --dra`, started and restarted by the scenario."""
+
+    def __init__(self, kubeconfig):
+        self.kubeconfig = kubeconfig
+        self.log = open(os.path.join(WORK, "node.log"), "a")
+        self.proc = None
+        self.start()
+
+    def start(self):
+        self.proc = subprocess.Popen(
+            [os.environ["BCD"], *json.loads(os.environ["BCD_GLOBAL"]), "node", "--api-group", "root",
+             "--dra", "--kubelet-dir", KUBELET, "--cdi-runtime-dir", CDI_RUN,
+             "--kubeconfig", self.kubeconfig, "--node-name", NODE],
+            stderr=self.log)
+
+    def stop(self):
+        self.proc.terminate()
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait(timeout=10)
+
+
 def main():
     kubeconfig = serve()
     start = time.monotonic()
-    node = subprocess.Popen(
-        [os.environ["BCD"], *json.loads(os.environ["BCD_GLOBAL"]), "node", "--api-group", "root",
-         "--dra", "--kubelet-dir", KUBELET, "--cdi-runtime-dir", CDI_RUN,
-         "--kubeconfig", kubeconfig, "--node-name", NODE],
-        stderr=open(os.path.join(WORK, "node.log"), "w"))
+    node = Node(kubeconfig)
     try:
-        scenario(start)
+        scenario(start, node)
     finally:
-        node.terminate()
-        try:
-            node.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            node.kill()
+        node.stop()
     print("all passed", flush=True)
 
 
-def scenario(start):
+def scenario(start, node):
     # The kubelet finds the registration socket; the DRA socket listens by then.
     t = wait("the registration socket", lambda: os.path.exists(REG_SOCK), timeout=15)
     print(f"figure registered_after_start_s {t - start:.2f}")
@@ -521,6 +544,31 @@ def scenario(start):
         check("79" in latest[victim][1], f"the verdict's reason as the message: {latest[victim][1][:120]}")
         t = wait("the XID's GPU leaves the slice", lambda: victim not in STATE.devices(), timeout=5)
         print(f"figure xid_to_slice_ms {(t - t0) * 1000:.0f}")
+
+    # A 422: said in status, and not written again until the content changes.
+    STATE.reject = 1
+    check(bcd("hold", "apply", "job3", uuid_b).returncode == 0, "a hold whose slice update is refused")
+    wait("the refused update", lambda: STATE.reject == 0, timeout=5)
+    attempts = STATE.attempts
+    time.sleep(2.5)
+    check(STATE.attempts == attempts, f"a 422 is not tried again while the content is the same ({STATE.attempts - attempts} more)")
+    check("refused the node's ResourceSlices" in bcd("--json", "status").stdout, "status says the slices were refused")
+    check(bcd("hold", "release", "job3").returncode == 0, "the content changes")
+    wait("the refusal cleared", lambda: "refused the node" not in bcd("--json", "status").stdout, timeout=10)
+
+    # bcd node restarts between prepare and unprepare: the claim's record is its hold.
+    node.stop()
+    STATE.claims.pop(("ml", "trainer"))
+    STATE.wipe()
+    node.start()
+    wait("the registration socket after the node's restart", lambda: os.path.exists(REG_SOCK), timeout=15)
+    t0 = time.monotonic()
+    wait("the same device names back", lambda: gpu_a in STATE.devices() and gpus[-1] in STATE.devices(), timeout=20)
+    print(f"figure names_back_after_restart_s {time.monotonic() - t0:.2f}")
+    plugin = dra_grpc.DRAPluginStub(grpc.insecure_channel("unix://" + info.endpoint, options=OPTIONS))
+    again = plugin.NodePrepareResources(ask, timeout=45).claims[uid]
+    check(again.error == "" and list(again.devices[0].cdi_device_ids) == [f"k8s.gpu.bcd.dev/claim={uid}-{gpu_a}"],
+          f"after a restart the same answer, the claim object gone: {again}")
 
     # Unprepare: the hold and the spec go; an unknown claim succeeds.
     answer = plugin.NodeUnprepareResources(dra.NodeUnprepareResourcesRequest(claims=[
