@@ -238,22 +238,22 @@ pub enum Command {
         nfd_features_dir: Option<std::path::PathBuf>,
         /// Be the kubelet plugin of the DRA driver gpu.bcd.dev and publish the node's
         /// ResourceSlices (resource.k8s.io/v1); off when not given.
-        #[arg(long, hide = true)]
+        #[arg(long)]
         dra: bool,
         /// The kubelet's root folder, holding plugins_registry/ and plugins/ (with --dra).
-        #[arg(long, value_name = "DIR", default_value = crate::dra::DEFAULT_KUBELET_DIR, hide = true)]
+        #[arg(long, value_name = "DIR", default_value = crate::dra::DEFAULT_KUBELET_DIR)]
         kubelet_dir: std::path::PathBuf,
         /// Where prepared DRA claims' CDI specs go; a folder that does not outlive a reboot
         /// (with --dra).
-        #[arg(long, value_name = "DIR", default_value = crate::dra::DEFAULT_CDI_RUNTIME_DIR, hide = true)]
+        #[arg(long, value_name = "DIR", default_value = crate::dra::DEFAULT_CDI_RUNTIME_DIR)]
         cdi_runtime_dir: std::path::PathBuf,
         /// The API server's kubeconfig (its current context); without it, the pod's
         /// in-cluster service account (with --dra).
-        #[arg(long, value_name = "FILE", hide = true)]
+        #[arg(long, value_name = "FILE")]
         kubeconfig: Option<std::path::PathBuf>,
         /// The node's name in Kubernetes, the pool's name (with --dra); default: the host's
         /// name in lower case, as the kubelet's.
-        #[arg(long, value_name = "NAME", hide = true)]
+        #[arg(long, value_name = "NAME")]
         node_name: Option<String>,
     },
     /// One line per GPU from a live sample (waits at most 10 s), with UNHEALTHY where the

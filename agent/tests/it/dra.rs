@@ -63,6 +63,7 @@ fn the_dra_driver_against_a_stand_in_api_server_and_kubelet() {
         .env("WORK", &work)
         .env("PROTO_DIR", repo().join("agent/proto"))
         .env("KMSG", host.join("root/dev/kmsg"))
+        .env("PACKAGING", repo().join("packaging"))
         .output()
         .unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
@@ -73,4 +74,66 @@ fn the_dra_driver_against_a_stand_in_api_server_and_kubelet() {
     );
     assert!(out.status.success(), "the DRA stand-ins' scenario failed");
     assert!(stdout.contains("all passed"));
+}
+
+/// `systemd-analyze security --offline`'s overall exposure of `unit`.
+fn exposure(analyze: &std::path::Path, unit: &std::path::Path) -> f64 {
+    let out = bcd_testkit::with_private_run(analyze)
+        .expect("checked by the caller")
+        .args(["security", "--offline=yes", "--no-pager"])
+        .arg(unit)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    text.lines()
+        .find_map(|l| {
+            l.split_once("Overall exposure level for ")
+                .map(|(_, r)| r.to_owned())
+        })
+        .and_then(|r| r.split(':').nth(1)?.split_whitespace().next()?.parse().ok())
+        .unwrap_or_else(|| panic!("no rating: {text}"))
+}
+
+// The DRA drop-in (the kubelet's folders, /run/cdi, the API server's address) must verify
+// with the packaged unit and rate it worse by the API server's address alone.
+#[test]
+fn the_dra_drop_in_verifies_and_keeps_the_units_rating() {
+    let Some(analyze) = bcd_testkit::require(bcd_testkit::Peer::SystemdAnalyze) else {
+        return;
+    };
+    if bcd_testkit::with_private_run(&analyze).is_none() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let bcd = env!("CARGO_BIN_EXE_bcd");
+    let packaged = repo().join("packaging/systemd");
+    let staged = |name: &str| {
+        std::fs::read_to_string(packaged.join(name))
+            .unwrap()
+            .replace("/usr/bin/bcd ", &format!("{bcd} "))
+    };
+    let unit = dir.path().join("bcd.service");
+    std::fs::write(&unit, staged("bcd.service")).unwrap();
+    let without = exposure(&analyze, &unit);
+    let drop_ins = dir.path().join("bcd.service.d");
+    std::fs::create_dir(&drop_ins).unwrap();
+    std::fs::write(drop_ins.join("dra.conf"), staged("dra.conf")).unwrap();
+    let out = bcd_testkit::with_private_run(&analyze)
+        .unwrap()
+        .arg("verify")
+        .arg(&unit)
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success() && said.trim().is_empty(),
+        "systemd-analyze verify with the drop-in: {said}"
+    );
+    let with = exposure(&analyze, &unit);
+    // The one widening is IPAddressAllow= for the API server (systemd counts an address
+    // beyond localhost as 0.1); everything else stays as narrow as the packaged unit.
+    assert!(
+        with <= without + 0.1 + 1e-9,
+        "the drop-in rates bcd.service {with}, more than the API server's address above {without}"
+    );
 }

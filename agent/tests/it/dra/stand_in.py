@@ -20,7 +20,8 @@ the scenario and exits 0 when every check passed; figures are printed as
 `figure <name> <value>` lines.
 
 Environment: BCD, BCD_GLOBAL (JSON list of bcd's global options), WORK (a folder of the
-test's own), PROTO_DIR, KMSG (the fake host's kernel log).
+test's own), PROTO_DIR, KMSG (the fake host's kernel log), PACKAGING (the packaging folder,
+whose Kubernetes manifests are validated too).
 """
 
 import base64
@@ -403,7 +404,27 @@ def main():
     print("all passed", flush=True)
 
 
+def manifests():
+    """The packaged RBAC and DeviceClasses, each object valid for Kubernetes 1.34."""
+    import yaml
+    folder = os.path.join(os.environ["PACKAGING"], "kubernetes")
+    kinds = []
+    for name in sorted(os.listdir(folder)):
+        with open(os.path.join(folder, name)) as f:
+            for obj in yaml.safe_load_all(f):
+                kubernetes_validate.validate(obj, "1.34.0", strict=True)
+                kinds.append(obj["kind"])
+    check({"ClusterRole", "ClusterRoleBinding", "ServiceAccount", "DeviceClass"} <= set(kinds),
+          f"the packaged manifests pass the 1.34 schema: {kinds}")
+    role = [o for o in yaml.safe_load_all(open(os.path.join(folder, "dra-rbac.yaml"))) if o["kind"] == "ClusterRole"][0]
+    verbs = {(r["resources"][0], v) for r in role["rules"] for v in r["verbs"]}
+    need = {("resourceclaims", "get"), ("nodes", "get")} | {("resourceslices", v) for v in
+                                                           ("get", "list", "watch", "create", "update", "delete")}
+    check(need <= verbs, "the ClusterRole grants what the driver calls")
+
+
 def scenario(start, node):
+    manifests()
     # The kubelet finds the registration socket; the DRA socket listens by then.
     t = wait("the registration socket", lambda: os.path.exists(REG_SOCK), timeout=15)
     print(f"figure registered_after_start_s {t - start:.2f}")
@@ -576,6 +597,11 @@ def scenario(start, node):
     check(answer.claims[uid].error == "" and answer.claims["gone"].error == "", "unprepared")
     check(not os.path.exists(spec_file), "the claim's spec is removed")
     check(f"dra-{uid}" not in bcd("--json", "hold", "list").stdout, "the claim's hold is released")
+
+    with open(f"/proc/{node.proc.pid}/status") as f:
+        fields = dict(line.split(":", 1) for line in f if ":" in line)
+    print(f"figure rss_mib {int(fields['VmRSS'].split()[0]) / 1024:.1f}")
+    print(f"figure peak_rss_mib {int(fields['VmHWM'].split()[0]) / 1024:.1f}")
 
     # The kubelet's registration folder removed (a kubelet reinstall): the socket comes back.
     import shutil
