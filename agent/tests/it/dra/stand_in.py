@@ -21,7 +21,8 @@ the scenario and exits 0 when every check passed; figures are printed as
 
 Environment: BCD, BCD_GLOBAL (JSON list of bcd's global options), WORK (a folder of the
 test's own), PROTO_DIR, KMSG (the fake host's kernel log), PACKAGING (the packaging folder,
-whose Kubernetes manifests are validated too).
+whose Kubernetes manifests are validated too), API_GROUP (the API socket's group; root by
+default).
 """
 
 import base64
@@ -379,7 +380,7 @@ class Node:
 
     def start(self):
         self.proc = subprocess.Popen(
-            [os.environ["BCD"], *json.loads(os.environ["BCD_GLOBAL"]), "node", "--api-group", "root",
+            [os.environ["BCD"], *json.loads(os.environ["BCD_GLOBAL"]), "node", "--api-group", os.environ.get("API_GROUP", "root"),
              "--dra", "--kubelet-dir", KUBELET, "--cdi-runtime-dir", CDI_RUN,
              "--kubeconfig", self.kubeconfig, "--node-name", NODE],
             stderr=self.log)
