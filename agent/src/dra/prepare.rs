@@ -303,18 +303,7 @@ impl<S: DeviceSource, R: ClaimReader> Driver<S, R> {
             }
             let reader = self.reader.clone();
             let (ns, name) = (c.namespace.clone(), c.name.clone());
-            reads.spawn(async move {
-                let read = tokio::time::timeout(CLAIM_READ_TIMEOUT, reader.get(&ns, &name))
-                    .await
-                    .unwrap_or_else(|_| {
-                        Err(ReadError::Failed {
-                            namespace: ns.clone(),
-                            name: name.clone(),
-                            why: format!("no answer within {}s", CLAIM_READ_TIMEOUT.as_secs()),
-                        })
-                    });
-                (i, read)
-            });
+            reads.spawn(async move { (i, read_claim(reader.as_ref(), &ns, &name).await) });
         }
         let mut read: BTreeMap<usize, Result<ResourceClaim, ReadError>> = BTreeMap::new();
         while let Some(done) = reads.join_next().await {
@@ -380,7 +369,7 @@ impl<S: DeviceSource, R: ClaimReader> Driver<S, R> {
         let claim = match read {
             Some(r) => r?,
             // Prepared by a call that ran meanwhile, then unprepared: read it now.
-            None => self.reader.get(&c.namespace, &c.name).await?,
+            None => read_claim(self.reader.as_ref(), &c.namespace, &c.name).await?,
         };
         if claim.metadata.uid != c.uid {
             return Err(Refusal::Replaced {
@@ -620,6 +609,23 @@ impl<S: DeviceSource, R: ClaimReader> Driver<S, R> {
             }),
         }
     }
+}
+
+/// The claim `namespace/name`, read within [`CLAIM_READ_TIMEOUT`].
+async fn read_claim<R: ClaimReader>(
+    reader: &R,
+    namespace: &str,
+    name: &str,
+) -> Result<ResourceClaim, ReadError> {
+    tokio::time::timeout(CLAIM_READ_TIMEOUT, reader.get(namespace, name))
+        .await
+        .unwrap_or_else(|_| {
+            Err(ReadError::Failed {
+                namespace: namespace.to_owned(),
+                name: name.to_owned(),
+                why: format!("no answer within {}s", CLAIM_READ_TIMEOUT.as_secs()),
+            })
+        })
 }
 
 fn answer(record: &DraClaim) -> Vec<PreparedDevice> {

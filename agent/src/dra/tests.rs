@@ -316,6 +316,63 @@ async fn claims_bcd_cannot_prepare_are_refused_each_with_its_sentence_changing_n
     assert_eq!(rig.state.counters().refused, 5);
 }
 
+// A uid that cannot name a hold (upper case, a path, too long) is refused for its claim
+// alone, before the API server is asked.
+#[tokio::test]
+async fn a_uid_that_cannot_name_a_hold_is_refused_per_claim() {
+    let rig = Rig::new();
+    rig.claims.put(allocated(UID, "ok", &[("gpu", "gpu-0")]));
+    let long = "a".repeat(60);
+    let answer = rig
+        .prepare(vec![
+            claim("Upper-Case", "x"),
+            claim("../etc", "y"),
+            claim(&long, "z"),
+            claim(UID, "ok"),
+        ])
+        .await;
+    for bad in ["Upper-Case", "../etc", long.as_str()] {
+        assert!(
+            error_of(&answer, bad).contains("which is not a Kubernetes uid"),
+            "{bad}: {}",
+            error_of(&answer, bad)
+        );
+    }
+    assert_eq!(error_of(&answer, UID), "");
+}
+
+// A ResourceClaim read that never answers is refused for its claim within the read's bound
+// (the kubelet's call has 45 s in all).
+#[tokio::test(start_paused = true)]
+async fn a_claim_read_that_never_answers_is_refused_within_its_bound() {
+    #[derive(Debug)]
+    struct Silent;
+    impl ClaimReader for Silent {
+        async fn get(&self, _: &str, _: &str) -> Result<ResourceClaim, ReadError> {
+            std::future::pending().await
+        }
+    }
+    let rig = Rig::new();
+    let driver = Driver::new(
+        rig.source.clone(),
+        Arc::new(Silent),
+        rig.config.clone(),
+        rig.state.clone(),
+    );
+    let answer = driver
+        .prepare(vec![super::prepare::ClaimRef {
+            namespace: "ml".into(),
+            uid: UID.into(),
+            name: "slow".into(),
+        }])
+        .await;
+    let why = answer[0].1.as_ref().unwrap_err().to_string();
+    assert_eq!(
+        why,
+        "the ResourceClaim ml/slow cannot be read from the API server: no answer within 10s"
+    );
+}
+
 #[tokio::test]
 async fn a_device_held_elsewhere_unhealthy_or_under_a_reset_is_refused_changing_nothing() {
     let rig = Rig::new();
