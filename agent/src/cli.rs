@@ -20,34 +20,55 @@ pub struct Cli {
     pub command: Command,
 }
 
-/// Options every subcommand takes.
+/// Options every subcommand takes, listed under their own heading in each `--help`.
 #[derive(Debug, Clone, Args)]
+#[command(next_help_heading = "Global options")]
 pub struct Global {
     /// A fake host: DIR/root is the root for /proc, /sys and /dev, and DIR/bin/nvidia-smi the
     /// nvidia-smi to run (for demos and tests).
     #[arg(long, global = true, value_name = "DIR", conflicts_with_all = ["host_root", "nvidia_smi"])]
     pub host: Option<PathBuf>,
     /// The root under which /proc, /sys and /dev are read.
-    #[arg(long, global = true, value_name = "DIR", default_value = "/")]
+    #[arg(
+        long,
+        global = true,
+        env = "BCD_HOST_ROOT",
+        value_name = "DIR",
+        default_value = "/"
+    )]
     pub host_root: PathBuf,
     /// The nvidia-smi to run (a bare name is looked up on PATH).
-    #[arg(long, global = true, value_name = "PATH", default_value = "nvidia-smi")]
+    #[arg(
+        long,
+        global = true,
+        env = "BCD_NVIDIA_SMI",
+        value_name = "PATH",
+        default_value = "nvidia-smi"
+    )]
     pub nvidia_smi: PathBuf,
     /// Where the agent keeps its state files.
     #[arg(
         long,
         global = true,
+        env = "BCD_DATA_DIR",
         value_name = "DIR",
         default_value = "/var/lib/bcd"
     )]
     pub data_dir: PathBuf,
     /// Where hold CDI specs are written (vendor specs are read from here, then /var/run/cdi).
-    #[arg(long, global = true, value_name = "DIR", default_value = "/etc/cdi")]
+    #[arg(
+        long,
+        global = true,
+        env = "BCD_CDI_DIR",
+        value_name = "DIR",
+        default_value = "/etc/cdi"
+    )]
     pub cdi_dir: PathBuf,
     /// The root helper's socket.
     #[arg(
         long,
         global = true,
+        env = "BCD_HELPER_SOCKET",
         value_name = "PATH",
         default_value = "/run/bcd-helper/helper.sock"
     )]
@@ -56,6 +77,7 @@ pub struct Global {
     #[arg(
         long,
         global = true,
+        env = "BCD_API_SOCKET",
         value_name = "PATH",
         default_value = "/run/bcd/bcd.sock"
     )]
@@ -63,11 +85,34 @@ pub struct Global {
     /// Machine-readable output where the command has it.
     #[arg(long, global = true)]
     pub json: bool,
+    /// How log lines are written to stderr: `text`, or `json` (one object per line, for the
+    /// journal's and log shippers' sake). Which lines: BCD_LOG (e.g. `debug`,
+    /// `warn,bcd::kubelet=debug`); `info` for bcd node, `warn` for the other commands.
+    #[arg(
+        long,
+        global = true,
+        env = "BCD_LOG_FORMAT",
+        value_name = "FORMAT",
+        default_value = "text"
+    )]
+    pub log_format: LogFormat,
     /// XIDs that never affect a GPU's health, overriding NVIDIA's catalog (e.g. 13,31).
-    #[arg(long, global = true, value_name = "XIDS", default_value = "")]
+    #[arg(
+        long,
+        global = true,
+        env = "BCD_XID_IGNORE",
+        value_name = "XIDS",
+        default_value = ""
+    )]
     pub xid_ignore: crate::health::xid::XidList,
     /// XIDs that make a GPU unhealthy until a reset, overriding NVIDIA's catalog (e.g. 43).
-    #[arg(long, global = true, value_name = "XIDS", default_value = "")]
+    #[arg(
+        long,
+        global = true,
+        env = "BCD_XID_UNHEALTHY",
+        value_name = "XIDS",
+        default_value = ""
+    )]
     pub xid_unhealthy: crate::health::xid::XidList,
     /// The policy `--xid-ignore` and `--xid-unhealthy` make, set by [`Cli::try_parse_checked`].
     #[arg(skip)]
@@ -86,7 +131,8 @@ impl Cli {
         I: IntoIterator<Item = T>,
         T: Into<std::ffi::OsString> + Clone,
     {
-        let mut cli = Self::try_parse_from(args)?;
+        let matches = command().try_get_matches_from(args)?;
+        let mut cli = <Self as clap::FromArgMatches>::from_arg_matches(&matches)?;
         cli.global.xid_policy = crate::health::xid::XidPolicy::new(
             cli.global.xid_ignore.0.clone(),
             cli.global.xid_unhealthy.0.clone(),
@@ -94,6 +140,47 @@ impl Cli {
         .map_err(|e| Self::command().error(clap::error::ErrorKind::ArgumentConflict, e))?;
         Ok(cli)
     }
+}
+
+/// What each command's exit status means, as its `--help` ends: the README's "Exit status and
+/// JSON" in the command's own terms. Every command: 2 is a usage error.
+pub fn exit_statuses(command: &str) -> &'static str {
+    match command {
+        "hardware" => "0 the inventory (or the labels) printed; 3 nvidia-smi failed or timed out (what procfs and sysfs show is printed all the same)",
+        "status" => "0 every GPU healthy or degraded; 1 a GPU unhealthy or unknown; 3 no sample (no driver, nvidia-smi failed or timed out)",
+        "doctor" => "0 no check failed (warnings pass); 1 a check failed; 3 the report could not be printed",
+        "diag" => "0 every check passed (warnings pass); 1 a check failed; 3 the report could not be printed",
+        "reset" => "0 every GPU reset and healthy; 1 a GPU reset but still not healthy; 3 a reset failed or was refused, or the node could not be reached",
+        "ping" => "0 the helper answered; 3 it did not",
+        "render" => "0 the spec printed",
+        "node" => "0 stopped by SIGTERM or SIGINT; 3 it could not start or had to stop",
+        _ => "0 done; 3 refused by the node service, or it could not be reached",
+    }
+}
+
+/// bcd's whole command line as clap builds it, each `--help` ending with its exit statuses:
+/// what the parser, the man pages and the shell completions are made from.
+pub fn command() -> clap::Command {
+    with_exit_statuses(Cli::command())
+}
+
+/// `command` and its subcommands, each `--help` ending with its exit statuses.
+fn with_exit_statuses(command: clap::Command) -> clap::Command {
+    let name = command.get_name().to_owned();
+    let has_subcommands = command.get_subcommands().next().is_some();
+    let command = command.mut_subcommands(with_exit_statuses);
+    if has_subcommands {
+        return command.after_help(
+            "Exit status: 0 all well; 1 bcd did its job and found a problem (a GPU not healthy, a \
+             check failed); 3 bcd could not do its job (nvidia-smi failed, a reset failed, the \
+             node service could not be reached or refused); 2 usage. With --json, stdout is one \
+             JSON document, {\"error\": {\"code\", \"message\"}} on failure.",
+        );
+    }
+    command.after_help(format!(
+        "Exit status: {}; 2 usage. With --json, stdout is one JSON document, {{\"error\": {{\"code\", \"message\"}}}} on failure.",
+        exit_statuses(&name)
+    ))
 }
 
 /// The shortest `--sample-interval`, in seconds: [`crate::node::service::MIN_SAMPLE_INTERVAL`].
@@ -150,7 +237,7 @@ pub enum HelperCommand {
 
 /// The subcommands.
 #[derive(Debug, Subcommand)]
-// Parsed once per process: boxing `Node`'s flags would only complicate clap's derive.
+// Parsed once per process: boxing `bcd node`'s options would only complicate clap's derive.
 #[allow(clippy::large_enum_variant)]
 pub enum Command {
     /// Talk to the root helper directly.
@@ -188,77 +275,17 @@ pub enum Command {
     #[command(subcommand)]
     Vm(VmCommand),
     /// The long-running node service.
-    Node {
-        /// Serve Prometheus metrics on this address (GET /metrics); off by default.
-        #[arg(long, value_name = "ADDR")]
-        metrics_listen: Option<std::net::SocketAddr>,
-        /// Send the GPU samples over OTLP/HTTP (protobuf) to this collector every sample
-        /// interval, e.g. http://127.0.0.1:4318 (POST /v1/metrics); plain HTTP only.
-        #[arg(long, value_name = "URL")]
-        otlp_endpoint: Option<crate::node::otlp::OtlpEndpoint>,
-        /// Seconds between GPU samples (at least 5).
-        #[arg(long, value_name = "SECONDS", default_value_t = MIN_SAMPLE_INTERVAL_S,
-              value_parser = parse_sample_interval)]
-        sample_interval: u64,
-        /// The group given the API socket (mode 0660).
-        #[arg(long, value_name = "GROUP", default_value = "bcd")]
-        api_group: String,
-        /// Time-sliced slots each GPU offers to holds, as GPU-<uuid>::0 to ::N-1 (0: none;
-        /// at most 64). Slots of one GPU may go to different holds; a slot never goes with
-        /// its whole GPU or its MIG devices.
-        #[arg(long, value_name = "N", default_value_t = 0,
-              value_parser = clap::value_parser!(u32).range(0..=i64::from(crate::device::id::MAX_SLOTS)))]
-        gpu_slots: u32,
-        /// Also serve the metrics under another exporter's names: `dcgm` (NVIDIA
-        /// dcgm-exporter's DCGM_FI_* names, units and labels, host as `hostname`) or
-        /// `dcgm-legacy` (the same with `Hostname`, as dcgm-exporter named it before 2026).
-        #[arg(long, value_name = "SCHEME")]
-        metrics_compat: Option<MetricsCompatScheme>,
-        /// Serve kubelet device plugins (bcd.dev/gpu, bcd.dev/mig-<profile>,
-        /// bcd.dev/gpu-slot) in this folder, the kubelet's /var/lib/kubelet/device-plugins;
-        /// off when not given.
-        #[arg(long, value_name = "DIR")]
-        device_plugin_dir: Option<std::path::PathBuf>,
-        /// The kubelet's PodResources socket, read to learn which Kubernetes holds no pod has
-        /// any more.
-        #[arg(long, value_name = "PATH", default_value = crate::kubelet::DEFAULT_POD_RESOURCES_SOCKET)]
-        pod_resources_socket: std::path::PathBuf,
-        /// Seconds a Kubernetes hold whose devices no pod has is kept before its release.
-        #[arg(long, value_name = "SECONDS", default_value_t = crate::kubelet::DEFAULT_RELEASE_GRACE.as_secs())]
-        kubernetes_release_grace: u64,
-        /// A folder on tmpfs that lasts the boot (bcd.service's RuntimeDirectory, kept across
-        /// restarts): XID conditions the data folder cannot take are kept here meanwhile.
-        /// Default: the API socket's folder (/run/bcd).
-        #[arg(long, value_name = "DIR")]
-        runtime_dir: Option<std::path::PathBuf>,
-        /// Keep the GPUs' node labels (GPU Feature Discovery's names, and bcd.dev/ health) in
-        /// the file `bcd` of this Node Feature Discovery features folder, usually
-        /// /etc/kubernetes/node-feature-discovery/features.d; off when not given.
-        #[arg(long, value_name = "DIR")]
-        nfd_features_dir: Option<std::path::PathBuf>,
-        /// Be the kubelet plugin of the DRA driver gpu.bcd.dev and publish the node's
-        /// ResourceSlices (resource.k8s.io/v1); off when not given.
-        #[arg(long)]
-        dra: bool,
-        /// The kubelet's root folder, holding plugins_registry/ and plugins/ (with --dra).
-        #[arg(long, value_name = "DIR", default_value = crate::dra::DEFAULT_KUBELET_DIR)]
-        kubelet_dir: std::path::PathBuf,
-        /// Where prepared DRA claims' CDI specs go; a folder that does not outlive a reboot
-        /// (with --dra).
-        #[arg(long, value_name = "DIR", default_value = crate::dra::DEFAULT_CDI_RUNTIME_DIR)]
-        cdi_runtime_dir: std::path::PathBuf,
-        /// The API server's kubeconfig (its current context); without it, the pod's
-        /// in-cluster service account (with --dra).
-        #[arg(long, value_name = "FILE")]
-        kubeconfig: Option<std::path::PathBuf>,
-        /// The node's name in Kubernetes, the pool's name (with --dra); default: the host's
-        /// name in lower case, as the kubelet's.
-        #[arg(long, value_name = "NAME")]
-        node_name: Option<String>,
-    },
+    Node(NodeArgs),
     /// One line per GPU from a live sample (waits at most 10 s), with UNHEALTHY where the
     /// healthy rule fails.
     Status,
+    /// Write bcd's man pages (`DIR/man/*.1`) and shell completions (`DIR/completions/`: bash,
+    /// zsh, fish) from this command line; the packaged ones are made so.
+    #[command(hide = true)]
+    GenerateDocs {
+        /// The folder to write under.
+        dir: PathBuf,
+    },
     /// diag.nvml: collect again and check the GPUs; exit 1 unless every check passed.
     Diag {
         /// Check only this GPU (UUID); repeatable.
@@ -268,6 +295,83 @@ pub enum Command {
         #[arg(long, value_name = "N")]
         expected_gpus: Option<usize>,
     },
+}
+
+/// `bcd node`'s own options: the one place they are declared. `commands::service` turns
+/// them, with the global options, into the node's configuration.
+#[derive(Debug, Clone, Args)]
+pub struct NodeArgs {
+    /// Serve Prometheus metrics on this address (GET /metrics); off by default.
+    #[arg(long, env = "BCD_METRICS_LISTEN", value_name = "ADDR")]
+    pub metrics_listen: Option<std::net::SocketAddr>,
+    /// Send the GPU samples over OTLP/HTTP (protobuf) to this collector every sample
+    /// interval, e.g. http://127.0.0.1:4318 (POST /v1/metrics); plain HTTP only.
+    #[arg(long, env = "BCD_OTLP_ENDPOINT", value_name = "URL")]
+    pub otlp_endpoint: Option<crate::node::otlp::OtlpEndpoint>,
+    /// Seconds between GPU samples (at least 5).
+    #[arg(long, env = "BCD_SAMPLE_INTERVAL", value_name = "SECONDS", default_value_t = MIN_SAMPLE_INTERVAL_S,
+          value_parser = parse_sample_interval)]
+    pub sample_interval: u64,
+    /// The group given the API socket (mode 0660).
+    #[arg(
+        long,
+        env = "BCD_API_GROUP",
+        value_name = "GROUP",
+        default_value = "bcd"
+    )]
+    pub api_group: String,
+    /// Time-sliced slots each GPU offers to holds, as GPU-<uuid>::0 to ::N-1 (0: none;
+    /// at most 64). Slots of one GPU may go to different holds; a slot never goes with
+    /// its whole GPU or its MIG devices.
+    #[arg(long, env = "BCD_GPU_SLOTS", value_name = "N", default_value_t = 0,
+          value_parser = clap::value_parser!(u32).range(0..=i64::from(crate::device::id::MAX_SLOTS)))]
+    pub gpu_slots: u32,
+    /// Also serve the metrics under another exporter's names: `dcgm` (NVIDIA
+    /// dcgm-exporter's DCGM_FI_* names, units and labels, host as `hostname`) or
+    /// `dcgm-legacy` (the same with `Hostname`, as dcgm-exporter named it before 2026).
+    #[arg(long, env = "BCD_METRICS_COMPAT", value_name = "SCHEME")]
+    pub metrics_compat: Option<MetricsCompatScheme>,
+    /// Serve kubelet device plugins (bcd.dev/gpu, bcd.dev/mig-<profile>,
+    /// bcd.dev/gpu-slot) in this folder, the kubelet's /var/lib/kubelet/device-plugins;
+    /// off when not given.
+    #[arg(long, env = "BCD_DEVICE_PLUGIN_DIR", value_name = "DIR")]
+    pub device_plugin_dir: Option<std::path::PathBuf>,
+    /// The kubelet's PodResources socket, read to learn which Kubernetes holds no pod has
+    /// any more.
+    #[arg(long, env = "BCD_POD_RESOURCES_SOCKET", value_name = "PATH", default_value = crate::kubelet::DEFAULT_POD_RESOURCES_SOCKET)]
+    pub pod_resources_socket: std::path::PathBuf,
+    /// Seconds a Kubernetes hold whose devices no pod has is kept before its release.
+    #[arg(long, env = "BCD_KUBERNETES_RELEASE_GRACE", value_name = "SECONDS", default_value_t = crate::kubelet::DEFAULT_RELEASE_GRACE.as_secs())]
+    pub kubernetes_release_grace: u64,
+    /// A folder on tmpfs that lasts the boot (bcd.service's RuntimeDirectory, kept across
+    /// restarts): XID conditions the data folder cannot take are kept here meanwhile.
+    /// Default: the API socket's folder (/run/bcd).
+    #[arg(long, env = "BCD_RUNTIME_DIR", value_name = "DIR")]
+    pub runtime_dir: Option<std::path::PathBuf>,
+    /// Keep the GPUs' node labels (GPU Feature Discovery's names, and bcd.dev/ health) in
+    /// the file `bcd` of this Node Feature Discovery features folder, usually
+    /// /etc/kubernetes/node-feature-discovery/features.d; off when not given.
+    #[arg(long, env = "BCD_NFD_FEATURES_DIR", value_name = "DIR")]
+    pub nfd_features_dir: Option<std::path::PathBuf>,
+    /// Be the kubelet plugin of the DRA driver gpu.bcd.dev and publish the node's
+    /// ResourceSlices (resource.k8s.io/v1); off when not given.
+    #[arg(long, env = "BCD_DRA")]
+    pub dra: bool,
+    /// The kubelet's root folder, holding plugins_registry/ and plugins/ (with --dra).
+    #[arg(long, env = "BCD_KUBELET_DIR", value_name = "DIR", default_value = crate::dra::DEFAULT_KUBELET_DIR)]
+    pub kubelet_dir: std::path::PathBuf,
+    /// Where prepared DRA claims' CDI specs go; a folder that does not outlive a reboot
+    /// (with --dra).
+    #[arg(long, env = "BCD_CDI_RUNTIME_DIR", value_name = "DIR", default_value = crate::dra::DEFAULT_CDI_RUNTIME_DIR)]
+    pub cdi_runtime_dir: std::path::PathBuf,
+    /// The API server's kubeconfig (its current context); without it, the pod's
+    /// in-cluster service account (with --dra).
+    #[arg(long, env = "BCD_KUBECONFIG", value_name = "FILE")]
+    pub kubeconfig: Option<std::path::PathBuf>,
+    /// The node's name in Kubernetes, the pool's name (with --dra); default: the host's
+    /// name in lower case, as the kubelet's.
+    #[arg(long, env = "BCD_NODE_NAME", value_name = "NAME")]
+    pub node_name: Option<String>,
 }
 
 /// `bcd gpu ...`.
@@ -357,6 +461,16 @@ pub enum CdiCommand {
     },
 }
 
+/// `--log-format`'s formats.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+pub enum LogFormat {
+    /// One line of text per event.
+    #[default]
+    Text,
+    /// One JSON object per event (`timestamp`, `level`, `target`, `fields.message`).
+    Json,
+}
+
 /// `--metrics-compat`'s schemes, as the command line spells them (`dcgm`, `dcgm-legacy`);
 /// each is one [`crate::node::metrics::MetricsCompat`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -386,6 +500,51 @@ mod tests {
         Cli::try_parse_checked(std::iter::once("bcd").chain(args.iter().copied()))
     }
 
+    // What broke: no command's --help said what its exit status means, and 3 (could not do
+    // its job) did not exist.
+    #[test]
+    fn every_commands_help_ends_with_its_exit_statuses() {
+        for args in [
+            &["status"][..],
+            &["hardware"],
+            &["doctor"],
+            &["diag"],
+            &["gpu", "reset"],
+            &["hold", "apply"],
+            &["vm", "start"],
+            &["helper", "ping"],
+            &["node"],
+            &[],
+        ] {
+            let mut all = args.to_vec();
+            all.push("--help");
+            let e = parse(&all).unwrap_err();
+            assert_eq!(e.kind(), clap::error::ErrorKind::DisplayHelp);
+            let help = e.to_string();
+            assert!(
+                help.contains("Exit status: 0 ") && help.contains("; 2 usage"),
+                "{args:?}: {help}"
+            );
+        }
+        let help = parse(&["status", "--help"]).unwrap_err().to_string();
+        assert!(
+            help.contains("1 a GPU unhealthy or unknown; 3 no sample"),
+            "{help}"
+        );
+    }
+
+    // What broke: bcd node --help listed the global options among the node's own.
+    #[test]
+    fn a_subcommands_help_lists_its_own_options_before_the_global_ones() {
+        let help = parse(&["node", "--help"]).unwrap_err().to_string();
+        let global = help
+            .find("Global options:")
+            .expect("a heading of their own");
+        let own = help.find("--metrics-listen").unwrap();
+        let data_dir = help.find("--data-dir").unwrap();
+        assert!(own < global && global < data_dir, "{help}");
+    }
+
     #[test]
     fn a_sample_interval_below_the_minimum_is_refused_not_raised() {
         for low in ["0", "4"] {
@@ -393,20 +552,15 @@ mod tests {
             assert_eq!(e.kind(), clap::error::ErrorKind::ValueValidation, "{low}");
             assert!(e.to_string().contains("at least 5 s"), "{low}: {e}");
         }
-        let Command::Node {
-            sample_interval, ..
-        } = parse(&["node", "--sample-interval", "5"]).unwrap().command
+        let Command::Node(args) = parse(&["node", "--sample-interval", "5"]).unwrap().command
         else {
             panic!("not node");
         };
-        assert_eq!(sample_interval, 5);
-        let Command::Node {
-            sample_interval, ..
-        } = parse(&["node"]).unwrap().command
-        else {
+        assert_eq!(args.sample_interval, 5);
+        let Command::Node(args) = parse(&["node"]).unwrap().command else {
             panic!("not node");
         };
-        assert_eq!(sample_interval, MIN_SAMPLE_INTERVAL_S);
+        assert_eq!(args.sample_interval, MIN_SAMPLE_INTERVAL_S);
     }
 
     #[test]

@@ -4,6 +4,7 @@
 
 pub mod cdi;
 pub mod diag;
+pub mod docs;
 pub mod doctor;
 pub mod hardware;
 pub mod helper;

@@ -318,6 +318,11 @@ fn start(config: &Config, activation: &Activation) -> Result<(), StartError> {
         for warning in &report.warnings {
             tracing::warn!("sandbox: {warning}");
         }
+        for program in [&config.nvidia_smi, &config.virsh] {
+            if let Some(warning) = sandbox::script_warning(program) {
+                tracing::warn!("sandbox: {warning}");
+            }
+        }
         let ping_only = sandbox::ping_only(&report, config.allow_unconfined);
         if let Some(why) = &ping_only {
             tracing::error!("{why}");

@@ -428,6 +428,21 @@ pub fn interpreters(programs: &[PathBuf]) -> Vec<PathBuf> {
     found
 }
 
+/// What the operator is told when `program` (the nvidia-smi or virsh to run) is a `#!` script:
+/// under Landlock only it, its interpreter and their loaders may be run, so a script that runs
+/// other programs (a demo host's replaying nvidia-smi) fails with "Permission denied". `None`
+/// for an ELF program or a file that cannot be read.
+pub fn script_warning(program: &Path) -> Option<String> {
+    let interpreter = shebang(&read_head(program).ok()?)?;
+    Some(format!(
+        "{} is a script ({}): under Landlock only it and its interpreter may run, so a script \
+         that runs other programs (a demo host's replaying nvidia-smi) fails with \
+         \"Permission denied\"; for a demo host, start bcd-helper with --no-sandbox",
+        program.display(),
+        interpreter.display()
+    ))
+}
+
 /// The first 4 KiB of a file (ELF program headers of real programs sit well inside them).
 fn read_head(path: &Path) -> std::io::Result<Vec<u8>> {
     use std::io::Read as _;

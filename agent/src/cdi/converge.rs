@@ -145,8 +145,26 @@ fn pass(
 }
 
 /// Logs the devices a hold's spec lacks NVIDIA's edits for.
+/// The sentence for held devices NVIDIA's spec (`vendor`, when one was read) does not name.
+pub fn unnamed_sentence(hold: &HoldId, unnamed: &[DeviceId], vendor: Option<&Path>) -> String {
+    let devices: Vec<String> = unnamed.iter().map(ToString::to_string).collect();
+    let devices = devices.join(", ");
+    match vendor {
+        None => format!(
+            "no NVIDIA CDI spec was found, so hold {hold}'s spec has no device nodes for \
+             {devices}: a container given it gets no GPU; generate NVIDIA's spec (nvidia-ctk cdi \
+             generate --output=/etc/cdi/nvidia.yaml)"
+        ),
+        Some(p) => format!(
+            "NVIDIA's CDI spec {} does not name {devices} of hold {hold}: the hold's spec lacks \
+             their device nodes until the toolkit regenerates it (nvidia-ctk cdi generate)",
+            p.display()
+        ),
+    }
+}
+
 pub fn warn_unnamed(hold: &HoldId, unnamed: &[DeviceId], vendor: Option<&Path>) {
-    let devices: Vec<&str> = unnamed.iter().map(DeviceId::as_str).collect();
+    let devices: Vec<String> = unnamed.iter().map(DeviceId::to_string).collect();
     tracing::warn!(
         hold = %hold,
         devices = %devices.join(","),

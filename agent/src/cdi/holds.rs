@@ -22,7 +22,7 @@ use crate::device::{DraClaim, Hold, HoldOwner};
 use crate::state::{self, StateError, PRIVATE_MODE};
 
 use super::spec::{parse_spec, Format, MAX_SPEC_BYTES};
-use crate::device::id::{DeviceId, DeviceKind, HoldId};
+use crate::device::id::{DeviceId, HoldId};
 use crate::device::id::{HOLD_SPEC_PREFIX, HOLD_SPEC_SUFFIX};
 
 /// The store's file name in the data folder.
@@ -309,7 +309,7 @@ impl Holds {
             id: id.clone(),
             gpus: distinct
                 .iter()
-                .filter(|p| p.device.kind() == DeviceKind::Mig && p.device.gpu().is_none())
+                .filter(|p| matches!(p.device, DeviceId::Mig(_)))
                 .filter_map(|p| Some((p.device.clone(), p.gpu.clone()?)))
                 .collect(),
             devices: distinct.into_iter().map(|p| p.device).collect(),
@@ -478,7 +478,7 @@ impl Holds {
         let mut learnt = 0;
         for hold in self.holds.values_mut() {
             for device in &hold.devices {
-                if device.kind() != DeviceKind::Mig || hold.gpu_of(device).is_some() {
+                if !matches!(device, DeviceId::Mig(_)) || hold.gpu_of(device).is_some() {
                     continue;
                 }
                 if let Some(gpu) = topology.gpu_of(device) {

@@ -12,9 +12,9 @@
 //! This module never runs a privileged step and never writes a file other than `holds.json`
 //! and `bcd-<hold>.json`.
 
-pub mod converge;
-pub mod holds;
-pub mod render;
+pub(crate) mod converge;
+pub(crate) mod holds;
+pub(crate) mod render;
 pub mod spec;
 pub mod vendor;
 

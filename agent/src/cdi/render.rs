@@ -178,7 +178,7 @@ pub fn render(
             }
         })
         .collect();
-    let visible: Vec<&str> = devices.iter().map(|d| d.as_str()).collect();
+    let visible: Vec<String> = devices.iter().map(|d| d.to_string()).collect();
     let hold_env = format!("{HOLD_ENV}={}", request.hold);
     if !whole.env.contains(&hold_env) {
         whole.env.push(hold_env);

@@ -16,7 +16,7 @@ use crate::smi::list::ListedGpu;
 
 use super::spec::{parse_spec, Device, Format, Spec, SpecError, MAX_SPEC_BYTES};
 use super::HOLD_SPEC_PREFIX;
-use crate::device::id::{DeviceId, DeviceKind};
+use crate::device::id::DeviceId;
 
 /// The kind of NVIDIA's GPU specs.
 pub const VENDOR_KIND: &str = "nvidia.com/gpu";
@@ -189,9 +189,9 @@ impl DeviceCatalog {
 /// The names a spec that does not name UUIDs may use for a device.
 fn index_names(entry: &CatalogEntry) -> Vec<String> {
     let i = entry.gpu_index;
-    match entry.id.kind() {
-        DeviceKind::Gpu | DeviceKind::Slot => vec![i.to_string(), format!("gpu{i}")],
-        DeviceKind::Mig => {
+    match entry.id {
+        DeviceId::Gpu(_) | DeviceId::Slot { .. } => vec![i.to_string(), format!("gpu{i}")],
+        DeviceId::Mig(_) | DeviceId::LegacyMig { .. } => {
             let mut names = Vec::new();
             if let Some(j) = entry.mig_index {
                 names.push(format!("{i}:{j}"));
@@ -233,11 +233,13 @@ pub fn find_device<'s>(
     catalog: &DeviceCatalog,
 ) -> Option<&'s Device> {
     // A slot stands for its GPU: a time-sliced share reaches the whole GPU's device node.
-    let gpu_of_slot = (id.kind() == DeviceKind::Slot).then(|| id.gpu()).flatten();
+    let gpu_of_slot = matches!(id, DeviceId::Slot { .. })
+        .then(|| id.gpu())
+        .flatten();
     let id = gpu_of_slot.as_ref().unwrap_or(id);
     let by_name = |name: &str| spec.devices.iter().find(|d| d.name == name);
     if names_uuids(spec) {
-        return by_name(&id.cdi_name()).or_else(|| by_name(id.as_str()));
+        return by_name(&id.cdi_name()).or_else(|| by_name(&id.to_string()));
     }
     if let Some(entry) = catalog.get(id) {
         if let Some(found) = index_names(entry).iter().find_map(|n| by_name(n)) {
@@ -245,7 +247,7 @@ pub fn find_device<'s>(
         }
     }
     match spec.devices.as_slice() {
-        [only] if only.name == "all" && id.kind() == DeviceKind::Gpu => {
+        [only] if only.name == "all" && matches!(id, DeviceId::Gpu(_)) => {
             let per_gpu = only
                 .container_edits
                 .device_nodes

@@ -8,8 +8,9 @@ use crate::inventory::collect::collect;
 
 /// `bcd cdi render HOLD DEVICE... [--kubernetes]`: collects the inventory (to match specs
 /// that name devices by index), reads NVIDIA's specs, and prints the hold's spec as it would
-/// be written. Problems with NVIDIA's specs and devices they do not name are logged to
-/// stderr; the spec is printed all the same, as the converger would write it.
+/// be written. Problems with NVIDIA's specs and devices they do not name are said on stderr
+/// (`bcd: warning: …`, one sentence each, no log line); the spec is printed all the same, as
+/// the converger would write it.
 pub async fn render(
     global: &Global,
     hold: &HoldId,
@@ -24,12 +25,14 @@ pub async fn render(
     }
     for d in devices {
         if catalog.get(d).is_none() {
-            tracing::warn!(device = %d, "not in this node's inventory; it can only be matched by UUID");
+            eprintln!(
+                "bcd: warning: {d} is not in this node's inventory; it can only be matched by UUID"
+            );
         }
     }
     let vendor = cdi::read_vendor_specs(&cdi::vendor_dirs(&global.cdi_dir, &host));
     for problem in &vendor.problems {
-        tracing::warn!("{problem}");
+        eprintln!("bcd: warning: {problem}");
     }
     let rendered = cdi::render(
         HoldRequest {
@@ -40,8 +43,17 @@ pub async fn render(
         &vendor.specs,
         &catalog,
     );
-    if !rendered.unnamed.is_empty() {
-        cdi::converge::warn_unnamed(hold, &rendered.unnamed, rendered.vendor.as_deref());
+    if !kubernetes && rendered.vendor.is_none() {
+        // No NVIDIA spec: the hold's spec grants no device node at all.
+        eprintln!(
+            "bcd: warning: {}",
+            cdi::converge::unnamed_sentence(hold, devices, None)
+        );
+    } else if !rendered.unnamed.is_empty() {
+        eprintln!(
+            "bcd: warning: {}",
+            cdi::converge::unnamed_sentence(hold, &rendered.unnamed, rendered.vendor.as_deref())
+        );
     }
     super::output::print(&String::from_utf8_lossy(&rendered.to_json()));
     ExitCode::SUCCESS

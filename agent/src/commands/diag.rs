@@ -5,7 +5,7 @@ use std::process::ExitCode;
 
 use bcd_protocol::GpuUuid;
 
-use super::output::{ask_node, print, print_json, saying_what_it_waits_for};
+use super::output::{ask_node, print, print_json, saying_what_it_waits_for, FAILED, PROBLEM};
 use crate::cli::Global;
 use crate::health::diag::{diag_host, render as render_diag, DiagReport, DiagRequest};
 use crate::smi::runner::Runner;
@@ -69,7 +69,7 @@ pub async fn diag(
 fn show(global: &Global, report: &DiagReport) -> ExitCode {
     if global.json {
         if !print_json(report, "the result") {
-            return ExitCode::from(1);
+            return ExitCode::from(FAILED);
         }
     } else {
         print(&render_diag(report));
@@ -77,6 +77,6 @@ fn show(global: &Global, report: &DiagReport) -> ExitCode {
     if report.passed {
         ExitCode::SUCCESS
     } else {
-        ExitCode::from(1)
+        ExitCode::from(PROBLEM)
     }
 }

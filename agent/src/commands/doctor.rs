@@ -2,7 +2,7 @@
 
 use std::process::ExitCode;
 
-use super::output::{print, print_json, saying_what_it_waits_for};
+use super::output::{print, print_json, saying_what_it_waits_for, FAILED, PROBLEM};
 use crate::cli::Global;
 use crate::doctor::{checks, run, Check, DoctorEnv, Status};
 
@@ -20,7 +20,7 @@ pub async fn doctor(global: &Global) -> ExitCode {
     ));
     if global.json {
         if !print_json(&report, "doctor's report") {
-            return ExitCode::from(1);
+            return ExitCode::from(FAILED);
         }
     } else {
         print(&report.render_text());
@@ -28,6 +28,6 @@ pub async fn doctor(global: &Global) -> ExitCode {
     if report.passed() {
         ExitCode::SUCCESS
     } else {
-        ExitCode::from(1)
+        ExitCode::from(PROBLEM)
     }
 }

@@ -2,15 +2,18 @@
 
 use std::process::ExitCode;
 
-use super::output::{print, print_json, saying_what_it_waits_for};
+use super::output::{print, print_json, saying_what_it_waits_for, FAILED};
 use crate::cli::Global;
 use crate::inventory::collect::collect;
 use crate::inventory::document::{Gpu, Inventory};
 
-/// `bcd hardware`.
+/// `bcd hardware`: exit 0 with the inventory; 3 when `nvidia-smi` failed or timed out (what
+/// procfs and sysfs show is printed all the same). A host without the driver is no failure:
+/// its inventory is what it is.
 pub async fn hardware(global: &Global) -> ExitCode {
     let host = global.host();
     let collection = saying_what_it_waits_for(global.json, collect(&host, None)).await;
+    let mut status = ExitCode::SUCCESS;
     if let Some(e) = &collection.snapshot_error {
         if e.is_no_driver() {
             eprintln!("bcd: {e}; showing what procfs and sysfs show");
@@ -20,6 +23,7 @@ pub async fn hardware(global: &Global) -> ExitCode {
                 .map(|h| format!("; {h}"))
                 .unwrap_or_default();
             eprintln!("bcd: {e}{hint}; showing what procfs and sysfs show");
+            status = ExitCode::from(FAILED);
         }
     }
     for sentence in &collection.left_out {
@@ -27,7 +31,7 @@ pub async fn hardware(global: &Global) -> ExitCode {
     }
     if global.json {
         if !print_json(&collection.inventory, "the inventory") {
-            return ExitCode::from(1);
+            return ExitCode::from(FAILED);
         }
     } else {
         print(&render_inventory(
@@ -35,7 +39,7 @@ pub async fn hardware(global: &Global) -> ExitCode {
             collection.snapshot.is_some(),
         ));
     }
-    ExitCode::SUCCESS
+    status
 }
 
 /// The inventory as an operator reads it: one header line, then one line per GPU, each with

@@ -3,12 +3,14 @@
 
 use std::process::ExitCode;
 
-use super::output::{print, print_json, saying_what_it_waits_for};
+use super::output::{print, print_json, saying_what_it_waits_for, FAILED};
 use crate::cli::Global;
 use crate::labels::host::look;
 use crate::labels::LabelConfig;
 
-/// `bcd hardware --labels [--gpu-slots N]`.
+/// `bcd hardware --labels [--gpu-slots N]`: exit 0, or 3 when `nvidia-smi` did not answer
+/// (the labels procfs and sysfs give are printed all the same). With `--json`:
+/// `{"schema_version", "labels": {name: value}}`.
 pub async fn labels(global: &Global, gpu_slots: u32) -> ExitCode {
     let host = global.host();
     let looked = saying_what_it_waits_for(
@@ -21,8 +23,10 @@ pub async fn labels(global: &Global, gpu_slots: u32) -> ExitCode {
         ),
     )
     .await;
+    let mut status = ExitCode::SUCCESS;
     if let Some(e) = &looked.nvidia_smi_error {
         eprintln!("bcd: nvidia-smi did not answer: {e}; the labels are what procfs and sysfs show");
+        status = ExitCode::from(FAILED);
     }
     for note in &looked.notes {
         eprintln!("bcd: {note}");
@@ -31,11 +35,14 @@ pub async fn labels(global: &Global, gpu_slots: u32) -> ExitCode {
         eprintln!("bcd: no NVIDIA GPU found on this host, so no labels");
     }
     if global.json {
-        if !print_json(&looked.labels, "the labels") {
-            return ExitCode::from(1);
+        if !print_json(
+            &serde_json::json!({ "labels": &looked.labels }),
+            "the labels",
+        ) {
+            return ExitCode::from(FAILED);
         }
     } else {
         print(&looked.labels.lines());
     }
-    ExitCode::SUCCESS
+    status
 }

@@ -8,10 +8,11 @@ pub fn print(text: &str) {
     let _ = std::io::stdout().lock().write_all(text.as_bytes());
 }
 
-/// Prints `value` as pretty JSON and a newline. Returns `false` (having said so on stderr,
-/// naming `what`) when it cannot be encoded; the caller exits with status 1 then.
+/// Prints `value` as pretty JSON with its `schema_version` ([`crate::document`]) and a newline.
+/// Returns `false` (having said so on stderr, naming `what`) when it cannot be encoded; the
+/// caller exits with [`FAILED`] then.
 pub fn print_json<T: serde::Serialize + ?Sized>(value: &T, what: &str) -> bool {
-    match serde_json::to_string_pretty(value) {
+    match serde_json::to_string_pretty(&crate::document::versioned(value)) {
         Ok(json) => {
             print(&format!("{json}\n"));
             true
@@ -21,6 +22,59 @@ pub fn print_json<T: serde::Serialize + ?Sized>(value: &T, what: &str) -> bool {
             false
         }
     }
+}
+
+/// Exit status 1: bcd did its job and found a problem (a GPU not healthy, a check failed).
+pub const PROBLEM: u8 = 1;
+/// Exit status 3: bcd could not do its job (nvidia-smi failed, a reset failed, the node or the
+/// helper could not be reached or refused). Usage errors are clap's 2.
+pub const FAILED: u8 = 3;
+
+/// The error codes of the failures bcd finds itself (a refusal of the node service carries
+/// the service's own code, see the README's API table).
+pub mod code {
+    /// nvidia-smi failed, timed out or is missing while the GPUs need it.
+    pub const NVIDIA_SMI_FAILED: &str = "nvidia-smi-failed";
+    /// No NVIDIA driver on this host (no `/proc/driver/nvidia`, no nvidia-smi).
+    pub const NO_DRIVER: &str = "no-driver";
+    /// Nothing answers on the node service's socket.
+    pub const NODE_UNREACHABLE: &str = "node-unreachable";
+    /// The node service answered something that is not its API.
+    pub const NODE_ANSWERED_BADLY: &str = "node-answered-badly";
+    /// The root helper did not answer or refused.
+    pub const HELPER_FAILED: &str = "helper-failed";
+    /// A GPU reset was asked and did not happen.
+    pub const RESET_FAILED: &str = "reset-failed";
+    /// The answer could not be encoded or the process could not start its runtime.
+    pub const INTERNAL: &str = "internal";
+}
+
+/// Says why bcd could not do its job and returns [`FAILED`]: with `--json` (`json`) the error
+/// document `{"schema_version", "error": {"code", "message"}}` on stdout (a script reads one
+/// JSON value whatever happened), otherwise `bcd: <message>` on stderr.
+pub fn fail(json: bool, code: &str, message: &str) -> std::process::ExitCode {
+    if json {
+        let doc = crate::document::ErrorDocument::new(code, message);
+        match serde_json::to_string_pretty(&doc) {
+            Ok(text) => print(&format!("{text}\n")),
+            Err(_) => eprintln!("bcd: {message}"),
+        }
+    } else {
+        eprintln!("bcd: {message}");
+    }
+    std::process::ExitCode::from(FAILED)
+}
+
+/// [`fail`] for an error of the node service's client: its code is the service's own for a
+/// refusal, `node-unreachable` or `node-answered-badly` otherwise.
+pub fn fail_api(json: bool, e: &crate::node::client::ApiError) -> std::process::ExitCode {
+    use crate::node::client::ApiError;
+    let code = match e {
+        ApiError::Connect { .. } => code::NODE_UNREACHABLE,
+        ApiError::Refused { code, .. } => code.as_str(),
+        ApiError::Bad { .. } => code::NODE_ANSWERED_BADLY,
+    };
+    fail(json, code, &e.to_string())
 }
 
 /// Asks a running `bcd node` (`method path` on `socket`, within `bound`) for what a command
@@ -132,21 +186,5 @@ mod tests {
             line,
             "waiting for nvidia-smi --query-gpu --format: 3 s of 30 s"
         );
-    }
-
-    #[test]
-    fn running_queries_are_listed_longest_first_until_they_end() {
-        use crate::smi::runner::waiting::{running, Waiting};
-        // Names no other test uses: the registry is the whole process's.
-        let first = Waiting::start("-q -x --test-first", std::time::Duration::from_secs(30));
-        std::thread::sleep(std::time::Duration::from_millis(5));
-        let second = Waiting::start("-L --test-second", std::time::Duration::from_secs(30));
-        let now = running();
-        let at = |q: &str| now.iter().position(|r| r == q).unwrap();
-        assert!(at("-q -x --test-first") < at("-L --test-second"), "{now:?}");
-        drop(first);
-        assert!(!running().iter().any(|r| r == "-q -x --test-first"));
-        drop(second);
-        assert!(!running().iter().any(|r| r == "-L --test-second"));
     }
 }

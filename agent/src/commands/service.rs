@@ -1,7 +1,6 @@
 //! The subcommands that go through the node service (`gpu reset`, `hold ...`) and `bcd node`
 //! itself. Each prints what the service did, or its refusal as a sentence.
 
-use std::net::SocketAddr;
 use std::process::ExitCode;
 use std::time::Duration;
 
@@ -9,17 +8,44 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 use serde_json::Value;
 
-use super::output::print;
-use crate::cli::{Global, GpuCommand, HoldCommand, VfioCommand, VmCommand};
+use super::output::{fail_api, print, FAILED, PROBLEM};
+use crate::cli::{Global, GpuCommand, HoldCommand, NodeArgs, VfioCommand, VmCommand};
 use crate::node::client::{call, decode};
-use crate::node::otlp::OtlpEndpoint;
 use crate::node::schema::{
     HoldList, HoldRequest, HoldView, PassthroughRequest, ResetReport, ResetRequest, Summary,
 };
 use crate::node::service::{run, NodeConfig};
 
-/// Prints the answer as JSON (with `--json`, as the service wrote it) or, read as `T`,
-/// through `render`; a refusal or an answer of another shape as a sentence.
+/// Asks the node service and decodes its answer as `T`; a refusal or an answer of another
+/// shape is said ([`fail_api`], exit 3) and `Err` carries the exit status.
+async fn ask_service<T: DeserializeOwned>(
+    global: &Global,
+    method: &str,
+    path: &str,
+    body: Option<&impl Serialize>,
+) -> Result<(T, Value), ExitCode> {
+    let body = body.map(|b| serde_json::to_value(b).unwrap_or(Value::Null));
+    let answered = call(&global.api_socket, method, path, body.as_ref())
+        .await
+        .and_then(|value| Ok((decode::<T>(&global.api_socket, value.clone())?, value)));
+    answered.map_err(|e| fail_api(global.json, &e))
+}
+
+/// Prints what the service answered: with `--json` the document as the service wrote it
+/// (its `schema_version` included), otherwise `text`.
+fn show(global: &Global, value: &Value, text: &str) {
+    if global.json {
+        print(&format!(
+            "{}\n",
+            serde_json::to_string_pretty(value).unwrap_or_else(|_| value.to_string())
+        ));
+    } else {
+        print(text);
+    }
+}
+
+/// Asks the service, prints its answer through `render` (or as JSON), exit 0; a refusal
+/// exits 3.
 async fn through_service<T: DeserializeOwned>(
     global: &Global,
     method: &str,
@@ -27,66 +53,53 @@ async fn through_service<T: DeserializeOwned>(
     body: Option<&impl Serialize>,
     render: impl FnOnce(&T) -> String,
 ) -> ExitCode {
-    let body = body.map(|b| serde_json::to_value(b).unwrap_or(Value::Null));
-    let answer = call(&global.api_socket, method, path, body.as_ref())
-        .await
-        .and_then(|value| {
-            if global.json {
-                Ok(format!("{value}\n"))
-            } else {
-                decode::<T>(&global.api_socket, value).map(|t| render(&t))
-            }
-        });
-    match answer {
-        Ok(text) => {
-            print(&text);
+    match ask_service::<T>(global, method, path, body).await {
+        Ok((answer, value)) => {
+            show(global, &value, &render(&answer));
             ExitCode::SUCCESS
         }
-        Err(e) => {
-            eprintln!("bcd: {e}");
-            ExitCode::from(1)
-        }
+        Err(code) => code,
     }
 }
 
-/// `bcd gpu reset UUID...`.
+/// The lines `bcd gpu reset` prints for `report`, and its exit status: 3 when a reset
+/// failed, 1 when every reset happened but a GPU is still not healthy, else 0.
+pub fn render_reset(report: &ResetReport) -> (String, u8) {
+    let mut out = String::new();
+    let mut status = 0;
+    for g in &report.gpus {
+        let uuid = &g.uuid;
+        if let Some(e) = &g.error {
+            status = FAILED;
+            out.push_str(&format!("{uuid}: reset failed: {e}\n"));
+        } else if g.healthy {
+            out.push_str(&format!(
+                "{uuid}: reset, healthy ({} XID condition(s) cleared)\n",
+                g.conditions_cleared
+            ));
+        } else {
+            status = status.max(PROBLEM);
+            out.push_str(&format!(
+                "{uuid}: reset, still UNHEALTHY ({})\n",
+                g.reasons.join("; ")
+            ));
+        }
+    }
+    (out, status)
+}
+
+/// `bcd gpu reset UUID...`: exit 0 when every GPU was reset and is healthy, 1 when one is
+/// still not healthy, 3 when a reset failed or was refused (with `--json` too).
 pub async fn gpu(global: &Global, cmd: &GpuCommand) -> ExitCode {
     let GpuCommand::Reset { gpus } = cmd;
-    let mut failed = false;
     let request = ResetRequest { gpus: gpus.clone() };
-    let code = through_service(
-        global,
-        "POST",
-        "/v1/gpus/reset",
-        Some(&request),
-        |report: &ResetReport| {
-            let mut out = String::new();
-            for g in &report.gpus {
-                let uuid = &g.uuid;
-                if let Some(e) = &g.error {
-                    failed = true;
-                    out.push_str(&format!("{uuid}: reset failed: {e}\n"));
-                } else if g.healthy {
-                    out.push_str(&format!(
-                        "{uuid}: reset, healthy ({} XID condition(s) cleared)\n",
-                        g.conditions_cleared
-                    ));
-                } else {
-                    failed = true;
-                    out.push_str(&format!(
-                        "{uuid}: reset, still UNHEALTHY ({})\n",
-                        g.reasons.join("; ")
-                    ));
-                }
-            }
-            out
-        },
-    )
-    .await;
-    if failed {
-        ExitCode::from(1)
-    } else {
-        code
+    match ask_service::<ResetReport>(global, "POST", "/v1/gpus/reset", Some(&request)).await {
+        Ok((report, value)) => {
+            let (text, status) = render_reset(&report);
+            show(global, &value, &text);
+            ExitCode::from(status)
+        }
+        Err(code) => code,
     }
 }
 
@@ -193,59 +206,37 @@ pub async fn vm(global: &Global, cmd: &VmCommand) -> ExitCode {
     through_service(global, "POST", path, Some(&request), summary).await
 }
 
-/// `bcd node`'s own flags, as the command line gave them.
-#[derive(Debug, Clone)]
-pub struct NodeFlags {
-    /// See `bcd node --runtime-dir`.
-    pub runtime_dir: Option<std::path::PathBuf>,
-    /// `--metrics-listen`.
-    pub metrics_listen: Option<SocketAddr>,
-    /// `--otlp-endpoint`.
-    pub otlp_endpoint: Option<OtlpEndpoint>,
-    /// `--sample-interval`, in seconds.
-    pub sample_interval: u64,
-    /// `--api-group`.
-    pub api_group: String,
-    /// `--gpu-slots`.
-    pub gpu_slots: u32,
-    /// `--metrics-compat`.
-    pub metrics_compat: Option<crate::node::metrics::MetricsCompat>,
-    /// `--device-plugin-dir` and its companions; `None` without it.
-    pub kubelet: Option<crate::kubelet::KubeletConfig>,
-    /// `--nfd-features-dir`.
-    pub nfd_features_dir: Option<std::path::PathBuf>,
-    /// `--dra` and its companions; `None` without it.
-    pub dra: Option<DraFlags>,
-}
-
-/// `bcd node --dra`'s flags.
-#[derive(Debug, Clone)]
-pub struct DraFlags {
-    /// `--kubelet-dir`, `--cdi-runtime-dir`, `--node-name`.
-    pub config: crate::dra::DraConfig,
-    /// `--kubeconfig`.
-    pub kubeconfig: Option<std::path::PathBuf>,
-}
-
 /// `bcd node`.
-pub async fn node(global: &Global, flags: NodeFlags) -> ExitCode {
-    let NodeFlags {
-        runtime_dir,
-        metrics_listen,
-        otlp_endpoint,
-        sample_interval,
-        api_group,
-        gpu_slots,
-        metrics_compat,
-        kubelet,
-        nfd_features_dir,
-        dra,
-    } = flags;
-    let config = NodeConfig {
+pub async fn node(global: &Global, args: &NodeArgs) -> ExitCode {
+    let nfd_features_dir = args.nfd_features_dir.clone();
+    let dra = match dra_config(global, args) {
+        Ok(dra) => dra,
+        Err(e) => {
+            eprintln!("bcd node: {e}");
+            return ExitCode::from(FAILED);
+        }
+    };
+    match run(
+        node_config(global, args),
+        consumers(kubelet_config(args), nfd_features_dir, dra),
+    )
+    .await
+    {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("bcd node: {e}");
+            ExitCode::from(FAILED)
+        }
+    }
+}
+
+/// The node's configuration: the global options and `bcd node`'s own, read once here.
+fn node_config(global: &Global, args: &NodeArgs) -> NodeConfig {
+    NodeConfig {
         host: global.host(),
         data_dir: global.data_dir.clone(),
         // The API socket's folder is bcd.service's RuntimeDirectory (/run/bcd).
-        runtime_dir: runtime_dir.unwrap_or_else(|| {
+        runtime_dir: args.runtime_dir.clone().unwrap_or_else(|| {
             global
                 .api_socket
                 .parent()
@@ -258,21 +249,65 @@ pub async fn node(global: &Global, flags: NodeFlags) -> ExitCode {
         cdi_dir: global.cdi_dir.clone(),
         helper_socket: global.helper_socket.clone(),
         api_socket: global.api_socket.clone(),
-        api_group: Some(api_group),
-        metrics_listen,
-        sample_interval: Duration::from_secs(sample_interval),
-        otlp_endpoint,
-        gpu_slots,
+        api_group: Some(args.api_group.clone()),
+        metrics_listen: args.metrics_listen,
+        sample_interval: Duration::from_secs(args.sample_interval),
+        otlp_endpoint: args.otlp_endpoint.clone(),
+        gpu_slots: args.gpu_slots,
         xid_policy: global.xid_policy(),
-        metrics_compat,
-    };
-    match run(config, consumers(kubelet, nfd_features_dir, dra)).await {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("bcd node: {e}");
-            ExitCode::from(1)
-        }
+        metrics_compat: args.metrics_compat.map(Into::into),
     }
+}
+
+/// The kubelet device plugins' configuration; `None` without `--device-plugin-dir`.
+fn kubelet_config(args: &NodeArgs) -> Option<crate::kubelet::KubeletConfig> {
+    let plugin_dir = args.device_plugin_dir.clone()?;
+    Some(crate::kubelet::KubeletConfig {
+        plugin_dir,
+        pod_resources_socket: args.pod_resources_socket.clone(),
+        release_grace: Duration::from_secs(args.kubernetes_release_grace),
+    })
+}
+
+/// `bcd node --dra`'s configuration.
+#[derive(Debug, Clone)]
+pub struct DraFlags {
+    /// `--kubelet-dir`, `--cdi-runtime-dir`, `--node-name`.
+    pub config: crate::dra::DraConfig,
+    /// `--kubeconfig`.
+    pub kubeconfig: Option<std::path::PathBuf>,
+}
+
+/// Why `bcd node --dra` cannot start. `Display` is the operator's sentence.
+#[derive(Debug, thiserror::Error)]
+pub enum DraFlagsError {
+    /// No `--node-name`, and the kernel gives no host name.
+    #[error("the host's name cannot be read (/proc/sys/kernel/hostname); give --node-name, the kubelet's node name")]
+    NoNodeName,
+}
+
+/// The DRA driver's configuration; `None` without `--dra`.
+///
+/// # Errors
+/// [`DraFlagsError::NoNodeName`].
+fn dra_config(global: &Global, args: &NodeArgs) -> Result<Option<DraFlags>, DraFlagsError> {
+    if !args.dra {
+        return Ok(None);
+    }
+    let node_name = args
+        .node_name
+        .clone()
+        .or_else(crate::dra::host_node_name)
+        .ok_or(DraFlagsError::NoNodeName)?;
+    Ok(Some(DraFlags {
+        config: crate::dra::DraConfig {
+            kubelet_dir: args.kubelet_dir.clone(),
+            cdi_runtime_dir: args.cdi_runtime_dir.clone(),
+            node_name,
+            host: global.host(),
+        },
+        kubeconfig: args.kubeconfig.clone(),
+    }))
 }
 
 /// The consumers of the node's devices `bcd node` was asked for, each a task on the node that
@@ -319,4 +354,70 @@ fn consumers(
         });
     }
     tasks
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::PathBuf;
+    use std::time::Duration;
+
+    use super::{kubelet_config, node_config};
+    use crate::cli::{Cli, Command, NodeArgs};
+
+    fn parse(args: &[&str]) -> (Cli, NodeArgs) {
+        let cli = Cli::try_parse_checked(["bcd", "node"].iter().chain(args)).unwrap();
+        let Command::Node(node) = &cli.command else {
+            panic!("not node");
+        };
+        let node = node.clone();
+        (cli, node)
+    }
+
+    #[test]
+    fn the_node_options_reach_the_node_config_once() {
+        let (cli, args) = parse(&[
+            "--api-socket",
+            "/run/x/api.sock",
+            "--sample-interval",
+            "7",
+            "--gpu-slots",
+            "4",
+            "--metrics-compat",
+            "dcgm",
+        ]);
+        let config = node_config(&cli.global, &args);
+        assert_eq!(config.sample_interval, Duration::from_secs(7));
+        assert_eq!(config.gpu_slots, 4);
+        assert_eq!(config.api_group.as_deref(), Some("bcd"));
+        assert_eq!(
+            config.runtime_dir,
+            PathBuf::from("/run/x"),
+            "the socket's folder"
+        );
+        assert!(config.metrics_compat.is_some());
+        let (cli, args) = parse(&["--runtime-dir", "/run/y"]);
+        assert_eq!(
+            node_config(&cli.global, &args).runtime_dir,
+            PathBuf::from("/run/y")
+        );
+    }
+
+    #[test]
+    fn the_kubelet_is_configured_only_with_a_device_plugin_dir() {
+        let (_, args) = parse(&["--kubernetes-release-grace", "9"]);
+        assert!(kubelet_config(&args).is_none());
+        let (_, args) = parse(&[
+            "--device-plugin-dir",
+            "/dp",
+            "--kubernetes-release-grace",
+            "9",
+        ]);
+        let kubelet = kubelet_config(&args).unwrap();
+        assert_eq!(kubelet.plugin_dir, PathBuf::from("/dp"));
+        assert_eq!(kubelet.release_grace, Duration::from_secs(9));
+        assert_eq!(
+            kubelet.pod_resources_socket,
+            PathBuf::from(crate::kubelet::DEFAULT_POD_RESOURCES_SOCKET)
+        );
+    }
 }

@@ -2,9 +2,13 @@
 
 use std::process::ExitCode;
 
-use super::output::{ask_node, print, print_json, saying_what_it_waits_for};
+use super::output::{
+    ask_node, code, fail, print, print_json, saying_what_it_waits_for, FAILED, PROBLEM,
+};
 use crate::cli::Global;
-use crate::health::status::{render as render_status, status_within, StatusReport, STATUS_WAIT};
+use crate::health::status::{
+    render as render_status, status_within, StatusError, StatusReport, STATUS_WAIT,
+};
 use crate::node::schema::NodeStatus;
 
 /// Asks a running `bcd node` for its status (within [`STATUS_WAIT`]); `None` when none
@@ -31,8 +35,22 @@ pub async fn status_from_node(socket: &std::path::Path) -> Option<StatusReport> 
     })
 }
 
-/// `bcd status`: exit 0 with a sample, 1 without (no driver, failure, timeout). A running
-/// `bcd node` is asked first; without one, `bcd status` reads the GPUs itself.
+/// The exit status of a status report: 3 without a sample (`nvidia-smi` failed or timed
+/// out), 1 when a GPU the host has (not one passed through to a VM) is unhealthy or unknown,
+/// else 0 (degraded GPUs take work).
+pub fn report_status(report: &StatusReport) -> u8 {
+    if report.nvidia_smi_error.is_some() {
+        FAILED
+    } else if report.gpus.iter().any(|g| !g.passed_through && !g.healthy) {
+        PROBLEM
+    } else {
+        0
+    }
+}
+
+/// `bcd status`: exit status as [`report_status`] says, 3 when there is nothing to print (no
+/// driver, no sample and no GPU listed). A running `bcd node` is asked first; without one,
+/// `bcd status` reads the GPUs itself.
 pub async fn status(global: &Global) -> ExitCode {
     let host = global.host();
     let report = match status_from_node(&global.api_socket).await {
@@ -53,16 +71,19 @@ pub async fn status(global: &Global) -> ExitCode {
                 print(&render_status(&report));
                 true
             };
-            // A GPU nvidia-smi could not sample is no success, whatever got printed.
-            if printed && report.nvidia_smi_error.is_none() {
-                ExitCode::SUCCESS
+            if printed {
+                ExitCode::from(report_status(&report))
             } else {
-                ExitCode::from(1)
+                ExitCode::from(FAILED)
             }
         }
         Err(e) => {
-            eprintln!("bcd: {e}");
-            ExitCode::from(1)
+            let code = if matches!(e, StatusError::NoDriver) {
+                code::NO_DRIVER
+            } else {
+                code::NVIDIA_SMI_FAILED
+            };
+            return fail(global.json, code, &e.to_string());
         }
     };
     if !global.json {

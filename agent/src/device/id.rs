@@ -108,80 +108,111 @@ pub const MAX_SLOTS: u32 = 64;
 /// hold `:`, and no NVIDIA name does, so a slot never collides with a vendor device.
 pub const SLOT_SEPARATOR: &str = "::";
 
-/// A device a hold can hold: a whole GPU (`GPU-<uuid>`), a MIG device (`MIG-<uuid>`), a
-/// MIG device in R450's form (`MIG-GPU-<uuid>/<gi>/<ci>`), or a slot of a GPU
-/// (`GPU-<uuid>::<n>`, `n` below [`MAX_SLOTS`], no leading zero). Hex digits are kept lower
-/// case, as `nvidia-smi` prints them, so the same device always compares equal.
+/// The most digits of a GPU or compute instance id in R450's MIG form.
+const LEGACY_INSTANCE_MAX_DIGITS: usize = 3;
+
+/// The most digits of a slot number (slots are below [`MAX_SLOTS`]).
+const SLOT_MAX_DIGITS: usize = 2;
+
+/// A device a hold can hold: a whole GPU (`GPU-<uuid>`), a MIG device (`MIG-<uuid>`), a MIG
+/// device in R450's form (`MIG-GPU-<uuid>/<gi>/<ci>`), or a slot of a GPU (`GPU-<uuid>::<n>`,
+/// `n` below [`MAX_SLOTS`], no leading zero).
+///
+/// The string form ([`fmt::Display`], [`FromStr`], serde) is the same on disk, on the wire
+/// and, but for R450's `/`, in CDI names. Every value is in normal form (hex in lower case,
+/// as `nvidia-smi` prints it; numbers without leading zeros), so two ids are equal exactly
+/// when their strings are.
+///
+/// `Ord` is the string form's order, compared without allocating: the hold store, the claim
+/// set and the attribution keep devices in `BTreeMap`s whose order reaches `holds.json` and
+/// the scrape, so the order is the one the string-backed id had (`GPU-<u>::10` sorts before
+/// `GPU-<u>::2`, and `MIG-GPU-...` between `MIG-0...` and `MIG-a...`).
+#[derive(Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(try_from = "String", into = "String")]
+pub enum DeviceId {
+    /// A whole GPU.
+    Gpu(GpuUuid),
+    /// A MIG device by its own UUID, `MIG-<uuid>`: which GPU it is on only the inventory
+    /// knows.
+    Mig(MigSerial),
+    /// A MIG device in R450's form: GPU instance `gi`, compute instance `ci` of `gpu`.
+    LegacyMig {
+        gpu: GpuUuid,
+        gi: Instance,
+        ci: Instance,
+    },
+    /// A time-sliced share of one GPU.
+    Slot { gpu: GpuUuid, index: SlotIndex },
+}
+
+/// A slot's number, below [`MAX_SLOTS`]; built only by [`SlotIndex::new`].
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+pub struct SlotIndex(u8);
+
+impl SlotIndex {
+    /// Slot `n`; `None` when `n` is not below [`MAX_SLOTS`].
+    pub fn new(n: u32) -> Option<Self> {
+        (n < MAX_SLOTS)
+            .then(|| u8::try_from(n).ok().map(Self))
+            .flatten()
+    }
+
+    /// The number.
+    pub fn get(self) -> u32 {
+        u32::from(self.0)
+    }
+}
+
+/// A GPU or compute instance id of R450's MIG form: at most three digits; built only by
+/// parsing.
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Instance(u16);
+
+/// The `MIG-<uuid>` form, kept whole in normal form; built only by parsing.
+#[derive(Clone, PartialEq, Eq, Hash)]
+pub struct MigSerial(String);
+
+/// A MIG device's UUID in either form, `MIG-<uuid>` or R450's `MIG-GPU-<uuid>/<gi>/<ci>`, hex
+/// in lower case: a [`DeviceId`] that is [`DeviceId::Mig`] or [`DeviceId::LegacyMig`].
+/// Holding one is proof it names a MIG device.
 #[derive(Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(try_from = "String", into = "String")]
-pub struct DeviceId(String);
+pub struct MigUuid(DeviceId);
+
+impl MigUuid {
+    /// The device id it is (one of the two MIG variants).
+    pub fn device(&self) -> &DeviceId {
+        &self.0
+    }
+}
 
 /// A whole GPU's id: its UUID in normal form is always one.
 impl From<&GpuUuid> for DeviceId {
     fn from(uuid: &GpuUuid) -> Self {
-        Self(uuid.as_str().to_owned())
+        Self::Gpu(uuid.clone())
     }
 }
 
-/// What kind of device a [`DeviceId`] names.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum DeviceKind {
-    /// A whole GPU.
-    Gpu,
-    /// A MIG device.
-    Mig,
-    /// A time-sliced share of a GPU.
-    Slot,
+impl From<&MigUuid> for DeviceId {
+    fn from(m: &MigUuid) -> Self {
+        m.0.clone()
+    }
 }
 
 impl DeviceId {
-    /// The id in its normal form; this is what `NVIDIA_VISIBLE_DEVICES` carries.
-    pub fn as_str(&self) -> &str {
-        &self.0
-    }
-
-    /// Whether it is a whole GPU, a MIG device or a slot.
-    pub fn kind(&self) -> DeviceKind {
-        if self.0.contains(SLOT_SEPARATOR) {
-            DeviceKind::Slot
-        } else if self.0.starts_with("GPU-") {
-            DeviceKind::Gpu
-        } else {
-            DeviceKind::Mig
-        }
-    }
-
     /// The GPU this device is on, when its id says so: a GPU is its own, a slot's and an
     /// R450 MIG device's GPU is in their ids. `None` for a `MIG-<uuid>` device, whose GPU
     /// only the inventory knows.
-    pub fn gpu(&self) -> Option<DeviceId> {
-        match self.kind() {
-            DeviceKind::Gpu => Some(self.clone()),
-            DeviceKind::Slot => self
-                .0
-                .split_once(SLOT_SEPARATOR)
-                .map(|(gpu, _)| Self(gpu.to_owned())),
-            DeviceKind::Mig => self
-                .0
-                .strip_prefix("MIG-")
-                .filter(|rest| rest.starts_with("GPU-"))
-                .and_then(|rest| rest.split('/').next())
-                .map(|gpu| Self(gpu.to_owned())),
+    pub fn gpu_uuid(&self) -> Option<&GpuUuid> {
+        match self {
+            Self::Gpu(gpu) | Self::LegacyMig { gpu, .. } | Self::Slot { gpu, .. } => Some(gpu),
+            Self::Mig(_) => None,
         }
     }
 
-    /// A slot's number; `None` for a GPU or a MIG device.
-    pub fn slot(&self) -> Option<u32> {
-        self.0
-            .split_once(SLOT_SEPARATOR)
-            .and_then(|(_, n)| n.parse().ok())
-    }
-
-    /// Slot `n` of this GPU; `None` when this is not a whole GPU or `n` is not below
-    /// [`MAX_SLOTS`].
-    pub fn slot_of(&self, n: u32) -> Option<DeviceId> {
-        (self.kind() == DeviceKind::Gpu && n < MAX_SLOTS)
-            .then(|| Self(format!("{}{SLOT_SEPARATOR}{n}", self.0)))
+    /// [`DeviceId::gpu_uuid`] as the whole GPU's device id.
+    pub fn gpu(&self) -> Option<DeviceId> {
+        self.gpu_uuid().map(DeviceId::from)
     }
 
     /// The device a CDI device name of a hold spec stands for (the inverse of
@@ -197,82 +228,62 @@ impl DeviceId {
     /// The CDI device name: the id itself, except that R450's `/` separators become `:`,
     /// since a CDI device name may not hold a `/`.
     pub fn cdi_name(&self) -> String {
-        self.0.replace('/', ":")
+        match self {
+            Self::LegacyMig { gpu, gi, ci } => format!("MIG-{gpu}:{}:{}", gi.0, ci.0),
+            other => other.to_string(),
+        }
     }
 }
 
-/// A MIG device's UUID: `MIG-<uuid>`, or R450's `MIG-GPU-<uuid>/<gi>/<ci>`, hex in lower case
-/// (a [`DeviceId`] of kind [`DeviceKind::Mig`]). Holding one is proof it names a MIG device.
-#[derive(Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
-#[serde(try_from = "String", into = "String")]
-pub struct MigUuid(DeviceId);
+/// A UUID body (`8-4-4-4-12` hex digits) in lower case, checked by the one UUID validator,
+/// [`GpuUuid`]'s; `None` when the shape is wrong.
+fn uuid_body(body: &str) -> Option<String> {
+    let gpu: GpuUuid = format!("GPU-{body}").parse().ok()?;
+    gpu.as_str().strip_prefix("GPU-").map(str::to_owned)
+}
 
-impl MigUuid {
-    /// The UUID in its normal form.
-    pub fn as_str(&self) -> &str {
-        self.0.as_str()
-    }
+/// A decimal number of 1 to `max_digits` digits; with `no_leading_zero`, `0` is the only
+/// number that may start with one.
+fn small_number(n: &str, max_digits: usize, no_leading_zero: bool) -> Option<u32> {
+    let shape_ok = !n.is_empty()
+        && n.len() <= max_digits
+        && n.bytes().all(|b| b.is_ascii_digit())
+        && (!no_leading_zero || n == "0" || !n.starts_with('0'));
+    shape_ok.then(|| n.parse().ok()).flatten()
+}
 
-    /// The device id it is.
-    pub fn device(&self) -> &DeviceId {
-        &self.0
+/// The MIG forms: `MIG-<uuid>` and R450's `MIG-GPU-<uuid>/<gi>/<ci>`.
+fn parse_mig(s: &str) -> Result<DeviceId, IdError> {
+    let refuse = || IdError::Device(shown(s));
+    let rest = s.strip_prefix("MIG-").ok_or_else(refuse)?;
+    if rest.starts_with("GPU-") {
+        let mut parts = rest.split('/');
+        let (Some(gpu), Some(gi), Some(ci), None) =
+            (parts.next(), parts.next(), parts.next(), parts.next())
+        else {
+            return Err(refuse());
+        };
+        let instance = |n| {
+            small_number(n, LEGACY_INSTANCE_MAX_DIGITS, false)
+                .and_then(|n| u16::try_from(n).ok())
+                .map(Instance)
+        };
+        return match (gpu.parse::<GpuUuid>(), instance(gi), instance(ci)) {
+            (Ok(gpu), Some(gi), Some(ci)) => Ok(DeviceId::LegacyMig { gpu, gi, ci }),
+            _ => Err(refuse()),
+        };
     }
+    uuid_body(rest)
+        .map(|body| DeviceId::Mig(MigSerial(format!("MIG-{body}"))))
+        .ok_or_else(refuse)
 }
 
 impl FromStr for MigUuid {
     type Err = IdError;
 
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        let id: DeviceId = s.parse()?;
-        if id.kind() == DeviceKind::Mig {
-            Ok(Self(id))
-        } else {
-            Err(IdError::Device(shown(s)))
-        }
+        parse_mig(s).map(Self)
     }
-}
-
-impl TryFrom<String> for MigUuid {
-    type Error = IdError;
-    fn try_from(s: String) -> Result<Self, Self::Error> {
-        s.parse()
-    }
-}
-
-impl From<MigUuid> for String {
-    fn from(v: MigUuid) -> Self {
-        v.0.into()
-    }
-}
-
-impl From<&MigUuid> for DeviceId {
-    fn from(m: &MigUuid) -> Self {
-        m.0.clone()
-    }
-}
-
-impl fmt::Display for MigUuid {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-impl fmt::Debug for MigUuid {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "MigUuid({})", self.as_str())
-    }
-}
-
-/// `8-4-4-4-12` hex digits, lower-cased; `None` when the shape is wrong.
-fn uuid_body(s: &str) -> Option<String> {
-    let mut groups = 0;
-    for (group, want) in s.split('-').zip([8usize, 4, 4, 4, 12]) {
-        if group.len() != want || !group.bytes().all(|b| b.is_ascii_hexdigit()) {
-            return None;
-        }
-        groups += 1;
-    }
-    (groups == 5 && s.split('-').count() == 5).then(|| s.to_ascii_lowercase())
 }
 
 impl FromStr for DeviceId {
@@ -281,41 +292,17 @@ impl FromStr for DeviceId {
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         let refuse = || IdError::Device(shown(s));
         if let Some((gpu, n)) = s.split_once(SLOT_SEPARATOR) {
-            let number = (!n.is_empty()
-                && n.len() <= 2
-                && n.bytes().all(|b| b.is_ascii_digit())
-                && (n == "0" || !n.starts_with('0')))
-            .then(|| n.parse::<u32>().ok())
-            .flatten();
-            let gpu: DeviceId = gpu.parse().map_err(|_| refuse())?;
-            return number.and_then(|n| gpu.slot_of(n)).ok_or_else(refuse);
-        }
-        if let Some(body) = s.strip_prefix("GPU-") {
-            return uuid_body(body)
-                .map(|b| Self(format!("GPU-{b}")))
+            let gpu: GpuUuid = gpu.parse().map_err(|_| refuse())?;
+            return small_number(n, SLOT_MAX_DIGITS, true)
+                .and_then(SlotIndex::new)
+                .map(|index| Self::Slot { gpu, index })
                 .ok_or_else(refuse);
         }
-        if let Some(legacy) = s.strip_prefix("MIG-GPU-") {
-            let mut parts = legacy.split('/');
-            let (Some(uuid), Some(gi), Some(ci), None) =
-                (parts.next(), parts.next(), parts.next(), parts.next())
-            else {
-                return Err(refuse());
-            };
-            let small = |n: &str| {
-                (!n.is_empty() && n.len() <= 3 && n.bytes().all(|b| b.is_ascii_digit()))
-                    .then(|| n.parse::<u32>().ok())
-                    .flatten()
-            };
-            return match (uuid_body(uuid), small(gi), small(ci)) {
-                (Some(u), Some(g), Some(c)) => Ok(Self(format!("MIG-GPU-{u}/{g}/{c}"))),
-                _ => Err(refuse()),
-            };
+        if s.starts_with("GPU-") {
+            return s.parse().map(Self::Gpu).map_err(|_| refuse());
         }
-        if let Some(body) = s.strip_prefix("MIG-") {
-            return uuid_body(body)
-                .map(|b| Self(format!("MIG-{b}")))
-                .ok_or_else(refuse);
+        if s.starts_with("MIG-") {
+            return parse_mig(s);
         }
         Err(refuse())
     }
@@ -330,19 +317,116 @@ impl TryFrom<String> for DeviceId {
 
 impl From<DeviceId> for String {
     fn from(v: DeviceId) -> Self {
-        v.0
+        v.to_string()
+    }
+}
+
+impl TryFrom<String> for MigUuid {
+    type Error = IdError;
+    fn try_from(s: String) -> Result<Self, Self::Error> {
+        s.parse()
+    }
+}
+
+impl From<MigUuid> for String {
+    fn from(v: MigUuid) -> Self {
+        v.0.to_string()
+    }
+}
+
+impl fmt::Display for MigUuid {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.0.fmt(f)
     }
 }
 
 impl fmt::Display for DeviceId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
+        match self {
+            Self::Gpu(gpu) => f.write_str(gpu.as_str()),
+            Self::Mig(MigSerial(serial)) => f.write_str(serial),
+            Self::LegacyMig { gpu, gi, ci } => write!(f, "MIG-{gpu}/{}/{}", gi.0, ci.0),
+            Self::Slot { gpu, index } => write!(f, "{gpu}{SLOT_SEPARATOR}{}", index.0),
+        }
     }
 }
 
 impl fmt::Debug for DeviceId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "DeviceId({})", self.0)
+        write!(f, "DeviceId({self})")
+    }
+}
+
+impl fmt::Debug for MigUuid {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "MigUuid({self})")
+    }
+}
+
+impl fmt::Debug for MigSerial {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "MigSerial({})", self.0)
+    }
+}
+
+impl fmt::Debug for SlotIndex {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "SlotIndex({})", self.0)
+    }
+}
+
+impl fmt::Debug for Instance {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Instance({})", self.0)
+    }
+}
+
+/// The longest string form: R450's `MIG-GPU-<36>/<3 digits>/<3 digits>` is 52 bytes.
+const FORM_MAX_LEN: usize = 64;
+
+/// A string form written on the stack, so that ordering by it allocates nothing.
+struct Form {
+    bytes: [u8; FORM_MAX_LEN],
+    len: usize,
+}
+
+impl Form {
+    fn of(value: &impl fmt::Display) -> Self {
+        use fmt::Write as _;
+        let mut form = Self {
+            bytes: [0; FORM_MAX_LEN],
+            len: 0,
+        };
+        // Cannot fail: every form fits (a test checks the longest).
+        let _ = write!(form, "{value}");
+        form
+    }
+
+    fn as_bytes(&self) -> &[u8] {
+        &self.bytes[..self.len]
+    }
+}
+
+impl fmt::Write for Form {
+    fn write_str(&mut self, s: &str) -> fmt::Result {
+        let end = self.len + s.len();
+        let to = self.bytes.get_mut(self.len..end).ok_or(fmt::Error)?;
+        to.copy_from_slice(s.as_bytes());
+        self.len = end;
+        Ok(())
+    }
+}
+
+/// The string form's order (see [`DeviceId`]).
+impl Ord for DeviceId {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        Form::of(self).as_bytes().cmp(Form::of(other).as_bytes())
+    }
+}
+
+impl PartialOrd for DeviceId {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
     }
 }
 
@@ -380,22 +464,112 @@ mod tests {
         assert_eq!(id.spec_file_name(), "bcd-job-1.json");
     }
 
+    const GPU: &str = "GPU-5ae30e40-78ba-e5df-4b1a-d79c2d43241b";
+    const MIG: &str = "MIG-58866115-6175-6822-e455-1694c2bc414b";
+    const LEGACY: &str = "MIG-GPU-5ae30e40-78ba-e5df-4b1a-d79c2d43241b/7/0";
+
+    fn id(s: &str) -> DeviceId {
+        s.parse().unwrap()
+    }
+
     #[test]
     fn device_ids_take_gpu_mig_and_r450_forms() {
-        let gpu: DeviceId = "GPU-5AE30E40-78ba-e5df-4b1a-d79c2d43241b".parse().unwrap();
-        assert_eq!(gpu.as_str(), "GPU-5ae30e40-78ba-e5df-4b1a-d79c2d43241b");
-        assert_eq!(gpu.kind(), DeviceKind::Gpu);
-        let mig: DeviceId = "MIG-58866115-6175-6822-e455-1694c2bc414b".parse().unwrap();
-        assert_eq!(mig.kind(), DeviceKind::Mig);
-        assert_eq!(mig.cdi_name(), mig.as_str());
-        let old: DeviceId = "MIG-GPU-5ae30e40-78ba-e5df-4b1a-d79c2d43241b/7/0"
-            .parse()
-            .unwrap();
-        assert_eq!(old.kind(), DeviceKind::Mig);
+        let gpu = id("GPU-5AE30E40-78ba-e5df-4b1a-d79c2d43241b");
+        assert_eq!(gpu.to_string(), GPU);
+        assert!(matches!(gpu, DeviceId::Gpu(_)));
+        let mig = id(MIG);
+        assert!(matches!(mig, DeviceId::Mig(_)));
+        assert_eq!(mig.cdi_name(), MIG);
+        let old = id("MIG-GPU-5AE30E40-78ba-e5df-4b1a-d79c2d43241b/007/0");
+        assert_eq!(
+            old.to_string(),
+            LEGACY,
+            "instances lose their leading zeros"
+        );
+        assert!(matches!(old, DeviceId::LegacyMig { .. }));
         assert_eq!(
             old.cdi_name(),
             "MIG-GPU-5ae30e40-78ba-e5df-4b1a-d79c2d43241b:7:0"
         );
+    }
+
+    #[test]
+    fn every_form_round_trips_through_its_string_json_and_cdi_name() {
+        for s in [
+            GPU,
+            MIG,
+            LEGACY,
+            &format!("{GPU}::0"),
+            &format!("{GPU}::63"),
+        ] {
+            let device = id(s);
+            assert_eq!(device.to_string(), s);
+            assert_eq!(device.to_string().parse::<DeviceId>().unwrap(), device);
+            let json = serde_json::to_string(&device).unwrap();
+            assert_eq!(json, format!("\"{s}\""));
+            assert_eq!(serde_json::from_str::<DeviceId>(&json).unwrap(), device);
+            assert_eq!(DeviceId::from_cdi_name(&device.cdi_name()), Some(device));
+        }
+        for s in [MIG, LEGACY] {
+            let mig: MigUuid = s.parse().unwrap();
+            assert_eq!(mig.to_string(), s);
+            let json = serde_json::to_string(&mig).unwrap();
+            assert_eq!(serde_json::from_str::<MigUuid>(&json).unwrap(), mig);
+        }
+        assert!(GPU.parse::<MigUuid>().is_err(), "a GPU is no MIG device");
+        assert!(
+            format!("{GPU}::1").parse::<MigUuid>().is_err(),
+            "nor is a slot"
+        );
+    }
+
+    #[test]
+    fn the_order_is_the_string_forms_order() {
+        let mut strings = vec![
+            format!("{GPU}::10"),
+            format!("{GPU}::2"),
+            format!("{GPU}::0"),
+            GPU.to_owned(),
+            "GPU-00000000-78ba-e5df-4b1a-d79c2d43241b".to_owned(),
+            "GPU-ffffffff-78ba-e5df-4b1a-d79c2d43241b::1".to_owned(),
+            MIG.to_owned(),
+            LEGACY.to_owned(),
+            "MIG-GPU-5ae30e40-78ba-e5df-4b1a-d79c2d43241b/10/0".to_owned(),
+            "MIG-a8866115-6175-6822-e455-1694c2bc414b".to_owned(),
+        ];
+        let mut ids: Vec<DeviceId> = strings.iter().map(|s| id(s)).collect();
+        strings.sort();
+        ids.sort();
+        let sorted: Vec<String> = ids.iter().map(DeviceId::to_string).collect();
+        assert_eq!(sorted, strings);
+        let mut migs: Vec<MigUuid> = ["MIG-a8866115-6175-6822-e455-1694c2bc414b", LEGACY, MIG]
+            .iter()
+            .map(|s| s.parse().unwrap())
+            .collect();
+        migs.sort();
+        let sorted: Vec<String> = migs.iter().map(MigUuid::to_string).collect();
+        assert_eq!(
+            sorted,
+            [MIG, LEGACY, "MIG-a8866115-6175-6822-e455-1694c2bc414b"]
+        );
+    }
+
+    #[test]
+    fn an_id_stays_small() {
+        // Errors carry ids; a larger id would make every policy result large.
+        assert_eq!(std::mem::size_of::<DeviceId>(), 32);
+    }
+
+    #[test]
+    fn the_longest_form_fits_the_order_buffer() {
+        let longest = id("MIG-GPU-5ae30e40-78ba-e5df-4b1a-d79c2d43241b/999/999");
+        let form = Form::of(&longest);
+        assert_eq!(form.as_bytes(), longest.to_string().as_bytes());
+        assert!(form.len < FORM_MAX_LEN);
+    }
+
+    #[test]
+    fn malformed_device_ids_are_refused_with_the_operators_sentence() {
         for bad in [
             "",
             "GPU-",
@@ -403,41 +577,48 @@ mod tests {
             "GPU-5ae30e40-78ba-e5df-4b1a-d79c2d43241",
             "GPU-5ae30e40-78ba-e5df-4b1a-d79c2d43241b-",
             "GPU-5ae30e40-78ba-e5df-4b1a-d79c2d43241g",
+            "MIG-",
+            "MIG-58866115-6175-6822-e455-1694c2bc414",
             "MIG-GPU-5ae30e40-78ba-e5df-4b1a-d79c2d43241b/7",
             "MIG-GPU-5ae30e40-78ba-e5df-4b1a-d79c2d43241b/7/0/1",
             "MIG-GPU-5ae30e40-78ba-e5df-4b1a-d79c2d43241b/x/0",
+            "MIG-GPU-5ae30e40-78ba-e5df-4b1a-d79c2d43241b/1000/0",
             "MIG-GPU-5ae30e40-78ba-e5df-4b1a-d79c2d43241b/7/../0",
             "0",
             "all",
         ] {
-            assert!(bad.parse::<DeviceId>().is_err(), "{bad:?} must be refused");
+            let e = bad.parse::<DeviceId>().unwrap_err();
+            assert_eq!(e, IdError::Device(bad.to_owned()), "{bad:?}");
+            assert!(
+                e.to_string().starts_with(&format!(
+                    "device {bad:?} is neither a GPU UUID (GPU- and 8-4-4-4-12 hex digits)"
+                )),
+                "{e}"
+            );
         }
     }
 
     #[test]
     fn slots_name_their_gpu_and_round_trip_through_cdi_names() {
-        let slot: DeviceId = "GPU-5AE30E40-78ba-e5df-4b1a-d79c2d43241b::3"
-            .parse()
-            .unwrap();
-        assert_eq!(slot.as_str(), "GPU-5ae30e40-78ba-e5df-4b1a-d79c2d43241b::3");
-        assert_eq!(slot.kind(), DeviceKind::Slot);
-        assert_eq!(slot.slot(), Some(3));
-        assert_eq!(
-            slot.gpu().unwrap().as_str(),
-            "GPU-5ae30e40-78ba-e5df-4b1a-d79c2d43241b"
-        );
+        let slot = id("GPU-5AE30E40-78ba-e5df-4b1a-d79c2d43241b::3");
+        assert_eq!(slot.to_string(), format!("{GPU}::3"));
+        let DeviceId::Slot { gpu, index } = &slot else {
+            panic!("{slot:?} is a slot");
+        };
+        assert_eq!(index.get(), 3);
+        assert_eq!(gpu.as_str(), GPU);
+        assert_eq!(slot.gpu(), Some(id(GPU)));
         assert_eq!(
             DeviceId::from_cdi_name(&slot.cdi_name()),
             Some(slot.clone())
         );
-        let old: DeviceId = "MIG-GPU-5ae30e40-78ba-e5df-4b1a-d79c2d43241b/7/0"
-            .parse()
-            .unwrap();
+        let old = id(LEGACY);
         assert_eq!(old.gpu(), slot.gpu());
         assert_eq!(DeviceId::from_cdi_name(&old.cdi_name()), Some(old));
-        let mig: DeviceId = "MIG-58866115-6175-6822-e455-1694c2bc414b".parse().unwrap();
-        assert_eq!(mig.gpu(), None);
+        assert_eq!(id(MIG).gpu(), None);
         assert_eq!(DeviceId::from_cdi_name("job-1"), None);
+        assert!(SlotIndex::new(MAX_SLOTS).is_none());
+        assert_eq!(SlotIndex::new(MAX_SLOTS - 1).map(SlotIndex::get), Some(63));
         for bad in [
             "GPU-5ae30e40-78ba-e5df-4b1a-d79c2d43241b::",
             "GPU-5ae30e40-78ba-e5df-4b1a-d79c2d43241b::64",
@@ -452,12 +633,9 @@ mod tests {
 
     #[test]
     fn ids_round_trip_through_json_and_refuse_bad_values() {
-        let id: DeviceId =
-            serde_json::from_str("\"GPU-5ae30e40-78ba-e5df-4b1a-d79c2d43241b\"").unwrap();
-        assert_eq!(
-            serde_json::to_string(&id).unwrap(),
-            "\"GPU-5ae30e40-78ba-e5df-4b1a-d79c2d43241b\""
-        );
+        let id: DeviceId = serde_json::from_str(&format!("\"{GPU}\"")).unwrap();
+        assert_eq!(serde_json::to_string(&id).unwrap(), format!("\"{GPU}\""));
         assert!(serde_json::from_str::<HoldId>("\"../etc\"").is_err());
+        assert!(serde_json::from_str::<DeviceId>("\"GPU-1\"").is_err());
     }
 }

@@ -7,13 +7,13 @@
 //! This module imports nothing from `node/`, `kubelet/`, `doctor/` or the command line, and
 //! the policy nothing from `cdi/`: the hold store (`cdi::holds`) and the node build on it.
 
-pub mod hold;
-pub mod id;
-pub mod pods;
+pub(crate) mod hold;
+pub(crate) mod id;
+pub(crate) mod pods;
 pub mod policy;
-pub mod source;
+pub(crate) mod source;
 
 pub use hold::{DraClaim, Hold, HoldOwner, PoolDevice};
-pub use id::{DeviceId, DeviceKind, HoldId, IdError};
+pub use id::{DeviceId, HoldId, IdError, MigUuid};
 pub use pods::{PodAllocation, PodRef};
 pub use source::{Changes, DeviceSource, Report};

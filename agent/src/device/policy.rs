@@ -35,7 +35,7 @@
 use bcd_protocol::PciAddress;
 
 use super::hold::Hold;
-use super::id::{DeviceId, DeviceKind, HoldId};
+use super::id::{DeviceId, HoldId};
 use crate::inventory::document::Inventory;
 
 /// Why a device may not be held, or a hold store is refused. `Display` is the operator's
@@ -70,17 +70,23 @@ pub enum PolicyError {
         holder: HoldId,
         held: String,
     },
-    /// A hold store gives one GPU to two holds.
-    #[error(
-        "two holds have GPU {gpu}: hold {first} has {first_device} and hold {second} has {second_device}; bcd refuses this holds.json and deletes nothing: remove one of them from it and restart bcd node"
-    )]
-    Invariant {
-        gpu: DeviceId,
-        first: HoldId,
-        first_device: DeviceId,
-        second: HoldId,
-        second_device: DeviceId,
-    },
+    /// A hold store gives one GPU to two holds (boxed: five ids would make every policy
+    /// result large).
+    #[error(transparent)]
+    Invariant(Box<Breach>),
+}
+
+/// The invariant broken: two holds have conflicting devices of one GPU.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "two holds have GPU {gpu}: hold {first} has {first_device} and hold {second} has {second_device}; bcd refuses this holds.json and deletes nothing: remove one of them from it and restart bcd node"
+)]
+pub struct Breach {
+    pub gpu: DeviceId,
+    pub first: HoldId,
+    pub first_device: DeviceId,
+    pub second: HoldId,
+    pub second_device: DeviceId,
 }
 
 /// One GPU as the policy sees it.
@@ -171,10 +177,10 @@ impl std::fmt::Display for Busy {
             Busy::Claimed(kind) => write!(f, "{} runs on it now", kind.words()),
             Busy::Changing => f.write_str("the holds were being changed at that moment; try again"),
             Busy::PassedThrough => f.write_str("passed through to a VM"),
-            Busy::Held { hold, device } => match device.kind() {
-                DeviceKind::Gpu => write!(f, "held by {hold}"),
-                DeviceKind::Mig => write!(f, "MIG device {device} held by {hold}"),
-                DeviceKind::Slot => write!(f, "slot {device} held by {hold}"),
+            Busy::Held { hold, device } => match device {
+                DeviceId::Gpu(_) => write!(f, "held by {hold}"),
+                DeviceId::Mig(_) | DeviceId::LegacyMig { .. } => write!(f, "MIG device {device} held by {hold}"),
+                DeviceId::Slot { .. } => write!(f, "slot {device} held by {hold}"),
             },
             Busy::PendingRelease {
                 hold,
@@ -200,6 +206,8 @@ impl Topology {
                 uuid: DeviceId::from(&g.uuid),
                 address: g.address(),
                 mig_mode: g.mig.as_ref().and_then(|m| m.mode).unwrap_or(false),
+                // A MIG device without a UUID cannot be held; the inventory's collection
+                // refused its malformed UUID when it parsed `nvidia-smi -L`, and said so.
                 mig_devices: g
                     .mig
                     .iter()
@@ -246,10 +254,13 @@ impl Topology {
         let gpu = self
             .gpu_of(device)
             .and_then(|uuid| self.gpu(&uuid))
-            .filter(|g| device.kind() != DeviceKind::Mig || g.mig_devices.contains(device))
+            .filter(|g| {
+                !matches!(device, DeviceId::Mig(_) | DeviceId::LegacyMig { .. })
+                    || g.mig_devices.contains(device)
+            })
             .ok_or_else(|| PolicyError::UnknownDevice(device.clone()))?;
-        if let Some(n) = device.slot() {
-            if n >= self.slots_per_gpu {
+        if let DeviceId::Slot { index, .. } = device {
+            if index.get() >= self.slots_per_gpu {
                 return Err(PolicyError::NoSuchSlot {
                     device: device.clone(),
                     slots: self.slots_per_gpu,
@@ -329,10 +340,9 @@ pub fn conflict(a: &Placed, b: &Placed) -> bool {
     if ga != gb {
         return false;
     }
-    !matches!(
-        (a.device.kind(), b.device.kind()),
-        (DeviceKind::Slot, DeviceKind::Slot) | (DeviceKind::Mig, DeviceKind::Mig)
-    )
+    let mig = |d: &DeviceId| matches!(d, DeviceId::Mig(_) | DeviceId::LegacyMig { .. });
+    let slot = |d: &DeviceId| matches!(d, DeviceId::Slot { .. });
+    !((slot(&a.device) && slot(&b.device)) || (mig(&a.device) && mig(&b.device)))
 }
 
 /// The first device of another hold that conflicts with one of `wanted`.
@@ -375,13 +385,13 @@ pub fn check_invariant(holds: &[Hold], topology: &Topology) -> Result<(), Policy
         for (second, theirs) in &placed[i + 1..] {
             for a in ours {
                 if let Some(b) = theirs.iter().find(|b| conflict(a, b)) {
-                    return Err(PolicyError::Invariant {
+                    return Err(PolicyError::Invariant(Box::new(Breach {
                         gpu: a.gpu.clone().unwrap_or_else(|| a.device.clone()),
                         first: (*first).clone(),
                         first_device: a.device.clone(),
                         second: (*second).clone(),
                         second_device: b.device.clone(),
-                    });
+                    })));
                 }
             }
         }

@@ -201,18 +201,13 @@ pub async fn run(env: &DoctorEnv) -> Report {
         let driver = xml.map(crate::health::status::driver_readings);
         let silent = collection.snapshot_error.as_ref().map(ToString::to_string);
         let links = crate::health::pcie::link_widths(host, inventory);
-        let evidence = Evidence {
-            conditions,
-            history,
-            policy: Some(&env.xid_policy),
-            driver: driver.as_ref(),
-            silent: silent.as_deref(),
-            fabric_manager_down: fabric.down(),
-            samples: &[],
-            correctable: None,
-            board: &inventory.gpu.gpus,
-            links: Some(&links),
-        };
+        let evidence = Evidence::new(conditions)
+            .with_board(&inventory.gpu.gpus)
+            .with_history(history)
+            .with_policy(&env.xid_policy)
+            .with_driver(driver.as_ref(), silent.as_deref())
+            .with_fabric_manager_down(fabric.down())
+            .with_links(&links);
         let mut gpus: Vec<_> = inventory
             .gpu
             .gpus

@@ -31,7 +31,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use bcd_protocol::GpuUuid;
 
-use crate::device::id::{DeviceId, MAX_SLOTS};
+use crate::device::id::{DeviceId, SlotIndex, MAX_SLOTS};
 use crate::device::policy::{conflict, Placed, Topology};
 use crate::device::{Hold, HoldOwner};
 use crate::inventory::document::Inventory;
@@ -169,7 +169,7 @@ pub fn devices(
                 };
                 let mut attributes = common.clone();
                 attributes.insert("type".into(), Attribute::String("mig".into()));
-                attributes.insert("uuid".into(), Attribute::String(uuid.as_str().into()));
+                attributes.insert("uuid".into(), Attribute::String(uuid.to_string()));
                 attributes.insert(
                     "parentUUID".into(),
                     Attribute::String(gpu.uuid.as_str().into()),
@@ -187,7 +187,13 @@ pub fn devices(
             }
         } else if slots > 0 {
             for n in 0..slots.min(MAX_SLOTS) {
-                let Some(id) = whole.slot_of(n) else { continue };
+                let Some(index) = SlotIndex::new(n) else {
+                    continue;
+                };
+                let id = DeviceId::Slot {
+                    gpu: gpu.uuid.clone(),
+                    index,
+                };
                 let mut attributes = common.clone();
                 attributes.insert("type".into(), Attribute::String("slot".into()));
                 attributes.insert(
@@ -387,7 +393,7 @@ mod tests {
         );
         assert_eq!(gpu.capacity["memory"], 81559 * 1024 * 1024);
         let mig = &all[1];
-        assert_eq!(mig.id.as_str(), M1);
+        assert_eq!(mig.id.to_string(), M1);
         assert_eq!(mig.attributes["type"], s("mig"));
         assert_eq!(mig.attributes["parentUUID"], s(G1));
         assert_eq!(mig.attributes["profile"], s("3g.40gb"));
@@ -402,7 +408,7 @@ mod tests {
             names(&all),
             ["gpu-0-slot-0", "gpu-0-slot-1", "gpu-3-mig-2-0"]
         );
-        assert_eq!(all[1].id.as_str(), format!("{G0}::1"));
+        assert_eq!(all[1].id.to_string(), format!("{G0}::1"));
         assert_eq!(all[1].attributes["type"], Attribute::String("slot".into()));
         assert_eq!(
             all[1].attributes["parentUUID"],

@@ -200,7 +200,7 @@ async fn a_claim_is_held_through_the_policy_and_gets_its_own_cdi_spec_before_the
     assert_eq!(holds.len(), 1);
     assert_eq!(holds[0].id.as_str(), format!("dra-{UID}"));
     assert_eq!(holds[0].owner(), HoldOwner::Dra);
-    assert_eq!(holds[0].devices[0].as_str(), GPU0);
+    assert_eq!(holds[0].devices[0].to_string(), GPU0);
     let record = holds[0].claim.as_ref().unwrap();
     assert_eq!(
         (record.namespace.as_str(), record.name.as_str()),

@@ -31,7 +31,7 @@ use crate::sys::host::Host;
 pub use super::pcie::{link_widths, LinkWidth};
 
 /// The checks' names: the seed's, then those for the verdict's other reasons.
-pub mod check {
+pub(crate) mod check {
     /// `nvidia-smi` answered ([`super::nvidia_smi_answered`]).
     pub const NVML_INIT: &str = "nvml.init";
     /// At least the expected number of GPUs is visible.
@@ -201,13 +201,10 @@ pub(crate) fn diag_nvml(
         NvmlState::Collected(inv) => inv.gpu.gpus.as_slice(),
         NvmlState::Unavailable => &[],
     };
-    let evidence = Evidence {
-        conditions,
-        driver: (!driver.is_empty()).then_some(driver),
-        board,
-        links: Some(links),
-        ..Evidence::default()
-    };
+    let evidence = Evidence::new(conditions)
+        .with_board(board)
+        .with_driver((!driver.is_empty()).then_some(driver), None)
+        .with_links(links);
     let verdicts = board
         .iter()
         .map(|g| (g.uuid.clone(), judge(g, &evidence)))
@@ -487,18 +484,13 @@ pub async fn diag_host(
         .as_ref()
         .map(|s| super::status::driver_readings(&s.xml));
     let fabric_manager_down = crate::sys::systemd::fabric_manager(host).await.down();
-    let evidence = Evidence {
-        conditions: &conditions,
-        history: &history,
-        policy: Some(policy),
-        driver: driver.as_ref(),
-        silent: detail.as_deref(),
-        fabric_manager_down,
-        samples: &[],
-        correctable: None,
-        board: &inventory.gpu.gpus,
-        links: Some(&links),
-    };
+    let evidence = Evidence::new(&conditions)
+        .with_board(&inventory.gpu.gpus)
+        .with_history(&history)
+        .with_policy(policy)
+        .with_driver(driver.as_ref(), detail.as_deref())
+        .with_fabric_manager_down(fabric_manager_down)
+        .with_links(&links);
     let verdicts = inventory
         .gpu
         .gpus

@@ -4,7 +4,7 @@
 //!
 //! The file holds the boot id (`/proc/sys/kernel/random/boot_id`) it was written in. The first
 //! start in another boot finds a different id and drops the conditions (rewriting the file);
-//! readers that only look ([`read_this_boot`], for `bcd status` and `bcd diag`) never write.
+//! readers that only look ([`read_with_history`], for `bcd status` and `bcd diag`) never write.
 //! Before dropping them it keeps that boot's hardware XIDs (those whose remedy is a reset or a
 //! reboot, see [`super::xid`]) in a bounded history of [`HISTORY_BOOTS`] boots: the same
 //! hardware XID on the same GPU in two consecutive boots means the GPU needs inspection.
@@ -147,23 +147,24 @@ fn parse(bytes: &[u8]) -> Result<Document, String> {
     serde_json::from_slice(bytes).map_err(|e| e.to_string())
 }
 
-/// The conditions `faults.json` holds for `boot_id`, without writing anything: none when the
-/// file is absent or from another boot.
+/// The conditions `faults.json` holds for `boot_id`, without writing anything (none when the
+/// file is absent or from another boot), and the earlier boots' history as the next start
+/// would keep it (when the file is from another boot, that boot is the last of the history).
 ///
 /// # Errors
 /// [`FaultsError::State`] when the file is a link, unreadable or does not parse (it is left
 /// where it is: readers never set files aside).
-pub fn read_this_boot(data_dir: &Path, boot_id: &str) -> Result<Vec<Condition>, FaultsError> {
-    read_with_history(data_dir, boot_id).map(|(c, _)| c)
-}
-
-/// [`read_this_boot`], and the earlier boots' history as the next start would keep it (when
-/// the file is from another boot, that boot is the last of the history).
-///
-/// # Errors
-/// As [`read_this_boot`].
 pub fn read_with_history(data_dir: &Path, boot_id: &str) -> Result<Record, FaultsError> {
     read_record(data_dir, boot_id).map(Option::unwrap_or_default)
+}
+
+/// This boot's conditions alone: the tests' shorthand for [`read_with_history`].
+#[cfg(test)]
+pub(crate) fn read_this_boot(
+    data_dir: &Path,
+    boot_id: &str,
+) -> Result<Vec<Condition>, FaultsError> {
+    read_with_history(data_dir, boot_id).map(|(c, _)| c)
 }
 
 /// This boot's conditions and the earlier boots' history, as a record holds them.
@@ -173,7 +174,7 @@ pub type Record = (Vec<Condition>, Vec<PastBoot>);
 /// `faults.json` in `data_dir` to read (see [`no_record`] for what a reader says then).
 ///
 /// # Errors
-/// As [`read_this_boot`].
+/// As [`read_with_history`].
 pub fn read_record(data_dir: &Path, boot_id: &str) -> Result<Option<Record>, FaultsError> {
     let path = data_dir.join(FAULTS_FILE);
     let Some(bytes) = state::read(&path)? else {
@@ -1119,11 +1120,7 @@ mod tests {
         let gpu = Gpu::new(0, uuid(GPU_A));
         let v = judge(
             &gpu,
-            &Evidence {
-                conditions: store.conditions(),
-                history: store.history(),
-                ..Evidence::default()
-            },
+            &Evidence::new(store.conditions()).with_history(store.history()),
         );
         assert_eq!(v.health, HealthState::Unhealthy);
         assert_eq!(v.reasons[0].action, INSPECT_ACTION);
@@ -1131,14 +1128,7 @@ mod tests {
         let other = Gpu::new(1, uuid(GPU_B));
         let mut c = store.conditions().to_vec();
         c[0].device_id = dev(GPU_B);
-        let v = judge(
-            &other,
-            &Evidence {
-                conditions: &c,
-                history: store.history(),
-                ..Evidence::default()
-            },
-        );
+        let v = judge(&other, &Evidence::new(&c).with_history(store.history()));
         assert_eq!(
             v.reasons[0].action,
             format!("reset the GPU: bcd gpu reset {GPU_B}")

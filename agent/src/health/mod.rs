@@ -8,14 +8,14 @@
 //! their hardware XIDs as history), so "this boot" holds by construction.
 
 pub mod diag;
-pub mod faults;
+pub(crate) mod faults;
 pub mod kmsg;
-pub mod log_limit;
-pub mod pcie;
-pub mod reset;
+pub(crate) mod log_limit;
+pub(crate) mod pcie;
+pub(crate) mod reset;
 pub mod status;
 pub mod verdict;
-pub mod watcher;
+pub(crate) mod watcher;
 pub mod xid;
 
 use bcd_protocol::{GpuUuid, PciAddress};
@@ -267,14 +267,7 @@ pub fn describe(c: &Condition, policy: &xid::XidPolicy) -> (&'static str, String
 /// The scheduling answer from the counters and this boot's conditions alone (no driver
 /// readings): see [`verdict::judge`] for the whole verdict.
 pub fn gpu_healthy(gpu: &Gpu, conditions: &[Condition]) -> bool {
-    verdict::judge(
-        gpu,
-        &verdict::Evidence {
-            conditions,
-            ..verdict::Evidence::default()
-        },
-    )
-    .healthy()
+    verdict::judge(gpu, &verdict::Evidence::new(conditions)).healthy()
 }
 
 #[cfg(test)]
@@ -308,13 +301,7 @@ mod tests {
     }
 
     fn unhealthy_reasons(gpu: &Gpu, conditions: &[Condition]) -> Vec<String> {
-        let v = verdict::judge(
-            gpu,
-            &verdict::Evidence {
-                conditions,
-                ..verdict::Evidence::default()
-            },
-        );
+        let v = verdict::judge(gpu, &verdict::Evidence::new(conditions));
         v.reasons.into_iter().map(|r| r.message).collect()
     }
 

@@ -72,6 +72,10 @@ pub struct GpuStatus {
     /// Why it is not healthy, each with the operator's action.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub reasons: Vec<Reason>,
+    /// Passed through to a VM (the passthrough memory lists it): the host can neither sample
+    /// nor judge it, so its state is `unknown` and it weighs on no exit status.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub passed_through: bool,
 }
 
 /// `bcd status`'s result.
@@ -131,8 +135,9 @@ pub fn kept_gpus<'a>(
     kept
 }
 
-/// Joins the inventory's GPUs (passed-through ones aside) with their samples (by UUID) and
-/// judges each; a sampled GPU the inventory does not list is `unknown`.
+/// Joins the inventory's GPUs with their samples (by UUID) and judges each; a sampled GPU the
+/// inventory does not list is `unknown`. A GPU passed through to a VM has its line, marked
+/// so, without a sample or a verdict: the host cannot see it.
 pub fn gpu_statuses(
     samples: &[GpuSample],
     inventory: Option<&Inventory>,
@@ -141,7 +146,15 @@ pub fn gpu_statuses(
     let sample_of = |uuid: &GpuUuid| samples.iter().find(|s| &s.uuid == uuid);
     let mut out = Vec::new();
     let gpus = inventory.map_or(&[][..], |inv| inv.gpu.gpus.as_slice());
-    for gpu in gpus.iter().filter(|g| !g.passed_through) {
+    for gpu in gpus {
+        if gpu.passed_through {
+            let mut line = line(gpu.uuid.clone(), None, HealthState::Unknown, Vec::new());
+            line.index = Some(gpu.index);
+            line.name.clone_from(&gpu.name);
+            line.passed_through = true;
+            out.push(line);
+            continue;
+        }
         let v = judge(gpu, evidence);
         let mut line = line(gpu.uuid.clone(), sample_of(&gpu.uuid), v.health, v.reasons);
         line.index = Some(gpu.index);
@@ -189,6 +202,7 @@ fn line(
         healthy: health.schedulable(),
         health,
         reasons,
+        passed_through: false,
     }
 }
 
@@ -262,7 +276,20 @@ pub async fn status_within(
             let driver = c.snapshot.as_ref().map(|s| driver_readings(&s.xml));
             // A GPU bcd leaves out has no line: its note is where it shows.
             notes.extend(c.left_out);
-            (Some(c.inventory), driver, silent)
+            let mut inventory = c.inventory;
+            // The GPUs a VM has, from the passthrough memory (read, never written here).
+            match crate::inventory::memory::GpuMemory::new(data_dir).load() {
+                Ok(seen) => {
+                    let mut section = inventory.gpu.clone();
+                    let vm = crate::inventory::memory::passed_through(host, &seen, &section.gpus);
+                    if !vm.is_empty() {
+                        section.gpus.extend(vm);
+                        inventory = Inventory::new(section);
+                    }
+                }
+                Err(e) => notes.push(format!("the GPUs passed through to VMs are unknown: {e}")),
+            }
+            (Some(inventory), driver, silent)
         }
     };
     if let Some(e) = &sample_error {
@@ -286,19 +313,15 @@ pub async fn status_within(
         .as_ref()
         .map(|i| super::pcie::link_widths(host, i))
         .unwrap_or_default();
-    let evidence = Evidence {
-        conditions: &conditions,
-        history: &history,
-        policy: Some(policy),
-        driver: driver.as_ref(),
-        silent: silent.as_deref(),
-        fabric_manager_down,
-        samples: &samples,
-        // One collection: no rate between two.
-        correctable: None,
-        board: inventory.as_ref().map_or(&[][..], |i| &i.gpu.gpus),
-        links: Some(&links),
-    };
+    // One collection: no correctable rate between two.
+    let evidence = Evidence::new(&conditions)
+        .with_board(inventory.as_ref().map_or(&[][..], |i| &i.gpu.gpus))
+        .with_history(&history)
+        .with_policy(policy)
+        .with_driver(driver.as_ref(), silent.as_deref())
+        .with_fabric_manager_down(fabric_manager_down)
+        .with_samples(&samples)
+        .with_links(&links);
     Ok(StatusReport {
         gpus: gpu_statuses(&samples, inventory.as_ref(), &evidence),
         notes,
@@ -317,21 +340,39 @@ pub fn render(report: &StatusReport) -> String {
     let shown = |s: &str| crate::smi::escape_control(s).into_owned();
     let mut out = String::new();
     for g in &report.gpus {
-        let line = format!(
-            "GPU {}  {}  {} busy  {}/{} MiB  {}°C  {}/{} W  {} process(es)  {}",
+        if g.passed_through {
+            out.push_str(&format!(
+                "GPU {}  {}  passed through to a VM (the host cannot sample it)\n",
+                or_dash(g.index),
+                shown(g.name.as_deref().unwrap_or(g.uuid.as_str())),
+            ));
+            continue;
+        }
+        let sampled = g.utilization_gpu_pct.is_some()
+            || g.memory_used_mib.is_some()
+            || g.temperature_c.is_some()
+            || g.power_draw_w.is_some();
+        // A node's first seconds, or an nvidia-smi that gave nothing: no row of dashes.
+        let readings = if sampled {
+            format!(
+                "{} busy  {}/{} MiB  {}°C  {}/{} W  {} process(es)",
+                or_dash(g.utilization_gpu_pct.map(|p| format!("{p}%"))),
+                or_dash(g.memory_used_mib),
+                or_dash(g.memory_total_mib),
+                or_dash(g.temperature_c),
+                or_dash(g.power_draw_w.map(|w| format!("{w:.0}"))),
+                or_dash(g.power_limit_w.map(|w| format!("{w:.0}"))),
+                or_dash(g.compute_processes),
+            )
+        } else {
+            "no sample yet".to_owned()
+        };
+        out.push_str(&format!(
+            "GPU {}  {}  {readings}  {}\n",
             or_dash(g.index),
             shown(g.name.as_deref().unwrap_or(g.uuid.as_str())),
-            or_dash(g.utilization_gpu_pct.map(|p| format!("{p}%"))),
-            or_dash(g.memory_used_mib),
-            or_dash(g.memory_total_mib),
-            or_dash(g.temperature_c),
-            or_dash(g.power_draw_w.map(|w| format!("{w:.0}"))),
-            or_dash(g.power_limit_w.map(|w| format!("{w:.0}"))),
-            or_dash(g.compute_processes),
             g.health.name().to_ascii_uppercase(),
-        );
-        out.push_str(&line);
-        out.push('\n');
+        ));
         for r in &g.reasons {
             out.push_str(&format!(
                 "    {}: {} -> {}\n",
@@ -376,6 +417,26 @@ pub(crate) mod tests {
         )
         .unwrap();
         copy
+    }
+
+    // What broke: a node's first seconds (no sample yet) printed `- busy -/- MiB -°C -/- W`.
+    #[test]
+    fn a_gpu_without_a_sample_says_so_instead_of_a_row_of_dashes() {
+        let report = StatusReport {
+            gpus: vec![line(
+                "GPU-8f4c6a52-1b2e-4d3a-9c7f-0123456789ab".parse().unwrap(),
+                None,
+                HealthState::Healthy,
+                Vec::new(),
+            )],
+            notes: Vec::new(),
+            nvidia_smi_error: None,
+        };
+        let text = render(&report);
+        assert_eq!(
+            text,
+            "GPU -  GPU-8f4c6a52-1b2e-4d3a-9c7f-0123456789ab  no sample yet  HEALTHY\n"
+        );
     }
 
     // What broke: throttling came only from the -q -x document of the last collection (minutes

@@ -22,7 +22,7 @@ use super::faults::PastBoot;
 use super::pcie::LinkWidth;
 use super::xid::{Effect, XidPolicy};
 use super::{uncorrectable_volatile, Condition, ConditionKind};
-use crate::inventory::document::Gpu;
+use crate::inventory::document::{Gpu, NvLinkRemote};
 use crate::smi::samples::GpuSample;
 use crate::smi::xml::{ClockEvents, DriverHealth};
 
@@ -211,32 +211,113 @@ impl Verdict {
     }
 }
 
-/// What the judge knows besides the inventory's counters.
-#[derive(Debug, Clone, Copy, Default)]
+/// What the judge knows besides the inventory's counters. Built only by [`Evidence::new`]
+/// and its `with_*` steps; what is not given is absent (no history, no driver readings, no
+/// samples, no rates, no link widths, the fabric manager not known to be down).
+#[derive(Debug, Clone, Copy)]
 pub struct Evidence<'a> {
     /// This boot's conditions.
-    pub conditions: &'a [Condition],
+    conditions: &'a [Condition],
     /// Earlier boots' hardware XIDs, oldest first.
-    pub history: &'a [PastBoot],
+    history: &'a [PastBoot],
     /// The node's XID overrides.
-    pub policy: Option<&'a XidPolicy>,
+    policy: Option<&'a XidPolicy>,
     /// The driver's readings per GPU UUID from the latest `-q -x`; `None` when it gave none.
-    pub driver: Option<&'a BTreeMap<GpuUuid, DriverHealth>>,
+    driver: Option<&'a BTreeMap<GpuUuid, DriverHealth>>,
     /// Why `nvidia-smi -q -x` gave nothing, when it did not answer.
-    pub silent: Option<&'a str>,
+    silent: Option<&'a str>,
     /// NVSwitches on the bus while the fabric manager is not active (their count).
-    pub fabric_manager_down: Option<usize>,
+    fabric_manager_down: Option<usize>,
     /// The latest samples: their clock event reasons, where they have them, are newer than
     /// the `-q -x` document's and win over them.
-    pub samples: &'a [GpuSample],
+    samples: &'a [GpuSample],
     /// The volatile correctable ECC error rates between collections; `None` where no two
     /// collections were compared (`bcd status`).
-    pub correctable: Option<&'a CorrectableRates>,
+    correctable: Option<&'a CorrectableRates>,
     /// Every GPU of the inventory: which NVSwitch a GPU's NVLinks reach is known only by
     /// looking at them all (see [`switch_fault`]).
-    pub board: &'a [Gpu],
+    board: &'a [Gpu],
     /// The PCIe link widths sysfs gives, per GPU UUID; `None` where they were not read.
-    pub links: Option<&'a BTreeMap<GpuUuid, LinkWidth>>,
+    links: Option<&'a BTreeMap<GpuUuid, LinkWidth>>,
+}
+
+impl<'a> Evidence<'a> {
+    /// This boot's `conditions`, and nothing else yet.
+    pub fn new(conditions: &'a [Condition]) -> Self {
+        Self {
+            conditions,
+            history: &[],
+            policy: None,
+            driver: None,
+            silent: None,
+            fabric_manager_down: None,
+            samples: &[],
+            correctable: None,
+            board: &[],
+            links: None,
+        }
+    }
+
+    /// Every GPU of the inventory (see [`switch_fault`]).
+    pub fn with_board(self, board: &'a [Gpu]) -> Self {
+        Self { board, ..self }
+    }
+
+    /// Earlier boots' hardware XIDs, oldest first.
+    pub fn with_history(self, history: &'a [PastBoot]) -> Self {
+        Self { history, ..self }
+    }
+
+    /// The node's XID overrides.
+    pub fn with_policy(self, policy: &'a XidPolicy) -> Self {
+        Self {
+            policy: Some(policy),
+            ..self
+        }
+    }
+
+    /// The driver's readings per GPU UUID from the latest `-q -x` (`None`: it gave none), and
+    /// why `nvidia-smi -q -x` gave nothing when it did not answer.
+    pub fn with_driver(
+        self,
+        driver: Option<&'a BTreeMap<GpuUuid, DriverHealth>>,
+        silent: Option<&'a str>,
+    ) -> Self {
+        Self {
+            driver,
+            silent,
+            ..self
+        }
+    }
+
+    /// How many NVSwitches are on the bus while the fabric manager is not active, if it is not.
+    pub fn with_fabric_manager_down(self, fabric_manager_down: Option<usize>) -> Self {
+        Self {
+            fabric_manager_down,
+            ..self
+        }
+    }
+
+    /// The latest samples.
+    pub fn with_samples(self, samples: &'a [GpuSample]) -> Self {
+        Self { samples, ..self }
+    }
+
+    /// The correctable ECC error rates between two collections.
+    pub fn with_correctable(self, correctable: &'a CorrectableRates) -> Self {
+        Self {
+            correctable: Some(correctable),
+            ..self
+        }
+    }
+
+    /// The PCIe link widths sysfs gives, per GPU UUID.
+    pub fn with_links(self, links: &'a BTreeMap<GpuUuid, LinkWidth>) -> Self {
+        Self {
+            links: Some(links),
+            ..self
+        }
+    }
 }
 
 /// Volatile correctable ECC errors per hour above which a GPU is degraded. Correctable errors
@@ -321,7 +402,7 @@ fn reason(state: HealthState, kind: ReasonKind, message: String, action: String)
 }
 
 /// The reason kinds that are not kernel log conditions, by the names callers match on.
-pub mod kind {
+pub(crate) mod kind {
     use super::ReasonKind;
     /// `nvidia-smi -q -x` did not answer.
     pub const NVIDIA_SMI_SILENT: ReasonKind = ReasonKind::NvidiaSmiSilent;
@@ -442,20 +523,15 @@ fn switch_fault(gpu: &Gpu, ev: &Evidence<'_>, out: &mut Vec<Reason>) {
                 .map(|s| (c, s))
         });
     for (c, sxid) in fatal {
-        let switch = format!("nvswitch:{}", sxid.address.nvml_bus_id());
-        let names = |g: &Gpu| {
-            g.nvlinks
-                .iter()
-                .any(|l| l.remote.as_deref() == Some(&switch))
-        };
+        let switch = NvLinkRemote::NvSwitch(sxid.address.nvml_bus_id());
+        let names = |g: &Gpu| g.nvlinks.iter().any(|l| l.remote.as_ref() == Some(&switch));
         let reached = if ev.board.iter().any(names) {
             names(gpu)
         } else {
-            let to_switch = gpu.nvlinks.iter().any(|l| {
-                l.remote
-                    .as_deref()
-                    .is_some_and(|r| r.starts_with("nvswitch:"))
-            });
+            let to_switch = gpu
+                .nvlinks
+                .iter()
+                .any(|l| matches!(l.remote, Some(NvLinkRemote::NvSwitch(_))));
             let far_ends_unknown = gpu.nvlinks.iter().all(|l| l.remote.is_none());
             let any_nvlink =
                 !gpu.nvlinks.is_empty() || gpu.topology.values().any(|t| t.starts_with("NV"));
@@ -744,7 +820,7 @@ mod tests {
             nvlinks: vec![crate::inventory::document::NvLink {
                 link: 0,
                 state: "active".into(),
-                remote: remote.map(str::to_owned),
+                remote: remote.map(|r| NvLinkRemote::from(r.to_owned())),
             }],
             ..Gpu::new(index, uuid.parse().unwrap())
         }
@@ -774,11 +850,7 @@ mod tests {
         let fatal = [sxid("Fatal")];
         // No nvlink -R: every GPU with an NVLink, and not one without.
         let board = [linked(0, UUID, None), Gpu::new(1, OTHER.parse().unwrap())];
-        let ev = Evidence {
-            conditions: &fatal,
-            board: &board,
-            ..Evidence::default()
-        };
+        let ev = Evidence::new(&fatal).with_board(&board);
         let v = judge(&board[0], &ev);
         assert_eq!(v.health, HealthState::Unhealthy, "{v:?}");
         assert_eq!(v.reasons[0].kind, kind::SWITCH_FATAL);
@@ -801,10 +873,7 @@ mod tests {
             linked(0, UUID, Some("nvswitch:00000000:05:00.0")),
             linked(1, OTHER, Some("nvswitch:00000000:06:00.0")),
         ];
-        let ev = Evidence {
-            board: &board,
-            ..ev
-        };
+        let ev = ev.with_board(&board);
         assert_eq!(judge(&board[0], &ev).health, HealthState::Unhealthy);
         assert_eq!(judge(&board[1], &ev).health, HealthState::Healthy);
         // Links naming switches, none this one (an address spelt otherwise): every GPU
@@ -813,28 +882,16 @@ mod tests {
             linked(0, UUID, Some("nvswitch:00000000:07:00.0")),
             linked(1, OTHER, Some("nvswitch:00000000:06:00.0")),
         ];
-        let ev = Evidence {
-            board: &board,
-            ..ev
-        };
+        let ev = ev.with_board(&board);
         assert_eq!(judge(&board[0], &ev).health, HealthState::Unhealthy);
         assert_eq!(judge(&board[1], &ev).health, HealthState::Unhealthy);
         let watched = [sxid("Non-fatal")];
-        let ev = Evidence {
-            conditions: &watched,
-            ..ev
-        };
+        let ev = Evidence::new(&watched).with_board(&board);
         assert_eq!(judge(&board[0], &ev).health, HealthState::Healthy);
     }
 
     fn judged(gpu: &Gpu, rates: &CorrectableRates) -> Verdict {
-        judge(
-            gpu,
-            &Evidence {
-                correctable: Some(rates),
-                ..Evidence::default()
-            },
-        )
+        judge(gpu, &Evidence::new(&[]).with_correctable(rates))
     }
 
     // What broke: correctable ECC errors were never judged, so a GPU correcting thousands an

@@ -136,6 +136,7 @@ impl XidWatcher {
     }
 
     /// Replaces how the kernel log is opened (tests hand in failing or `EPIPE` sources).
+    #[cfg(test)]
     pub fn with_opener(
         mut self,
         open: impl Fn() -> io::Result<KmsgReader> + Send + Sync + 'static,
@@ -150,7 +151,8 @@ impl XidWatcher {
         self
     }
 
-    /// The watcher's counters, shared.
+    /// The watcher's counters, shared (the node hands its own in with [`Self::with_stats`]).
+    #[cfg(test)]
     pub fn stats(&self) -> Arc<WatcherStats> {
         Arc::clone(&self.stats)
     }
@@ -677,7 +679,7 @@ mod tests {
         std::mem::forget(w);
         std::mem::forget(h);
         drop(health);
-        let on_disk = super::super::faults::read_this_boot(&data, "boot-1").unwrap();
+        let (on_disk, _) = super::super::faults::read_with_history(&data, "boot-1").unwrap();
         assert_eq!(
             on_disk.len(),
             3,

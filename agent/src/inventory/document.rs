@@ -264,9 +264,61 @@ pub struct NvLink {
     pub link: u32,
     /// `active` or `inactive`.
     pub state: String,
-    /// A GPU of this node (its UUID, or bus id when unknown), or `nvswitch:<id>`.
+    /// The far end, when `nvidia-smi nvlink -R` named it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub remote: Option<String>,
+    pub remote: Option<NvLinkRemote>,
+}
+
+/// What the inventory writes in front of an NVSwitch's id.
+const NVSWITCH_PREFIX: &str = "nvswitch:";
+
+/// The far end of one NVLink.
+///
+/// Its JSON is one string: a GPU of this node by its UUID (`GPU-...`); an NVSwitch as
+/// `nvswitch:<id>`; anything else `nvidia-smi` printed, as printed. Every string reads back
+/// into the value that writes the same string, so a document read and written again keeps
+/// its bytes (and its hash).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(from = "String", into = "String")]
+pub enum NvLinkRemote {
+    /// A GPU of this node.
+    Gpu(GpuUuid),
+    /// An NVSwitch port, named by its NVML-form bus id when `nvidia-smi` printed one, else by
+    /// the text that named it. A far end at a bus id that is no GPU of this node is one too:
+    /// NVLink joins GPUs to GPUs or to NVSwitches only.
+    NvSwitch(String),
+    /// A far end present but not understood (an IBM NPU, `<inactive>`, an NVML error), as
+    /// printed.
+    Unknown(String),
+}
+
+impl From<String> for NvLinkRemote {
+    fn from(s: String) -> Self {
+        if let Some(id) = s.strip_prefix(NVSWITCH_PREFIX) {
+            return Self::NvSwitch(id.to_owned());
+        }
+        // Only a UUID already in normal form is a GPU: any other spelling stays as written.
+        match s.parse::<GpuUuid>() {
+            Ok(uuid) if uuid == s.as_str() => Self::Gpu(uuid),
+            _ => Self::Unknown(s),
+        }
+    }
+}
+
+impl From<NvLinkRemote> for String {
+    fn from(r: NvLinkRemote) -> Self {
+        r.to_string()
+    }
+}
+
+impl std::fmt::Display for NvLinkRemote {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Gpu(uuid) => f.write_str(uuid.as_str()),
+            Self::NvSwitch(id) => write!(f, "{NVSWITCH_PREFIX}{id}"),
+            Self::Unknown(text) => f.write_str(text),
+        }
+    }
 }
 
 impl GpuSection {
@@ -322,6 +374,28 @@ mod tests {
     }
 
     #[test]
+    fn an_nvlink_remote_writes_back_the_string_it_was_read_from() {
+        let cases = [
+            ("\"GPU-5ae30e40-78ba-e5df-4b1a-d79c2d43241b\"", "gpu"),
+            ("\"nvswitch:00000000:05:00.0\"", "switch"),
+            ("\"nvswitch:\"", "switch"),
+            ("\"<inactive>\"", "unknown"),
+            ("\"GPU-5AE30E40-78BA-E5DF-4B1A-D79C2D43241B\"", "unknown"),
+            ("\"\"", "unknown"),
+        ];
+        for (json, kind) in cases {
+            let remote: NvLinkRemote = serde_json::from_str(json).unwrap();
+            let read = match remote {
+                NvLinkRemote::Gpu(_) => "gpu",
+                NvLinkRemote::NvSwitch(_) => "switch",
+                NvLinkRemote::Unknown(_) => "unknown",
+            };
+            assert_eq!(read, kind, "{json}");
+            assert_eq!(serde_json::to_string(&remote).unwrap(), json);
+        }
+    }
+
+    #[test]
     fn the_hash_ignores_output_order() {
         let mut a = GpuSection {
             driver_version: Some("570.86.15".into()),
@@ -332,12 +406,12 @@ mod tests {
             NvLink {
                 link: 1,
                 state: "active".into(),
-                remote: Some("nvswitch:1".into()),
+                remote: Some(NvLinkRemote::NvSwitch("1".into())),
             },
             NvLink {
                 link: 0,
                 state: "active".into(),
-                remote: Some("nvswitch:0".into()),
+                remote: Some(NvLinkRemote::NvSwitch("0".into())),
             },
         ];
         a.gpus = vec![g0.clone(), gpu(1, B)];

@@ -16,7 +16,8 @@ use bcd_protocol::{GpuUuid, PciAddress};
 
 use crate::inventory::arch::guess_architecture;
 use crate::inventory::document::{
-    Ecc, EccCounts, Fabric, Gpu, GpuSection, Mig, MigDevice, MigProfile, NvLink, RowRemap,
+    Ecc, EccCounts, Fabric, Gpu, GpuSection, Mig, MigDevice, MigProfile, NvLink, NvLinkRemote,
+    RowRemap,
 };
 use crate::inventory::procfs::ProcInventory;
 use crate::smi::nvlink::Remote;
@@ -276,10 +277,11 @@ fn nvlinks_of(
                     // A far end that is not a GPU of this node is a switch port: NVLink joins
                     // GPUs to GPUs or to NVSwitches only.
                     Remote::Gpu { bus_id } => by_bus.get(bus_id).map_or_else(
-                        || format!("nvswitch:{}", bus_id.nvml_bus_id()),
-                        ToString::to_string,
+                        || NvLinkRemote::NvSwitch(bus_id.nvml_bus_id()),
+                        |uuid| NvLinkRemote::Gpu(uuid.clone()),
                     ),
-                    other => other.to_string(),
+                    Remote::NvSwitch { id } => NvLinkRemote::NvSwitch(id.clone()),
+                    Remote::Other(text) => NvLinkRemote::Unknown(text.clone()),
                 });
             NvLink {
                 link: l.link,

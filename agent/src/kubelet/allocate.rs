@@ -47,7 +47,7 @@ pub enum AllocateError {
     #[error("{device} is on GPU {gpu}, which is {state}: {reason}; the pod fails with UnexpectedAdmissionError and is not retried: {action}")]
     Unhealthy {
         device: DeviceId,
-        gpu: DeviceId,
+        gpu: bcd_protocol::GpuUuid,
         state: &'static str,
         reason: String,
         action: String,
@@ -148,7 +148,7 @@ fn free_hold_id(holds: &cdi::Holds, base: HoldId) -> HoldId {
 
 /// The id of the Kubernetes hold of `devices`.
 pub fn hold_id(devices: &[DeviceId]) -> HoldId {
-    let mut sorted: Vec<&str> = devices.iter().map(DeviceId::as_str).collect();
+    let mut sorted: Vec<String> = devices.iter().map(DeviceId::to_string).collect();
     sorted.sort_unstable();
     sorted.dedup();
     let digest = Sha256::digest(sorted.join(",").as_bytes());
@@ -211,12 +211,10 @@ pub async fn allocate_all<S: DeviceSource>(
     // The verdict again, now: the stream's last word may be older than an XID.
     let verdicts = node.verdicts().await;
     for device in requests.iter().flatten() {
-        let Some(gpu) = topology.gpu_of(device) else {
+        let Some(gpu) = topology.gpu_of(device).and_then(|g| g.gpu_uuid().cloned()) else {
             continue;
         };
-        let verdict = verdicts
-            .iter()
-            .find(|(uuid, _)| DeviceId::from(*uuid) == gpu);
+        let verdict = verdicts.iter().find(|(uuid, _)| **uuid == gpu);
         let schedulable = verdict.is_some_and(|(_, v)| v.healthy());
         if !schedulable {
             let reason = verdict.and_then(|(_, v)| v.reasons.first());

@@ -15,7 +15,7 @@ use bcd_protocol::GpuUuid;
 
 use crate::cdi::vendor::{find_device, DeviceCatalog, VendorSpec};
 use crate::cdi::{render::HOLD_KIND, Hold, HoldOwner};
-use crate::device::id::{DeviceId, DeviceKind};
+use crate::device::id::{DeviceId, MigUuid, SlotIndex};
 use crate::device::policy::{conflict, Placed, Topology};
 use crate::inventory::document::Inventory;
 
@@ -157,8 +157,12 @@ pub fn offer(
         } else {
             add(Resource(GPU_RESOURCE.to_owned()), uuid.clone());
             for n in 0..slots_per_gpu.min(crate::device::id::MAX_SLOTS) {
-                if let Ok(slot) = format!("{}::{n}", uuid.as_str()).parse() {
-                    add(Resource(SLOT_RESOURCE.to_owned()), slot);
+                if let Some(index) = SlotIndex::new(n) {
+                    let gpu = gpu.uuid.clone();
+                    add(
+                        Resource(SLOT_RESOURCE.to_owned()),
+                        DeviceId::Slot { gpu, index },
+                    );
                 }
             }
         }
@@ -211,7 +215,7 @@ pub fn preferred(
         chosen.truncate(size.max(must.len()));
         return chosen;
     }
-    if rest.iter().all(|d| d.kind() == DeviceKind::Slot) && !rest.is_empty() {
+    if rest.iter().all(|d| matches!(d, DeviceId::Slot { .. })) && !rest.is_empty() {
         return spread_slots(chosen, rest, size, all_slots);
     }
     let gpu_of = |d: &DeviceId| -> Option<&crate::inventory::document::Gpu> {
@@ -220,7 +224,7 @@ pub fn preferred(
                 g.mig
                     .iter()
                     .flat_map(|m| &m.devices)
-                    .any(|m| m.uuid.as_ref().map(|u| u.device()) == Some(d))
+                    .any(|m| m.uuid.as_ref().map(MigUuid::device) == Some(d))
                     .then(|| DeviceId::from(&g.uuid))
             })
         })?;

@@ -243,7 +243,7 @@ pub async fn offer_now<S: DeviceSource>(node: &S) -> devices::Offer {
     let mut verdict = gpus_taking_work(node).await;
     // A GPU a step of the node's has claimed (a reset, a vfio step) takes no work meanwhile.
     for gpu in node.claimed() {
-        if let Ok(uuid) = gpu.as_str().parse::<bcd_protocol::GpuUuid>() {
+        if let crate::device::DeviceId::Gpu(uuid) = gpu {
             verdict.insert(uuid, false);
         }
     }
@@ -258,7 +258,7 @@ pub fn status_lines(data_dir: &std::path::Path) -> String {
     };
     let mut out = String::new();
     for hold in holds.list().filter(|h| h.kubernetes) {
-        let devices: Vec<&str> = hold.devices.iter().map(|d| d.as_str()).collect();
+        let devices: Vec<String> = hold.devices.iter().map(|d| d.to_string()).collect();
         out.push_str(&format!("kubernetes {} {}", hold.id, devices.join(",")));
         if let Some(since) = hold.unassigned_since {
             out.push_str(&format!(

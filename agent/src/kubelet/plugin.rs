@@ -94,7 +94,7 @@ fn to_wire(devices: &[Offered]) -> pb::ListAndWatchResponse {
         devices: devices
             .iter()
             .map(|d| pb::Device {
-                id: d.id.as_str().to_owned(),
+                id: d.id.to_string(),
                 health: if d.healthy {
                     devices::HEALTHY
                 } else {
@@ -177,7 +177,7 @@ impl<S: DeviceSource> DevicePlugin for Plugin<S> {
                     &all,
                 );
                 pb::ContainerPreferredAllocationResponse {
-                    device_i_ds: got.iter().map(|d| d.as_str().to_owned()).collect(),
+                    device_i_ds: got.iter().map(|d| d.to_string()).collect(),
                 }
             })
             .collect();
@@ -540,7 +540,7 @@ fn asked_twice(containers: &[pb::ContainerAllocateRequest]) -> Option<String> {
             .collect();
         for d in mine {
             if !seen.insert(d.clone()) {
-                return Some(d.as_str().to_owned());
+                return Some(d.to_string());
             }
         }
     }
@@ -566,7 +566,7 @@ mod tests {
         let mut ids: Vec<String> = (0..100_000u32)
             .map(|i| format!("GPU-{i:08x}-0000-0000-0000-000000000000"))
             .collect();
-        ids.extend(std::iter::repeat_n(gpu.as_str().to_owned(), 1000));
+        ids.extend(std::iter::repeat_n(gpu.to_string(), 1000));
         assert_eq!(offered_only(&ids, &offered), [gpu]);
     }
 

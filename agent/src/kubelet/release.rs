@@ -425,10 +425,10 @@ mod tests {
                 pod("other", "flood", vec![container("c", &many)]),
             ],
         };
-        let known = |d: &DeviceId| [GPU0, GPU1].iter().any(|g| d.as_str() == *g);
+        let known = |d: &DeviceId| [GPU0, GPU1].iter().any(|g| d.to_string() == *g);
         let listed = read_list(&list, known);
-        let in_use: BTreeSet<&str> = listed.in_use.iter().map(DeviceId::as_str).collect();
-        assert_eq!(in_use, BTreeSet::from([GPU0, GPU1]));
+        let in_use: BTreeSet<String> = listed.in_use.iter().map(DeviceId::to_string).collect();
+        assert_eq!(in_use, BTreeSet::from([GPU0.to_owned(), GPU1.to_owned()]));
         assert_eq!(listed.dropped, 1, "the pod with a 1 MiB name");
         assert_eq!(listed.containers.len(), 1, "{:?}", listed.containers);
         let kept = &listed.containers[0];
@@ -440,7 +440,7 @@ mod tests {
             ),
             ("ml", "trainer-0", "cuda")
         );
-        let devices: Vec<&str> = kept.devices.iter().map(DeviceId::as_str).collect();
+        let devices: Vec<String> = kept.devices.iter().map(DeviceId::to_string).collect();
         assert_eq!(devices, [GPU0], "each device once");
     }
 }

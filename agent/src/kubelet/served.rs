@@ -459,7 +459,7 @@ async fn a_gpu_under_reset_is_neither_allocated_nor_held_and_streams_unhealthy()
     let healthy = |id: &str| {
         offer["bcd.dev/gpu".parse::<Resource>().as_ref().unwrap()]
             .iter()
-            .find(|o| o.id.as_str() == id)
+            .find(|o| o.id.to_string() == id)
             .unwrap()
             .healthy
     };

@@ -80,18 +80,13 @@ pub async fn look(host: &Host, data_dir: &Path, policy: &XidPolicy, config: &Lab
         };
     let inventory = &collection.inventory;
     let links = crate::health::pcie::link_widths(host, inventory);
-    let evidence = Evidence {
-        conditions: &conditions,
-        history: &history,
-        policy: Some(policy),
-        driver: driver.as_ref(),
-        silent: nvidia_smi_error.as_deref(),
-        fabric_manager_down: crate::sys::systemd::fabric_manager(host).await.down(),
-        samples: &[],
-        correctable: None,
-        board: &inventory.gpu.gpus,
-        links: Some(&links),
-    };
+    let evidence = Evidence::new(&conditions)
+        .with_board(&inventory.gpu.gpus)
+        .with_history(&history)
+        .with_policy(policy)
+        .with_driver(driver.as_ref(), nvidia_smi_error.as_deref())
+        .with_fabric_manager_down(crate::sys::systemd::fabric_manager(host).await.down())
+        .with_links(&links);
     let verdicts: BTreeMap<GpuUuid, Verdict> = inventory
         .gpu
         .gpus

@@ -31,7 +31,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use bcd_protocol::{GpuUuid, PciAddress};
 
 use crate::health::verdict::{kind, HealthState, ReasonKind, Verdict};
-use crate::inventory::document::{Gpu, GpuSection, Inventory, MigDevice};
+use crate::inventory::document::{Gpu, GpuSection, Inventory, MigDevice, NvLinkRemote};
 
 /// The GPU Feature Discovery release whose label names and value rules these follow
 /// (NVIDIA/k8s-device-plugin, `internal/lm`, `tests/expected-output*.txt`).
@@ -583,11 +583,9 @@ fn bcd_labels(gpus: &[&Gpu], verdicts: &BTreeMap<GpuUuid, Verdict>, out: &mut La
     };
     let in_fabric = gpus.iter().any(|g| {
         g.fabric.is_some()
-            || g.nvlinks.iter().any(|l| {
-                l.remote
-                    .as_deref()
-                    .is_some_and(|r| r.starts_with("nvswitch:"))
-            })
+            || g.nvlinks
+                .iter()
+                .any(|l| matches!(l.remote, Some(NvLinkRemote::NvSwitch(_))))
     }) || judged().any(|v| fabric_reason(v, false));
     if in_fabric {
         let down = judged().any(|v| fabric_reason(v, true));

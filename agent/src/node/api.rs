@@ -170,7 +170,7 @@ impl From<PolicyError> for ApiError {
         use PolicyError as P;
         let sentence = e.to_string();
         match e {
-            P::Conflict { .. } | P::Invariant { .. } => Self::DeviceHeld(sentence),
+            P::Conflict { .. } | P::Invariant(_) => Self::DeviceHeld(sentence),
             P::PassedThrough(_) | P::Claimed { .. } => Self::GpuBusy(sentence),
             P::UnknownDevice(_) => Self::UnknownDevice(sentence),
             P::NoSuchSlot { .. } | P::SlotInMigMode { .. } => Self::Refused(sentence),
@@ -241,10 +241,11 @@ impl From<RuntimeError> for ApiError {
     }
 }
 
-/// A typed answer: `status` and the body as JSON. The schema's types are plain data, so
-/// encoding them cannot fail; if it ever did, the answer is a 500 that says so.
+/// A typed answer: `status` and the body as JSON, its `schema_version` first
+/// ([`crate::document`]). The schema's types are plain data, so encoding them cannot fail; if
+/// it ever did, the answer is a 500 that says so.
 fn typed<T: Serialize>(status: u16, body: &T) -> Answer {
-    match serde_json::to_vec(body) {
+    match serde_json::to_vec(&crate::document::versioned(body)) {
         Ok(bytes) => (status, bytes),
         Err(e) => ApiError::Internal(format!("the answer could not be encoded: {e}")).answer(),
     }
@@ -420,6 +421,29 @@ impl ApiRequest {
     }
 }
 
+/// The methods `path` takes, for a 405's `Allow`; `None` for a path the API does not serve.
+pub fn allowed_methods(path: &str) -> Option<&'static str> {
+    let path = path.trim_end_matches('/');
+    match path {
+        "/v1/status" | "/v1/inventory" | "/v1/conditions" => Some("GET"),
+        "/v1/holds" => Some("GET, POST"),
+        p if is_known_path(p) && p.starts_with("/v1/holds/") => Some("DELETE"),
+        p if is_known_path(p) => Some("POST"),
+        _ => None,
+    }
+}
+
+/// Answers one request as the HTTP layer sends it: [`handle`]'s answer, a 405 with `Allow`.
+pub async fn reply(node: &Node, request: &Request) -> crate::node::http::Reply {
+    let (status, body) = handle(node, request).await;
+    let allow = if status == 405 {
+        allowed_methods(&request.path)
+    } else {
+        None
+    };
+    crate::node::http::Reply::json(status, body).with_allow(allow)
+}
+
 /// Answers one request.
 pub async fn handle(node: &Node, request: &Request) -> Answer {
     match ApiRequest::parse(request) {
@@ -498,7 +522,8 @@ fn described(
         .collect()
 }
 
-async fn status(node: &Node) -> Answer {
+/// The `/v1/status` document as it is now (the watch sends it too).
+pub async fn status_document(node: &Node) -> schema::NodeStatus {
     let inventory = node.inventory().await;
     let conditions = node.health().conditions();
     let gpus = node.gpu_statuses().await;
@@ -515,21 +540,23 @@ async fn status(node: &Node) -> Answer {
     } else {
         Vec::new()
     };
-    typed(
-        200,
-        &schema::NodeStatus {
-            capabilities,
-            inventory_hash: inventory.hash,
-            inventory_age_s,
-            collections: node.collections(),
-            nvidia_smi_error,
-            gpus,
-            conditions: described(&conditions, &node.config().xid_policy),
-            sampling: node.sampling(),
-            problems: node.problems_now(),
-            kubernetes: kubernetes_holds(node).await,
-        },
-    )
+    schema::NodeStatus {
+        capabilities,
+        inventory_hash: inventory.hash,
+        inventory_age_s,
+        collections: node.collections(),
+        nvidia_smi_error,
+        gpus,
+        conditions: described(&conditions, &node.config().xid_policy),
+        sampling: node.sampling(),
+        problems: node.problems_now(),
+        kubernetes: kubernetes_holds(node).await,
+        holds: list_holds(node).await.map(|l| l.holds).unwrap_or_default(),
+    }
+}
+
+async fn status(node: &Node) -> Answer {
+    typed(200, &status_document(node).await)
 }
 
 /// Which devices Kubernetes has: its holds, and whether each one's release is pending.
@@ -541,7 +568,7 @@ async fn kubernetes_holds(node: &Node) -> schema::KubernetesHolds {
         .filter(|h| h.kubernetes)
         .map(|h| schema::KubernetesHold {
             hold: h.id.as_str().to_owned(),
-            devices: h.devices.iter().map(|d| d.as_str().to_owned()).collect(),
+            devices: h.devices.iter().map(|d| d.to_string()).collect(),
             release_pending_since: h.unassigned_since,
         })
         .collect();
@@ -592,7 +619,7 @@ async fn reset(
         .claim(&devices, crate::device::policy::ClaimKind::Reset)
         .await
         .map_err(|(gpu, busy)| ResetError::Busy {
-            uuid: gpu.as_str().parse().unwrap_or_else(|_| gpus[0].clone()),
+            uuid: gpu.gpu_uuid().unwrap_or(&gpus[0]).clone(),
             holder: busy.to_string(),
         })?;
     let inventory = node.inventory().await;

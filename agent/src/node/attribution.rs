@@ -24,7 +24,9 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use crate::device::id::{DeviceId, DeviceKind};
+use bcd_protocol::GpuUuid;
+
+use crate::device::id::DeviceId;
 use crate::device::policy::Topology;
 use crate::device::Hold;
 use crate::device::{PodAllocation, PodRef};
@@ -180,10 +182,8 @@ impl Attribution {
 
     /// The labels of a whole GPU's series: whoever has the whole GPU; when nobody does,
     /// every distinct value among its MIG devices' and slots' claims, joined.
-    pub fn gpu(&self, uuid: &str) -> Labels {
-        let Ok(gpu) = uuid.parse::<DeviceId>() else {
-            return Labels::default();
-        };
+    pub fn gpu(&self, uuid: &GpuUuid) -> Labels {
+        let gpu = DeviceId::from(uuid);
         if let Some(whole) = self.claims.get(&gpu) {
             return Labels::from_claims([whole]);
         }
@@ -191,7 +191,7 @@ impl Attribution {
             self.claims
                 .iter()
                 .filter(|(device, claim)| {
-                    device.kind() != DeviceKind::Gpu && claim.gpu.as_ref() == Some(&gpu)
+                    !matches!(device, DeviceId::Gpu(_)) && claim.gpu.as_ref() == Some(&gpu)
                 })
                 .map(|(_, claim)| claim),
         )
@@ -216,12 +216,15 @@ mod tests {
         with_slots(4)
     }
 
+    fn uuid(s: &str) -> GpuUuid {
+        s.parse().unwrap()
+    }
+
     #[test]
     fn a_device_nobody_has_has_no_labels() {
         let a = Attribution::new();
-        assert!(a.gpu(GPU0).is_empty());
+        assert!(a.gpu(&uuid(GPU0)).is_empty());
         assert!(a.device(&dev(MIG_A)).is_empty());
-        assert!(a.gpu("not a uuid").is_empty());
     }
 
     #[test]
@@ -229,8 +232,8 @@ mod tests {
         let t = topology();
         let mut a = Attribution::new();
         a.add_holds(&[hold("train-1", &[GPU0])], &t);
-        assert_eq!(a.gpu(GPU0).pairs(), [(HOLD, "train-1".to_owned())]);
-        assert!(a.gpu(GPU3).is_empty());
+        assert_eq!(a.gpu(&uuid(GPU0)).pairs(), [(HOLD, "train-1".to_owned())]);
+        assert!(a.gpu(&uuid(GPU3)).is_empty());
     }
 
     #[test]
@@ -243,10 +246,10 @@ mod tests {
             &[hold("b", &[&s1]), hold("a", &[&s0]), hold("m", &[MIG_B])],
             &t,
         );
-        assert_eq!(a.gpu(GPU0).get(HOLD), Some("a,b"));
+        assert_eq!(a.gpu(&uuid(GPU0)).get(HOLD), Some("a,b"));
         assert_eq!(a.device(&dev(&s0)).get(HOLD), Some("a"));
         // The MIG device is placed on its GPU through the topology.
-        assert_eq!(a.gpu(GPU3).get(HOLD), Some("m"));
+        assert_eq!(a.gpu(&uuid(GPU3)).get(HOLD), Some("m"));
         assert_eq!(a.device(&dev(MIG_B)).get(HOLD), Some("m"));
         assert!(a.device(&dev(MIG_A)).is_empty());
     }
@@ -269,7 +272,7 @@ mod tests {
             &t,
         );
         a.add_vm(&dev(GPU0), "win11");
-        let labels = a.gpu(GPU3);
+        let labels = a.gpu(&uuid(GPU3));
         let names: Vec<&str> = labels.pairs().iter().map(|(n, _)| *n).collect();
         assert_eq!(names, [NAMESPACE, POD, CONTAINER]);
         assert_eq!(labels.get(POD), Some("trainer-0"));
@@ -282,7 +285,7 @@ mod tests {
                 ("k8s.container.name", "cuda")
             ]
         );
-        assert_eq!(a.gpu(GPU0).pairs(), [(VM, "win11".to_owned())]);
+        assert_eq!(a.gpu(&uuid(GPU0)).pairs(), [(VM, "win11".to_owned())]);
         assert_eq!(a.claimed().count(), 2);
     }
 }

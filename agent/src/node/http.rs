@@ -72,6 +72,8 @@ pub struct Reply {
     pub content_type: &'static str,
     /// The body.
     pub body: Vec<u8>,
+    /// The methods the path takes, sent as `Allow` (with a 405).
+    pub allow: Option<&'static str>,
 }
 
 /// The `Content-Type` of every answer but the metrics text.
@@ -84,7 +86,14 @@ impl Reply {
             status,
             content_type: JSON,
             body,
+            allow: None,
         }
+    }
+
+    /// The same answer with `Allow: methods` (a 405 says what the path takes).
+    pub fn with_allow(mut self, methods: Option<&'static str>) -> Self {
+        self.allow = methods;
+        self
     }
 
     /// An error answer: `{"code", "message"}`.
@@ -287,7 +296,7 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for Prefixed<S> {
 
 /// Answers a head [`check_head`] refused, which hyper is never given: the status line, the
 /// three headers and the JSON error, within [`RESPONSE_DEADLINE`].
-async fn refuse<S: AsyncWrite + Unpin>(mut stream: S, e: &HttpError) {
+async fn refuse<S: AsyncWrite + Unpin>(stream: &mut S, e: &HttpError) {
     let reply = Reply::refusal(e);
     let status = StatusCode::from_u16(reply.status).unwrap_or(StatusCode::BAD_REQUEST);
     let mut answer = format!(
@@ -343,6 +352,11 @@ fn response(reply: Reply) -> hyper::Response<Full<Bytes>> {
     response
         .headers_mut()
         .insert(CONTENT_TYPE, HeaderValue::from_static(reply.content_type));
+    if let Some(methods) = reply.allow {
+        response
+            .headers_mut()
+            .insert(hyper::header::ALLOW, HeaderValue::from_static(methods));
+    }
     response
 }
 
@@ -356,13 +370,46 @@ where
     F: Future<Output = Reply>,
 {
     let started = Instant::now();
-    let read = tokio::time::timeout(REQUEST_DEADLINE, read_head(&mut stream))
+    let Some(prefix) = read_checked_head(&mut stream).await else {
+        return;
+    };
+    serve_read(stream, prefix, started, handler).await;
+}
+
+/// Reads the head of a request on `stream` within [`REQUEST_DEADLINE`] and returns what was
+/// read (the head and whatever of the body came with it); a head [`check_head`] refuses is
+/// answered here and `None` returned.
+pub async fn read_checked_head<S: AsyncRead + AsyncWrite + Unpin>(
+    stream: &mut S,
+) -> Option<Vec<u8>> {
+    let read = tokio::time::timeout(REQUEST_DEADLINE, read_head(stream))
         .await
         .unwrap_or(Err(HttpError::Timeout));
-    let prefix = match read {
-        Ok(prefix) => prefix,
-        Err(e) => return refuse(stream, &e).await,
-    };
+    match read {
+        Ok(prefix) => Some(prefix),
+        Err(e) => {
+            refuse(stream, &e).await;
+            None
+        }
+    }
+}
+
+/// The method and target (path and query) of a head [`read_checked_head`] returned.
+pub fn request_line(prefix: &[u8]) -> Option<(String, String)> {
+    let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
+    let mut request = httparse::Request::new(&mut headers);
+    request.parse(prefix).ok()?;
+    Some((request.method?.to_owned(), request.path?.to_owned()))
+}
+
+/// Serves the request whose head [`read_checked_head`] read (`prefix`, at `started`) with
+/// `handler`, as [`serve_connection`] does.
+pub async fn serve_read<S, H, F>(stream: S, prefix: Vec<u8>, started: Instant, handler: H)
+where
+    S: AsyncRead + AsyncWrite + Unpin,
+    H: Fn(Request) -> F,
+    F: Future<Output = Reply>,
+{
     let answered = tokio::sync::Notify::new();
     let service = hyper::service::service_fn(|request| {
         let (handler, answered) = (&handler, &answered);

@@ -17,3 +17,4 @@ pub mod schema;
 pub mod service;
 pub mod shared;
 pub mod vms;
+pub mod watch;

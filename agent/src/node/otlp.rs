@@ -243,7 +243,7 @@ fn string_attribute(key: &str, value: &str) -> proto::KeyValue {
 /// without points, so that a gauge without points is left out.
 fn gauge(
     (name, description, unit): (&str, &str, &str),
-    points: Vec<(&str, Value)>,
+    points: Vec<(&GpuUuid, Value)>,
     attribution: &Attribution,
     time_unix_nano: u64,
 ) -> Option<proto::Metric> {
@@ -258,7 +258,7 @@ fn gauge(
             proto::NumberDataPoint {
                 time_unix_nano,
                 value: Some(value),
-                attributes: std::iter::once(string_attribute(GPU_ATTRIBUTE, uuid))
+                attributes: std::iter::once(string_attribute(GPU_ATTRIBUTE, uuid.as_str()))
                     .chain(owners)
                     .collect(),
             }
@@ -299,7 +299,7 @@ fn request(
                         Kind::Int => Value::AsInt(v as i64),
                         Kind::Double => Value::AsDouble(v),
                     };
-                    Some((s.uuid.as_str(), v))
+                    Some((&s.uuid, v))
                 })
                 .collect();
             gauge(
@@ -312,7 +312,7 @@ fn request(
         .collect();
     let points = healthy
         .iter()
-        .map(|(uuid, ok)| (uuid.as_str(), Value::AsInt(i64::from(*ok))))
+        .map(|(uuid, ok)| (uuid, Value::AsInt(i64::from(*ok))))
         .collect();
     metrics.extend(gauge(
         (

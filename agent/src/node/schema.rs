@@ -44,6 +44,8 @@ pub struct NodeStatus {
     pub problems: Vec<String>,
     /// Which devices Kubernetes has.
     pub kubernetes: KubernetesHolds,
+    /// Every hold (operator, device plugin, DRA), as `GET /v1/holds` lists them.
+    pub holds: Vec<HoldView>,
 }
 
 /// A condition with its `class` and `action` from the XID catalog (and the node's
@@ -113,7 +115,7 @@ impl From<&crate::cdi::Hold> for HoldView {
     fn from(hold: &crate::cdi::Hold) -> Self {
         Self {
             id: hold.id.as_str().to_owned(),
-            devices: hold.devices.iter().map(|d| d.as_str().to_owned()).collect(),
+            devices: hold.devices.iter().map(|d| d.to_string()).collect(),
             kubernetes: hold.kubernetes,
             owner: Some(hold.owner()),
             spec: None,

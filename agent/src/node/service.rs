@@ -215,6 +215,7 @@ pub async fn run(config: NodeConfig, extra: Vec<NodeTask>) -> Result<(), NodeErr
     spawn_watchers(&mut tasks, &node, watcher, xid_rx);
     spawn_samples(&mut tasks, &node);
 
+    let consumers: Vec<&'static str> = extra.iter().map(|t| t.name).collect();
     for task in extra {
         tasks.spawn(task.name, (task.start)(node.clone()));
     }
@@ -234,10 +235,8 @@ pub async fn run(config: NodeConfig, extra: Vec<NodeTask>) -> Result<(), NodeErr
         Ok(())
     } else {
         notify::notify("READY=1\nSTATUS=serving");
-        tracing::info!(
-            "bcd node: serving the API on {}",
-            config.api_socket.display()
-        );
+        let gpus = node.inventory().await.gpu.gpus.len();
+        tracing::info!("{}", serving_line(&config, gpus, &consumers));
         work_loop(&node, &mut tasks, &mut signals).await
     };
 
@@ -255,6 +254,28 @@ pub async fn run(config: NodeConfig, extra: Vec<NodeTask>) -> Result<(), NodeErr
     }
     tracing::info!("bcd node: stopped");
     outcome
+}
+
+/// The one line `bcd node` logs (at info) when it serves: its version, the API socket, the
+/// GPUs of the first inventory, the metrics address, the helper's socket and the consumers it
+/// started (the kubelet device plugins, the labels' file).
+pub fn serving_line(config: &NodeConfig, gpus: usize, consumers: &[&str]) -> String {
+    let mut line = format!(
+        "bcd node {}: serving the API on {}; {gpus} GPU(s)",
+        env!("CARGO_PKG_VERSION"),
+        config.api_socket.display()
+    );
+    if let Some(addr) = config.metrics_listen {
+        line.push_str(&format!("; metrics on http://{addr}/metrics"));
+    }
+    if let Some(otlp) = &config.otlp_endpoint {
+        line.push_str(&format!("; OTLP to {otlp}"));
+    }
+    line.push_str(&format!("; helper at {}", config.helper_socket.display()));
+    if !consumers.is_empty() {
+        line.push_str(&format!("; with {}", consumers.join(", ")));
+    }
+    line
 }
 
 /// The collection scheduler's task; the receiver hears once the first collection is in.
@@ -382,6 +403,7 @@ fn spawn_api(
     let api_listener = Arc::new(api_listener);
     let api_node = node.clone();
     let api_in_flight = in_flight;
+    let watchers = crate::node::watch::Watchers::default();
     tasks.spawn(
         "the API socket's accept loop",
         listen::serve(
@@ -396,20 +418,40 @@ fn spawn_api(
                 // Refused once shutdown waits for the requests in flight.
                 let guard = api_in_flight.clone().try_read_owned().ok()?;
                 let node = api_node.clone();
-                Some(async move {
-                    let _guard = guard;
-                    http::serve_connection(stream, |request: http::Request| {
-                        let node = node.clone();
-                        async move {
-                            let (status, body) = api::handle(&node, &request).await;
-                            http::Reply::json(status, body)
-                        }
-                    })
-                    .await;
-                })
+                let watchers = watchers.clone();
+                Some(async move { serve_api_connection(node, stream, guard, &watchers).await })
             },
         ),
     );
+}
+
+/// Serves one connection of the API socket: a status watch
+/// ([`crate::node::watch::is_watch`]) goes to a task of its own, holding one of `watchers`'
+/// places and not `in_flight` (shutdown does not wait for it); any other request is answered
+/// while `in_flight` is held.
+async fn serve_api_connection(
+    node: std::sync::Arc<Node>,
+    mut stream: tokio::net::UnixStream,
+    in_flight: tokio::sync::OwnedRwLockReadGuard<()>,
+    watchers: &crate::node::watch::Watchers,
+) {
+    let started = std::time::Instant::now();
+    let Some(prefix) = crate::node::http::read_checked_head(&mut stream).await else {
+        return;
+    };
+    if let Some((method, target)) = crate::node::http::request_line(&prefix) {
+        if crate::node::watch::is_watch(&method, &target) {
+            drop(in_flight);
+            let place = watchers.take();
+            tokio::spawn(async move { crate::node::watch::serve(&node, stream, place).await });
+            return;
+        }
+    }
+    crate::node::http::serve_read(stream, prefix, started, |request| {
+        let node = node.clone();
+        async move { api::reply(&node, &request).await }
+    })
+    .await;
 }
 
 /// The metrics listener's accept loop.
@@ -471,12 +513,14 @@ async fn metrics_reply(node: &Node, request: &http::Request) -> http::Reply {
             status: 200,
             content_type: METRICS_TYPE,
             body: node.metrics_text().await.into_bytes(),
+            allow: None,
         },
         (method, "/metrics") => http::Reply::error(
             405,
             "method-not-allowed",
             &format!("{method} is not allowed on /metrics; use GET"),
-        ),
+        )
+        .with_allow(Some("GET")),
         (_, path) => http::Reply::error(
             404,
             "not-found",

@@ -433,18 +433,15 @@ impl Node {
         history: &'a [crate::health::faults::PastBoot],
         samples: &'a [GpuSample],
     ) -> Evidence<'a> {
-        Evidence {
-            conditions,
-            history,
-            policy: Some(&self.config.xid_policy),
-            driver: l.driver.as_ref(),
-            silent: l.snapshot_error.as_deref(),
-            fabric_manager_down: l.fabric_manager_down,
-            samples,
-            correctable: Some(&l.correctable),
-            board: &l.inventory.gpu.gpus,
-            links: Some(&l.links),
-        }
+        Evidence::new(conditions)
+            .with_board(&l.inventory.gpu.gpus)
+            .with_history(history)
+            .with_policy(&self.config.xid_policy)
+            .with_driver(l.driver.as_ref(), l.snapshot_error.as_deref())
+            .with_fabric_manager_down(l.fabric_manager_down)
+            .with_samples(samples)
+            .with_correctable(&l.correctable)
+            .with_links(&l.links)
     }
 
     /// `/v1/status`'s lines: every GPU of the latest inventory with its sample and verdict.
@@ -460,7 +457,7 @@ impl Node {
                 listed.gpu.gpus.extend(l.kept.iter().cloned());
                 crate::health::status::gpu_statuses(&samples, Some(&listed), &evidence)
             }
-            None => crate::health::status::gpu_statuses(&samples, None, &Evidence::default()),
+            None => crate::health::status::gpu_statuses(&samples, None, &Evidence::new(&[])),
         }
     }
 

@@ -28,7 +28,7 @@
 //! - One passthrough step runs at a time on a node.
 
 pub mod helper_watch;
-pub mod iommu;
+pub(crate) mod iommu;
 pub mod journal;
 mod libvirt;
 mod vfio;

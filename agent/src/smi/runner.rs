@@ -384,7 +384,7 @@ mod tests {
 
 /// The one-shot queries running now, for a command that tells its operator what it waits for
 /// (see [`oldest_waiting`]). Registered by [`Runner::run`] for as long as the query runs.
-pub mod waiting {
+pub(crate) mod waiting {
     use std::sync::Mutex;
     use std::time::{Duration, Instant};
 
@@ -414,23 +414,41 @@ pub mod waiting {
         }
     }
 
-    /// The queries running now, longest-running first.
-    pub fn running() -> Vec<String> {
-        let Ok(r) = RUNNING.lock() else {
-            return Vec::new();
-        };
-        let mut all: Vec<(Instant, String)> =
-            r.iter().map(|(_, q, s, _)| (*s, q.clone())).collect();
-        all.sort();
-        all.into_iter().map(|(_, q)| q).collect()
-    }
-
     /// The query that has run longest: its arguments, how long it has run, its bound.
     pub fn oldest() -> Option<(String, Duration, Duration)> {
         let r = RUNNING.lock().ok()?;
         r.iter()
             .min_by_key(|(_, _, started, _)| *started)
             .map(|(_, q, started, bound)| (q.clone(), started.elapsed(), *bound))
+    }
+
+    #[cfg(test)]
+    mod tests {
+        use super::*;
+
+        /// The queries running now, in the order they started.
+        fn running() -> Vec<String> {
+            let r = RUNNING.lock().unwrap();
+            let mut all: Vec<(Instant, String)> =
+                r.iter().map(|(_, q, s, _)| (*s, q.clone())).collect();
+            all.sort();
+            all.into_iter().map(|(_, q)| q).collect()
+        }
+
+        #[test]
+        fn running_queries_are_registered_in_start_order_until_they_end() {
+            // Names no other test uses: the registry is the whole process's.
+            let first = Waiting::start("-q -x --test-first", Duration::from_secs(30));
+            std::thread::sleep(Duration::from_millis(5));
+            let second = Waiting::start("-L --test-second", Duration::from_secs(30));
+            let now = running();
+            let at = |q: &str| now.iter().position(|r| r == q).unwrap();
+            assert!(at("-q -x --test-first") < at("-L --test-second"), "{now:?}");
+            drop(first);
+            assert!(!running().iter().any(|r| r == "-q -x --test-first"));
+            drop(second);
+            assert!(!running().iter().any(|r| r == "-L --test-second"));
+        }
     }
 }
 

@@ -18,7 +18,7 @@ use super::topo::{parse_topo, TopoRow};
 use super::xml::{parse_query_xml, QueryXml, XmlError};
 
 /// The arguments of each query, in one place.
-pub mod query {
+pub(crate) mod query {
     /// The required query.
     pub const QUERY_XML: &[&str] = &["-q", "-x"];
     /// GPUs and MIG devices with their UUIDs.

@@ -5,8 +5,8 @@
 //! is); [`systemd`] asks systemd about units and holds the fabric manager fact; [`kmsg`]
 //! reads the kernel log's records.
 
-pub mod child;
+pub(crate) mod child;
 pub mod host;
-pub mod kmsg;
-pub mod pci;
-pub mod systemd;
+pub(crate) mod kmsg;
+pub(crate) mod pci;
+pub(crate) mod systemd;

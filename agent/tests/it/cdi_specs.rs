@@ -822,7 +822,7 @@ fn real_nvidia_specs_render_valid_hold_specs() {
         for (id, vendor_name, catalog) in targets_of(&v.spec) {
             let rendered = render_hold(
                 "real",
-                &[id.as_str()],
+                &[id.to_string().as_str()],
                 false,
                 std::slice::from_ref(&v),
                 &catalog,
@@ -890,6 +890,31 @@ fn bcd_cdi_render_prints_the_spec_and_writes_nothing() {
         .unwrap();
     assert!(!refused.status.success());
     assert!(String::from_utf8_lossy(&refused.stderr).contains("not a safe name"));
+}
+
+// What broke: bcd cdi render said what NVIDIA's spec lacks as tracing lines (timestamps,
+// levels, module paths, key=value fields) where an operator reads a sentence.
+#[test]
+fn bcd_cdi_render_says_its_warnings_as_sentences() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_bcd"))
+        .args(["cdi", "render", "job-1", H100[3], "--host"])
+        .arg(repo().join("testdata/hosts/hgx-h100"))
+        .arg("--cdi-dir")
+        .arg(tmp.path())
+        .env_remove("BCD_LOG")
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let lines: Vec<&str> = stderr.lines().collect();
+    assert_eq!(lines.len(), 1, "{stderr}");
+    assert!(
+        lines[0].starts_with("bcd: warning: no NVIDIA CDI spec was found, so hold job-1's spec has no device nodes for "),
+        "{stderr}"
+    );
+    assert!(lines[0].contains("nvidia-ctk cdi generate"), "{stderr}");
+    assert!(!stderr.contains("WARN"), "{stderr}");
 }
 
 #[test]

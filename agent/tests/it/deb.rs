@@ -78,6 +78,17 @@ fn the_package_installs_the_binaries_and_units() {
         ("/usr/lib/systemd/system/bcd-helper.socket", "-rw-r--r--"),
         ("/usr/lib/sysusers.d/bcd.conf", "-rw-r--r--"),
         ("/usr/lib/tmpfiles.d/bcd.conf", "-rw-r--r--"),
+        ("/etc/default/bcd", "-rw-r--r--"),
+        ("/usr/share/man/man1/bcd.1.gz", "-rw-r--r--"),
+        ("/usr/share/man/man1/bcd-status.1.gz", "-rw-r--r--"),
+        ("/usr/share/man/man1/bcd-node.1.gz", "-rw-r--r--"),
+        ("/usr/share/man/man8/bcd-helper.8.gz", "-rw-r--r--"),
+        ("/usr/share/bash-completion/completions/bcd", "-rw-r--r--"),
+        ("/usr/share/zsh/vendor-completions/_bcd", "-rw-r--r--"),
+        (
+            "/usr/share/fish/vendor_completions.d/bcd.fish",
+            "-rw-r--r--",
+        ),
         ("/usr/share/doc/bcd/README.md", "-rw-r--r--"),
         ("/usr/share/doc/bcd/copyright", "-rw-r--r--"),
     ] {
@@ -88,8 +99,32 @@ fn the_package_installs_the_binaries_and_units() {
             "{path} should be root's: {line}"
         );
     }
-    let files = listing.lines().filter(|l| !l.starts_with('d')).count();
-    assert_eq!(files, 9, "unexpected files in the package:\n{listing}");
+    let files = listing
+        .lines()
+        .filter(|l| !l.starts_with('d') && !l.contains(" ./usr/share/man/"))
+        .count();
+    assert_eq!(files, 13, "unexpected files in the package:\n{listing}");
+    // Every man page, gzipped as Debian has them.
+    let pages = std::fs::read_dir(Path::new(env!("CARGO_MANIFEST_DIR")).join("../packaging/man"))
+        .unwrap()
+        .count();
+    let packed = listing
+        .lines()
+        .filter(|l| l.contains(" ./usr/share/man/") && l.ends_with(".gz"))
+        .count();
+    assert_eq!(packed, pages, "{listing}");
+
+    // /etc/default/bcd is the administrator's once installed: a conffile, kept on upgrade.
+    let conffiles = Command::new("dpkg-deb")
+        .arg("-I")
+        .arg(&deb)
+        .arg("conffiles")
+        .output()
+        .unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&conffiles.stdout).trim(),
+        "/etc/default/bcd"
+    );
 
     // The control fields.
     let fields = dpkg_deb(&["-f"], &deb);

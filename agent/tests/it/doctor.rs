@@ -589,13 +589,24 @@ fn doctor_as_nobody(dir: &Path, args: &[&str]) -> Option<String> {
     let bin = dir.join("bcd");
     std::fs::copy(env!("CARGO_BIN_EXE_bcd"), &bin).unwrap();
     std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755)).unwrap();
-    let out = Command::new(setpriv)
-        .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
-        .arg(&bin)
-        .arg("doctor")
-        .args(args)
-        .output()
-        .unwrap();
+    // The copy's write descriptor lives on for a moment in a child another test thread forked
+    // (before its exec closes it): exec then fails with ETXTBSY, so it is tried again.
+    let mut tries = 0;
+    let out = loop {
+        let out = Command::new(&setpriv)
+            .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+            .arg(&bin)
+            .arg("doctor")
+            .args(args)
+            .output()
+            .unwrap();
+        tries += 1;
+        if tries < 20 && String::from_utf8_lossy(&out.stderr).contains("Text file busy") {
+            std::thread::sleep(std::time::Duration::from_millis(50));
+            continue;
+        }
+        break out;
+    };
     assert!(
         out.status.code().is_some_and(|c| c <= 1),
         "setpriv could not run doctor as nobody: {}",
@@ -843,7 +854,8 @@ fn json_has_the_documented_shape() {
     assert_eq!(code, 1);
     let v: serde_json::Value = serde_json::from_str(&text).unwrap();
     let top = v.as_object().unwrap();
-    assert_eq!(top.keys().collect::<Vec<_>>(), ["checks"]);
+    assert_eq!(top.keys().collect::<Vec<_>>(), ["checks", "schema_version"]);
+    assert_eq!(v["schema_version"], 1);
     let checks = v["checks"].as_array().unwrap();
     assert!(!checks.is_empty());
     for c in checks {

@@ -284,7 +284,11 @@ fn status_prints_one_line_per_gpu_and_fails_without_a_driver() {
     );
     assert!(!text.contains("UNHEALTHY"), "{text}");
     let out = bcd("no-driver", &["status"]);
-    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(
+        out.status.code(),
+        Some(3),
+        "no sample: bcd could not do its job"
+    );
     assert!(out.stdout.is_empty());
     assert!(String::from_utf8_lossy(&out.stderr)
         .contains("nvml: nvidia-smi not found (no NVIDIA driver on this host)"));
@@ -418,7 +422,10 @@ fn status_reading_itself_starts_q_x_once() {
 
 /// A stand-in `bcd node` on `socket`: answers one request (head and the body its
 /// Content-Length announces) with `body` as JSON, and returns what it was sent.
-fn stand_in_node(socket: &Path, body: serde_json::Value) -> std::thread::JoinHandle<String> {
+pub(crate) fn stand_in_node(
+    socket: &Path,
+    body: serde_json::Value,
+) -> std::thread::JoinHandle<String> {
     use std::io::{Read, Write};
     let listener = std::os::unix::net::UnixListener::bind(socket).unwrap();
     std::thread::spawn(move || {

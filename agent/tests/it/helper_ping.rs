@@ -74,7 +74,7 @@ fn ping_without_a_helper_says_what_to_do() {
         ])
         .output()
         .unwrap();
-    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(out.status.code(), Some(3), "bcd could not do its job");
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(
         err.contains("cannot reach bcd-helper at /nonexistent/helper.sock")

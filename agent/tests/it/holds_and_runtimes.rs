@@ -188,7 +188,7 @@ fn the_api_never_gives_a_gpu_to_two_holds_and_apply_prints_the_nodes_path() {
         .bcd(&["hold", "apply", "part", H100_MIG[1]])
         .output()
         .unwrap();
-    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(out.status.code(), Some(3), "a refusal: bcd could not do it");
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("already held by hold whole"), "{stderr}");
     assert!(!d.cdi.join("bcd-part.json").exists());

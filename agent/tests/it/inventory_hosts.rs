@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use bcd::inventory::collect::collect;
+use bcd::inventory::document::NvLinkRemote;
 use bcd::inventory::memory::GpuMemory;
 use bcd::sys::host::Host;
 
@@ -51,15 +52,15 @@ async fn hgx_h100_merges_every_layer() {
     assert!(mig.devices.iter().all(|d| d
         .uuid
         .as_ref()
-        .is_some_and(|u| u.as_str().starts_with("MIG-"))
+        .is_some_and(|u| u.to_string().starts_with("MIG-"))
         && d.profile.is_some()));
     assert!(!mig.profiles.is_empty(), "mig -lgip read for the MIG GPU");
     let linked = &s.gpus[0];
     assert_eq!(linked.nvlinks.len(), 18);
-    assert!(linked.nvlinks.iter().all(|l| l
-        .remote
-        .as_deref()
-        .is_some_and(|r| r.starts_with("nvswitch:"))));
+    assert!(linked
+        .nvlinks
+        .iter()
+        .all(|l| matches!(l.remote, Some(NvLinkRemote::NvSwitch(_)))));
     assert_eq!(linked.topology.len(), 7);
     assert!(linked
         .topology

@@ -58,9 +58,11 @@ fn hardware_labels_prints_each_demo_hosts_labels_and_writes_nothing() {
         let snapshot =
             std::fs::read_to_string(repo().join(format!("testdata/labels/{host}.labels"))).unwrap();
         assert_eq!(printed, snapshot, "{host}");
-        let json: serde_json::Map<String, serde_json::Value> =
-            serde_json::from_str(&run(&["--json"])).unwrap();
-        let from_json: String = json
+        let doc: serde_json::Value = serde_json::from_str(&run(&["--json"])).unwrap();
+        assert_eq!(doc["schema_version"], 1, "{host}");
+        let from_json: String = doc["labels"]
+            .as_object()
+            .unwrap()
             .iter()
             .map(|(k, v)| format!("{k}={}\n", v.as_str().unwrap()))
             .collect();

@@ -206,7 +206,7 @@ fn the_node_service_end_to_end() {
     again.args(["hold", "apply", "job2", &gpu1]);
     global(&mut again);
     let out = again.output().unwrap();
-    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(out.status.code(), Some(3), "a refusal exits 3");
     assert!(
         String::from_utf8_lossy(&out.stderr).contains("job1"),
         "the refusal names the holder"
@@ -217,7 +217,7 @@ fn the_node_service_end_to_end() {
     busy.args(["gpu", "reset", &gpu1]);
     global(&mut busy);
     let out = busy.output().unwrap();
-    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(out.status.code(), Some(3), "a refused reset exits 3");
     assert!(
         String::from_utf8_lossy(&out.stderr).contains("gpu-busy"),
         "{}",

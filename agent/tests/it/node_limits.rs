@@ -344,7 +344,7 @@ fn a_second_node_on_the_same_data_folder_is_refused_naming_the_first() {
         .unwrap()
         .read_to_string(&mut stderr)
         .unwrap();
-    assert_eq!(status.code(), Some(1), "{stderr}");
+    assert_eq!(status.code(), Some(3), "{stderr}");
     assert!(
         stderr.contains(&format!("another bcd node (pid {})", first.0.id())),
         "{stderr}"
@@ -375,7 +375,7 @@ fn a_second_node_on_the_same_data_folder_is_refused_naming_the_first() {
         .unwrap()
         .read_to_string(&mut stderr)
         .unwrap();
-    assert_eq!(status.code(), Some(1), "{stderr}");
+    assert_eq!(status.code(), Some(3), "{stderr}");
     assert!(stderr.contains("another process listens on it"), "{stderr}");
     assert!(status_ok(&rig.api), "the first node's socket is untouched");
 

@@ -420,3 +420,25 @@ fn nvidia_device_nodes_lists_only_nvidia_entries() {
     assert_eq!(names, ["nvidia-caps", "nvidia-uvm", "nvidia0", "nvidiactl"]);
     assert!(nvidia_device_nodes(&dev.path().join("missing")).is_empty());
 }
+
+// What broke: a helper started with its sandbox on a demo host's replaying nvidia-smi failed
+// every query with "Permission denied", and nothing said to use --no-sandbox there.
+#[test]
+fn a_script_as_nvidia_smi_is_named_with_the_no_sandbox_advice() {
+    let dir = tempfile::tempdir().unwrap();
+    let script = dir.path().join("nvidia-smi");
+    std::fs::write(
+        &script,
+        "#!/bin/sh\nexec \"$(dirname \"$0\")/../replay\" \"$@\"\n",
+    )
+    .unwrap();
+    let warning = script_warning(&script).unwrap();
+    assert!(warning.contains("is a script (/bin/sh)"), "{warning}");
+    assert!(
+        warning.ends_with("for a demo host, start bcd-helper with --no-sandbox"),
+        "{warning}"
+    );
+    let elf = std::env::current_exe().unwrap();
+    assert_eq!(script_warning(&elf), None);
+    assert_eq!(script_warning(&dir.path().join("missing")), None);
+}

@@ -296,7 +296,7 @@ pub(super) fn render(text: &mut Exposition, view: &MetricsView<'_>, labels: &Dcg
                 for s in view.samples {
                     let uuid = s.uuid.as_str();
                     if let (Some(l), Some(v)) = (labels.gpu(uuid, &[]), read(s)) {
-                        owned(&mut family, l, &view.attribution.gpu(uuid), v);
+                        owned(&mut family, l, &view.attribution.gpu(&s.uuid), v);
                     }
                 }
             }
@@ -305,7 +305,7 @@ pub(super) fn render(text: &mut Exposition, view: &MetricsView<'_>, labels: &Dcg
                 for g in view.inventory.iter().flat_map(|inv| &inv.gpu.gpus) {
                     let uuid = g.uuid.as_str();
                     if let (Some(l), Some(v)) = (labels.gpu(uuid, &[]), read(g)) {
-                        owned(&mut family, l, &view.attribution.gpu(uuid), v);
+                        owned(&mut family, l, &view.attribution.gpu(&g.uuid), v);
                     }
                 }
             }
@@ -322,7 +322,7 @@ fn last_xids(family: &mut Family<'_>, view: &MetricsView<'_>, labels: &DcgmLabel
             continue;
         };
         let last = f64::from(view.last_xid.get(&g.uuid).copied().unwrap_or(0));
-        owned(family, gpu_labels, &view.attribution.gpu(uuid), last);
+        owned(family, gpu_labels, &view.attribution.gpu(&g.uuid), last);
         for m in g.mig.iter().flat_map(|m| &m.devices) {
             let (Some(profile), Some(gi)) = (&m.profile, m.gi) else {
                 continue;

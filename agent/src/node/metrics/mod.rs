@@ -20,6 +20,7 @@ use std::time::Duration;
 
 use bcd_protocol::GpuUuid;
 
+use crate::device::DeviceId;
 use crate::health::verdict::HealthState;
 use crate::inventory::document::{Gpu, Inventory, RowRemap};
 use crate::node::attribution::{Attribution, Labels};
@@ -172,7 +173,7 @@ fn gpu_readings(text: &mut Exposition, view: &MetricsView<'_>) {
                 owned(
                     &mut family,
                     [("uuid", uuid)],
-                    &view.attribution.gpu(uuid),
+                    &view.attribution.gpu(&sample.uuid),
                     v,
                 );
             }
@@ -193,13 +194,13 @@ fn health_states(
         Kind::Gauge,
         "1 for the GPU's health state (healthy, degraded, unhealthy, unknown), 0 for the others.",
     );
-    for (uuid, now) in &view.states {
-        let uuid = uuid.as_str();
+    for (gpu, now) in &view.states {
+        let uuid = gpu.as_str();
         let mut labels = vec![("uuid", uuid)];
         if let Some(identity) = dcgm.and_then(|d| d.gpu(uuid, &[])) {
             labels.extend(identity);
         }
-        let owner = view.attribution.gpu(uuid);
+        let owner = view.attribution.gpu(gpu);
         for state in HealthState::ALL {
             let labels = labels.iter().copied().chain([("state", state.name())]);
             owned(&mut family, labels, &owner, flag(state == *now));
@@ -214,11 +215,11 @@ fn xid_totals(text: &mut Exposition, view: &MetricsView<'_>) {
         Kind::Counter,
         "XIDs the GPU logged this boot, by number and the catalog's class.",
     );
-    for (uuid, xid, class, n) in &view.xid_totals {
-        let uuid = uuid.as_str();
+    for (gpu, xid, class, n) in &view.xid_totals {
+        let uuid = gpu.as_str();
         let xid = xid.to_string();
         let labels = [("uuid", uuid), ("xid", xid.as_str()), ("class", class)];
-        owned(&mut family, labels, &view.attribution.gpu(uuid), *n as f64);
+        owned(&mut family, labels, &view.attribution.gpu(gpu), *n as f64);
     }
 }
 
@@ -229,12 +230,11 @@ fn healthy(text: &mut Exposition, view: &MetricsView<'_>) {
         Kind::Gauge,
         "1 when the GPU may take work (healthy or degraded); 0 when unhealthy or unknown (nvidia-smi silent).",
     );
-    for (uuid, ok) in &view.healthy {
-        let uuid = uuid.as_str();
+    for (gpu, ok) in &view.healthy {
         owned(
             &mut family,
-            [("uuid", uuid)],
-            &view.attribution.gpu(uuid),
+            [("uuid", gpu.as_str())],
+            &view.attribution.gpu(gpu),
             flag(*ok),
         );
     }
@@ -247,12 +247,12 @@ fn xid_conditions(text: &mut Exposition, view: &MetricsView<'_>) {
         Kind::Gauge,
         "1 for each XID the GPU raised this boot.",
     );
-    for (uuid, xids) in &view.xids {
-        let uuid = uuid.as_str();
+    for (gpu, xids) in &view.xids {
+        let uuid = gpu.as_str();
         for xid in xids {
             let xid = xid.to_string();
             let labels = [("uuid", uuid), ("xid", xid.as_str())];
-            owned(&mut family, labels, &view.attribution.gpu(uuid), 1.0);
+            owned(&mut family, labels, &view.attribution.gpu(gpu), 1.0);
         }
     }
 }
@@ -265,7 +265,8 @@ fn device_owners(text: &mut Exposition, view: &MetricsView<'_>) {
         "1 for each device (GPU, MIG device, slot) somebody has, labelled with who.",
     );
     for (device, gpu, labels) in view.attribution.claimed() {
-        let uuid = gpu.map(|gpu| ("uuid", gpu.as_str()));
+        let (gpu, device) = (gpu.map(DeviceId::to_string), device.to_string());
+        let uuid = gpu.as_deref().map(|gpu| ("uuid", gpu));
         let ids = uuid.into_iter().chain([("device_id", device.as_str())]);
         owned(&mut family, ids, &labels, 1.0);
     }
@@ -323,7 +324,7 @@ fn error_counters(text: &mut Exposition, view: &MetricsView<'_>, gpus: &[Gpu]) {
             let uuid = g.uuid.as_str();
             let kinds = ["correctable", "uncorrectable"].into_iter().zip(counts(g));
             for (t, n) in kinds.filter_map(|(t, n)| Some((t, n?))) {
-                let who = view.attribution.gpu(uuid);
+                let who = view.attribution.gpu(&g.uuid);
                 owned(&mut family, [("uuid", uuid), ("type", t)], &who, n as f64);
             }
         }
@@ -354,7 +355,7 @@ fn row_remap_flags(text: &mut Exposition, view: &MetricsView<'_>, gpus: &[Gpu]) 
                 owned(
                     &mut family,
                     [("uuid", uuid)],
-                    &view.attribution.gpu(uuid),
+                    &view.attribution.gpu(&g.uuid),
                     flag(on),
                 );
             }
@@ -382,7 +383,7 @@ fn mig_memory(text: &mut Exposition, view: &MetricsView<'_>) {
             |m| m.memory_total_mib,
         ),
     ];
-    let mut mig_uuids: BTreeMap<(&str, Option<u32>, Option<u32>), &str> = BTreeMap::new();
+    let mut mig_uuids: BTreeMap<(&str, Option<u32>, Option<u32>), String> = BTreeMap::new();
     for gpu in view
         .inventory
         .map(|i| i.gpu.gpus.as_slice())
@@ -390,7 +391,7 @@ fn mig_memory(text: &mut Exposition, view: &MetricsView<'_>) {
     {
         for d in gpu.mig.iter().flat_map(|m| &m.devices) {
             if let Some(mig_uuid) = &d.uuid {
-                mig_uuids.insert((gpu.uuid.as_str(), d.gi, d.ci), mig_uuid.as_str());
+                mig_uuids.insert((gpu.uuid.as_str(), d.gi, d.ci), mig_uuid.to_string());
             }
         }
     }
@@ -407,7 +408,7 @@ fn mig_memory(text: &mut Exposition, view: &MetricsView<'_>) {
                         m.gpu_instance_id,
                         m.compute_instance_id,
                     ))
-                    .copied()
+                    .map(String::as_str)
                     .unwrap_or_default();
                 let labels = [
                     ("uuid", sample.uuid.as_str()),

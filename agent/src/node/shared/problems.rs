@@ -129,7 +129,7 @@ impl Node {
             ));
         }
         for (hold, devices) in &result.unnamed {
-            let devices: Vec<&str> = devices.iter().map(DeviceId::as_str).collect();
+            let devices: Vec<String> = devices.iter().map(DeviceId::to_string).collect();
             sentences.push(format!(
                 "hold {hold}: NVIDIA's CDI spec does not name {}, so a container gets no device node for them; regenerate NVIDIA's spec (nvidia-ctk cdi generate)",
                 devices.join(", ")

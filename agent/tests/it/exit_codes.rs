@@ -1,0 +1,259 @@
+//! The exit statuses every command shares (0 all well, 1 a problem found, 3 bcd could not do
+//! its job, 2 usage), `--json` meaning one JSON document on stdout whatever happened, and the
+//! `schema_version` every document carries.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+fn hosts() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../testdata/hosts")
+}
+
+/// `bcd ARGS` against the demo host `host`, with `data` as its data folder and no node.
+fn bcd_in(data: &Path, host: &str, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_bcd"))
+        .arg("--host")
+        .arg(hosts().join(host))
+        .arg("--data-dir")
+        .arg(data)
+        .arg("--api-socket")
+        .arg(data.join("no-node.sock"))
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+fn bcd(host: &str, args: &[&str]) -> Output {
+    let data = tempfile::tempdir().unwrap();
+    bcd_in(data.path(), host, args)
+}
+
+fn json(out: &Output) -> serde_json::Value {
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "{e}: stdout {:?}, stderr {:?}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        )
+    })
+}
+
+/// A host whose nvidia-smi fails at once (the GPUs are in procfs and sysfs).
+fn failing_nvidia_smi(dir: &Path) -> [String; 4] {
+    use std::os::unix::fs::PermissionsExt;
+    let smi = dir.join("nvidia-smi");
+    std::fs::write(
+        &smi,
+        "#!/bin/sh\necho 'Failed to initialize NVML: Unknown Error' >&2\nexit 255\n",
+    )
+    .unwrap();
+    std::fs::set_permissions(&smi, std::fs::Permissions::from_mode(0o755)).unwrap();
+    [
+        "--host-root".into(),
+        hosts().join("hgx-h100/root").display().to_string(),
+        "--nvidia-smi".into(),
+        smi.display().to_string(),
+    ]
+}
+
+fn bcd_args(dir: &Path, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_bcd"))
+        .args(failing_nvidia_smi(dir))
+        .arg("--data-dir")
+        .arg(dir)
+        .arg("--api-socket")
+        .arg(dir.join("no-node.sock"))
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+// What broke: bcd status exited 0 with UNHEALTHY GPUs, so a script could not tell a sick
+// board from a healthy one.
+#[test]
+fn status_exits_1_when_a_gpu_is_unhealthy_and_0_when_all_take_work() {
+    assert_eq!(bcd("hgx-h100", &["status"]).status.code(), Some(0));
+    let out = bcd("hgx-faults", &["status"]);
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    assert!(String::from_utf8_lossy(&out.stdout).contains("UNHEALTHY"));
+    // A degraded GPU takes work: r470-old has one, and no unhealthy one.
+    assert_eq!(bcd("r470-old", &["status"]).status.code(), Some(0));
+}
+
+// What broke: bcd hardware exited 0 when nvidia-smi failed, and status 1 (a problem found)
+// where bcd could not do its job at all.
+#[test]
+fn hardware_and_status_exit_3_when_nvidia_smi_fails() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = bcd_args(dir.path(), &["hardware"]);
+    assert_eq!(out.status.code(), Some(3), "{out:?}");
+    assert!(String::from_utf8_lossy(&out.stdout).contains("GPU(s)"));
+    let out = bcd_args(dir.path(), &["status"]);
+    assert_eq!(out.status.code(), Some(3), "{out:?}");
+    let out = bcd_args(dir.path(), &["status", "--json"]);
+    assert_eq!(out.status.code(), Some(3), "{out:?}");
+    assert!(json(&out)["nvidia_smi_error"].is_string(), "{out:?}");
+    let out = bcd("no-driver", &["status", "--json"]);
+    assert_eq!(out.status.code(), Some(3), "{out:?}");
+    let doc = json(&out);
+    assert_eq!(doc["schema_version"], 1);
+    assert_eq!(doc["error"]["code"], "no-driver", "{doc}");
+    assert!(doc["error"]["message"]
+        .as_str()
+        .unwrap()
+        .contains("no NVIDIA driver"));
+}
+
+// What broke: with --json a refusal or an unreachable node came as plain text on stderr, and
+// scripts reading stdout got nothing to parse.
+#[test]
+fn json_failures_are_an_error_document_on_stdout_with_exit_3() {
+    let dir = tempfile::tempdir().unwrap();
+    for args in [
+        &["hold", "list", "--json"][..],
+        &[
+            "gpu",
+            "reset",
+            "--json",
+            "GPU-8f4c6a52-1b2e-4d3a-9c7f-0123456789ab",
+        ][..],
+        &["vfio", "bind", "--json", "0000:18:00.0"][..],
+    ] {
+        let out = bcd_in(dir.path(), "hgx-h100", args);
+        assert_eq!(out.status.code(), Some(3), "{args:?}: {out:?}");
+        let doc = json(&out);
+        assert_eq!(doc["schema_version"], 1, "{doc}");
+        assert_eq!(doc["error"]["code"], "node-unreachable", "{doc}");
+        assert!(
+            doc["error"]["message"]
+                .as_str()
+                .unwrap()
+                .starts_with("cannot reach the bcd node service at "),
+            "{doc}"
+        );
+    }
+    let out = Command::new(env!("CARGO_BIN_EXE_bcd"))
+        .args([
+            "--helper-socket",
+            &dir.path().join("none").display().to_string(),
+        ])
+        .args(["helper", "ping", "--json"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(3), "{out:?}");
+    assert_eq!(json(&out)["error"]["code"], "helper-failed");
+    // Usage stays clap's 2.
+    let out = bcd("hgx-h100", &["status", "--no-such-flag"]);
+    assert_eq!(out.status.code(), Some(2));
+}
+
+// What broke: bcd gpu reset --json exited 0 when the reset failed (the exit status came from
+// the text renderer, which --json skipped).
+#[test]
+fn gpu_reset_exits_3_when_a_reset_failed_and_1_when_a_gpu_stays_unhealthy_json_or_not() {
+    let uuid = "GPU-8f4c6a52-1b2e-4d3a-9c7f-0123456789ab";
+    let cases = [
+        (
+            serde_json::json!({"gpus": [{"uuid": uuid, "error": "the helper said no", "healthy": false, "conditions_cleared": 0}]}),
+            3,
+        ),
+        (
+            serde_json::json!({"gpus": [{"uuid": uuid, "healthy": false, "reasons": ["row remap pending"], "conditions_cleared": 0}]}),
+            1,
+        ),
+        (
+            serde_json::json!({"gpus": [{"uuid": uuid, "healthy": true, "conditions_cleared": 2}]}),
+            0,
+        ),
+    ];
+    for (answer, expected) in cases {
+        for json_flag in [true, false] {
+            let dir = tempfile::tempdir().unwrap();
+            let socket = dir.path().join("bcd.sock");
+            let node = super::health_cli::stand_in_node(&socket, answer.clone());
+            let mut args = vec!["--api-socket".to_owned(), socket.display().to_string()];
+            if json_flag {
+                args.push("--json".into());
+            }
+            args.extend(["gpu".into(), "reset".into(), uuid.into()]);
+            let out = Command::new(env!("CARGO_BIN_EXE_bcd"))
+                .args(&args)
+                .output()
+                .unwrap();
+            node.join().unwrap();
+            assert_eq!(
+                out.status.code(),
+                Some(expected),
+                "{answer} --json {json_flag}: {out:?}"
+            );
+            if json_flag {
+                assert_eq!(json(&out)["gpus"][0]["uuid"], uuid);
+            }
+        }
+    }
+}
+
+// What broke: no JSON document said which version of its keys it carries.
+#[test]
+fn every_json_document_carries_a_schema_version() {
+    for args in [
+        &["hardware", "--json"][..],
+        &["hardware", "--labels", "--json"][..],
+        &["status", "--json"][..],
+        &["doctor", "--json"][..],
+        &["diag", "--json"][..],
+    ] {
+        let out = bcd("hgx-h100", args);
+        let doc = json(&out);
+        assert_eq!(doc["schema_version"], 1, "{args:?}: {doc}");
+    }
+    let out = bcd("hgx-h100", &["hardware", "--labels", "--json"]);
+    assert_eq!(
+        json(&out)["labels"]["nvidia.com/gpu.count"],
+        "8",
+        "the labels are under their own key"
+    );
+}
+
+// What broke: GPUs passed through to a VM were missing from bcd status (and /v1/status), so an
+// operator could not see that a VM had a GPU.
+#[test]
+fn status_lists_the_gpus_passed_through_to_a_vm() {
+    let data = tempfile::tempdir().unwrap();
+    let host = bcd::sys::host::Host::fake(hosts().join("passthrough"));
+    let plain = futures_lite(bcd::inventory::collect::collect(&host, None)).inventory;
+    let mut remembered = plain.gpu.gpus[0].clone();
+    remembered.uuid = "GPU-0badc0de-0000-4000-8000-000000000061".parse().unwrap();
+    remembered.bus_id = Some("00000000:61:00.0".parse().unwrap());
+    let memory = bcd::inventory::memory::GpuMemory::new(data.path());
+    memory
+        .remember(&[plain.gpu.gpus[0].clone(), remembered])
+        .unwrap();
+    let out = bcd_in(data.path(), "passthrough", &["status"]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "a VM's GPU is no problem: {out:?}"
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.lines()
+            .any(|l| l.starts_with("GPU 1  ") && l.contains("passed through to a VM")),
+        "{text}"
+    );
+    let out = bcd_in(data.path(), "passthrough", &["status", "--json"]);
+    let doc = json(&out);
+    let gpus = doc["gpus"].as_array().unwrap();
+    assert_eq!(gpus.len(), 2, "{doc}");
+    assert_eq!(gpus[1]["passed_through"], true);
+    assert_eq!(gpus[1]["uuid"], "GPU-0badc0de-0000-4000-8000-000000000061");
+    assert!(gpus[0].get("passed_through").is_none());
+}
+
+fn futures_lite<F: std::future::Future>(f: F) -> F::Output {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+        .block_on(f)
+}
