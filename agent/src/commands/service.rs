@@ -361,7 +361,7 @@ mod tests {
     use std::path::PathBuf;
     use std::time::Duration;
 
-    use super::{kubelet_config, node_config};
+    use super::{dra_config, kubelet_config, node_config};
     use crate::cli::{Cli, Command, NodeArgs};
 
     fn parse(args: &[&str]) -> (Cli, NodeArgs) {
@@ -400,6 +400,33 @@ mod tests {
             node_config(&cli.global, &args).runtime_dir,
             PathBuf::from("/run/y")
         );
+    }
+
+    #[test]
+    fn the_dra_driver_is_configured_only_with_dra_and_its_options_reach_it() {
+        let (cli, args) = parse(&["--kubeconfig", "/etc/bcd/kubeconfig"]);
+        assert!(dra_config(&cli.global, &args).unwrap().is_none());
+        let (cli, args) = parse(&[
+            "--dra",
+            "--node-name",
+            "node-a",
+            "--kubelet-dir",
+            "/k",
+            "--kubeconfig",
+            "/etc/bcd/kubeconfig",
+        ]);
+        let dra = dra_config(&cli.global, &args).unwrap().unwrap();
+        assert_eq!(dra.config.node_name, "node-a");
+        assert_eq!(
+            dra.config.registration_socket(),
+            PathBuf::from("/k/plugins_registry/gpu.bcd.dev-reg.sock")
+        );
+        assert_eq!(
+            dra.config.dra_socket(),
+            PathBuf::from("/k/plugins/gpu.bcd.dev/dra.sock")
+        );
+        assert_eq!(dra.config.cdi_runtime_dir, PathBuf::from("/var/run/cdi"));
+        assert_eq!(dra.kubeconfig, Some(PathBuf::from("/etc/bcd/kubeconfig")));
     }
 
     #[test]
