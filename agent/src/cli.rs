@@ -237,6 +237,8 @@ pub enum HelperCommand {
 
 /// The subcommands.
 #[derive(Debug, Subcommand)]
+// Parsed once per process: boxing `bcd node`'s options would only complicate clap's derive.
+#[allow(clippy::large_enum_variant)]
 pub enum Command {
     /// Talk to the root helper directly.
     Helper {
@@ -351,6 +353,25 @@ pub struct NodeArgs {
     /// /etc/kubernetes/node-feature-discovery/features.d; off when not given.
     #[arg(long, env = "BCD_NFD_FEATURES_DIR", value_name = "DIR")]
     pub nfd_features_dir: Option<std::path::PathBuf>,
+    /// Be the kubelet plugin of the DRA driver gpu.bcd.dev and publish the node's
+    /// ResourceSlices (resource.k8s.io/v1); off when not given.
+    #[arg(long, env = "BCD_DRA")]
+    pub dra: bool,
+    /// The kubelet's root folder, holding plugins_registry/ and plugins/ (with --dra).
+    #[arg(long, env = "BCD_KUBELET_DIR", value_name = "DIR", default_value = crate::dra::DEFAULT_KUBELET_DIR)]
+    pub kubelet_dir: std::path::PathBuf,
+    /// Where prepared DRA claims' CDI specs go; a folder that does not outlive a reboot
+    /// (with --dra).
+    #[arg(long, env = "BCD_CDI_RUNTIME_DIR", value_name = "DIR", default_value = crate::dra::DEFAULT_CDI_RUNTIME_DIR)]
+    pub cdi_runtime_dir: std::path::PathBuf,
+    /// The API server's kubeconfig (its current context); without it, the pod's
+    /// in-cluster service account (with --dra).
+    #[arg(long, env = "BCD_KUBECONFIG", value_name = "FILE")]
+    pub kubeconfig: Option<std::path::PathBuf>,
+    /// The node's name in Kubernetes, the pool's name (with --dra); default: the host's
+    /// name in lower case, as the kubelet's.
+    #[arg(long, env = "BCD_NODE_NAME", value_name = "NAME")]
+    pub node_name: Option<String>,
 }
 
 /// `bcd gpu ...`.

@@ -11,6 +11,7 @@ pub mod commands;
 pub mod device;
 pub mod doctor;
 pub mod document;
+pub mod dra;
 pub mod health;
 pub mod helper_client;
 pub mod inventory;

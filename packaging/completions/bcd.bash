@@ -1604,7 +1604,7 @@ _bcd() {
             return 0
             ;;
         bcd__subcmd__node)
-            opts="-h -V --metrics-listen --otlp-endpoint --sample-interval --api-group --gpu-slots --metrics-compat --device-plugin-dir --pod-resources-socket --kubernetes-release-grace --runtime-dir --nfd-features-dir --host --host-root --nvidia-smi --data-dir --cdi-dir --helper-socket --api-socket --json --log-format --xid-ignore --xid-unhealthy --help --version"
+            opts="-h -V --metrics-listen --otlp-endpoint --sample-interval --api-group --gpu-slots --metrics-compat --device-plugin-dir --pod-resources-socket --kubernetes-release-grace --runtime-dir --nfd-features-dir --dra --kubelet-dir --cdi-runtime-dir --kubeconfig --node-name --host --host-root --nvidia-smi --data-dir --cdi-dir --helper-socket --api-socket --json --log-format --xid-ignore --xid-unhealthy --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -1651,6 +1651,22 @@ _bcd() {
                     return 0
                     ;;
                 --nfd-features-dir)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --kubelet-dir)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --cdi-runtime-dir)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --kubeconfig)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --node-name)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;

@@ -367,6 +367,10 @@ complete -c bcd -n "__fish_bcd_using_subcommand node" -l pod-resources-socket -d
 complete -c bcd -n "__fish_bcd_using_subcommand node" -l kubernetes-release-grace -d 'Seconds a Kubernetes hold whose devices no pod has is kept before its release' -r
 complete -c bcd -n "__fish_bcd_using_subcommand node" -l runtime-dir -d 'A folder on tmpfs that lasts the boot (bcd.service\'s RuntimeDirectory, kept across restarts): XID conditions the data folder cannot take are kept here meanwhile. Default: the API socket\'s folder (/run/bcd)' -r -F
 complete -c bcd -n "__fish_bcd_using_subcommand node" -l nfd-features-dir -d 'Keep the GPUs\' node labels (GPU Feature Discovery\'s names, and bcd.dev/ health) in the file `bcd` of this Node Feature Discovery features folder, usually /etc/kubernetes/node-feature-discovery/features.d; off when not given' -r -F
+complete -c bcd -n "__fish_bcd_using_subcommand node" -l kubelet-dir -d 'The kubelet\'s root folder, holding plugins_registry/ and plugins/ (with --dra)' -r -F
+complete -c bcd -n "__fish_bcd_using_subcommand node" -l cdi-runtime-dir -d 'Where prepared DRA claims\' CDI specs go; a folder that does not outlive a reboot (with --dra)' -r -F
+complete -c bcd -n "__fish_bcd_using_subcommand node" -l kubeconfig -d 'The API server\'s kubeconfig (its current context); without it, the pod\'s in-cluster service account (with --dra)' -r -F
+complete -c bcd -n "__fish_bcd_using_subcommand node" -l node-name -d 'The node\'s name in Kubernetes, the pool\'s name (with --dra); default: the host\'s name in lower case, as the kubelet\'s' -r
 complete -c bcd -n "__fish_bcd_using_subcommand node" -l host -d 'A fake host: DIR/root is the root for /proc, /sys and /dev, and DIR/bin/nvidia-smi the nvidia-smi to run (for demos and tests)' -r -F
 complete -c bcd -n "__fish_bcd_using_subcommand node" -l host-root -d 'The root under which /proc, /sys and /dev are read' -r -F
 complete -c bcd -n "__fish_bcd_using_subcommand node" -l nvidia-smi -d 'The nvidia-smi to run (a bare name is looked up on PATH)' -r -F
@@ -378,6 +382,7 @@ complete -c bcd -n "__fish_bcd_using_subcommand node" -l log-format -d 'How log 
 json\t'One JSON object per event (`timestamp`, `level`, `target`, `fields.message`)'"
 complete -c bcd -n "__fish_bcd_using_subcommand node" -l xid-ignore -d 'XIDs that never affect a GPU\'s health, overriding NVIDIA\'s catalog (e.g. 13,31)' -r
 complete -c bcd -n "__fish_bcd_using_subcommand node" -l xid-unhealthy -d 'XIDs that make a GPU unhealthy until a reset, overriding NVIDIA\'s catalog (e.g. 43)' -r
+complete -c bcd -n "__fish_bcd_using_subcommand node" -l dra -d 'Be the kubelet plugin of the DRA driver gpu.bcd.dev and publish the node\'s ResourceSlices (resource.k8s.io/v1); off when not given'
 complete -c bcd -n "__fish_bcd_using_subcommand node" -l json -d 'Machine-readable output where the command has it'
 complete -c bcd -n "__fish_bcd_using_subcommand node" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c bcd -n "__fish_bcd_using_subcommand node" -s V -l version -d 'Print version'

@@ -49,6 +49,11 @@ pub enum Peer {
     Grpcio,
     /// The OTLP receiver's `python`, which imports `opentelemetry-proto`.
     OtlpProto,
+    /// The DRA stand-ins' `python`, which imports `grpc`, `grpc_tools` and
+    /// `kubernetes_validate`.
+    DraStandIn,
+    /// `openssl`, which makes the stand-in API server's certificate.
+    Openssl,
     /// `systemd-analyze` (`verify`, `security --offline`).
     SystemdAnalyze,
     /// `systemd-socket-activate`, socket activation as systemd does it.
@@ -81,6 +86,10 @@ impl Peer {
             Self::Promtool => "promtool",
             Self::Grpcio => "python3 with grpcio and grpcio-tools",
             Self::OtlpProto => "the OTLP receiver's python with opentelemetry-proto",
+            Self::DraStandIn => {
+                "the DRA stand-ins' python with grpcio, grpcio-tools and kubernetes-validate"
+            }
+            Self::Openssl => "openssl",
             Self::SystemdAnalyze => "systemd-analyze",
             Self::SystemdSocketActivate => "systemd-socket-activate",
             Self::Virsh => "virsh",
@@ -105,6 +114,10 @@ impl Peer {
             Self::OtlpProto => {
                 "PyPI package opentelemetry-proto, in the virtual environment target/peers/otlp-venv"
             }
+            Self::DraStandIn => {
+                "PyPI packages grpcio, grpcio-tools and kubernetes-validate, in the virtual environment target/peers/dra-venv"
+            }
+            Self::Openssl => "Debian package openssl",
             Self::SystemdAnalyze | Self::SystemdSocketActivate => "Debian package systemd",
             Self::Virsh => "Debian package libvirt-clients",
             Self::Script => "Debian package bsdutils",
@@ -139,6 +152,11 @@ impl Peer {
                 )
                 .then_some(python)
             }
+            Self::DraStandIn => {
+                let python = peers_dir()?.join("dra-venv/bin/python");
+                imports(&python, "import grpc, grpc_tools, kubernetes_validate").then_some(python)
+            }
+            Self::Openssl => on_path("openssl"),
             Self::SystemdAnalyze => on_path("systemd-analyze"),
             Self::SystemdSocketActivate => on_path("systemd-socket-activate"),
             Self::Virsh => on_path("virsh"),

@@ -18,7 +18,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use crate::device::policy::{self, ClaimSet, Placed, PolicyError, Topology};
-use crate::device::{Hold, HoldOwner};
+use crate::device::{DraClaim, Hold, HoldOwner};
 use crate::state::{self, StateError, PRIVATE_MODE};
 
 use super::spec::{parse_spec, Format, MAX_SPEC_BYTES};
@@ -240,6 +240,32 @@ impl Holds {
         owner: HoldOwner,
         topology: &Topology,
     ) -> Result<&Hold, HoldError> {
+        self.apply_owned(id, devices, owner, None, topology)
+    }
+
+    /// As [`Holds::apply`] for the DRA claim `claim`: a [`HoldOwner::Dra`] hold that records
+    /// the claim (its uid, name, pool devices and spec) in `holds.json`.
+    ///
+    /// # Errors
+    /// As [`Holds::apply`].
+    pub fn apply_claim(
+        &mut self,
+        id: HoldId,
+        devices: Vec<Placed>,
+        claim: DraClaim,
+        topology: &Topology,
+    ) -> Result<&Hold, HoldError> {
+        self.apply_owned(id, devices, HoldOwner::Dra, Some(claim), topology)
+    }
+
+    fn apply_owned(
+        &mut self,
+        id: HoldId,
+        devices: Vec<Placed>,
+        owner: HoldOwner,
+        claim: Option<DraClaim>,
+        topology: &Topology,
+    ) -> Result<&Hold, HoldError> {
         if let Some(why) = &self.frozen {
             return Err(HoldError::Frozen(why.clone()));
         }
@@ -290,6 +316,7 @@ impl Holds {
             kubernetes: owner.is_kubernetes(),
             owner: Some(owner),
             unassigned_since: None,
+            claim,
         };
         let previous = self.holds.insert(id.clone(), hold);
         let was_released = self.released.remove(&id);
@@ -550,6 +577,7 @@ pub fn rebuild_from_specs(cdi_dir: &Path) -> (Vec<Hold>, Vec<String>) {
             owner: None,
             gpus: BTreeMap::new(),
             unassigned_since: None,
+            claim: None,
         });
     }
     (holds, problems)
@@ -615,6 +643,65 @@ mod tests {
 
     fn none() -> Topology {
         Topology::default()
+    }
+
+    fn a_claim() -> DraClaim {
+        DraClaim {
+            uid: "3f0c2f7e-8a6b-4c1d-9e2f-0a1b2c3d4e5f".into(),
+            namespace: "ml".into(),
+            name: "trainer-gpu".into(),
+            devices: vec![crate::device::PoolDevice {
+                pool: "node-a".into(),
+                device: "gpu-0".into(),
+                requests: vec!["gpu".into()],
+            }],
+            spec: Some("/var/run/cdi/k8s.gpu.bcd.dev-claim_3f0c.json".into()),
+        }
+    }
+
+    #[test]
+    fn a_dra_hold_keeps_its_claim_in_holds_json_beside_a_plain_owner() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut holds = Holds::load(dir.path()).unwrap();
+        holds
+            .apply_claim(id("dra-3f0c"), on(&[GPU0]), a_claim(), &none())
+            .unwrap();
+        let reloaded = Holds::load(dir.path()).unwrap();
+        let hold = reloaded.get(&id("dra-3f0c")).unwrap();
+        assert_eq!(hold.owner(), HoldOwner::Dra);
+        assert!(hold.kubernetes);
+        assert_eq!(hold.claim.as_ref(), Some(&a_claim()));
+        // The owner stays a bare string, which a bcd that knows no claim reads.
+        let text = std::fs::read_to_string(dir.path().join(HOLDS_FILE)).unwrap();
+        let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+        assert_eq!(v["holds"][0]["owner"], "dra", "{text}");
+        assert_eq!(v["holds"][0]["claim"]["devices"][0]["device"], "gpu-0");
+    }
+
+    // A holds.json written before DRA claims were recorded (no `claim`), and one written by a
+    // later bcd with fields this one does not know, both still load.
+    #[test]
+    fn holds_json_of_the_older_form_and_of_a_later_bcd_still_load() {
+        let dir = tempfile::tempdir().unwrap();
+        let old = format!(
+            r#"{{"holds": [{{"id": "dra-1", "devices": ["{GPU0}"], "kubernetes": true, "owner": "dra"}},
+                          {{"id": "job", "devices": ["{GPU1}"]}}]}}"#
+        );
+        std::fs::write(dir.path().join(HOLDS_FILE), old).unwrap();
+        let holds = Holds::load(dir.path()).unwrap();
+        let dra = holds.get(&id("dra-1")).unwrap();
+        assert_eq!((dra.owner(), dra.claim.as_ref()), (HoldOwner::Dra, None));
+        assert_eq!(holds.get(&id("job")).unwrap().owner(), HoldOwner::Operator);
+        let later = format!(
+            r#"{{"holds": [{{"id": "dra-1", "devices": ["{GPU0}"], "kubernetes": true, "owner": "dra",
+                            "claim": {{"uid": "u", "namespace": "n", "name": "c", "future": 1}}, "future": true}}]}}"#
+        );
+        std::fs::write(dir.path().join(HOLDS_FILE), later).unwrap();
+        let holds = Holds::load(dir.path()).unwrap();
+        assert_eq!(
+            holds.get(&id("dra-1")).unwrap().claim.as_ref().unwrap().uid,
+            "u"
+        );
     }
 
     #[test]

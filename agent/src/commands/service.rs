@@ -209,9 +209,16 @@ pub async fn vm(global: &Global, cmd: &VmCommand) -> ExitCode {
 /// `bcd node`.
 pub async fn node(global: &Global, args: &NodeArgs) -> ExitCode {
     let nfd_features_dir = args.nfd_features_dir.clone();
+    let dra = match dra_config(global, args) {
+        Ok(dra) => dra,
+        Err(e) => {
+            eprintln!("bcd node: {e}");
+            return ExitCode::from(FAILED);
+        }
+    };
     match run(
         node_config(global, args),
-        consumers(kubelet_config(args), nfd_features_dir),
+        consumers(kubelet_config(args), nfd_features_dir, dra),
     )
     .await
     {
@@ -262,15 +269,67 @@ fn kubelet_config(args: &NodeArgs) -> Option<crate::kubelet::KubeletConfig> {
     })
 }
 
+/// `bcd node --dra`'s configuration.
+#[derive(Debug, Clone)]
+pub struct DraFlags {
+    /// `--kubelet-dir`, `--cdi-runtime-dir`, `--node-name`.
+    pub config: crate::dra::DraConfig,
+    /// `--kubeconfig`.
+    pub kubeconfig: Option<std::path::PathBuf>,
+}
+
+/// Why `bcd node --dra` cannot start. `Display` is the operator's sentence.
+#[derive(Debug, thiserror::Error)]
+pub enum DraFlagsError {
+    /// No `--node-name`, and the kernel gives no host name.
+    #[error("the host's name cannot be read (/proc/sys/kernel/hostname); give --node-name, the kubelet's node name")]
+    NoNodeName,
+}
+
+/// The DRA driver's configuration; `None` without `--dra`.
+///
+/// # Errors
+/// [`DraFlagsError::NoNodeName`].
+fn dra_config(global: &Global, args: &NodeArgs) -> Result<Option<DraFlags>, DraFlagsError> {
+    if !args.dra {
+        return Ok(None);
+    }
+    let node_name = args
+        .node_name
+        .clone()
+        .or_else(crate::dra::host_node_name)
+        .ok_or(DraFlagsError::NoNodeName)?;
+    Ok(Some(DraFlags {
+        config: crate::dra::DraConfig {
+            kubelet_dir: args.kubelet_dir.clone(),
+            cdi_runtime_dir: args.cdi_runtime_dir.clone(),
+            node_name,
+            host: global.host(),
+        },
+        kubeconfig: args.kubeconfig.clone(),
+    }))
+}
+
 /// The consumers of the node's devices `bcd node` was asked for, each a task on the node that
 /// reaches it through [`crate::device::DeviceSource`] alone: the kubelet device plugins (with
 /// `--device-plugin-dir`) and the node labels' feature file (with `--nfd-features-dir`), their
-/// state shown in the node's status and metrics.
+/// state shown in the node's status and metrics, and the DRA driver (with `--dra`).
 fn consumers(
     kubelet: Option<crate::kubelet::KubeletConfig>,
     nfd_features_dir: Option<std::path::PathBuf>,
+    dra: Option<DraFlags>,
 ) -> Vec<crate::node::service::NodeTask> {
     let mut tasks = Vec::new();
+    if let Some(DraFlags { config, kubeconfig }) = dra {
+        tasks.push(crate::node::service::NodeTask {
+            name: "the DRA driver gpu.bcd.dev",
+            start: Box::new(move |node| {
+                let state = std::sync::Arc::new(crate::dra::DraState::default());
+                node.add_report(state.clone());
+                Box::pin(crate::dra::run(node, state, config, kubeconfig))
+            }),
+        });
+    }
     if let Some(config) = kubelet {
         tasks.push(crate::node::service::NodeTask {
             name: "the kubelet device plugins",
@@ -302,7 +361,7 @@ mod tests {
     use std::path::PathBuf;
     use std::time::Duration;
 
-    use super::{kubelet_config, node_config};
+    use super::{dra_config, kubelet_config, node_config};
     use crate::cli::{Cli, Command, NodeArgs};
 
     fn parse(args: &[&str]) -> (Cli, NodeArgs) {
@@ -341,6 +400,33 @@ mod tests {
             node_config(&cli.global, &args).runtime_dir,
             PathBuf::from("/run/y")
         );
+    }
+
+    #[test]
+    fn the_dra_driver_is_configured_only_with_dra_and_its_options_reach_it() {
+        let (cli, args) = parse(&["--kubeconfig", "/etc/bcd/kubeconfig"]);
+        assert!(dra_config(&cli.global, &args).unwrap().is_none());
+        let (cli, args) = parse(&[
+            "--dra",
+            "--node-name",
+            "node-a",
+            "--kubelet-dir",
+            "/k",
+            "--kubeconfig",
+            "/etc/bcd/kubeconfig",
+        ]);
+        let dra = dra_config(&cli.global, &args).unwrap().unwrap();
+        assert_eq!(dra.config.node_name, "node-a");
+        assert_eq!(
+            dra.config.registration_socket(),
+            PathBuf::from("/k/plugins_registry/gpu.bcd.dev-reg.sock")
+        );
+        assert_eq!(
+            dra.config.dra_socket(),
+            PathBuf::from("/k/plugins/gpu.bcd.dev/dra.sock")
+        );
+        assert_eq!(dra.config.cdi_runtime_dir, PathBuf::from("/var/run/cdi"));
+        assert_eq!(dra.kubeconfig, Some(PathBuf::from("/etc/bcd/kubeconfig")));
     }
 
     #[test]

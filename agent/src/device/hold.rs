@@ -3,6 +3,7 @@
 //! [`super::policy`]'s decision.
 
 use std::collections::BTreeMap;
+use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
@@ -70,6 +71,48 @@ pub struct Hold {
     /// [`crate::device::policy`] counts its GPUs busy for that reason until it is released.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub unassigned_since: Option<u64>,
+    /// The DRA claim the hold was prepared for (a [`HoldOwner::Dra`] hold made by this bcd;
+    /// `None` for every other hold, and for a DRA hold of a file that lost it). Kept in a
+    /// field of its own beside `owner`, so a bcd that reads only `owner` still reads the file.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub claim: Option<DraClaim>,
+}
+
+/// The DRA claim a Kubernetes hold was prepared for, as the kubelet named it and the
+/// ResourceClaim allocated it: what `NodeUnprepareResources` finds it by (the claim object
+/// may be gone by then) and what `status` shows.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DraClaim {
+    /// The claim's `metadata.uid`.
+    pub uid: String,
+    /// The claim's namespace.
+    pub namespace: String,
+    /// The claim's name.
+    pub name: String,
+    /// The allocated devices, as the ResourceSlice named them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub devices: Vec<PoolDevice>,
+    /// The claim's transient CDI spec, removed when the claim is unprepared.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub spec: Option<PathBuf>,
+}
+
+/// One device of a ResourceSlice pool: `<pool>/<device>`.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct PoolDevice {
+    /// The pool (bcd's is the node's name).
+    pub pool: String,
+    /// The device's name in the pool (`gpu-0`, ...).
+    pub device: String,
+    /// The claim's requests it was allocated for (base names, without a subrequest).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub requests: Vec<String>,
+}
+
+impl std::fmt::Display for PoolDevice {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}/{}", self.pool, self.device)
+    }
 }
 
 impl Hold {

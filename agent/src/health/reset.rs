@@ -278,6 +278,7 @@ mod tests {
             owner: None,
             gpus: Default::default(),
             unassigned_since: None,
+            claim: None,
         }
     }
 

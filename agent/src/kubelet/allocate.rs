@@ -78,7 +78,11 @@ fn place(
     let live = |d: &DeviceId| {
         holds
             .list()
-            .find(|h| h.kubernetes && h.unassigned_since.is_none() && h.devices.contains(d))
+            .find(|h| {
+                h.owner() == HoldOwner::DevicePlugin
+                    && h.unassigned_since.is_none()
+                    && h.devices.contains(d)
+            })
             .map(|h| h.id.clone())
     };
     let reused: Option<HoldId> = devices.iter().find_map(live);
@@ -99,7 +103,7 @@ fn place(
     let stale: Vec<HoldId> = holds
         .list()
         .filter(|h| {
-            h.kubernetes
+            h.owner() == HoldOwner::DevicePlugin
                 && h.unassigned_since.is_some()
                 && h.id != id
                 && h.devices.iter().any(|d| fresh.contains(d))
@@ -350,6 +354,33 @@ mod tests {
             place(&mut holds, &[dev(GPU0)], &t, &mut Vec::new()).unwrap(),
             (id, false)
         );
+    }
+
+    // What broke: a device a DRA claim held counted as a live device-plugin hold (the rule
+    // read `kubernetes` alone), so Allocate answered it from the claim's hold.
+    #[test]
+    fn allocate_refuses_a_device_a_dra_claim_holds() {
+        let dir = tempfile::tempdir().unwrap();
+        let t = topology(0);
+        let mut holds = Holds::load(dir.path()).unwrap();
+        let claim = crate::device::DraClaim {
+            uid: "u-1".into(),
+            namespace: "ml".into(),
+            name: "c".into(),
+            devices: Vec::new(),
+            spec: None,
+        };
+        holds
+            .apply_claim(
+                "dra-u-1".parse().unwrap(),
+                vec![t.place(&dev(GPU0)).unwrap()],
+                claim,
+                &t,
+            )
+            .unwrap();
+        let err = place(&mut holds, &[dev(GPU0)], &t, &mut Vec::new()).unwrap_err();
+        assert!(err.to_string().contains("dra-u-1"), "{err}");
+        assert_eq!(holds.list().count(), 1);
     }
 
     #[test]

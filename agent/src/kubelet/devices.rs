@@ -14,7 +14,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use bcd_protocol::GpuUuid;
 
 use crate::cdi::vendor::{find_device, DeviceCatalog, VendorSpec};
-use crate::cdi::{render::HOLD_KIND, Hold};
+use crate::cdi::{render::HOLD_KIND, Hold, HoldOwner};
 use crate::device::id::{DeviceId, MigUuid, SlotIndex};
 use crate::device::policy::{conflict, Placed, Topology};
 use crate::inventory::document::Inventory;
@@ -130,7 +130,8 @@ pub fn offer(
             };
             !placed_holds.iter().any(|(hold, placed)| {
                 placed.iter().any(|theirs| {
-                    conflict(&me, theirs) && !(hold.kubernetes && &theirs.device == device)
+                    conflict(&me, theirs)
+                        && !(hold.owner() == HoldOwner::DevicePlugin && &theirs.device == device)
                 })
             })
         };
@@ -384,6 +385,7 @@ mod tests {
             owner: None,
             gpus: Default::default(),
             unassigned_since: None,
+            claim: None,
         }
     }
 
@@ -446,6 +448,19 @@ mod tests {
             "a slot of it is allocated"
         );
         assert!(health_of(&offer, GPU_RESOURCE, G2));
+    }
+
+    // A device a DRA claim had was offered to the device plugins as their own allocation
+    // (the rule looked at `kubernetes` alone), so the kubelet could hand one GPU out twice.
+    #[test]
+    fn a_device_a_dra_claim_has_is_not_offered_to_the_device_plugins() {
+        let inv = inventory();
+        let claimed = hold("dra-3f0c", &[G0], true);
+        assert_eq!(claimed.owner(), HoldOwner::Dra);
+        let offer = offer(&inv, 2, &[claimed], &all_healthy(&inv));
+        assert!(!health_of(&offer, GPU_RESOURCE, G0));
+        assert!(!health_of(&offer, SLOT_RESOURCE, &format!("{G0}::0")));
+        assert!(health_of(&offer, GPU_RESOURCE, G1));
     }
 
     #[test]

@@ -1,6 +1,6 @@
 //! The kubelet side against a fake [`DeviceSource`]: two GPUs whose verdicts, claims and
 //! holds the test sets, no node, no `nvidia-smi`. What the plugins offer and what `Allocate`
-//! does follow the source alone.
+//! does follow the source alone. The DRA driver's tests use the same fake.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -20,15 +20,15 @@ use crate::inventory::document::{Gpu, GpuSection, Inventory};
 use crate::smi::samples::GpuSample;
 use bcd_protocol::GpuUuid;
 
-const GPU0: &str = "GPU-11111111-1111-1111-1111-111111111111";
-const GPU1: &str = "GPU-22222222-2222-2222-2222-222222222222";
+pub(crate) const GPU0: &str = "GPU-11111111-1111-1111-1111-111111111111";
+pub(crate) const GPU1: &str = "GPU-22222222-2222-2222-2222-222222222222";
 
 /// Two GPUs, a hold store in a temporary folder, and what the test says of them.
-struct FakeSource {
+pub(crate) struct FakeSource {
     inventory: Inventory,
     holds: tokio::sync::Mutex<Holds>,
     verdicts: Mutex<BTreeMap<GpuUuid, Verdict>>,
-    claimed: Mutex<Vec<DeviceId>>,
+    pub(crate) claimed: Mutex<Vec<DeviceId>>,
     cdi_dir: PathBuf,
     pods: Mutex<Vec<PodAllocation>>,
     devices: watch::Sender<u64>,
@@ -36,14 +36,14 @@ struct FakeSource {
     _dir: tempfile::TempDir,
 }
 
-fn healthy() -> Verdict {
+pub(crate) fn healthy() -> Verdict {
     Verdict {
         health: HealthState::Healthy,
         reasons: Vec::new(),
     }
 }
 
-fn unhealthy() -> Verdict {
+pub(crate) fn unhealthy() -> Verdict {
     Verdict {
         health: HealthState::Unhealthy,
         reasons: vec![Reason {
@@ -56,7 +56,7 @@ fn unhealthy() -> Verdict {
 }
 
 impl FakeSource {
-    fn new() -> Self {
+    pub(crate) fn new() -> Self {
         let dir = tempfile::tempdir().unwrap();
         let gpus = [GPU0, GPU1]
             .iter()
@@ -86,7 +86,7 @@ impl FakeSource {
         }
     }
 
-    fn judge(&self, gpu: &str, verdict: Verdict) {
+    pub(crate) fn judge(&self, gpu: &str, verdict: Verdict) {
         self.verdicts
             .lock()
             .unwrap()

@@ -350,4 +350,4 @@ mod tests {
 mod served;
 
 #[cfg(test)]
-mod fake_source;
+pub(crate) mod fake_source;

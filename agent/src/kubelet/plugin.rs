@@ -253,7 +253,7 @@ fn options() -> pb::DevicePluginOptions {
 }
 
 /// A file's identity: a socket made anew has another inode.
-fn identity(path: &Path) -> Option<(u64, u64)> {
+pub(crate) fn identity(path: &Path) -> Option<(u64, u64)> {
     std::fs::symlink_metadata(path)
         .ok()
         .map(|m| (m.dev(), m.ino()))
@@ -265,7 +265,7 @@ pub const SOCKET_MODE: u32 = 0o600;
 
 /// Binds the plugin's socket, replacing a stale socket file (never anything else), with mode
 /// [`SOCKET_MODE`].
-pub(super) fn bind(path: &Path) -> std::io::Result<tokio::net::UnixListener> {
+pub(crate) fn bind(path: &Path) -> std::io::Result<tokio::net::UnixListener> {
     if let Ok(m) = std::fs::symlink_metadata(path) {
         if std::os::unix::fs::FileTypeExt::is_socket(&m.file_type()) {
             std::fs::remove_file(path)?;
@@ -283,7 +283,7 @@ pub(super) fn bind(path: &Path) -> std::io::Result<tokio::net::UnixListener> {
 
 /// The connections of `listener` whose peer is root (the kubelet) or bcd's own uid; any other
 /// peer is dropped before a byte is read, and logged (once per uid and minute).
-pub(super) fn incoming(
+pub(crate) fn incoming(
     listener: tokio::net::UnixListener,
     resource: &str,
 ) -> impl tokio_stream::Stream<Item = std::io::Result<tokio::net::UnixStream>> {
@@ -301,7 +301,7 @@ pub(super) fn incoming(
         let quiet = said.is_some_and(|(u, at)| u == uid && at.elapsed() < Duration::from_secs(60));
         if !quiet {
             tracing::warn!(
-                "{resource}: refused a connection from uid {uid}: only the kubelet (root) may use a device plugin's socket"
+                "{resource}: refused a connection from uid {uid}: only the kubelet (root) may use a kubelet plugin's socket"
             );
             said = Some((uid, std::time::Instant::now()));
         }
@@ -311,9 +311,9 @@ pub(super) fn incoming(
 
 /// Removes the plugin's socket file when its server stops (the node stops or serves anew),
 /// unless the file is another one by then.
-struct SocketFile {
-    path: PathBuf,
-    identity: Option<(u64, u64)>,
+pub(crate) struct SocketFile {
+    pub(crate) path: PathBuf,
+    pub(crate) identity: Option<(u64, u64)>,
 }
 
 impl Drop for SocketFile {

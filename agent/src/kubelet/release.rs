@@ -16,7 +16,7 @@ use super::proto::podresources::{
 };
 use super::KubeState;
 use super::{grpc, names, KubeletConfig};
-use crate::cdi::{DeviceId, Hold};
+use crate::cdi::{DeviceId, Hold, HoldOwner};
 use crate::device::DeviceSource;
 use crate::device::{PodAllocation, PodRef};
 
@@ -179,11 +179,13 @@ fn settle(
 
 /// One pass: reads PodResources and marks, unmarks or releases the Kubernetes holds.
 pub async fn pass<S: DeviceSource>(node: &S, kube: &KubeState, config: &KubeletConfig) {
+    // A DRA claim's hold is never released here: its devices are not in the pods'
+    // ContainerDevices, and only NodeUnprepareResources ends it.
     let kubernetes: Vec<Hold> = node
         .holds_now()
         .await
         .into_iter()
-        .filter(|h| h.kubernetes)
+        .filter(|h| h.kubernetes && h.owner() != HoldOwner::Dra)
         .collect();
     if kubernetes.is_empty() {
         kube.set_problem(None);

@@ -486,3 +486,49 @@ async fn a_gpu_under_reset_is_neither_allocated_nor_held_and_streams_unhealthy()
         .await
         .expect("free again after the reset");
 }
+
+// A DRA claim's devices are never in the pods' ContainerDevices: the release pass took its
+// hold for a device-plugin hold no pod had, and released it while the pod ran.
+#[tokio::test]
+async fn the_release_pass_never_releases_a_dra_claims_hold() {
+    let dir = tempfile::tempdir().unwrap();
+    let (node, kube) = collected(dir.path()).await;
+    std::fs::create_dir_all(&node.config().cdi_dir).unwrap();
+    let topology = node.topology().await;
+    let placed = vec![topology.place(&GPU1.parse().unwrap()).unwrap()];
+    let id: crate::cdi::HoldId = "dra-3f0c2f7e".parse().unwrap();
+    let claim = crate::device::DraClaim {
+        uid: "3f0c2f7e".into(),
+        namespace: "ml".into(),
+        name: "c".into(),
+        devices: Vec::new(),
+        spec: None,
+    };
+    node.with_holds(|h| {
+        h.apply_claim(id.clone(), placed, claim, &topology)
+            .map(|_| ())
+    })
+    .await
+    .unwrap()
+    .unwrap();
+    let socket = dir.path().join("pod-resources.sock");
+    let listener = tokio::net::UnixListener::bind(&socket).unwrap();
+    tokio::spawn(
+        tonic::transport::Server::builder()
+            .add_service(PodResourcesListerServer::new(Pods::default()))
+            .serve_with_incoming(tokio_stream::wrappers::UnixListenerStream::new(listener)),
+    );
+    let config = KubeletConfig {
+        plugin_dir: dir.path().join("plugins"),
+        pod_resources_socket: socket,
+        release_grace: Duration::from_secs(0),
+    };
+    for _ in 0..2 {
+        super::release::pass(node.as_ref(), &kube, &config).await;
+    }
+    let kept = node
+        .with_holds(|h| h.get(&id).map(|h| h.unassigned_since))
+        .await
+        .unwrap();
+    assert_eq!(kept, Some(None), "kept, and never marked pending");
+}

@@ -662,11 +662,23 @@ async fn apply_hold(node: &Node, id: HoldId, devices: &[DeviceId]) -> Result<Hol
 }
 
 /// `DELETE /v1/holds/ID[?force=1]`. A Kubernetes hold a pod still has (its release is not
-/// pending) is refused, naming the pod, unless `force` is given.
+/// pending) is refused, naming the pod, unless `force` is given; a prepared DRA claim's hold
+/// is always refused, naming the claim.
 async fn release_hold(node: &Node, id: HoldId, force: bool) -> Result<HoldView, ApiError> {
     let pods = node.pods_now();
     let released = node
         .with_holds(|holds| match holds.get(&id) {
+            // Only the kubelet's NodeUnprepareResources ends a prepared claim's hold: released
+            // here, its devices would be handed out while the claim's pods still run.
+            Some(hold) if hold.owner() == HoldOwner::Dra => {
+                let claim = hold.claim.as_ref().map_or_else(
+                    || "a DRA claim".to_owned(),
+                    |c| format!("DRA claim {}/{} (uid {})", c.namespace, c.name, c.uid),
+                );
+                Err(ApiError::HoldInUse(format!(
+                    "hold {id} is {claim}'s, prepared by the kubelet; it is released when the kubelet unprepares the claim (delete the pods that use it), never through the API, --force or not"
+                )))
+            }
             Some(hold)
                 if !force && hold.owner().is_kubernetes() && hold.unassigned_since.is_none() =>
             {

@@ -5,8 +5,9 @@
 //! files (`#[cfg(test)] mod x;`) and `#[cfg(test)] mod x { … }` blocks are left out.
 //!
 //! The floors, from the bottom: `sys/` (imports nothing of bcd); `smi/`, `inventory/`,
-//! `health/`, `cdi/` and the device vocabulary (never `doctor/`, `node/`, `kubelet/`,
-//! `commands/` or the command line; the policy never `cdi/`); `node/` (never `kubelet/`).
+//! `health/`, `cdi/` and the device vocabulary (never `doctor/`, `node/`, `kubelet/`, `dra/`,
+//! `commands/` or the command line; the policy never `cdi/`); `node/` (never `kubelet/` or
+//! `dra/`); `dra/` (never `node/`, `doctor/`, `labels/`, `commands/` or the command line).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
@@ -224,7 +225,9 @@ fn the_floors_import_only_downwards() {
         "device/id.rs",
         "device/hold.rs",
     ];
-    let above = ["doctor", "node", "kubelet", "commands", "cli.rs", "labels"];
+    let above = [
+        "doctor", "node", "kubelet", "dra", "commands", "cli.rs", "labels",
+    ];
     let mut wrong = Vec::new();
     for (file, targets) in references() {
         for t in &targets {
@@ -232,7 +235,12 @@ fn the_floors_import_only_downwards() {
                 || (below_the_node.iter().any(|b| under(&file, b))
                     && above.iter().any(|a| under(t, a)))
                 || (under(&file, "device/policy.rs") && under(t, "cdi"))
-                || (under(&file, "node") && under(t, "kubelet"));
+                || (under(&file, "node") && (under(t, "kubelet") || under(t, "dra")))
+                // The DRA driver reaches the node through DeviceSource alone.
+                || (under(&file, "dra")
+                    && ["node", "commands", "cli.rs", "doctor", "labels"]
+                        .iter()
+                        .any(|a| under(t, a)));
             if bad {
                 wrong.push(format!("{file} -> {t}"));
             }

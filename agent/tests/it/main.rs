@@ -16,6 +16,7 @@ mod device_plugins;
 mod docs;
 mod doctor;
 mod doctor_real_nvidia_smi;
+mod dra;
 mod env_settings;
 mod exit_codes;
 mod fake_hosts;

@@ -261,7 +261,7 @@ fn floods_of_refused_idle_and_half_open_connections_never_lock_the_agent_out() {
         n += 1;
         // Mostly pings, as `bcd helper ping` and the doctor make them; every 5th a real
         // operation (persistence, with an nvidia-smi that exits 0).
-        let op = if n % 5 == 0 {
+        let op = if n.is_multiple_of(5) {
             Operation::SetPersistence {
                 gpu: pci("0000:10:00.0"),
                 enabled: true,
@@ -818,7 +818,7 @@ fn a_save_image_swapped_for_a_link_never_reaches_virsh() {
             let mut i = 0u64;
             while !stop.load(std::sync::atomic::Ordering::SeqCst) {
                 let tmp = save.join(format!(".swap-{i}"));
-                if i % 2 == 0 {
+                if i.is_multiple_of(2) {
                     let _ = std::os::unix::fs::symlink(&secret, &tmp);
                 } else {
                     let _ = std::fs::write(&tmp, "legit-image");

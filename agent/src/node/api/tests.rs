@@ -442,6 +442,54 @@ async fn kubernetes_hold_ids_are_reserved_and_a_live_kubernetes_hold_is_not_the_
     assert_eq!(held(&node).await, serde_json::json!([]));
 }
 
+// A prepared DRA claim's hold could be released through the API (with --force, or as soon
+// as no pod showed in PodResources, where a claim's devices never show): its GPU was then
+// handed out while the claim's pod ran. The API refuses it, naming the claim.
+#[tokio::test]
+async fn the_api_refuses_to_release_a_prepared_dra_claims_hold_even_with_force() {
+    let dir = tempfile::tempdir().unwrap();
+    let node = node(dir.path());
+    node.collect_now().await;
+    let topology = node.topology().await;
+    let placed = vec![topology.place(&GPU0.parse().unwrap()).unwrap()];
+    let id: crate::cdi::HoldId = "dra-3f0c2f7e".parse().unwrap();
+    let claim = crate::device::DraClaim {
+        uid: "3f0c2f7e".into(),
+        namespace: "ml".into(),
+        name: "trainer-gpu".into(),
+        devices: Vec::new(),
+        spec: None,
+    };
+    node.with_holds(|h| {
+        h.apply_claim(id.clone(), placed, claim, &topology)
+            .map(|_| ())
+    })
+    .await
+    .unwrap()
+    .unwrap();
+    for query in ["", "force=1"] {
+        let delete = Request {
+            query: query.to_owned(),
+            ..request("DELETE", &format!("/v1/holds/{id}"))
+        };
+        let (status, body) = handle(&node, &delete).await;
+        let v: Value = serde_json::from_slice(&body).unwrap();
+        assert_eq!(
+            (status, v["code"].as_str()),
+            (409, Some("hold-in-use")),
+            "{v}"
+        );
+        assert!(
+            v["message"]
+                .as_str()
+                .unwrap()
+                .contains("DRA claim ml/trainer-gpu (uid 3f0c2f7e)'s, prepared by the kubelet"),
+            "{v}"
+        );
+    }
+    assert_eq!(held(&node).await.as_array().unwrap().len(), 1);
+}
+
 // An operator's hold stored under a k8s- id by an older bcd (before the ids were reserved)
 // is kept and stays the operator's: the operator may still change and release it.
 #[tokio::test]

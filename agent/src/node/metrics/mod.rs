@@ -691,6 +691,7 @@ mod tests {
                 owner: None,
                 gpus: BTreeMap::new(),
                 unassigned_since: None,
+                claim: None,
             }],
             &topology,
         );

@@ -412,6 +412,55 @@ async fn the_cdi_names_of_an_allocation_give_exactly_the_allocated_devices() {
     assert_eq!(gpus, ["/dev/nvidia4"], "{:?}", slot.nodes);
 }
 
+// A prepared DRA claim's transient spec, in /var/run/cdi, gives the container exactly the
+// claim's device nodes through its CDI id, and NVIDIA_VISIBLE_DEVICES=void (podman 4.3 reads
+// the spec's cdiVersion 0.5.0 and the class without dots).
+#[tokio::test]
+async fn a_prepared_dra_claims_cdi_id_gives_exactly_its_device() {
+    let tmp = tempfile::tempdir().unwrap();
+    let Some(podman) = PodmanSandbox::new(tmp.path()) else {
+        return;
+    };
+    let cdi = podman.cdi();
+    runnable_vendor_spec(&tmp.path().join("dev"), &cdi.join("nvidia.json"));
+    let vendor = read_vendor_specs(std::slice::from_ref(&cdi)).specs;
+    let catalog = catalog("hgx-h100").await;
+    let uid = "0b6f3c1e-2d4a-4e8b-9c1d-5e6f7a8b9c0d";
+    let hold = bcd::dra::prepare::hold_id(uid).unwrap();
+    let devices = [
+        (H100[6].parse().unwrap(), "gpu-6".to_owned()),
+        (H100_MIG[1].parse().unwrap(), "gpu-3-mig-2-0".to_owned()),
+    ];
+    let spec = bcd::dra::prepare::claim_spec(uid, &hold, &devices, &vendor, &catalog);
+    let path = bcd::dra::prepare::spec_path(&podman.run_cdi(), uid);
+    fs::write(&path, serde_json::to_vec_pretty(&spec).unwrap()).unwrap();
+    let inside = podman.run_names(&[bcd::dra::prepare::cdi_id(uid, "gpu-6")]);
+    let gpus: Vec<&String> = inside
+        .nodes
+        .iter()
+        .filter(|n| n.trim_start_matches("/dev/nvidia").parse::<u32>().is_ok())
+        .collect();
+    assert_eq!(gpus, ["/dev/nvidia6"], "{:?}", inside.nodes);
+    assert!(
+        inside
+            .env
+            .contains(&"NVIDIA_VISIBLE_DEVICES=void".to_owned()),
+        "{:?}",
+        inside.env
+    );
+    let mig = podman.run_names(&[bcd::dra::prepare::cdi_id(uid, "gpu-3-mig-2-0")]);
+    assert!(
+        mig.nodes.contains(&"/dev/nvidia3".to_owned()),
+        "{:?}",
+        mig.nodes
+    );
+    assert!(
+        !mig.nodes.contains(&"/dev/nvidia6".to_owned()),
+        "{:?}",
+        mig.nodes
+    );
+}
+
 /// A spec of kind `bcd.test/<kind>` with one device, `probe`, that only sets `<var>=1`.
 fn probe_spec(to: &Path, kind: &str, var: &str) {
     let spec = serde_json::json!({

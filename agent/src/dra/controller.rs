@@ -1,0 +1,424 @@
+//! The API server side of the driver: the client (a kubeconfig file, or the pod's service
+//! account, chosen explicitly), the ResourceClaim reader, and the one work loop that keeps
+//! the node's pool of ResourceSlices as [`super::slices::plan`] says.
+//!
+//! The loop: find the Node (its uid for the owner reference), then for ever: compute the
+//! devices offered now, list the driver's slices of this node, write what the plan says,
+//! and wait for a change of the node's devices, an event on those slices (the kubelet
+//! deletes them when it starts and 30 s after the plugin vanishes; someone may change them)
+//! or [`RESYNC_EVERY`]. A write refused with 409, 5xx, a timeout or no answer is tried again
+//! after a backoff doubling from [`BACKOFF_FIRST`] to [`BACKOFF_CAP`]; a slice refused with
+//! 422 is not written again until the desired slices change, and is said in `status`. The API
+//! server being away never stops the node: `status` says so, and the loop catches up when
+//! it answers again.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::api::resource::v1 as resource;
+use kube::api::{Api, DeleteParams, ListParams, PostParams, Preconditions, WatchParams};
+use tokio_stream::StreamExt;
+
+use super::claims::{ClaimReader, ReadError, ResourceClaim};
+use super::devices;
+use super::prepare::all_devices;
+use super::slices::{self, NodeRef, Plan, ResourceSlice};
+use super::{DraConfig, DraState, DRIVER};
+use crate::device::DeviceSource;
+
+/// The first wait after a failed write.
+pub const BACKOFF_FIRST: Duration = Duration::from_millis(100);
+/// The longest wait between tries: a server back within it is caught up within 30 s.
+pub const BACKOFF_CAP: Duration = Duration::from_secs(10);
+/// How often the pool is compared with the server even when nothing signalled a change.
+pub const RESYNC_EVERY: Duration = Duration::from_secs(30);
+/// How long one API call may take.
+pub const CALL_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long a watch of the slices lasts before it is made anew.
+pub const WATCH_SECONDS: u32 = 290;
+
+/// Why the API server's client could not be made. `Display` is the operator's sentence.
+#[derive(Debug, thiserror::Error)]
+pub enum ConnectError {
+    /// The kubeconfig file could not be read or used.
+    #[error("the kubeconfig {} cannot be used: {why}", path.display())]
+    Kubeconfig {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        why: String,
+    },
+    /// No kubeconfig was given and the process has no in-cluster service account.
+    #[error("no --kubeconfig was given and there is no in-cluster service account ({why}); give bcd node --kubeconfig FILE")]
+    InCluster {
+        /// Why.
+        why: String,
+    },
+    /// The client could not be built from the configuration.
+    #[error("the API server's client cannot be made: {0}")]
+    Client(String),
+}
+
+/// A client of the API server: from `kubeconfig` when given (its current context), else the
+/// in-cluster service account. `$KUBECONFIG` and `~/.kube/config` are never read.
+///
+/// # Errors
+/// [`ConnectError`].
+pub async fn connect(kubeconfig: Option<&Path>) -> Result<kube::Client, ConnectError> {
+    let config = match kubeconfig {
+        Some(path) => {
+            let file = kube::config::Kubeconfig::read_from(path).map_err(|e| {
+                ConnectError::Kubeconfig {
+                    path: path.to_path_buf(),
+                    why: e.to_string(),
+                }
+            })?;
+            kube::Config::from_custom_kubeconfig(file, &kube::config::KubeConfigOptions::default())
+                .await
+                .map_err(|e| ConnectError::Kubeconfig {
+                    path: path.to_path_buf(),
+                    why: e.to_string(),
+                })?
+        }
+        None => {
+            kube::Config::incluster().map_err(|e| ConnectError::InCluster { why: e.to_string() })?
+        }
+    };
+    let mut config = config;
+    // The work loop's own backoff (capped at 10 s) decides when to try again; kube's retry
+    // of 503s would hold one call past the loop's timeout and say nothing meanwhile.
+    config.default_retry = false;
+    kube::Client::try_from(config).map_err(|e| ConnectError::Client(e.to_string()))
+}
+
+/// Reads ResourceClaims from the API server.
+#[derive(Clone)]
+pub struct ApiClaims {
+    client: kube::Client,
+}
+
+impl std::fmt::Debug for ApiClaims {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ApiClaims").finish_non_exhaustive()
+    }
+}
+
+impl ApiClaims {
+    /// The reader on `client`.
+    pub fn new(client: kube::Client) -> Self {
+        Self { client }
+    }
+}
+
+impl ClaimReader for ApiClaims {
+    async fn get(&self, namespace: &str, name: &str) -> Result<ResourceClaim, ReadError> {
+        let failed = |why: String| ReadError::Failed {
+            namespace: namespace.to_owned(),
+            name: name.to_owned(),
+            why,
+        };
+        let api: Api<resource::ResourceClaim> = Api::namespaced(self.client.clone(), namespace);
+        match api.get(name).await {
+            Ok(claim) => serde_json::to_value(claim)
+                .and_then(serde_json::from_value)
+                .map_err(|e| failed(e.to_string())),
+            Err(kube::Error::Api(s)) if s.code == 404 => Err(ReadError::NotFound {
+                namespace: namespace.to_owned(),
+                name: name.to_owned(),
+            }),
+            Err(e) => Err(failed(sentence(&e))),
+        }
+    }
+}
+
+/// The most of a server's message a problem sentence carries.
+pub const MAX_MESSAGE: usize = 300;
+
+/// A kube error in a few words: the server's message where it gave one, cut to
+/// [`MAX_MESSAGE`] bytes (a proxy's HTML page is not a sentence).
+fn sentence(e: &kube::Error) -> String {
+    let text = match e {
+        kube::Error::Api(s) => format!("HTTP {}: {}", s.code, s.message),
+        other => other.to_string(),
+    };
+    cut(&text, MAX_MESSAGE)
+}
+
+fn cut(s: &str, max: usize) -> String {
+    if s.len() <= max {
+        return s.to_owned();
+    }
+    let mut end = max;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}...", &s[..end])
+}
+
+/// What one sync came to.
+#[derive(Debug, PartialEq, Eq)]
+enum Synced {
+    /// The server has the pool as desired.
+    Done,
+    /// The server refused the content (422): not tried again until it changes.
+    Rejected(String),
+    /// Worth trying again after a backoff.
+    Retry(String),
+}
+
+/// The doubling wait between tries, capped at [`BACKOFF_CAP`].
+#[derive(Debug)]
+struct Backoff(Duration);
+
+impl Backoff {
+    fn new() -> Self {
+        Self(BACKOFF_FIRST)
+    }
+
+    fn next(&mut self) -> Duration {
+        let now = self.0;
+        self.0 = (self.0 * 2).min(BACKOFF_CAP);
+        now
+    }
+}
+
+/// The device lists of the pool's slices, as the node offers its devices now.
+pub async fn desired_now<S: DeviceSource>(
+    node: &S,
+    config: &DraConfig,
+) -> Vec<Vec<slices::Device>> {
+    let all = all_devices(node, config).await;
+    let topology = node.topology().await;
+    let holds = node.holds_now().await;
+    let takes_work = node
+        .verdicts()
+        .await
+        .into_iter()
+        .map(|(uuid, v)| (uuid, v.healthy()))
+        .collect();
+    let offered = devices::offer(&all, &topology, &holds, &takes_work, &node.claimed());
+    slices::desired(&offered)
+}
+
+fn selector(config: &DraConfig) -> String {
+    format!("spec.driver={DRIVER},spec.nodeName={}", config.node_name)
+}
+
+async fn timed<T>(
+    call: impl std::future::Future<Output = Result<T, kube::Error>>,
+) -> Result<T, Synced> {
+    match tokio::time::timeout(CALL_TIMEOUT, call).await {
+        Ok(Ok(v)) => Ok(v),
+        Ok(Err(kube::Error::Api(s))) if s.code == 422 => {
+            Err(Synced::Rejected(format!("HTTP 422: {}", s.message)))
+        }
+        Ok(Err(e)) => Err(Synced::Retry(sentence(&e))),
+        Err(_) => Err(Synced::Retry(format!(
+            "no answer within {}s",
+            CALL_TIMEOUT.as_secs()
+        ))),
+    }
+}
+
+fn to_ours(s: resource::ResourceSlice) -> Result<ResourceSlice, Synced> {
+    serde_json::to_value(s)
+        .and_then(serde_json::from_value)
+        .map_err(|e| Synced::Retry(format!("a ResourceSlice of the server does not read: {e}")))
+}
+
+fn to_theirs(s: &ResourceSlice) -> Result<resource::ResourceSlice, Synced> {
+    serde_json::to_value(s)
+        .and_then(serde_json::from_value)
+        .map_err(|e| Synced::Rejected(format!("bcd's ResourceSlice does not convert: {e}")))
+}
+
+/// Lists the pool's slices: them, and the list's resourceVersion.
+async fn list(
+    api: &Api<resource::ResourceSlice>,
+    config: &DraConfig,
+) -> Result<(Vec<ResourceSlice>, String), Synced> {
+    let listed = timed(api.list(&ListParams::default().fields(&selector(config)))).await?;
+    let version = listed.metadata.resource_version.clone().unwrap_or_default();
+    let slices = listed
+        .items
+        .into_iter()
+        .map(to_ours)
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok((slices, version))
+}
+
+/// Writes `plan`: creates and updates first (consumers see the new generation complete),
+/// then deletions with their preconditions (a slice already gone is no error).
+async fn carry_out(api: &Api<resource::ResourceSlice>, plan: Plan) -> Result<(), Synced> {
+    let post = PostParams::default();
+    for s in &plan.create {
+        timed(api.create(&post, &to_theirs(s)?)).await?;
+    }
+    for s in &plan.update {
+        let name = s.metadata.name.clone().unwrap_or_default();
+        timed(api.replace(&name, &post, &to_theirs(s)?)).await?;
+    }
+    for d in &plan.delete {
+        let params = DeleteParams {
+            preconditions: Some(Preconditions {
+                uid: d.uid.clone(),
+                resource_version: d.resource_version.clone(),
+            }),
+            ..DeleteParams::default()
+        };
+        match tokio::time::timeout(CALL_TIMEOUT, api.delete(&d.name, &params)).await {
+            Ok(Ok(_)) => {}
+            Ok(Err(kube::Error::Api(s))) if s.code == 404 => {}
+            Ok(Err(e)) => return Err(Synced::Retry(sentence(&e))),
+            Err(_) => return Err(Synced::Retry("a deletion had no answer".into())),
+        }
+    }
+    Ok(())
+}
+
+/// Runs the pool's work loop for ever (until its task is aborted).
+pub async fn publish<S: DeviceSource>(
+    node: Arc<S>,
+    client: kube::Client,
+    state: Arc<DraState>,
+    config: DraConfig,
+) {
+    let api: Api<resource::ResourceSlice> = Api::all(client.clone());
+    let nodes: Api<Node> = Api::all(client);
+    let mut backoff = Backoff::new();
+    let mut changes = node.changes();
+    let owner = loop {
+        match timed(nodes.get(&config.node_name)).await {
+            Ok(n) => {
+                break NodeRef {
+                    name: config.node_name.clone(),
+                    uid: n.metadata.uid.unwrap_or_default(),
+                }
+            }
+            Err(Synced::Rejected(why) | Synced::Retry(why)) => {
+                state.set_api_problem(Some(format!(
+                    "the API server does not give the Node {} ({why}); no ResourceSlice is published until it does (is --node-name the kubelet's node name?)",
+                    config.node_name
+                )));
+            }
+            Err(Synced::Done) => {}
+        }
+        tokio::time::sleep(backoff.next()).await;
+    };
+    let mut rejected: Option<Vec<Vec<slices::Device>>> = None;
+    loop {
+        let desired = desired_now(node.as_ref(), &config).await;
+        let mut version = None;
+        let outcome = if rejected.as_ref() == Some(&desired) {
+            None
+        } else {
+            Some(match list(&api, &config).await {
+                Ok((existing, v)) => {
+                    version = Some(v);
+                    let plan = slices::plan(&owner, &existing, desired.clone());
+                    let writes = plan.create.len() + plan.update.len() + plan.delete.len();
+                    match carry_out(&api, plan).await {
+                        Ok(()) => {
+                            if writes > 0 {
+                                tracing::debug!(
+                                    "ResourceSlices of {}: {writes} write(s)",
+                                    owner.name
+                                );
+                                state.count(|c| c.slice_writes += writes as u64);
+                            }
+                            Synced::Done
+                        }
+                        Err(e) => e,
+                    }
+                }
+                Err(e) => e,
+            })
+        };
+        match outcome {
+            None => {}
+            Some(Synced::Done) => {
+                backoff = Backoff::new();
+                rejected = None;
+                state.set_api_problem(None);
+            }
+            Some(Synced::Rejected(why)) => {
+                state.set_api_problem(Some(format!(
+                    "the API server refused the node's ResourceSlices ({why}); they are not written again until the node's devices change"
+                )));
+                rejected = Some(desired);
+            }
+            Some(Synced::Retry(why)) => {
+                state.set_api_problem(Some(format!(
+                    "the node's ResourceSlices cannot be published now ({why}); bcd tries again, the node runs on"
+                )));
+                tokio::time::sleep(backoff.next()).await;
+                continue;
+            }
+        }
+        // Wait for a change of the node's devices, an event on the slices, or the resync.
+        let watch = match version {
+            Some(v) => {
+                let params = WatchParams::default()
+                    .fields(&selector(&config))
+                    .timeout(WATCH_SECONDS);
+                tokio::time::timeout(CALL_TIMEOUT, api.watch(&params, &v))
+                    .await
+                    .ok()
+                    .and_then(Result::ok)
+            }
+            None => None,
+        };
+        let resync = tokio::time::sleep(RESYNC_EVERY);
+        tokio::pin!(resync);
+        match watch {
+            Some(events) => {
+                let mut events = Box::pin(events);
+                tokio::select! {
+                    alive = changes.changed() => if !alive { return },
+                    _ = events.next() => {
+                        // A burst of events (bcd's own writes among them) is one sync.
+                        tokio::time::sleep(Duration::from_millis(100)).await;
+                    }
+                    () = &mut resync => {}
+                }
+            }
+            None => {
+                tokio::select! {
+                    alive = changes.changed() => if !alive { return },
+                    () = &mut resync => {}
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // What broke: a proxy's 4 KiB HTML error page became the status problem, whole.
+    #[test]
+    fn a_servers_long_message_is_cut_in_the_problem_sentence() {
+        let status = kube::core::Status {
+            code: 400,
+            message: format!("<html>{}</html>", "é".repeat(2000)),
+            ..kube::core::Status::default()
+        };
+        let said = sentence(&kube::Error::Api(Box::new(status)));
+        assert!(said.len() <= MAX_MESSAGE + 3, "{}", said.len());
+        assert!(said.starts_with("HTTP 400: <html>"));
+        assert!(said.ends_with("..."));
+    }
+
+    #[test]
+    fn the_backoff_doubles_and_stops_at_ten_seconds() {
+        let mut b = Backoff::new();
+        let waits: Vec<u128> = (0..10).map(|_| b.next().as_millis()).collect();
+        assert_eq!(
+            waits,
+            [100, 200, 400, 800, 1600, 3200, 6400, 10000, 10000, 10000]
+        );
+    }
+}

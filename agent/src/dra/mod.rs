@@ -1,0 +1,265 @@
+//! Kubernetes Dynamic Resource Allocation: bcd's GPUs, MIG devices and slots as the devices
+//! of the DRA driver `gpu.bcd.dev`.
+//!
+//! - What the driver offers and how it names and describes each device ([`devices`]), and
+//!   the node's ResourceSlices with the writes that bring the API server's to them
+//!   ([`slices`]): pure functions, tested as tables.
+//! - The kubelet side ([`plugin`]): the registration socket in `<kubelet>/plugins_registry/`
+//!   and, on `<kubelet>/plugins/gpu.bcd.dev/dra.sock`, the DRA plugin API (`v1` and
+//!   `v1beta1`) and the device health stream (`v1alpha1`).
+//! - The API server ([`controller`]): the client, the ResourceClaim reader, and the work loop
+//!   that keeps the pool's slices as the node's devices are.
+//! - Claims ([`prepare`]): a prepared claim is one Kubernetes hold made through the policy,
+//!   with its own CDI spec in the CDI runtime folder, written before the answer; the
+//!   ResourceClaims are read through [`claims::ClaimReader`].
+//!
+//! It reaches the node through [`crate::device::DeviceSource`] alone (tested against a fake
+//! source), keeps its own counters and problems in [`DraState`] (shown in the node's status
+//! and metrics as a [`crate::device::Report`]), never runs a privileged step and changes
+//! nothing but holds and its claims' CDI specs.
+
+pub mod claims;
+pub mod controller;
+pub mod devices;
+pub mod plugin;
+pub mod prepare;
+pub mod slices;
+
+use std::path::PathBuf;
+use std::sync::Mutex;
+
+/// The driver's name: the ResourceSlices' `spec.driver`, the kubelet plugin's name.
+pub const DRIVER: &str = "gpu.bcd.dev";
+/// The kubelet's root folder, where its plugin folders are.
+pub const DEFAULT_KUBELET_DIR: &str = "/var/lib/kubelet";
+/// Where the claims' CDI specs go: a folder that does not outlive a reboot, as a prepared
+/// claim does not.
+pub const DEFAULT_CDI_RUNTIME_DIR: &str = "/var/run/cdi";
+
+/// The generated gRPC code of the kubelet's DRA APIs (`agent/proto/`).
+pub mod proto {
+    /// The DRA plugin API, `v1`.
+    #[allow(missing_docs, clippy::all, missing_debug_implementations)]
+    pub mod v1 {
+        tonic::include_proto!("k8s.io.kubelet.pkg.apis.dra.v1");
+    }
+    /// The DRA plugin API, `v1beta1`.
+    #[allow(missing_docs, clippy::all, missing_debug_implementations)]
+    pub mod v1beta1 {
+        tonic::include_proto!("k8s.io.kubelet.pkg.apis.dra.v1beta1");
+    }
+    /// Plugin registration.
+    #[allow(missing_docs, clippy::all, missing_debug_implementations)]
+    pub mod registration {
+        tonic::include_proto!("pluginregistration");
+    }
+    /// The DRA device health API, `v1alpha1`.
+    #[allow(missing_docs, clippy::all, missing_debug_implementations)]
+    pub mod health {
+        tonic::include_proto!("v1alpha1");
+    }
+}
+
+/// What `bcd node --dra` was told.
+#[derive(Debug, Clone)]
+pub struct DraConfig {
+    /// The kubelet's root folder ([`DEFAULT_KUBELET_DIR`]).
+    pub kubelet_dir: PathBuf,
+    /// Where the claims' specs go ([`DEFAULT_CDI_RUNTIME_DIR`]).
+    pub cdi_runtime_dir: PathBuf,
+    /// The node's name: the pool's name.
+    pub node_name: String,
+    /// The host whose procfs gives the GPUs' device minors.
+    pub host: crate::sys::host::Host,
+}
+
+impl DraConfig {
+    /// The folder of the DRA socket: `<kubelet>/plugins/gpu.bcd.dev`.
+    pub fn plugin_dir(&self) -> PathBuf {
+        self.kubelet_dir.join("plugins").join(DRIVER)
+    }
+
+    /// The DRA socket: `<kubelet>/plugins/gpu.bcd.dev/dra.sock`.
+    pub fn dra_socket(&self) -> PathBuf {
+        self.plugin_dir().join("dra.sock")
+    }
+
+    /// The registration folder: `<kubelet>/plugins_registry`.
+    pub fn registry_dir(&self) -> PathBuf {
+        self.kubelet_dir.join("plugins_registry")
+    }
+
+    /// The registration socket: `<kubelet>/plugins_registry/gpu.bcd.dev-reg.sock`.
+    pub fn registration_socket(&self) -> PathBuf {
+        self.registry_dir().join(format!("{DRIVER}-reg.sock"))
+    }
+}
+
+/// The driver's counters.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Counters {
+    /// Claims prepared (again, too).
+    pub prepared: u64,
+    /// Claims refused.
+    pub refused: u64,
+    /// Claims unprepared.
+    pub unprepared: u64,
+    /// ResourceSlice writes (creates, updates, deletions).
+    pub slice_writes: u64,
+}
+
+/// The driver's own state: counters, whether the kubelet registered it, what is degraded.
+#[derive(Debug, Default)]
+pub struct DraState {
+    counters: Mutex<Counters>,
+    /// What the kubelet last said of the registration: `Ok` or its error.
+    registration: Mutex<Option<Result<(), String>>>,
+    /// What is degraded on the driver's side (sockets).
+    problem: Mutex<Option<String>>,
+    /// What is degraded on the API server's side (the slices, the Node).
+    api_problem: Mutex<Option<String>>,
+}
+
+impl DraState {
+    /// Changes the counters.
+    pub fn count(&self, f: impl FnOnce(&mut Counters)) {
+        if let Ok(mut c) = self.counters.lock() {
+            f(&mut c);
+        }
+    }
+
+    /// The counters now.
+    pub fn counters(&self) -> Counters {
+        self.counters.lock().map(|c| *c).unwrap_or_default()
+    }
+
+    /// Records what the kubelet said of the registration.
+    pub fn registered(&self, outcome: Result<(), String>) {
+        if let Ok(mut r) = self.registration.lock() {
+            *r = Some(outcome);
+        }
+    }
+
+    /// What the kubelet last said of the registration; `None` before it said anything.
+    pub fn registration(&self) -> Option<Result<(), String>> {
+        self.registration.lock().ok().and_then(|r| r.clone())
+    }
+
+    /// Sets or clears what is degraded on the kubelet's side (logged when it changes).
+    pub fn set_problem(&self, sentence: Option<String>) {
+        set(&self.problem, sentence);
+    }
+
+    /// Sets or clears what is degraded on the API server's side (logged when it changes).
+    pub fn set_api_problem(&self, sentence: Option<String>) {
+        set(&self.api_problem, sentence);
+    }
+}
+
+fn set(slot: &Mutex<Option<String>>, sentence: Option<String>) {
+    if let Ok(mut p) = slot.lock() {
+        if let Some(s) = &sentence {
+            if p.as_ref() != Some(s) {
+                tracing::warn!("{s}");
+            }
+        }
+        *p = sentence;
+    }
+}
+
+impl crate::device::Report for DraState {
+    fn problem(&self) -> Option<String> {
+        let mut parts: Vec<String> = Vec::new();
+        for slot in [&self.problem, &self.api_problem] {
+            if let Some(p) = slot.lock().ok().and_then(|p| p.clone()) {
+                parts.push(p);
+            }
+        }
+        if let Some(Err(e)) = self.registration() {
+            parts.push(format!(
+                "the kubelet did not register the DRA driver {DRIVER}: {e}"
+            ));
+        }
+        (!parts.is_empty()).then(|| parts.join("; "))
+    }
+
+    fn metrics_text(&self) -> String {
+        use crate::prometheus::{Exposition, Kind};
+        let c = self.counters();
+        let mut text = Exposition::default();
+        for (name, help, value) in [
+            (
+                "bcd_dra_claims_prepared_total",
+                "DRA claims prepared (answered again after a kubelet restart, too).",
+                c.prepared,
+            ),
+            (
+                "bcd_dra_claims_refused_total",
+                "DRA claims the driver refused to prepare.",
+                c.refused,
+            ),
+            (
+                "bcd_dra_claims_unprepared_total",
+                "DRA claims unprepared.",
+                c.unprepared,
+            ),
+            (
+                "bcd_dra_resourceslice_writes_total",
+                "ResourceSlice creates, updates and deletions bcd sent.",
+                c.slice_writes,
+            ),
+        ] {
+            text.family(name, Kind::Counter, help)
+                .sample([], value as f64);
+        }
+        text.into_text()
+    }
+}
+
+/// How long the driver waits before it tries a kubeconfig or service account again.
+pub const CONNECT_RETRY: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// The driver on the node: makes the API server's client (trying again every
+/// [`CONNECT_RETRY`] while it cannot, saying why in `status`), then serves the kubelet's
+/// sockets and publishes the node's ResourceSlices, until the node stops.
+pub async fn run<S: crate::device::DeviceSource>(
+    node: std::sync::Arc<S>,
+    state: std::sync::Arc<DraState>,
+    config: DraConfig,
+    kubeconfig: Option<PathBuf>,
+) {
+    let client = loop {
+        match controller::connect(kubeconfig.as_deref()).await {
+            Ok(c) => break c,
+            Err(e) => {
+                state.set_api_problem(Some(format!(
+                    "{e}; the DRA driver {DRIVER} starts once it can"
+                )));
+                tokio::time::sleep(CONNECT_RETRY).await;
+            }
+        }
+    };
+    state.set_api_problem(None);
+    let reader = std::sync::Arc::new(controller::ApiClaims::new(client.clone()));
+    let driver = std::sync::Arc::new(prepare::Driver::new(
+        node.clone(),
+        reader,
+        config.clone(),
+        state.clone(),
+    ));
+    tokio::join!(
+        plugin::run(driver, state.clone()),
+        controller::publish(node, client, state, config),
+    );
+}
+
+/// The host's name in lower case, as the kubelet names its node by default; `None` when the
+/// kernel does not say.
+pub fn host_node_name() -> Option<String> {
+    let name = std::fs::read_to_string("/proc/sys/kernel/hostname").ok()?;
+    let name = name.trim().to_ascii_lowercase();
+    (!name.is_empty()).then_some(name)
+}
+
+#[cfg(test)]
+mod tests;

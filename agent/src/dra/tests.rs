@@ -1,0 +1,584 @@
+//! The driver's kubelet side against the kubelet device plugins' fake [`DeviceSource`] (two
+//! healthy GPUs with device minors 0 and 1 in a fake procfs) and a fake [`ClaimReader`]
+//! whose ResourceClaims the test sets, spoken to over real Unix sockets with tonic's clients
+//! of the same `.proto` files (the Python stand-in kubelet speaks them with another gRPC
+//! implementation in the integration tests).
+
+use std::collections::BTreeMap;
+use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use super::claims::{
+    AllocatedDevices, Allocation, AllocationConfig, AllocationResult, ClaimMeta, ClaimReader,
+    ClaimStatus, OpaqueConfig, ReadError, ResourceClaim,
+};
+use super::prepare::{spec_path, Driver};
+use super::proto::health as hpb;
+use super::proto::registration as rpb;
+use super::proto::{v1, v1beta1};
+use super::{plugin, DraConfig, DraState, DRIVER};
+use crate::cdi::spec::{parse_spec, Format};
+use crate::device::{DeviceSource, HoldOwner};
+use crate::kubelet::fake_source::{unhealthy, FakeSource, GPU0, GPU1};
+
+const NODE: &str = "node-a";
+const UID: &str = "3f0c2f7e-8a6b-4c1d-9e2f-0a1b2c3d4e5f";
+
+/// ResourceClaims by namespace and name.
+#[derive(Debug, Default)]
+struct Claims(Mutex<BTreeMap<(String, String), ResourceClaim>>);
+
+impl Claims {
+    fn put(&self, claim: ResourceClaim) {
+        let key = (
+            claim.metadata.namespace.clone(),
+            claim.metadata.name.clone(),
+        );
+        self.0.lock().unwrap().insert(key, claim);
+    }
+}
+
+impl ClaimReader for Claims {
+    async fn get(&self, namespace: &str, name: &str) -> Result<ResourceClaim, ReadError> {
+        self.0
+            .lock()
+            .unwrap()
+            .get(&(namespace.to_owned(), name.to_owned()))
+            .cloned()
+            .ok_or_else(|| ReadError::NotFound {
+                namespace: namespace.to_owned(),
+                name: name.to_owned(),
+            })
+    }
+}
+
+/// A claim `ml/<name>` with `uid`, allocated the devices of `results` (request, device).
+fn allocated(uid: &str, name: &str, results: &[(&str, &str)]) -> ResourceClaim {
+    ResourceClaim {
+        metadata: ClaimMeta {
+            uid: uid.into(),
+            name: name.into(),
+            namespace: "ml".into(),
+        },
+        status: ClaimStatus {
+            allocation: Some(Allocation {
+                devices: AllocatedDevices {
+                    results: results
+                        .iter()
+                        .map(|(request, device)| AllocationResult {
+                            request: (*request).into(),
+                            driver: DRIVER.into(),
+                            pool: NODE.into(),
+                            device: (*device).into(),
+                            admin_access: None,
+                        })
+                        .collect(),
+                    config: Vec::new(),
+                },
+            }),
+        },
+    }
+}
+
+fn claim(uid: &str, name: &str) -> v1::Claim {
+    v1::Claim {
+        namespace: "ml".into(),
+        uid: uid.into(),
+        name: name.into(),
+    }
+}
+
+/// The fake node, its GPUs' minors in a fake procfs, the driver and its folders.
+struct Rig {
+    source: Arc<FakeSource>,
+    claims: Arc<Claims>,
+    driver: Arc<Driver<FakeSource, Claims>>,
+    state: Arc<DraState>,
+    config: DraConfig,
+    _dir: tempfile::TempDir,
+}
+
+impl Rig {
+    fn new() -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        for (minor, (uuid, address)) in [(GPU0, "0000:18:00.0"), (GPU1, "0000:2a:00.0")]
+            .into_iter()
+            .enumerate()
+        {
+            let info = dir
+                .path()
+                .join("host/root/proc/driver/nvidia/gpus")
+                .join(address);
+            std::fs::create_dir_all(&info).unwrap();
+            std::fs::write(
+                info.join("information"),
+                format!(
+                    "GPU UUID: \t {uuid}\nBus Location: \t {address}\nDevice Minor: \t {minor}\n"
+                ),
+            )
+            .unwrap();
+        }
+        let config = DraConfig {
+            kubelet_dir: dir.path().join("kubelet"),
+            cdi_runtime_dir: dir.path().join("run-cdi"),
+            node_name: NODE.into(),
+            host: crate::sys::host::Host::fake(dir.path().join("host")),
+        };
+        let source = Arc::new(FakeSource::new());
+        let claims = Arc::new(Claims::default());
+        let state = Arc::new(DraState::default());
+        let driver = Arc::new(Driver::new(
+            source.clone(),
+            claims.clone(),
+            config.clone(),
+            state.clone(),
+        ));
+        Self {
+            source,
+            claims,
+            driver,
+            state,
+            config,
+            _dir: dir,
+        }
+    }
+
+    async fn prepare(&self, claims: Vec<v1::Claim>) -> v1::NodePrepareResourcesResponse {
+        use v1::dra_plugin_server::DraPlugin;
+        plugin::Service::new(self.driver.clone())
+            .node_prepare_resources(tonic::Request::new(v1::NodePrepareResourcesRequest {
+                claims,
+            }))
+            .await
+            .unwrap()
+            .into_inner()
+    }
+
+    async fn unprepare(&self, claims: Vec<v1::Claim>) -> v1::NodeUnprepareResourcesResponse {
+        use v1::dra_plugin_server::DraPlugin;
+        plugin::Service::new(self.driver.clone())
+            .node_unprepare_resources(tonic::Request::new(v1::NodeUnprepareResourcesRequest {
+                claims,
+            }))
+            .await
+            .unwrap()
+            .into_inner()
+    }
+
+    async fn holds(&self) -> Vec<crate::cdi::Hold> {
+        self.source.holds_now().await
+    }
+}
+
+fn error_of(answer: &v1::NodePrepareResourcesResponse, uid: &str) -> String {
+    answer.claims[uid].error.clone()
+}
+
+#[tokio::test]
+async fn a_claim_is_held_through_the_policy_and_gets_its_own_cdi_spec_before_the_answer() {
+    let rig = Rig::new();
+    rig.claims
+        .put(allocated(UID, "trainer", &[("gpu/h100", "gpu-0")]));
+    let answer = rig.prepare(vec![claim(UID, "trainer")]).await;
+    let one = &answer.claims[UID];
+    assert_eq!(one.error, "");
+    assert_eq!(one.devices.len(), 1);
+    let d = &one.devices[0];
+    assert_eq!(
+        (d.pool_name.as_str(), d.device_name.as_str()),
+        (NODE, "gpu-0")
+    );
+    assert_eq!(d.request_names, ["gpu"], "the subrequest's base request");
+    assert_eq!(
+        d.cdi_device_ids,
+        [format!("k8s.gpu.bcd.dev/claim={UID}-gpu-0")]
+    );
+
+    let holds = rig.holds().await;
+    assert_eq!(holds.len(), 1);
+    assert_eq!(holds[0].id.as_str(), format!("dra-{UID}"));
+    assert_eq!(holds[0].owner(), HoldOwner::Dra);
+    assert_eq!(holds[0].devices[0].to_string(), GPU0);
+    let record = holds[0].claim.as_ref().unwrap();
+    assert_eq!(
+        (record.namespace.as_str(), record.name.as_str()),
+        ("ml", "trainer")
+    );
+
+    let path = spec_path(&rig.config.cdi_runtime_dir, UID);
+    assert_eq!(
+        path.file_name().unwrap().to_str().unwrap(),
+        format!("k8s.gpu.bcd.dev-claim_{UID}.json")
+    );
+    let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o644);
+    let spec = parse_spec(&std::fs::read(&path).unwrap(), Format::Json).unwrap();
+    assert_eq!(spec.kind, "k8s.gpu.bcd.dev/claim");
+    // The uid starts with a digit: CDI reads such a device name from 0.5.0 on, and bcd
+    // stays at 0.5.0 for podman 4.3.
+    assert_eq!(spec.cdi_version, "0.5.0");
+    let names: Vec<&str> = spec.devices.iter().map(|d| d.name.as_str()).collect();
+    assert_eq!(names, [format!("{UID}-gpu-0")]);
+    assert!(
+        spec.container_edits
+            .env
+            .contains(&"NVIDIA_VISIBLE_DEVICES=void".to_owned()),
+        "{:?}",
+        spec.container_edits
+    );
+    assert_eq!(rig.state.counters().prepared, 1);
+}
+
+#[tokio::test]
+async fn preparing_again_gives_the_same_answer_and_writes_a_lost_spec_anew() {
+    let rig = Rig::new();
+    rig.claims
+        .put(allocated(UID, "trainer", &[("gpu", "gpu-1")]));
+    let first = rig.prepare(vec![claim(UID, "trainer")]).await;
+    // The kubelet restarted, the claim object is gone, and /var/run/cdi was emptied (a
+    // reboot): the record answers, and the spec is back.
+    rig.claims.0.lock().unwrap().clear();
+    let path = spec_path(&rig.config.cdi_runtime_dir, UID);
+    std::fs::remove_file(&path).unwrap();
+    let again = rig.prepare(vec![claim(UID, "trainer")]).await;
+    assert_eq!(first, again);
+    assert!(path.exists());
+    assert_eq!(rig.holds().await.len(), 1);
+}
+
+#[tokio::test]
+async fn a_claim_whose_uid_differs_is_refused_per_claim() {
+    let rig = Rig::new();
+    rig.claims
+        .put(allocated("new-uid", "trainer", &[("gpu", "gpu-0")]));
+    rig.claims.put(allocated(UID, "other", &[("gpu", "gpu-1")]));
+    let answer = rig
+        .prepare(vec![claim("old-uid", "trainer"), claim(UID, "other")])
+        .await;
+    assert_eq!(
+        error_of(&answer, "old-uid"),
+        "ResourceClaim ml/trainer has uid new-uid, not old-uid as the kubelet asked: the claim was deleted and made anew, and the kubelet asks again for the new one"
+    );
+    assert_eq!(error_of(&answer, UID), "", "the other claim is prepared");
+    assert_eq!(rig.holds().await.len(), 1);
+}
+
+#[tokio::test]
+async fn claims_bcd_cannot_prepare_are_refused_each_with_its_sentence_changing_nothing() {
+    let rig = Rig::new();
+    let mut unallocated = allocated("u-1", "a", &[]);
+    unallocated.status.allocation = None;
+    rig.claims.put(unallocated);
+    let mut admin = allocated("u-2", "b", &[("gpu", "gpu-0")]);
+    admin.status.allocation.as_mut().unwrap().devices.results[0].admin_access = Some(true);
+    rig.claims.put(admin);
+    let mut opaque = allocated("u-3", "c", &[("gpu", "gpu-0")]);
+    opaque.status.allocation.as_mut().unwrap().devices.config = vec![AllocationConfig {
+        source: "FromClass".into(),
+        requests: Vec::new(),
+        opaque: Some(OpaqueConfig {
+            driver: DRIVER.into(),
+        }),
+    }];
+    rig.claims.put(opaque);
+    rig.claims.put(allocated("u-4", "d", &[("gpu", "gpu-7")]));
+    let answer = rig
+        .prepare(vec![
+            claim("u-1", "a"),
+            claim("u-2", "b"),
+            claim("u-3", "c"),
+            claim("u-4", "d"),
+            claim("u-5", "gone"),
+        ])
+        .await;
+    assert_eq!(answer.claims.len(), 5, "one answer per claim");
+    assert!(error_of(&answer, "u-1").contains("is not allocated"));
+    assert!(error_of(&answer, "u-2").contains("bcd does not support adminAccess yet"));
+    assert!(
+        error_of(&answer, "u-3").contains("opaque configuration for gpu.bcd.dev (from FromClass)")
+    );
+    assert!(error_of(&answer, "u-4")
+        .starts_with("node-a/gpu-7 is not a device this node's gpu.bcd.dev driver publishes"));
+    assert_eq!(
+        error_of(&answer, "u-5"),
+        "the API server has no ResourceClaim ml/gone"
+    );
+    assert!(rig.holds().await.is_empty());
+    assert!(
+        !rig.config.cdi_runtime_dir.exists()
+            || std::fs::read_dir(&rig.config.cdi_runtime_dir)
+                .unwrap()
+                .next()
+                .is_none()
+    );
+    assert_eq!(rig.state.counters().refused, 5);
+}
+
+// A uid that cannot name a hold (upper case, a path, too long) is refused for its claim
+// alone, before the API server is asked.
+#[tokio::test]
+async fn a_uid_that_cannot_name_a_hold_is_refused_per_claim() {
+    let rig = Rig::new();
+    rig.claims.put(allocated(UID, "ok", &[("gpu", "gpu-0")]));
+    let long = "a".repeat(60);
+    let answer = rig
+        .prepare(vec![
+            claim("Upper-Case", "x"),
+            claim("../etc", "y"),
+            claim(&long, "z"),
+            claim(UID, "ok"),
+        ])
+        .await;
+    for bad in ["Upper-Case", "../etc", long.as_str()] {
+        assert!(
+            error_of(&answer, bad).contains("which is not a Kubernetes uid"),
+            "{bad}: {}",
+            error_of(&answer, bad)
+        );
+    }
+    assert_eq!(error_of(&answer, UID), "");
+}
+
+// A ResourceClaim read that never answers is refused for its claim within the read's bound
+// (the kubelet's call has 45 s in all).
+#[tokio::test(start_paused = true)]
+async fn a_claim_read_that_never_answers_is_refused_within_its_bound() {
+    #[derive(Debug)]
+    struct Silent;
+    impl ClaimReader for Silent {
+        async fn get(&self, _: &str, _: &str) -> Result<ResourceClaim, ReadError> {
+            std::future::pending().await
+        }
+    }
+    let rig = Rig::new();
+    let driver = Driver::new(
+        rig.source.clone(),
+        Arc::new(Silent),
+        rig.config.clone(),
+        rig.state.clone(),
+    );
+    let answer = driver
+        .prepare(vec![super::prepare::ClaimRef {
+            namespace: "ml".into(),
+            uid: UID.into(),
+            name: "slow".into(),
+        }])
+        .await;
+    let why = answer[0].1.as_ref().unwrap_err().to_string();
+    assert_eq!(
+        why,
+        "the ResourceClaim ml/slow cannot be read from the API server: no answer within 10s"
+    );
+}
+
+#[tokio::test]
+async fn a_device_held_elsewhere_unhealthy_or_under_a_reset_is_refused_changing_nothing() {
+    let rig = Rig::new();
+    rig.claims.put(allocated(UID, "a", &[("gpu", "gpu-0")]));
+    rig.claims.put(allocated("u-b", "b", &[("gpu", "gpu-0")]));
+    assert_eq!(error_of(&rig.prepare(vec![claim(UID, "a")]).await, UID), "");
+    // Another claim allocated the same GPU (the scheduler and the device plugins may race).
+    let answer = rig.prepare(vec![claim("u-b", "b")]).await;
+    assert!(
+        error_of(&answer, "u-b").contains(&format!("already held by hold dra-{UID}")),
+        "{}",
+        error_of(&answer, "u-b")
+    );
+    rig.source.judge(GPU1, unhealthy());
+    rig.claims.put(allocated("u-c", "c", &[("gpu", "gpu-1")]));
+    let answer = rig.prepare(vec![claim("u-c", "c")]).await;
+    assert!(
+        error_of(&answer, "u-c").starts_with(&format!(
+            "node-a/gpu-1 ({GPU1}) is on GPU {GPU1}, which takes no work now: XID 79"
+        )),
+        "{}",
+        error_of(&answer, "u-c")
+    );
+    rig.source
+        .judge(GPU1, crate::kubelet::fake_source::healthy());
+    rig.source
+        .claimed
+        .lock()
+        .unwrap()
+        .push(GPU1.parse().unwrap());
+    let answer = rig.prepare(vec![claim("u-c", "c")]).await;
+    assert!(
+        error_of(&answer, "u-c").contains("a reset"),
+        "{}",
+        error_of(&answer, "u-c")
+    );
+    assert_eq!(rig.holds().await.len(), 1, "only the first claim's");
+}
+
+#[tokio::test]
+async fn unprepare_releases_the_hold_and_removes_the_spec_and_an_unknown_claim_succeeds() {
+    let rig = Rig::new();
+    rig.claims.put(allocated(UID, "a", &[("gpu", "gpu-0")]));
+    rig.prepare(vec![claim(UID, "a")]).await;
+    let path = spec_path(&rig.config.cdi_runtime_dir, UID);
+    assert!(path.exists());
+    // The claim object is gone by now: bcd's own record is enough.
+    rig.claims.0.lock().unwrap().clear();
+    let answer = rig
+        .unprepare(vec![claim(UID, "a"), claim("never-seen", "x")])
+        .await;
+    assert_eq!(answer.claims[UID].error, "");
+    assert_eq!(answer.claims["never-seen"].error, "");
+    assert!(rig.holds().await.is_empty());
+    assert!(!path.exists());
+    let twice = rig.unprepare(vec![claim(UID, "a")]).await;
+    assert_eq!(twice.claims[UID].error, "", "unprepare is idempotent");
+}
+
+#[tokio::test]
+async fn v1beta1_answers_as_v1_does() {
+    use v1beta1::dra_plugin_server::DraPlugin;
+    let rig = Rig::new();
+    rig.claims.put(allocated(UID, "a", &[("gpu", "gpu-1")]));
+    let answer = plugin::Service::new(rig.driver.clone())
+        .node_prepare_resources(tonic::Request::new(v1beta1::NodePrepareResourcesRequest {
+            claims: vec![v1beta1::Claim {
+                namespace: "ml".into(),
+                uid: UID.into(),
+                name: "a".into(),
+            }],
+        }))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(
+        answer.claims[UID].devices[0].cdi_device_ids,
+        [format!("k8s.gpu.bcd.dev/claim={UID}-gpu-1")]
+    );
+}
+
+async fn wait_for(what: &str, mut ready: impl FnMut() -> bool) {
+    for _ in 0..200 {
+        if ready() {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    panic!("{what} did not happen within 5 s");
+}
+
+fn mode(path: &Path) -> u32 {
+    std::fs::metadata(path).unwrap().permissions().mode() & 0o777
+}
+
+#[tokio::test]
+async fn registration_follows_the_dra_socket_says_what_the_kubelet_needs_and_comes_back() {
+    let rig = Rig::new();
+    let task = tokio::spawn(plugin::run(rig.driver.clone(), rig.state.clone()));
+    let reg = rig.config.registration_socket();
+    wait_for("the registration socket", || reg.exists()).await;
+    // Creating the registration socket is the registration: the DRA socket listens by then.
+    let dra = rig.config.dra_socket();
+    assert!(dra.exists());
+    assert_eq!((mode(&reg), mode(&dra)), (0o600, 0o600));
+
+    let channel = crate::kubelet::grpc::dial(&reg).await.unwrap();
+    let mut client = rpb::registration_client::RegistrationClient::new(channel);
+    let info = client
+        .get_info(rpb::InfoRequest {})
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(info.r#type, "DRAPlugin");
+    assert_eq!(info.name, "gpu.bcd.dev");
+    assert_eq!(Path::new(&info.endpoint), dra.as_path());
+    assert!(Path::new(&info.endpoint).is_absolute());
+    assert_eq!(
+        info.supported_versions,
+        [
+            "v1.DRAPlugin",
+            "v1beta1.DRAPlugin",
+            "v1alpha1.DRAResourceHealth"
+        ]
+    );
+    client
+        .notify_registration_status(rpb::RegistrationStatus {
+            plugin_registered: false,
+            error: "version not supported".into(),
+        })
+        .await
+        .unwrap();
+    assert_eq!(
+        crate::device::Report::problem(rig.state.as_ref()).as_deref(),
+        Some("the kubelet did not register the DRA driver gpu.bcd.dev: version not supported")
+    );
+
+    // The DRA socket serves the plugin API on the wire.
+    rig.claims.put(allocated(UID, "a", &[("gpu", "gpu-0")]));
+    let channel = crate::kubelet::grpc::dial(&dra).await.unwrap();
+    let mut dra_client = v1::dra_plugin_client::DraPluginClient::new(channel);
+    let answer = dra_client
+        .node_prepare_resources(v1::NodePrepareResourcesRequest {
+            claims: vec![claim(UID, "a")],
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(answer.claims[UID].error, "");
+
+    // The registration socket removed (its folder too): made anew, the DRA socket kept.
+    let dra_inode = crate::kubelet::plugin::identity(&dra);
+    std::fs::remove_dir_all(rig.config.registry_dir()).unwrap();
+    wait_for("the registration socket again", || reg.exists()).await;
+    assert_eq!(crate::kubelet::plugin::identity(&dra), dra_inode);
+    // The DRA socket removed: both anew.
+    let reg_inode = crate::kubelet::plugin::identity(&reg);
+    std::fs::remove_file(&dra).unwrap();
+    wait_for("both sockets anew", || {
+        dra.exists() && reg.exists() && crate::kubelet::plugin::identity(&reg) != reg_inode
+    })
+    .await;
+    task.abort();
+}
+
+#[tokio::test]
+async fn the_health_stream_sends_every_device_and_turns_unhealthy_with_the_verdicts_reason() {
+    let rig = Rig::new();
+    let task = tokio::spawn(plugin::run(rig.driver.clone(), rig.state.clone()));
+    let dra = rig.config.dra_socket();
+    wait_for("the DRA socket", || {
+        rig.config.registration_socket().exists()
+    })
+    .await;
+    let channel = crate::kubelet::grpc::dial(&dra).await.unwrap();
+    let mut client = hpb::dra_resource_health_client::DraResourceHealthClient::new(channel);
+    let mut stream = client
+        .node_watch_resources(hpb::NodeWatchResourcesRequest {})
+        .await
+        .unwrap()
+        .into_inner();
+    let first = stream.message().await.unwrap().unwrap();
+    let seen: Vec<(String, i32)> = first
+        .devices
+        .iter()
+        .map(|d| (d.device.as_ref().unwrap().device_name.clone(), d.health))
+        .collect();
+    let healthy = hpb::HealthStatus::Healthy as i32;
+    assert_eq!(seen, [("gpu-0".into(), healthy), ("gpu-1".into(), healthy)]);
+    assert_eq!(first.devices[0].device.as_ref().unwrap().pool_name, NODE);
+    assert_eq!(first.devices[0].health_check_timeout_seconds, 60);
+    assert!(first.devices[0].last_updated_time > 1_700_000_000);
+
+    rig.source.judge(GPU1, unhealthy());
+    rig.source.touch();
+    let next = tokio::time::timeout(Duration::from_secs(5), stream.message())
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    let gpu1 = &next.devices[1];
+    assert_eq!(gpu1.health, hpb::HealthStatus::Unhealthy as i32);
+    assert_eq!(
+        gpu1.message,
+        "XID 79: the GPU fell off the bus (reset the GPU)"
+    );
+    assert_eq!(next.devices[0].health, healthy);
+    task.abort();
+}

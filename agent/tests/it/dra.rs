@@ -1,0 +1,139 @@
+//! bcd's DRA driver end to end: `bcd node --dra` on the 8-GPU demo host against a stand-in API
+//! server and a stand-in kubelet (`tests/it/dra/stand_in.py`). No kube-apiserver or kubelet
+//! binary can be installed here: the API server is a small HTTPS server of the script's own
+//! (a certificate for 127.0.0.1 made with openssl, a bearer token) that validates every
+//! ResourceSlice bcd writes against the resource.k8s.io/v1 schema of Kubernetes 1.34 (PyPI
+//! kubernetes-validate), and the kubelet is Python's grpcio speaking the real wire API from
+//! stubs generated from bcd's .proto files at test time.
+//!
+//! It checks the registration (sockets, GetInfo, the version the kubelet takes), the first
+//! slices and their attributes, a claim prepared (its hold, its CDI spec, the same answer
+//! again) and unprepared, a replaced claim and a claim of a held GPU refused per claim, a
+//! device dropped and offered again around an operator hold with one write, slices published
+//! again after the kubelet's wipe, a 409 storm, the API server away and back, a 422 not tried
+//! again until the content changes, the health stream turning an XID's GPU UNHEALTHY, bcd node
+//! restarted between prepare and unprepare (the same answer, the claim object gone), and the
+//! registration socket made anew.
+//!
+//! Needs the DRA stand-ins' Python (run-tests installs it) and openssl; skipped, saying so,
+//! without them (a failure under `CI`).
+
+use crate::common::processes;
+
+use processes::{repo, NodeSandbox};
+use std::process::Command;
+
+#[test]
+fn the_dra_driver_against_a_stand_in_api_server_and_kubelet() {
+    let Some(python) = bcd_testkit::require(bcd_testkit::Peer::DraStandIn) else {
+        return;
+    };
+    if bcd_testkit::require(bcd_testkit::Peer::Openssl).is_none() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let NodeSandbox {
+        host,
+        cdi,
+        data,
+        helper_sock,
+        api_sock,
+    } = NodeSandbox::new(dir.path(), "hgx-h100");
+    let global: Vec<String> = [
+        "--host".into(),
+        host.display().to_string(),
+        "--data-dir".into(),
+        data.display().to_string(),
+        "--cdi-dir".into(),
+        cdi.display().to_string(),
+        "--helper-socket".into(),
+        helper_sock.display().to_string(),
+        "--api-socket".into(),
+        api_sock.display().to_string(),
+    ]
+    .to_vec();
+    let work = dir.path().join("dra");
+    std::fs::create_dir_all(&work).unwrap();
+    let out = Command::new("timeout")
+        .arg("300")
+        .arg(&python)
+        .arg(repo().join("agent/tests/it/dra/stand_in.py"))
+        .env("BCD", env!("CARGO_BIN_EXE_bcd"))
+        .env("BCD_GLOBAL", serde_json::to_string(&global).unwrap())
+        .env("WORK", &work)
+        .env("PROTO_DIR", repo().join("agent/proto"))
+        .env("KMSG", host.join("root/dev/kmsg"))
+        .env("PACKAGING", repo().join("packaging"))
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let log = std::fs::read_to_string(work.join("node.log")).unwrap_or_default();
+    eprintln!(
+        "{stdout}{}\n--- bcd node's log ---\n{log}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.status.success(), "the DRA stand-ins' scenario failed");
+    assert!(stdout.contains("all passed"));
+}
+
+/// `systemd-analyze security --offline`'s overall exposure of `unit`.
+fn exposure(analyze: &std::path::Path, unit: &std::path::Path) -> f64 {
+    let out = bcd_testkit::with_private_run(analyze)
+        .expect("checked by the caller")
+        .args(["security", "--offline=yes", "--no-pager"])
+        .arg(unit)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    text.lines()
+        .find_map(|l| {
+            l.split_once("Overall exposure level for ")
+                .map(|(_, r)| r.to_owned())
+        })
+        .and_then(|r| r.split(':').nth(1)?.split_whitespace().next()?.parse().ok())
+        .unwrap_or_else(|| panic!("no rating: {text}"))
+}
+
+// The DRA drop-in (the kubelet's folders, /run/cdi, the API server's address) must verify
+// with the packaged unit and rate it worse by the API server's address alone.
+#[test]
+fn the_dra_drop_in_verifies_and_keeps_the_units_rating() {
+    let Some(analyze) = bcd_testkit::require(bcd_testkit::Peer::SystemdAnalyze) else {
+        return;
+    };
+    if bcd_testkit::with_private_run(&analyze).is_none() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let bcd = env!("CARGO_BIN_EXE_bcd");
+    let packaged = repo().join("packaging/systemd");
+    let staged = |name: &str| {
+        std::fs::read_to_string(packaged.join(name))
+            .unwrap()
+            .replace("/usr/bin/bcd ", &format!("{bcd} "))
+    };
+    let unit = dir.path().join("bcd.service");
+    std::fs::write(&unit, staged("bcd.service")).unwrap();
+    let without = exposure(&analyze, &unit);
+    let drop_ins = dir.path().join("bcd.service.d");
+    std::fs::create_dir(&drop_ins).unwrap();
+    std::fs::write(drop_ins.join("dra.conf"), staged("dra.conf")).unwrap();
+    let out = bcd_testkit::with_private_run(&analyze)
+        .unwrap()
+        .arg("verify")
+        .arg(&unit)
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success() && said.trim().is_empty(),
+        "systemd-analyze verify with the drop-in: {said}"
+    );
+    let with = exposure(&analyze, &unit);
+    // The one widening is IPAddressAllow= for the API server (systemd counts an address
+    // beyond localhost as 0.1); everything else stays as narrow as the packaged unit.
+    assert!(
+        with <= without + 0.1 + 1e-9,
+        "the drop-in rates bcd.service {with}, more than the API server's address above {without}"
+    );
+}
