@@ -11,8 +11,8 @@
 //! skipped: there is no PCI function, kernel module, kernel log or privileged step to check.
 
 pub mod checks;
-pub mod gather;
-pub mod helper;
+pub(crate) mod gather;
+pub(crate) mod helper;
 
 use std::path::PathBuf;
 use std::sync::Arc;
