@@ -22,9 +22,9 @@
 //!   vGPU labels (bcd has no vGPU support) and the MIG profiles' `engines.*` counts (the
 //!   inventory does not keep them).
 
-pub mod host;
+pub(crate) mod host;
 pub mod nfd;
-pub mod publish;
+pub(crate) mod publish;
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -41,7 +41,7 @@ pub const GFD_RELEASE: &str = "v0.20.0";
 pub const MAX_VALUE: usize = 63;
 
 /// The GPU Feature Discovery label names bcd emits, in one place.
-pub mod name {
+pub(crate) mod name {
     /// The prefix of the whole-GPU resource labels.
     pub const GPU: &str = "nvidia.com/gpu";
     /// The prefix of a MIG profile's labels (`nvidia.com/mig-1g.10gb.count`).
