@@ -16,12 +16,12 @@
 //! and metrics as a [`crate::device::Report`]), never runs a privileged step and changes
 //! nothing but holds.
 
-pub mod allocate;
+pub(crate) mod allocate;
 pub mod devices;
-pub mod grpc;
-pub mod names;
-pub mod plugin;
-pub mod release;
+pub(crate) mod grpc;
+pub(crate) mod names;
+pub(crate) mod plugin;
+pub(crate) mod release;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -31,15 +31,15 @@ use std::time::Duration;
 use crate::device::DeviceSource;
 
 /// The generated gRPC code of the kubelet's APIs (`agent/proto/`).
-pub mod proto {
+pub(crate) mod proto {
     /// The device plugin API, `v1beta1`.
     #[allow(missing_docs, clippy::all, missing_debug_implementations)]
-    pub mod deviceplugin {
+    pub(crate) mod deviceplugin {
         tonic::include_proto!("v1beta1");
     }
     /// The PodResources API, `v1`.
     #[allow(missing_docs, clippy::all, missing_debug_implementations)]
-    pub mod podresources {
+    pub(crate) mod podresources {
         tonic::include_proto!("v1");
     }
 }
