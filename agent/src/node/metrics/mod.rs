@@ -11,7 +11,7 @@
 //! `GPU_I_ID` and `GPU_I_PROFILE`. Fields that need DCGM's profiling (`DCGM_FI_PROF_*`) are not
 //! provided.
 
-pub mod dcgm;
+pub(crate) mod dcgm;
 
 pub use dcgm::{DcgmField, DCGM_FIELDS, DCGM_NOT_PROVIDED};
 
