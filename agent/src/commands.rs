@@ -8,7 +8,7 @@ pub mod doctor;
 pub mod hardware;
 pub mod helper;
 pub mod labels;
-pub mod output;
+pub(crate) mod output;
 pub mod service;
 pub mod status;
 
