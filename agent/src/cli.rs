@@ -96,12 +96,12 @@ impl Cli {
     }
 }
 
-/// The shortest `--sample-interval`, in seconds: [`crate::node::service::MIN_SAMPLE_INTERVAL`].
-pub const MIN_SAMPLE_INTERVAL_S: u64 = crate::node::service::MIN_SAMPLE_INTERVAL.as_secs();
+/// The shortest `--sample-interval`, in seconds: [`crate::node::shared::MIN_SAMPLE_INTERVAL`].
+pub(crate) const MIN_SAMPLE_INTERVAL_S: u64 = crate::node::shared::MIN_SAMPLE_INTERVAL.as_secs();
 
 /// Why a `--sample-interval` is refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum SampleIntervalError {
+pub(crate) enum SampleIntervalError {
     /// Not a whole number of seconds.
     #[error("give whole seconds, {MIN_SAMPLE_INTERVAL_S} or more")]
     NotSeconds,
@@ -114,7 +114,7 @@ pub enum SampleIntervalError {
 ///
 /// # Errors
 /// A [`SampleIntervalError`] that names the minimum.
-pub fn parse_sample_interval(text: &str) -> Result<u64, SampleIntervalError> {
+pub(crate) fn parse_sample_interval(text: &str) -> Result<u64, SampleIntervalError> {
     let seconds: u64 = text
         .trim()
         .parse()

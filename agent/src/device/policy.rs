@@ -139,11 +139,11 @@ impl ClaimKind {
 /// The GPUs claimed now, and by what: shared by the node (which claims) and the hold store
 /// (which refuses a hold on a claimed GPU). A claim is made under the holds lock; it may go at
 /// any time (that only frees a GPU).
-pub type ClaimSet =
+pub(crate) type ClaimSet =
     std::sync::Arc<std::sync::Mutex<std::collections::BTreeMap<DeviceId, ClaimKind>>>;
 
 /// The claim on `gpu` in `claims`, if any.
-pub fn claim_of(claims: &ClaimSet, gpu: &DeviceId) -> Option<ClaimKind> {
+pub(crate) fn claim_of(claims: &ClaimSet, gpu: &DeviceId) -> Option<ClaimKind> {
     claims
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner)
@@ -330,7 +330,7 @@ impl Topology {
 }
 
 /// Whether two devices may not be held by two different holds.
-pub fn conflict(a: &Placed, b: &Placed) -> bool {
+pub(crate) fn conflict(a: &Placed, b: &Placed) -> bool {
     if a.device == b.device {
         return true;
     }
@@ -349,7 +349,7 @@ pub fn conflict(a: &Placed, b: &Placed) -> bool {
 ///
 /// # Errors
 /// [`PolicyError::Conflict`] naming the device asked for, the holder and what it holds.
-pub fn check_free<'h>(
+pub(crate) fn check_free<'h>(
     id: &HoldId,
     wanted: &[Placed],
     others: impl IntoIterator<Item = &'h Hold>,
@@ -378,7 +378,7 @@ pub fn check_free<'h>(
 ///
 /// # Errors
 /// [`PolicyError::Invariant`] naming the GPU, both holds and their devices.
-pub fn check_invariant(holds: &[Hold], topology: &Topology) -> Result<(), PolicyError> {
+pub(crate) fn check_invariant(holds: &[Hold], topology: &Topology) -> Result<(), PolicyError> {
     let placed: Vec<(&HoldId, Vec<Placed>)> =
         holds.iter().map(|h| (&h.id, topology.placed(h))).collect();
     for (i, (first, ours)) in placed.iter().enumerate() {

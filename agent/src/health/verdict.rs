@@ -324,12 +324,12 @@ impl<'a> Evidence<'a> {
 /// are fixed by the hardware and cost nothing by themselves, but a steady stream of them is
 /// how memory that will fail shows first; 100 an hour is well above the odd error a healthy
 /// HBM stack corrects and well below what a failing one does.
-pub const CORRECTABLE_PER_HOUR: f64 = 100.0;
+pub(crate) const CORRECTABLE_PER_HOUR: f64 = 100.0;
 
 /// The shortest span a correctable error rate is measured over, so that two collections a
 /// second apart (an XID, a refresh) never turn one error into thousands an hour. Growth within
 /// a shorter span counts only once it exceeds what the threshold allows over this span.
-pub const CORRECTABLE_RATE_WINDOW: Duration = Duration::from_secs(10 * 60);
+pub(crate) const CORRECTABLE_RATE_WINDOW: Duration = Duration::from_secs(10 * 60);
 
 /// The volatile correctable ECC counters' growth between collections, per GPU UUID.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -390,7 +390,7 @@ impl CorrectableRates {
 }
 
 /// The action for a GPU whose correctable errors come fast.
-pub const CORRECTABLE_ACTION: &str = "watch the GPU: its memory corrects errors at a high rate, which often comes before uncorrectable ones; drain it at the next chance and run the vendor's memory diagnostics (dcgmi diag -r 3)";
+pub(crate) const CORRECTABLE_ACTION: &str = "watch the GPU: its memory corrects errors at a high rate, which often comes before uncorrectable ones; drain it at the next chance and run the vendor's memory diagnostics (dcgmi diag -r 3)";
 
 fn reason(state: HealthState, kind: ReasonKind, message: String, action: String) -> Reason {
     Reason {
@@ -447,7 +447,7 @@ pub fn recovery_action(value: &str, uuid: &str) -> Option<(String, String)> {
 }
 
 /// Judges `gpu`.
-pub fn judge(gpu: &Gpu, ev: &Evidence<'_>) -> Verdict {
+pub(crate) fn judge(gpu: &Gpu, ev: &Evidence<'_>) -> Verdict {
     let uuid = &gpu.uuid;
     let mut out = Vec::new();
     counters(gpu, &mut out);
@@ -554,13 +554,13 @@ fn switch_fault(gpu: &Gpu, ev: &Evidence<'_>, out: &mut Vec<Reason>) {
 }
 
 /// The message of a [`kind::ROW_REMAP`] reason for failed row remapping.
-pub const ROW_REMAP_FAILED: &str = "row remapping failed";
+pub(crate) const ROW_REMAP_FAILED: &str = "row remapping failed";
 /// The message of a [`kind::ROW_REMAP`] reason for a remap that waits for a reset.
-pub const ROW_REMAP_PENDING: &str = "a row remap waits for a GPU reset";
+pub(crate) const ROW_REMAP_PENDING: &str = "a row remap waits for a GPU reset";
 
 /// The reasons the GPU's own counters give (row remapping, uncorrectable volatile ECC errors):
 /// what a reset must clear. The one place their sentences are written.
-pub fn counter_reasons(gpu: &Gpu) -> Vec<Reason> {
+pub(crate) fn counter_reasons(gpu: &Gpu) -> Vec<Reason> {
     let mut out = Vec::new();
     counters(gpu, &mut out);
     out
@@ -597,7 +597,7 @@ fn counters(gpu: &Gpu, out: &mut Vec<Reason>) {
 }
 
 /// The action for a hardware XID that came back on the next boot.
-pub const INSPECT_ACTION: &str =
+pub(crate) const INSPECT_ACTION: &str =
     "the GPU needs inspection: the same hardware XID on the last two boots";
 
 fn xids(gpu: &Gpu, ev: &Evidence<'_>, out: &mut Vec<Reason>) {
@@ -768,10 +768,10 @@ fn throttling(uuid: &GpuUuid, ev: &Evidence<'_>, out: &mut Vec<Reason>) {
 }
 
 /// The action for a GPU whose PCIe link trained below its width.
-pub const PCIE_LINK_ACTION: &str = "check the riser, slot and seating at the next maintenance: the GPU may take work but moves data to and from the host more slowly";
+pub(crate) const PCIE_LINK_ACTION: &str = "check the riser, slot and seating at the next maintenance: the GPU may take work but moves data to and from the host more slowly";
 
 /// The action for a GPU whose clocks are slowed down.
-pub const THROTTLED_ACTION: &str =
+pub(crate) const THROTTLED_ACTION: &str =
     "check the GPU's cooling and power supply: it may take work but runs slower while this lasts";
 
 #[cfg(test)]

@@ -108,7 +108,7 @@ impl Remedy {
 
 /// One catalog entry.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct XidInfo {
+pub(crate) struct XidInfo {
     /// The XID number.
     pub number: u32,
     /// What it means, in NVIDIA's words (shortened).
@@ -132,7 +132,7 @@ use Remedy as R;
 use XidClass as C;
 
 /// The catalog, by number.
-pub const CATALOG: &[XidInfo] = &[
+pub(crate) const CATALOG: &[XidInfo] = &[
     entry(
         8,
         "GPU stopped processing (channel idle timeout)",
@@ -228,12 +228,12 @@ pub const CATALOG: &[XidInfo] = &[
 ];
 
 /// The catalog's entry for `number`.
-pub fn lookup(number: u32) -> Option<&'static XidInfo> {
+pub(crate) fn lookup(number: u32) -> Option<&'static XidInfo> {
     CATALOG.iter().find(|e| e.number == number)
 }
 
 /// The XID whose arrival means the driver's recovery action changed: bcd collects at once.
-pub const RECOVERY_ACTION_CHANGED: u32 = 154;
+pub(crate) const RECOVERY_ACTION_CHANGED: u32 = 154;
 
 /// A list of XID numbers as an operator writes it: `13,31,43`.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

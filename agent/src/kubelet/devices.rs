@@ -20,13 +20,13 @@ use crate::device::policy::{conflict, Placed, Topology};
 use crate::inventory::document::Inventory;
 
 /// The domain of bcd's extended resources.
-pub const DOMAIN: &str = "bcd.dev";
+pub(crate) const DOMAIN: &str = "bcd.dev";
 /// Whole GPUs not in MIG mode.
-pub const GPU_RESOURCE: &str = "bcd.dev/gpu";
+pub(crate) const GPU_RESOURCE: &str = "bcd.dev/gpu";
 /// Slots, when the node offers them.
-pub const SLOT_RESOURCE: &str = "bcd.dev/gpu-slot";
+pub(crate) const SLOT_RESOURCE: &str = "bcd.dev/gpu-slot";
 /// The prefix of one resource per MIG profile, `bcd.dev/mig-1g.10gb`.
-pub const MIG_RESOURCE_PREFIX: &str = "bcd.dev/mig-";
+pub(crate) const MIG_RESOURCE_PREFIX: &str = "bcd.dev/mig-";
 /// The device plugin API's health words.
 pub const HEALTHY: &str = "Healthy";
 /// See [`HEALTHY`].
@@ -35,12 +35,12 @@ pub const UNHEALTHY: &str = "Unhealthy";
 /// An extended resource name bcd serves: `bcd.dev/gpu`, `bcd.dev/gpu-slot` or
 /// `bcd.dev/mig-<profile>` with a profile of `[a-z0-9.]` (what `nvidia-smi` names them).
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct Resource(String);
+pub(crate) struct Resource(String);
 
 /// Why a name is not one of bcd's resources.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{0:?} is not a bcd resource (bcd.dev/gpu, bcd.dev/gpu-slot or bcd.dev/mig-<profile>)")]
-pub struct ResourceError(String);
+pub(crate) struct ResourceError(String);
 
 impl std::str::FromStr for Resource {
     type Err = ResourceError;
@@ -90,7 +90,7 @@ impl Resource {
 
 /// One device as a plugin streams it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Offered {
+pub(crate) struct Offered {
     /// bcd's device id (GPU UUID, MIG device UUID, slot id).
     pub id: DeviceId,
     /// The GPU it is on.
@@ -102,11 +102,11 @@ pub struct Offered {
 }
 
 /// Every resource of the node and its devices, in id order.
-pub type Offer = BTreeMap<Resource, Vec<Offered>>;
+pub(crate) type Offer = BTreeMap<Resource, Vec<Offered>>;
 
 /// What the node offers Kubernetes now. `takes_work` is the healthy verdict per GPU UUID
 /// (a GPU missing from it does not take work).
-pub fn offer(
+pub(crate) fn offer(
     inventory: &Inventory,
     slots_per_gpu: u32,
     holds: &[Hold],

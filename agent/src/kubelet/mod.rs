@@ -45,18 +45,18 @@ pub(crate) mod proto {
 }
 
 /// The device plugin API version bcd speaks.
-pub const API_VERSION: &str = "v1beta1";
+pub(crate) const API_VERSION: &str = "v1beta1";
 /// The kubelet's registration socket, in the plugin directory.
-pub const KUBELET_SOCKET: &str = "kubelet.sock";
+pub(crate) const KUBELET_SOCKET: &str = "kubelet.sock";
 /// Where the kubelet serves the PodResources API.
-pub const DEFAULT_POD_RESOURCES_SOCKET: &str = "/var/lib/kubelet/pod-resources/kubelet.sock";
+pub(crate) const DEFAULT_POD_RESOURCES_SOCKET: &str = "/var/lib/kubelet/pod-resources/kubelet.sock";
 /// How long a Kubernetes hold whose devices no pod has is kept before it is released: long
 /// enough for a container just allocated to appear in PodResources.
-pub const DEFAULT_RELEASE_GRACE: Duration = Duration::from_secs(30);
+pub(crate) const DEFAULT_RELEASE_GRACE: Duration = Duration::from_secs(30);
 
 /// What `bcd node` was told about Kubernetes.
 #[derive(Debug, Clone)]
-pub struct KubeletConfig {
+pub(crate) struct KubeletConfig {
     /// The kubelet's device plugin directory (`/var/lib/kubelet/device-plugins`).
     pub plugin_dir: PathBuf,
     /// The kubelet's PodResources socket.
@@ -67,7 +67,7 @@ pub struct KubeletConfig {
 
 /// Counters per resource, for the metrics.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct ResourceCounters {
+pub(crate) struct ResourceCounters {
     /// Containers allocated.
     pub allocations: u64,
     /// Kubernetes holds released.
@@ -81,7 +81,7 @@ pub struct ResourceCounters {
 /// The Kubernetes side's own state: the counters and what is degraded, shown in the node's
 /// status and metrics through [`crate::device::Report`].
 #[derive(Debug)]
-pub struct KubeState {
+pub(crate) struct KubeState {
     counters: Mutex<BTreeMap<String, ResourceCounters>>,
     problem: Mutex<Option<String>>,
     /// Why the plugins are not registered, while they wait for the kubelet.
@@ -228,7 +228,9 @@ impl crate::device::Report for KubeState {
 
 /// Per GPU UUID, whether the GPU takes work: the one verdict the plugins stream (healthy or
 /// degraded, [`crate::health::verdict::Verdict::healthy`]).
-pub async fn gpus_taking_work<S: DeviceSource>(node: &S) -> BTreeMap<bcd_protocol::GpuUuid, bool> {
+pub(crate) async fn gpus_taking_work<S: DeviceSource>(
+    node: &S,
+) -> BTreeMap<bcd_protocol::GpuUuid, bool> {
     node.verdicts()
         .await
         .into_iter()
@@ -237,7 +239,7 @@ pub async fn gpus_taking_work<S: DeviceSource>(node: &S) -> BTreeMap<bcd_protoco
 }
 
 /// The devices of the node as the plugins offer them now.
-pub async fn offer_now<S: DeviceSource>(node: &S) -> devices::Offer {
+pub(crate) async fn offer_now<S: DeviceSource>(node: &S) -> devices::Offer {
     let inventory = node.inventory().await;
     let holds = node.holds_now().await;
     let mut verdict = gpus_taking_work(node).await;
@@ -252,7 +254,7 @@ pub async fn offer_now<S: DeviceSource>(node: &S) -> devices::Offer {
 
 /// `bcd status`'s lines about Kubernetes, from the hold store in `data_dir`: one per
 /// Kubernetes hold with its devices, and whether its release is pending.
-pub fn status_lines(data_dir: &std::path::Path) -> String {
+pub(crate) fn status_lines(data_dir: &std::path::Path) -> String {
     let Ok(holds) = crate::cdi::Holds::load(data_dir) else {
         return String::new();
     };

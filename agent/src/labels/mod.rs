@@ -35,10 +35,10 @@ use crate::inventory::document::{Gpu, GpuSection, Inventory, MigDevice, NvLinkRe
 
 /// The GPU Feature Discovery release whose label names and value rules these follow
 /// (NVIDIA/k8s-device-plugin, `internal/lm`, `tests/expected-output*.txt`).
-pub const GFD_RELEASE: &str = "v0.20.0";
+pub(crate) const GFD_RELEASE: &str = "v0.20.0";
 
 /// The longest label value Kubernetes accepts (and the longest name after its prefix).
-pub const MAX_VALUE: usize = 63;
+pub(crate) const MAX_VALUE: usize = 63;
 
 /// The GPU Feature Discovery label names bcd emits, in one place.
 pub(crate) mod name {
@@ -184,7 +184,7 @@ impl serde::Serialize for Labels {
 
 /// Whether `name` is a Kubernetes label key with a prefix: a DNS subdomain, `/`, then at
 /// most 63 of `A-Z a-z 0-9 - _ .` with a letter or digit at both ends.
-pub fn is_label_name(name: &str) -> bool {
+pub(crate) fn is_label_name(name: &str) -> bool {
     name.split_once('/').is_some_and(|(prefix, rest)| {
         crate::kubelet::names::is_subdomain(prefix) && !rest.is_empty() && is_label_value(rest)
     })
@@ -192,7 +192,7 @@ pub fn is_label_name(name: &str) -> bool {
 
 /// Whether `value` is a Kubernetes label value: empty, or at most 63 of `A-Z a-z 0-9 - _ .`
 /// with a letter or digit at both ends.
-pub fn is_label_value(value: &str) -> bool {
+pub(crate) fn is_label_value(value: &str) -> bool {
     let b = value.as_bytes();
     let inner = |c: &u8| c.is_ascii_alphanumeric() || matches!(c, b'-' | b'_' | b'.');
     b.is_empty()
@@ -204,7 +204,7 @@ pub fn is_label_value(value: &str) -> bool {
 
 /// GFD's `sanitise`: every character outside `A-Z a-z 0-9 - _ .` and space dropped, then the
 /// words joined with `-` (`NVIDIA H100 80GB HBM3` → `NVIDIA-H100-80GB-HBM3`).
-pub fn sanitise(text: &str) -> String {
+pub(crate) fn sanitise(text: &str) -> String {
     let kept: String = text
         .chars()
         .filter(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.' | ' '))
@@ -215,7 +215,7 @@ pub fn sanitise(text: &str) -> String {
 /// `text` made a label value: [`sanitise`]d, cut to 63 characters, and trimmed to a letter or
 /// digit at both ends; `None` when nothing is left. (GFD publishes the sanitised text as it
 /// is, and Node Feature Discovery's master drops a value that is too long.)
-pub fn fit_value(text: &str) -> Option<String> {
+pub(crate) fn fit_value(text: &str) -> Option<String> {
     let mut value = sanitise(text);
     value.truncate(MAX_VALUE);
     let value = value.trim_matches(|c: char| !c.is_ascii_alphanumeric());
@@ -224,7 +224,7 @@ pub fn fit_value(text: &str) -> Option<String> {
 
 /// Every architecture family GFD names, for an architecture known without a compute
 /// capability (R470's `nvidia-smi` refuses `compute_cap`).
-pub const FAMILIES: [&str; 12] = [
+pub(crate) const FAMILIES: [&str; 12] = [
     "tesla",
     "fermi",
     "kepler",
@@ -241,7 +241,7 @@ pub const FAMILIES: [&str; 12] = [
 
 /// GFD's `getArchFamily`: the family of a compute capability, `undefined` for one it does not
 /// know.
-pub fn family(major: u32, minor: u32) -> &'static str {
+pub(crate) fn family(major: u32, minor: u32) -> &'static str {
     match (major, minor) {
         (1, _) => "tesla",
         (2, _) => "fermi",
@@ -262,7 +262,7 @@ pub fn family(major: u32, minor: u32) -> &'static str {
 /// What the labels depend on besides the inventory, the verdicts and the host: the node's
 /// configuration.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct LabelConfig {
+pub(crate) struct LabelConfig {
     /// Slots per GPU (`bcd node --gpu-slots`): GFD's time-slicing replicas.
     pub gpu_slots: u32,
 }
@@ -270,7 +270,7 @@ pub struct LabelConfig {
 /// The host facts GFD labels that the inventory does not hold, read by
 /// [`host::HostFacts::read`].
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct HostFacts {
+pub(crate) struct HostFacts {
     /// The DMI product name (`/sys/class/dmi/id/product_name`), `None` when unreadable.
     pub machine: Option<String>,
     /// The NVIDIA GPU functions' PCI classes (`0x030200`), by address.
@@ -287,7 +287,7 @@ pub struct HostFacts {
 /// fabric (NVSwitches, a fabric cluster), is `down` while any GPU is unhealthy for the
 /// fabric's sake (the fabric manager, a fabric state or route, a fatal NVSwitch error), else
 /// `ok`.
-pub fn node_labels(
+pub(crate) fn node_labels(
     inventory: &Inventory,
     verdicts: &BTreeMap<GpuUuid, Verdict>,
     facts: &HostFacts,
@@ -329,7 +329,7 @@ pub fn node_labels(
 
 /// Whether `inventory` holds `nvidia-smi`'s answer (only `nvidia-smi` gives the CUDA
 /// version): see [`hold_while_silent`].
-pub fn nvidia_smi_answered(inventory: &Inventory) -> bool {
+pub(crate) fn nvidia_smi_answered(inventory: &Inventory) -> bool {
     inventory.gpu.cuda_driver_version.is_some()
 }
 
@@ -339,7 +339,11 @@ pub fn nvidia_smi_answered(inventory: &Inventory) -> bool {
 /// left): then those, with only `bcd.dev/gpu.healthy` taken from `fresh` (0 when nothing
 /// answered). So labels never go missing because `nvidia-smi` is silent, and the count of
 /// usable GPUs still says that it is.
-pub fn hold_while_silent(fresh: Labels, answered: bool, last_answer: Option<&Labels>) -> Labels {
+pub(crate) fn hold_while_silent(
+    fresh: Labels,
+    answered: bool,
+    last_answer: Option<&Labels>,
+) -> Labels {
     match last_answer {
         Some(kept) if !answered && !kept.is_empty() => {
             let mut out = kept.clone();

@@ -24,13 +24,13 @@ use bcd_protocol::time::{parse_rfc3339, rfc3339_seconds};
 /// with a dot.
 pub const FILE_NAME: &str = "bcd";
 /// The longest write interval: a file this old is written again with a new expiry.
-pub const REFRESH_EVERY: Duration = Duration::from_secs(20 * 60);
+pub(crate) const REFRESH_EVERY: Duration = Duration::from_secs(20 * 60);
 /// How far ahead of each write its expiry lies.
 pub const EXPIRY_AHEAD: Duration = Duration::from_secs(60 * 60);
 /// How soon a failed write is tried again.
-pub const RETRY_AFTER: Duration = Duration::from_secs(60);
+pub(crate) const RETRY_AFTER: Duration = Duration::from_secs(60);
 /// The largest feature file NFD reads.
-pub const NFD_MAX_FILE: usize = 64 * 1024;
+pub(crate) const NFD_MAX_FILE: usize = 64 * 1024;
 /// The directive before the labels.
 const EXPIRY_DIRECTIVE: &str = "# +expiry-time=";
 /// The file's mode: NFD (root) reads it; nothing in it is secret.
@@ -125,7 +125,7 @@ pub fn parse(text: &str) -> Result<Vec<FeatureLine>, ParseError> {
 ///
 /// # Errors
 /// As [`parse`].
-pub fn unexpired(text: &str, now: SystemTime) -> Result<Labels, ParseError> {
+pub(crate) fn unexpired(text: &str, now: SystemTime) -> Result<Labels, ParseError> {
     let mut labels = Labels::default();
     for line in parse(text)? {
         if line.expires.is_none_or(|t| t > now) {

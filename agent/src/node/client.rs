@@ -10,7 +10,7 @@ use tokio::net::UnixStream;
 use crate::node::http::exchange;
 
 /// The longest a CLI waits for the service (a reset or a bind may take a minute).
-pub const API_TIMEOUT: Duration = Duration::from_secs(180);
+pub(crate) const API_TIMEOUT: Duration = Duration::from_secs(180);
 
 /// Why a call to the node service failed. `Display` is the sentence to print.
 #[derive(Debug, thiserror::Error)]
@@ -118,7 +118,7 @@ pub fn decode<T: serde::de::DeserializeOwned>(socket: &Path, value: Value) -> Re
 ///
 /// # Errors
 /// As [`call`] and [`decode`].
-pub async fn call_as<B: serde::Serialize, T: serde::de::DeserializeOwned>(
+pub(crate) async fn call_as<B: serde::Serialize, T: serde::de::DeserializeOwned>(
     socket: &Path,
     method: &str,
     path: &str,

@@ -92,10 +92,10 @@ pub enum ApplyHoldError {
 
 /// How long [`Node::claim_now`] tries the holds lock (blocking its thread) before it answers
 /// that the holds are changing.
-pub const CLAIM_NOW_PATIENCE: Duration = Duration::from_millis(100);
+pub(crate) const CLAIM_NOW_PATIENCE: Duration = Duration::from_millis(100);
 
 /// The shortest sample interval: `nvidia-smi` costs driver time on every GPU.
-pub const MIN_SAMPLE_INTERVAL: Duration = Duration::from_secs(5);
+pub(crate) const MIN_SAMPLE_INTERVAL: Duration = Duration::from_secs(5);
 
 /// What `bcd node` was told.
 #[derive(Debug, Clone)]

@@ -51,7 +51,8 @@ pub use vfio::reconcile;
 
 /// Answers "is this GPU held, and by which hold?" for the GPU's address and, when the
 /// passthrough memory knows it, its UUID. The node service plugs its hold store in here.
-pub type HoldLookup<'a> = &'a (dyn Fn(&PciAddress, Option<&GpuUuid>) -> Option<String> + Sync);
+pub(crate) type HoldLookup<'a> =
+    &'a (dyn Fn(&PciAddress, Option<&GpuUuid>) -> Option<String> + Sync);
 
 /// Why a passthrough step was refused or failed. `Display` is the operator's sentence; the
 /// helper's own sentence is carried verbatim.

@@ -10,12 +10,12 @@ use nix::unistd::Pid;
 use crate::sys::child;
 
 /// The bound on one query.
-pub const QUERY_TIMEOUT: Duration = Duration::from_secs(30);
+pub(crate) const QUERY_TIMEOUT: Duration = Duration::from_secs(30);
 /// The bound on a whole snapshot (all its queries).
-pub const SNAPSHOT_TIMEOUT: Duration = Duration::from_secs(60);
+pub(crate) const SNAPSHOT_TIMEOUT: Duration = Duration::from_secs(60);
 /// Most bytes of standard output read from one query: far above an 8-GPU `-q -x` (~250 KB a
 /// GPU at most), far below what could hurt the agent.
-pub const MAX_OUTPUT: usize = 16 * 1024 * 1024;
+pub(crate) const MAX_OUTPUT: usize = 16 * 1024 * 1024;
 /// Most bytes of standard error kept, for messages.
 const MAX_STDERR: usize = 4096;
 
@@ -222,11 +222,6 @@ fn resolve(program: &Path) -> Option<PathBuf> {
 fn is_executable(path: &Path) -> bool {
     use std::os::unix::fs::PermissionsExt;
     std::fs::metadata(path).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
-}
-
-/// Whether `name` names a program the runner would find, for doctor's checks.
-pub fn is_available(program: &Path) -> bool {
-    resolve(program).is_some_and(|p| is_executable(&p))
 }
 
 #[cfg(test)]
@@ -453,6 +448,6 @@ pub(crate) mod waiting {
 }
 
 /// The query that has run longest, if any: see [`waiting`].
-pub fn oldest_waiting() -> Option<(String, Duration, Duration)> {
+pub(crate) fn oldest_waiting() -> Option<(String, Duration, Duration)> {
     waiting::oldest()
 }

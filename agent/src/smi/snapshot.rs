@@ -239,7 +239,9 @@ pub async fn samples(runner: &Runner) -> Result<(Vec<GpuSample>, SampleSource), 
 ///
 /// # Errors
 /// The CSV query's run errors ([`RunError::NoDriver`] included), but a refused field.
-pub async fn csv_samples(runner: &Runner) -> Result<Result<Vec<GpuSample>, String>, SnapshotError> {
+pub(crate) async fn csv_samples(
+    runner: &Runner,
+) -> Result<Result<Vec<GpuSample>, String>, SnapshotError> {
     let format = "--format=csv,noheader,nounits";
     let mut asked = SampleQuery::Full;
     loop {
@@ -275,7 +277,7 @@ pub async fn csv_samples(runner: &Runner) -> Result<Result<Vec<GpuSample>, Strin
 
 /// Attaches the compute-process counts; a failing `--query-compute-apps` leaves every count
 /// unknown (`None`) rather than failing the samples: the count is optional to the rest.
-pub async fn attach_apps(runner: &Runner, samples: &mut [GpuSample]) {
+pub(crate) async fn attach_apps(runner: &Runner, samples: &mut [GpuSample]) {
     match runner.run(query::COMPUTE_APPS).await {
         Ok(apps) => attach_compute_counts(samples, &count_compute_apps(&apps.stdout)),
         Err(e) => {

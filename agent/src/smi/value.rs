@@ -54,7 +54,7 @@ pub fn number(raw: &str) -> Option<f64> {
 }
 
 /// Parses the leading unsigned integer of a reading such as `81559 MiB` or `3`.
-pub fn unsigned(raw: &str) -> Option<u64> {
+pub(crate) fn unsigned(raw: &str) -> Option<u64> {
     let value = present(raw)?;
     value.split_whitespace().next()?.parse::<u64>().ok()
 }
@@ -96,7 +96,7 @@ pub fn truth(raw: &str) -> Option<bool> {
 /// case. Returns `None` for anything else, and for a domain above `ffff` (Intel VMD's
 /// `10000:...`): bcd's `PciAddress`, the helper protocol's type, takes four-digit domains only,
 /// so such a function cannot be handed to the helper either.
-pub fn pci_address(raw: &str) -> Option<PciAddress> {
+pub(crate) fn pci_address(raw: &str) -> Option<PciAddress> {
     let value = raw.trim();
     let mut parts = value.rsplitn(3, ':');
     let dev_fn = parts.next()?;
