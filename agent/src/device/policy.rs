@@ -229,14 +229,14 @@ impl Topology {
     }
 
     /// The GPU at a PCI address.
-    pub fn gpu_at(&self, address: &PciAddress) -> Option<&PhysicalGpu> {
+    pub(crate) fn gpu_at(&self, address: &PciAddress) -> Option<&PhysicalGpu> {
         self.gpus
             .iter()
             .find(|g| g.address.as_ref() == Some(address))
     }
 
     /// The GPU `device` is on: from its id where the id says, else from the inventory.
-    pub fn gpu_of(&self, device: &DeviceId) -> Option<DeviceId> {
+    pub(crate) fn gpu_of(&self, device: &DeviceId) -> Option<DeviceId> {
         device.gpu().or_else(|| {
             self.gpus
                 .iter()

@@ -188,7 +188,7 @@ pub struct Condition {
 
 impl Condition {
     /// Whether this is a live XID condition of `uuid`.
-    pub fn is_xid_of(&self, uuid: &GpuUuid) -> bool {
+    pub(crate) fn is_xid_of(&self, uuid: &GpuUuid) -> bool {
         self.status && self.device_id.gpu() == Some(uuid) && self.kind.xid().is_some()
     }
 }

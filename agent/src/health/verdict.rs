@@ -63,7 +63,7 @@ impl HealthState {
     }
 
     /// The scheduling answer: healthy and degraded GPUs may take work.
-    pub fn schedulable(self) -> bool {
+    pub(crate) fn schedulable(self) -> bool {
         matches!(self, HealthState::Healthy | HealthState::Degraded)
     }
 }
@@ -259,17 +259,17 @@ impl<'a> Evidence<'a> {
     }
 
     /// Every GPU of the inventory (see [`switch_fault`]).
-    pub fn with_board(self, board: &'a [Gpu]) -> Self {
+    pub(crate) fn with_board(self, board: &'a [Gpu]) -> Self {
         Self { board, ..self }
     }
 
     /// Earlier boots' hardware XIDs, oldest first.
-    pub fn with_history(self, history: &'a [PastBoot]) -> Self {
+    pub(crate) fn with_history(self, history: &'a [PastBoot]) -> Self {
         Self { history, ..self }
     }
 
     /// The node's XID overrides.
-    pub fn with_policy(self, policy: &'a XidPolicy) -> Self {
+    pub(crate) fn with_policy(self, policy: &'a XidPolicy) -> Self {
         Self {
             policy: Some(policy),
             ..self
@@ -278,7 +278,7 @@ impl<'a> Evidence<'a> {
 
     /// The driver's readings per GPU UUID from the latest `-q -x` (`None`: it gave none), and
     /// why `nvidia-smi -q -x` gave nothing when it did not answer.
-    pub fn with_driver(
+    pub(crate) fn with_driver(
         self,
         driver: Option<&'a BTreeMap<GpuUuid, DriverHealth>>,
         silent: Option<&'a str>,
@@ -291,7 +291,7 @@ impl<'a> Evidence<'a> {
     }
 
     /// How many NVSwitches are on the bus while the fabric manager is not active, if it is not.
-    pub fn with_fabric_manager_down(self, fabric_manager_down: Option<usize>) -> Self {
+    pub(crate) fn with_fabric_manager_down(self, fabric_manager_down: Option<usize>) -> Self {
         Self {
             fabric_manager_down,
             ..self
@@ -299,12 +299,12 @@ impl<'a> Evidence<'a> {
     }
 
     /// The latest samples.
-    pub fn with_samples(self, samples: &'a [GpuSample]) -> Self {
+    pub(crate) fn with_samples(self, samples: &'a [GpuSample]) -> Self {
         Self { samples, ..self }
     }
 
     /// The correctable ECC error rates between two collections.
-    pub fn with_correctable(self, correctable: &'a CorrectableRates) -> Self {
+    pub(crate) fn with_correctable(self, correctable: &'a CorrectableRates) -> Self {
         Self {
             correctable: Some(correctable),
             ..self
@@ -312,7 +312,7 @@ impl<'a> Evidence<'a> {
     }
 
     /// The PCIe link widths sysfs gives, per GPU UUID.
-    pub fn with_links(self, links: &'a BTreeMap<GpuUuid, LinkWidth>) -> Self {
+    pub(crate) fn with_links(self, links: &'a BTreeMap<GpuUuid, LinkWidth>) -> Self {
         Self {
             links: Some(links),
             ..self
@@ -344,7 +344,7 @@ impl CorrectableRates {
     /// Takes in the counters of a collection made at `at`. A counter that went down (a driver
     /// reload or a GPU reset clears the volatile counters) starts a new span, and a GPU without
     /// a counter is forgotten.
-    pub fn observe(&mut self, gpus: &[Gpu], at: Instant) {
+    pub(crate) fn observe(&mut self, gpus: &[Gpu], at: Instant) {
         let window_h = CORRECTABLE_RATE_WINDOW.as_secs_f64() / 3600.0;
         let mut seen = Vec::new();
         for g in gpus {
@@ -384,7 +384,7 @@ impl CorrectableRates {
     }
 
     /// The GPU's correctable errors per hour over the last span measured.
-    pub fn per_hour(&self, uuid: &GpuUuid) -> Option<f64> {
+    pub(crate) fn per_hour(&self, uuid: &GpuUuid) -> Option<f64> {
         self.rates.get(uuid).copied()
     }
 }
@@ -405,27 +405,27 @@ fn reason(state: HealthState, kind: ReasonKind, message: String, action: String)
 pub(crate) mod kind {
     use super::ReasonKind;
     /// `nvidia-smi -q -x` did not answer.
-    pub const NVIDIA_SMI_SILENT: ReasonKind = ReasonKind::NvidiaSmiSilent;
+    pub(crate) const NVIDIA_SMI_SILENT: ReasonKind = ReasonKind::NvidiaSmiSilent;
     /// `nvidia-smi` answered without this GPU.
-    pub const NOT_REPORTED: ReasonKind = ReasonKind::NotReported;
+    pub(crate) const NOT_REPORTED: ReasonKind = ReasonKind::NotReported;
     /// The driver's `gpu_recovery_action` or `gpu_reset_status`.
-    pub const RECOVERY_ACTION: ReasonKind = ReasonKind::RecoveryAction;
+    pub(crate) const RECOVERY_ACTION: ReasonKind = ReasonKind::RecoveryAction;
     /// The NVLink fabric.
-    pub const FABRIC: ReasonKind = ReasonKind::Fabric;
+    pub(crate) const FABRIC: ReasonKind = ReasonKind::Fabric;
     /// NVSwitches without a fabric manager.
     pub const FABRIC_MANAGER: ReasonKind = ReasonKind::FabricManager;
     /// Clocks slowed by hardware, heat or a power brake.
-    pub const THROTTLED: ReasonKind = ReasonKind::Throttled;
+    pub(crate) const THROTTLED: ReasonKind = ReasonKind::Throttled;
     /// Row remapping.
-    pub const ROW_REMAP: ReasonKind = ReasonKind::RowRemap;
+    pub(crate) const ROW_REMAP: ReasonKind = ReasonKind::RowRemap;
     /// Uncorrectable ECC errors.
     pub const ECC: ReasonKind = ReasonKind::EccUncorrectable;
     /// Correctable ECC errors at a high rate.
-    pub const ECC_CORRECTABLE_RATE: ReasonKind = ReasonKind::EccCorrectableRate;
+    pub(crate) const ECC_CORRECTABLE_RATE: ReasonKind = ReasonKind::EccCorrectableRate;
     /// A fatal SXid on an NVSwitch this GPU's NVLinks reach.
-    pub const SWITCH_FATAL: ReasonKind = ReasonKind::NvSwitchFatal;
+    pub(crate) const SWITCH_FATAL: ReasonKind = ReasonKind::NvSwitchFatal;
     /// The PCIe link trained below its maximum width.
-    pub const PCIE_LINK: ReasonKind = ReasonKind::PcieLink;
+    pub(crate) const PCIE_LINK: ReasonKind = ReasonKind::PcieLink;
 }
 
 /// The driver's recovery action in bcd's words: (message, action), `None` for no action.

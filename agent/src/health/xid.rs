@@ -84,7 +84,7 @@ pub enum Effect {
 
 impl Remedy {
     /// What the remedy does to the verdict.
-    pub fn effect(self) -> Effect {
+    pub(crate) fn effect(self) -> Effect {
         match self {
             Remedy::None => Effect::None,
             Remedy::Watch | Remedy::RestartApp => Effect::Degraded,
@@ -323,7 +323,7 @@ impl XidPolicy {
     }
 
     /// Judges `number`: an override first, then the catalog, then the safe default (reset).
-    pub fn judge(&self, number: u32) -> Judged {
+    pub(crate) fn judge(&self, number: u32) -> Judged {
         let known = lookup(number);
         let (meaning, class, catalog_remedy) = known.map_or(
             (
@@ -350,12 +350,12 @@ impl XidPolicy {
     }
 
     /// Whether the node changes anything about the catalog.
-    pub fn is_default(&self) -> bool {
+    pub(crate) fn is_default(&self) -> bool {
         self.ignore.is_empty() && self.unhealthy.is_empty()
     }
 
     /// The overrides in words, for `bcd doctor`.
-    pub fn describe(&self) -> String {
+    pub(crate) fn describe(&self) -> String {
         if self.is_default() {
             return "NVIDIA's XID catalog as it is (no --xid-ignore or --xid-unhealthy)".to_owned();
         }
@@ -379,7 +379,7 @@ impl XidPolicy {
 impl Judged {
     /// Whether a repeat of this XID on the next boot means the GPU needs inspection: a
     /// hardware class whose remedy is a reset or a reboot.
-    pub fn is_hardware(&self) -> bool {
+    pub(crate) fn is_hardware(&self) -> bool {
         matches!(
             self.class,
             XidClass::Memory

@@ -143,14 +143,19 @@ mod nvml_bus_id {
     use bcd_protocol::PciAddress;
     use serde::{Deserialize, Deserializer, Serializer};
 
-    pub fn serialize<S: Serializer>(v: &Option<PciAddress>, s: S) -> Result<S::Ok, S::Error> {
+    pub(crate) fn serialize<S: Serializer>(
+        v: &Option<PciAddress>,
+        s: S,
+    ) -> Result<S::Ok, S::Error> {
         match v {
             Some(a) => s.serialize_str(&a.nvml_bus_id()),
             None => s.serialize_none(),
         }
     }
 
-    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<PciAddress>, D::Error> {
+    pub(crate) fn deserialize<'de, D: Deserializer<'de>>(
+        d: D,
+    ) -> Result<Option<PciAddress>, D::Error> {
         let raw: Option<String> = Option::deserialize(d)?;
         raw.map(|r| {
             crate::smi::value::pci_address(&r).ok_or_else(|| {
@@ -340,7 +345,7 @@ impl GpuSection {
 
     /// The canonical bytes: compact JSON of the canonicalised section, fields in declaration
     /// order, maps in key order.
-    pub fn canonical_bytes(&self) -> Vec<u8> {
+    pub(crate) fn canonical_bytes(&self) -> Vec<u8> {
         let mut section = self.clone();
         section.canonicalize();
         // Serialising plain data to a Vec cannot fail.

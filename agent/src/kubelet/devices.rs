@@ -75,13 +75,13 @@ impl Resource {
 
     /// The plugin's socket file name in the plugin directory: `bcd-gpu.sock`,
     /// `bcd-gpu-slot.sock`, `bcd-mig-1g.10gb.sock`.
-    pub fn socket_name(&self) -> String {
+    pub(crate) fn socket_name(&self) -> String {
         let short = self.0.strip_prefix("bcd.dev/").unwrap_or(&self.0);
         format!("bcd-{short}.sock")
     }
 
     /// The resource of a MIG profile (`1g.10gb`), when the profile makes a valid name.
-    pub fn of_mig_profile(profile: &str) -> Option<Self> {
+    pub(crate) fn of_mig_profile(profile: &str) -> Option<Self> {
         format!("{MIG_RESOURCE_PREFIX}{}", profile.to_ascii_lowercase())
             .parse()
             .ok()

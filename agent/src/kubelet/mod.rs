@@ -119,7 +119,7 @@ impl KubeState {
     }
 
     /// Sets or clears what is degraded on the Kubernetes side (shown in `status`).
-    pub fn set_problem(&self, sentence: Option<String>) {
+    pub(crate) fn set_problem(&self, sentence: Option<String>) {
         if let Ok(mut p) = self.problem.lock() {
             if let Some(s) = &sentence {
                 if p.as_ref() != Some(s) {
@@ -132,7 +132,7 @@ impl KubeState {
 
     /// Counts `n` PodResources containers whose names were not Kubernetes names (logged at
     /// most once a minute).
-    pub fn dropped_names(&self, n: u64) {
+    pub(crate) fn dropped_names(&self, n: u64) {
         if let Ok(mut d) = self.dropped.lock() {
             d.0 = d.0.saturating_add(n);
             if d.1.is_none_or(|at| at.elapsed() >= DROPPED_LOG_EVERY) {
@@ -146,13 +146,13 @@ impl KubeState {
     }
 
     /// How many PodResources containers were dropped for their names.
-    pub fn dropped_total(&self) -> u64 {
+    pub(crate) fn dropped_total(&self) -> u64 {
         self.dropped.lock().map(|d| d.0).unwrap_or(0)
     }
 
     /// Sets or clears why the plugins are not registered with the kubelet (shown in
     /// `status` beside the PodResources problem; logged once by the plugin that finds it).
-    pub fn set_unregistered(&self, sentence: Option<String>) {
+    pub(crate) fn set_unregistered(&self, sentence: Option<String>) {
         if let Ok(mut u) = self.unregistered.lock() {
             *u = sentence;
         }
@@ -160,7 +160,7 @@ impl KubeState {
 
     /// What is degraded on the Kubernetes side now: the PodResources reader's problem and
     /// why the plugins are not registered, in one sentence.
-    pub fn problem(&self) -> Option<String> {
+    pub(crate) fn problem(&self) -> Option<String> {
         let parts: Vec<String> = [&self.problem, &self.unregistered]
             .into_iter()
             .filter_map(|p| p.lock().ok().and_then(|p| p.clone()))
@@ -170,7 +170,7 @@ impl KubeState {
 
     /// The counters in Prometheus' text format ([`crate::prometheus`]: the resource label's
     /// value escaped); nothing before the first allocation or dropped name.
-    pub fn metrics_text(&self) -> String {
+    pub(crate) fn metrics_text(&self) -> String {
         use crate::prometheus::{Exposition, Kind};
         let counters = self.counters();
         let mut text = Exposition::default();

@@ -45,47 +45,47 @@ pub(crate) mod name {
     /// The prefix of the whole-GPU resource labels.
     pub const GPU: &str = "nvidia.com/gpu";
     /// The prefix of a MIG profile's labels (`nvidia.com/mig-1g.10gb.count`).
-    pub const MIG_PREFIX: &str = "nvidia.com/mig-";
+    pub(crate) const MIG_PREFIX: &str = "nvidia.com/mig-";
     /// The driver version's parts (GFD's deprecated spelling).
-    pub const DRIVER_MAJOR: &str = "nvidia.com/cuda.driver.major";
+    pub(crate) const DRIVER_MAJOR: &str = "nvidia.com/cuda.driver.major";
     /// See [`DRIVER_MAJOR`].
-    pub const DRIVER_MINOR: &str = "nvidia.com/cuda.driver.minor";
+    pub(crate) const DRIVER_MINOR: &str = "nvidia.com/cuda.driver.minor";
     /// See [`DRIVER_MAJOR`].
-    pub const DRIVER_REV: &str = "nvidia.com/cuda.driver.rev";
+    pub(crate) const DRIVER_REV: &str = "nvidia.com/cuda.driver.rev";
     /// The driver version's parts and the whole.
-    pub const DRIVER_VERSION_MAJOR: &str = "nvidia.com/cuda.driver-version.major";
+    pub(crate) const DRIVER_VERSION_MAJOR: &str = "nvidia.com/cuda.driver-version.major";
     /// See [`DRIVER_VERSION_MAJOR`].
-    pub const DRIVER_VERSION_MINOR: &str = "nvidia.com/cuda.driver-version.minor";
+    pub(crate) const DRIVER_VERSION_MINOR: &str = "nvidia.com/cuda.driver-version.minor";
     /// See [`DRIVER_VERSION_MAJOR`].
-    pub const DRIVER_VERSION_REVISION: &str = "nvidia.com/cuda.driver-version.revision";
+    pub(crate) const DRIVER_VERSION_REVISION: &str = "nvidia.com/cuda.driver-version.revision";
     /// See [`DRIVER_VERSION_MAJOR`].
-    pub const DRIVER_VERSION_FULL: &str = "nvidia.com/cuda.driver-version.full";
+    pub(crate) const DRIVER_VERSION_FULL: &str = "nvidia.com/cuda.driver-version.full";
     /// The CUDA version the driver supports (GFD's deprecated spelling).
-    pub const RUNTIME_MAJOR: &str = "nvidia.com/cuda.runtime.major";
+    pub(crate) const RUNTIME_MAJOR: &str = "nvidia.com/cuda.runtime.major";
     /// See [`RUNTIME_MAJOR`].
-    pub const RUNTIME_MINOR: &str = "nvidia.com/cuda.runtime.minor";
+    pub(crate) const RUNTIME_MINOR: &str = "nvidia.com/cuda.runtime.minor";
     /// The CUDA version the driver supports, and `<major>.<minor>`.
-    pub const RUNTIME_VERSION_MAJOR: &str = "nvidia.com/cuda.runtime-version.major";
+    pub(crate) const RUNTIME_VERSION_MAJOR: &str = "nvidia.com/cuda.runtime-version.major";
     /// See [`RUNTIME_VERSION_MAJOR`].
-    pub const RUNTIME_VERSION_MINOR: &str = "nvidia.com/cuda.runtime-version.minor";
+    pub(crate) const RUNTIME_VERSION_MINOR: &str = "nvidia.com/cuda.runtime-version.minor";
     /// See [`RUNTIME_VERSION_MAJOR`].
-    pub const RUNTIME_VERSION_FULL: &str = "nvidia.com/cuda.runtime-version.full";
+    pub(crate) const RUNTIME_VERSION_FULL: &str = "nvidia.com/cuda.runtime-version.full";
     /// The machine's DMI product name.
-    pub const MACHINE: &str = "nvidia.com/gpu.machine";
+    pub(crate) const MACHINE: &str = "nvidia.com/gpu.machine";
     /// `compute`, `graphics` or `unknown`.
-    pub const MODE: &str = "nvidia.com/gpu.mode";
+    pub(crate) const MODE: &str = "nvidia.com/gpu.mode";
     /// Whether any GPU can do MIG.
-    pub const MIG_CAPABLE: &str = "nvidia.com/mig.capable";
+    pub(crate) const MIG_CAPABLE: &str = "nvidia.com/mig.capable";
     /// `mixed`, where a GPU can do MIG.
-    pub const MIG_STRATEGY: &str = "nvidia.com/mig.strategy";
+    pub(crate) const MIG_STRATEGY: &str = "nvidia.com/mig.strategy";
     /// Always `false`: bcd offers no MPS sharing.
-    pub const MPS_CAPABLE: &str = "nvidia.com/mps.capable";
+    pub(crate) const MPS_CAPABLE: &str = "nvidia.com/mps.capable";
     /// `<cluster uuid>.<clique id>` of the NVLink fabric every fabric-attached GPU shares.
-    pub const CLIQUE: &str = "nvidia.com/gpu.clique";
+    pub(crate) const CLIQUE: &str = "nvidia.com/gpu.clique";
     /// bcd's: GPUs that may take work now.
     pub const HEALTHY: &str = "bcd.dev/gpu.healthy";
     /// bcd's: `ok` or `down`, on a node with an NVLink fabric.
-    pub const FABRIC: &str = "bcd.dev/fabric";
+    pub(crate) const FABRIC: &str = "bcd.dev/fabric";
 }
 
 /// A set of node labels: every name a Kubernetes label key with a prefix
@@ -156,17 +156,6 @@ impl Labels {
     /// Whether there are none.
     pub fn is_empty(&self) -> bool {
         self.0.is_empty()
-    }
-
-    /// Only the labels whose names start with `prefix` (`nvidia.com/`).
-    pub fn with_prefix(&self, prefix: &str) -> Labels {
-        Labels(
-            self.0
-                .iter()
-                .filter(|(k, _)| k.starts_with(prefix))
-                .map(|(k, v)| (k.clone(), v.clone()))
-                .collect(),
-        )
     }
 
     /// `name=value` lines in name order, each ending in a newline: what `bcd hardware

@@ -183,7 +183,7 @@ impl FeatureFile {
 
     /// Whether `labels` need a write at `now`: nothing was written by this process yet, they
     /// differ from what was, or that is [`REFRESH_EVERY`] old.
-    pub fn due(&self, labels: &Labels, now: Instant) -> bool {
+    pub(crate) fn due(&self, labels: &Labels, now: Instant) -> bool {
         match &self.last {
             None => true,
             Some((written, at)) => written != labels || now >= *at + REFRESH_EVERY,
@@ -191,7 +191,7 @@ impl FeatureFile {
     }
 
     /// When the last write needs refreshing; `None` before the first.
-    pub fn next_refresh(&self) -> Option<Instant> {
+    pub(crate) fn next_refresh(&self) -> Option<Instant> {
         self.last.as_ref().map(|(_, at)| *at + REFRESH_EVERY)
     }
 
@@ -218,7 +218,7 @@ impl FeatureFile {
     ///
     /// # Errors
     /// [`NfdError::Read`] when it cannot be read or does not parse.
-    pub fn read_back(&self, wall: SystemTime) -> Result<Option<Labels>, NfdError> {
+    pub(crate) fn read_back(&self, wall: SystemTime) -> Result<Option<Labels>, NfdError> {
         let read_error = |reason: String| NfdError::Read {
             path: self.path.clone(),
             reason,
@@ -234,7 +234,7 @@ impl FeatureFile {
 
     /// Removes the temporary files of writes a crash cut off (`.bcd.tmp-<pid>`); nothing
     /// else in the folder is touched. Returns what was removed.
-    pub fn remove_crash_temps(&self) -> Vec<PathBuf> {
+    pub(crate) fn remove_crash_temps(&self) -> Vec<PathBuf> {
         state::remove_crash_temps(&self.dir, |name| name == FILE_NAME)
     }
 }

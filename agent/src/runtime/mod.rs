@@ -283,7 +283,7 @@ impl Passthrough {
     }
 
     /// Asks `scheduler` for a collection ([`Trigger::HostChange`]) after every step.
-    pub fn with_scheduler(self, scheduler: SchedulerHandle) -> Self {
+    pub(crate) fn with_scheduler(self, scheduler: SchedulerHandle) -> Self {
         self.on_host_change(move || scheduler.request(Trigger::HostChange))
     }
 

@@ -410,7 +410,7 @@ pub(crate) mod waiting {
     }
 
     /// The query that has run longest: its arguments, how long it has run, its bound.
-    pub fn oldest() -> Option<(String, Duration, Duration)> {
+    pub(crate) fn oldest() -> Option<(String, Duration, Duration)> {
         let r = RUNNING.lock().ok()?;
         r.iter()
             .min_by_key(|(_, _, started, _)| *started)

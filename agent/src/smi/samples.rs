@@ -57,7 +57,7 @@ pub(crate) enum SampleQuery {
 
 impl SampleQuery {
     /// The `--query-gpu=` argument.
-    pub fn query_gpu(self) -> String {
+    pub(crate) fn query_gpu(self) -> String {
         match self {
             SampleQuery::Full => format!("--query-gpu={SAMPLE_FIELDS}"),
             SampleQuery::WithoutClockReasons => {
