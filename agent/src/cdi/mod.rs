@@ -23,13 +23,13 @@ pub use crate::device::{Hold, HoldOwner};
 pub use converge::{converge, write_missing, ConvergeError, Convergence};
 pub use holds::{Before, HoldError, Holds, Opened};
 pub use render::{render, HoldRequest, Rendered};
-pub use vendor::{read_vendor_specs, DeviceCatalog, VendorSpec, VendorSpecs};
+pub use vendor::{read_vendor_specs, DeviceCatalog, VendorSpec};
 
 pub use crate::device::id::{HOLD_SPEC_PREFIX, HOLD_SPEC_SUFFIX};
 
 /// The folders vendor specs are read from, in order: the CDI folder, then the toolkit's
 /// `/var/run/cdi` under the host's root.
-pub fn vendor_dirs(
+pub(crate) fn vendor_dirs(
     cdi_dir: &std::path::Path,
     host: &crate::sys::host::Host,
 ) -> Vec<std::path::PathBuf> {

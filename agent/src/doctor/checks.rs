@@ -41,13 +41,13 @@ pub mod name {
     /// NVSwitches and `nvidia-fabricmanager`.
     pub const FABRIC_MANAGER: &str = "fabric-manager";
     /// The node's overrides of NVIDIA's XID catalog (`--xid-ignore`, `--xid-unhealthy`).
-    pub const XID_POLICY: &str = "xid-policy";
+    pub(crate) const XID_POLICY: &str = "xid-policy";
     /// The kernel module's version against `nvidia-smi`'s.
     pub const DRIVER_VERSION: &str = "driver-version";
     /// `/dev/kmsg` readable (XIDs).
     pub const KMSG: &str = "kmsg";
     /// This boot's XID record (`faults.json`) could not be read.
-    pub const XID_RECORD: &str = "xid-record";
+    pub(crate) const XID_RECORD: &str = "xid-record";
     /// The helper answers `Ping`.
     pub const HELPER: &str = "helper";
     /// GPUs, and a helper to do their privileged steps.
@@ -222,7 +222,7 @@ pub fn gpus(error: Option<&SnapshotError>) -> Option<Check> {
 }
 
 /// `gpu-host`, only under WSL 2: `warn` with what works there and what does not.
-pub fn gpu_host() -> Check {
+pub(crate) fn gpu_host() -> Check {
     Check::new(
         Status::Warn,
         name::GPU_HOST,
@@ -252,7 +252,7 @@ pub fn nouveau(modules: Result<&str, &io::Error>) -> Check {
 
 /// What `nvidia-smi` made of the GPUs, for `gpu-bus`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum SmiView {
+pub(crate) enum SmiView {
     /// The snapshot answered, listing this many GPUs.
     Answered(usize),
     /// There is no `nvidia-smi`.
@@ -281,7 +281,7 @@ impl SmiView {
 ///   bound to another driver than `nvidia` and `vfio-pci`).
 /// - `ok`: how many GPUs, how many on `nvidia`, how many on `vfio-pci`; also when the bus has
 ///   no NVIDIA GPU.
-pub fn gpu_bus(pci: &[PciFunction], smi: SmiView) -> Check {
+pub(crate) fn gpu_bus(pci: &[PciFunction], smi: SmiView) -> Check {
     let gpus: Vec<&PciFunction> = pci.iter().filter(|f| f.is_nvidia_gpu()).collect();
     let on = |d: &str| {
         gpus.iter()
@@ -362,7 +362,7 @@ pub fn gpu_bus(pci: &[PciFunction], smi: SmiView) -> Check {
 }
 
 /// GPUs on this node for `gpu-binding`: the more of the PCI bus's and `nvidia-smi`'s count.
-pub fn gpu_count(pci: &[PciFunction], smi: SmiView) -> usize {
+pub(crate) fn gpu_count(pci: &[PciFunction], smi: SmiView) -> usize {
     let on_bus = pci.iter().filter(|f| f.is_nvidia_gpu()).count();
     match smi {
         SmiView::Answered(n) => n.max(on_bus),
@@ -414,7 +414,7 @@ pub fn persistence(gpus: &[XmlGpu]) -> Option<Check> {
 /// `fabric-manager`, only with NVSwitches on the bus: `ok` when `nvidia-fabricmanager` is
 /// active (or reloading), `warn` while it is still starting or when systemd could not be
 /// asked, `fail` in any other state (without it CUDA fails on every GPU).
-pub fn fabric_manager(switches: usize, state: &UnitState) -> Check {
+pub(crate) fn fabric_manager(switches: usize, state: &UnitState) -> Check {
     let on_bus = format!(
         "{} on the PCI bus",
         plural(switches, "NVSwitch", "NVSwitches")
@@ -525,7 +525,7 @@ pub fn kmsg(opened: io::Result<KmsgNode>, restrict: Option<bool>) -> Check {
 
 /// `xid-record`, only when this boot's `faults.json` cannot be read: `warn`, since the `gpu`
 /// lines then judge without the XIDs it holds.
-pub fn xid_record(e: &crate::health::faults::FaultsError) -> Check {
+pub(crate) fn xid_record(e: &crate::health::faults::FaultsError) -> Check {
     Check::new(
         Status::Warn,
         name::XID_RECORD,
@@ -549,7 +549,7 @@ pub fn helper(location: &str, ping: &Result<String, PingError>) -> Check {
 
 /// `gpu-binding`, only with GPUs: `warn` when the helper did not answer (bcd runs as the
 /// unprivileged `bcd` user, so the privileged steps would fail), `ok` when it did.
-pub fn gpu_binding(gpus: usize, helper_answers: bool) -> Option<Check> {
+pub(crate) fn gpu_binding(gpus: usize, helper_answers: bool) -> Option<Check> {
     if gpus == 0 {
         return None;
     }

@@ -333,7 +333,7 @@ pub(crate) const CORRECTABLE_RATE_WINDOW: Duration = Duration::from_secs(10 * 60
 
 /// The volatile correctable ECC counters' growth between collections, per GPU UUID.
 #[derive(Debug, Clone, Default, PartialEq)]
-pub struct CorrectableRates {
+pub(crate) struct CorrectableRates {
     /// The counter and when it was read, at the start of the span being measured.
     baselines: BTreeMap<GpuUuid, (u64, Instant)>,
     /// Errors per hour over the last span measured.

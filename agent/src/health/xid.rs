@@ -73,7 +73,7 @@ pub enum Remedy {
 
 /// The health effect of a remedy.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-pub enum Effect {
+pub(crate) enum Effect {
     /// No effect on the verdict.
     None,
     /// The GPU is degraded: it may take work, watch it.

@@ -15,7 +15,7 @@ use bcd_protocol::{
 use super::{pong, BoxFuture, ClientError, Helper, Pong};
 
 /// The version a fake helper gives in its `Hello` and `Pong`.
-pub const FAKE_VERSION: &str = "0.0.0-recording";
+pub(crate) const FAKE_VERSION: &str = "0.0.0-recording";
 
 /// How the fake answers one operation.
 type Script = Box<dyn Fn(&Operation) -> Result<Outcome, ClientError> + Send + Sync>;
@@ -50,7 +50,7 @@ impl RecordingHelper {
     }
 
     /// A fake that answers each operation with `script`'s result.
-    pub fn answering(
+    pub(crate) fn answering(
         script: impl Fn(&Operation) -> Result<Outcome, ClientError> + Send + Sync + 'static,
     ) -> Self {
         Self {

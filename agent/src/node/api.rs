@@ -421,7 +421,7 @@ impl ApiRequest {
 }
 
 /// Answers one request.
-pub async fn handle(node: &Node, request: &Request) -> Answer {
+pub(crate) async fn handle(node: &Node, request: &Request) -> Answer {
     match ApiRequest::parse(request) {
         Ok(asked) => answer(node, asked).await.unwrap_or_else(|e| e.answer()),
         Err(e) => e.answer(),

@@ -52,7 +52,7 @@ mod problems;
 /// GPUs claimed by [`Node::claim`] for a step; free again when this is dropped (also when the
 /// step failed, or its request was dropped halfway).
 #[derive(Debug)]
-pub struct Claim {
+pub(crate) struct Claim {
     claims: ClaimSet,
     gpus: Vec<DeviceId>,
     devices_changed: Arc<watch::Sender<u64>>,
