@@ -14,6 +14,7 @@ pub mod policy;
 pub(crate) mod source;
 
 pub use hold::{Hold, HoldOwner};
-pub use id::{DeviceId, HoldId, IdError, MigUuid};
-pub use pods::{PodAllocation, PodRef};
-pub use source::{Changes, DeviceSource, Report};
+pub use id::{DeviceId, HoldId};
+pub(crate) use pods::{PodAllocation, PodRef};
+pub use source::Report;
+pub(crate) use source::{Changes, DeviceSource};

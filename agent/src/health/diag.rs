@@ -28,7 +28,7 @@ use crate::smi::runner::Runner;
 use crate::smi::xml::DriverHealth;
 use crate::sys::host::Host;
 
-pub use super::pcie::{link_widths, LinkWidth};
+pub(crate) use super::pcie::{link_widths, LinkWidth};
 
 /// The checks' names: the seed's, then those for the verdict's other reasons.
 pub(crate) mod check {

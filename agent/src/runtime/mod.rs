@@ -45,7 +45,7 @@ use crate::inventory::scheduler::{SchedulerHandle, Trigger};
 use crate::state::StateError;
 use crate::sys::host::Host;
 
-pub use iommu::GroupError;
+pub(crate) use iommu::GroupError;
 pub use journal::Journal;
 pub use vfio::reconcile;
 
