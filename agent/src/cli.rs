@@ -127,7 +127,7 @@ pub(crate) fn parse_sample_interval(text: &str) -> Result<u64, SampleIntervalErr
 
 impl Global {
     /// The host the options name.
-    pub fn host(&self) -> Host {
+    pub(crate) fn host(&self) -> Host {
         match &self.host {
             Some(dir) => Host::fake(dir),
             None => Host::new(&self.host_root, &self.nvidia_smi),
@@ -136,7 +136,7 @@ impl Global {
 
     /// The node's XID overrides (`--xid-ignore`, `--xid-unhealthy`), as
     /// [`Cli::try_parse_checked`] checked them.
-    pub fn xid_policy(&self) -> crate::health::xid::XidPolicy {
+    pub(crate) fn xid_policy(&self) -> crate::health::xid::XidPolicy {
         self.xid_policy.clone()
     }
 }

@@ -116,7 +116,7 @@ impl HelperClient {
     /// # Errors
     /// [`ClientError::Connect`] when the socket cannot be reached, [`ClientError::Helper`] when
     /// the helper refuses (not allowed, another protocol version), [`ClientError::Timeout`].
-    pub async fn connect(path: &Path, timeout: Duration) -> Result<Self, ClientError> {
+    pub(crate) async fn connect(path: &Path, timeout: Duration) -> Result<Self, ClientError> {
         let after_s = timeout.as_secs().max(1);
         let timed_out = || ClientError::Timeout {
             path: path.to_path_buf(),
@@ -160,7 +160,7 @@ impl HelperClient {
     }
 
     /// What the helper said in its `Hello`.
-    pub fn hello(&self) -> &HelloAnswer {
+    pub(crate) fn hello(&self) -> &HelloAnswer {
         &self.hello
     }
 

@@ -83,7 +83,7 @@ pub struct ContainerEdits {
 
 impl ContainerEdits {
     /// No edit at all (CDI refuses a device whose edits are empty).
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.env.is_empty()
             && self.device_nodes.is_empty()
             && self.hooks.is_empty()

@@ -127,7 +127,7 @@ pub enum ClaimKind {
 
 impl ClaimKind {
     /// The step in words: "a reset", ...
-    pub fn words(self) -> &'static str {
+    pub(crate) fn words(self) -> &'static str {
         match self {
             Self::Reset => "a reset",
             Self::Vfio => "a vfio-pci step",
@@ -153,7 +153,7 @@ pub(crate) fn claim_of(claims: &ClaimSet, gpu: &DeviceId) -> Option<ClaimKind> {
 
 /// What makes a GPU busy.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Busy {
+pub(crate) enum Busy {
     /// A step of the node's runs on it now.
     Claimed(ClaimKind),
     /// The holds were being changed at the very moment a step that cannot wait asked.
@@ -284,7 +284,7 @@ impl Topology {
 
     /// The devices of `hold`, each with its GPU: the one recorded with the hold, else what
     /// the id or the inventory says.
-    pub fn placed(&self, hold: &Hold) -> Vec<Placed> {
+    pub(crate) fn placed(&self, hold: &Hold) -> Vec<Placed> {
         hold.devices
             .iter()
             .map(|d| Placed {
@@ -296,7 +296,7 @@ impl Topology {
 
     /// Whether `gpu` is busy, and why: passed through, a hold has it or part of it, or that
     /// hold is a Kubernetes binding whose release is pending.
-    pub fn busy<'h>(
+    pub(crate) fn busy<'h>(
         &self,
         gpu: &DeviceId,
         holds: impl IntoIterator<Item = &'h Hold>,

@@ -68,7 +68,7 @@ fn plural(n: usize, one: &str, many: &str) -> String {
 
 /// `nvml`: `ok` when the probe answered (driver version and GPU count), `warn` without
 /// `nvidia-smi`, `fail` for any other failure, with the hint for its text.
-pub fn nvml(probe: &Result<Probe, ProbeFailure>) -> Check {
+pub(crate) fn nvml(probe: &Result<Probe, ProbeFailure>) -> Check {
     match probe {
         Ok(p) => Check::new(
             Status::Ok,
@@ -182,7 +182,7 @@ pub fn gpu(g: &Gpu, xml: Option<&XmlGpu>, verdict: &Verdict) -> Check {
 
 /// `mig-mode`, one per GPU whose MIG mode changes at its next reset: `warn`, since the GPU
 /// keeps its present mode (and its devices) until then. No line for the others.
-pub fn mig_mode(gpus: &[XmlGpu]) -> Vec<Check> {
+pub(crate) fn mig_mode(gpus: &[XmlGpu]) -> Vec<Check> {
     gpus.iter()
         .filter_map(|g| {
             let (now, next) = (g.mig_mode_current?, g.mig_mode_pending?);
@@ -207,7 +207,7 @@ pub fn mig_mode(gpus: &[XmlGpu]) -> Vec<Check> {
 
 /// `gpus`: `fail` when the snapshot (`nvidia-smi -q -x`) failed, with the hint for its text.
 /// No line when it answered, or when there is no `nvidia-smi` at all (`nvml` warns then).
-pub fn gpus(error: Option<&SnapshotError>) -> Option<Check> {
+pub(crate) fn gpus(error: Option<&SnapshotError>) -> Option<Check> {
     let e = error.filter(|e| !e.is_no_driver())?;
     let text = e.to_string();
     Some(Check::new(
@@ -232,7 +232,7 @@ pub(crate) fn gpu_host() -> Check {
 
 /// `nouveau`: `fail` when `/proc/modules` lists it, `warn` when `/proc/modules` cannot be
 /// read, else `ok`.
-pub fn nouveau(modules: Result<&str, &io::Error>) -> Check {
+pub(crate) fn nouveau(modules: Result<&str, &io::Error>) -> Check {
     match modules {
         Ok(text) if text.lines().any(|l| l.split_whitespace().next() == Some("nouveau")) => {
             Check::new(
@@ -263,7 +263,7 @@ pub(crate) enum SmiView {
 
 impl SmiView {
     /// The view a collection gives.
-    pub fn of(collection: &Collection) -> Self {
+    pub(crate) fn of(collection: &Collection) -> Self {
         match (&collection.snapshot, &collection.snapshot_error) {
             (Some(s), _) => SmiView::Answered(s.xml.gpus.len()),
             (None, Some(e)) if e.is_no_driver() => SmiView::NoDriver,
@@ -372,7 +372,7 @@ pub(crate) fn gpu_count(pci: &[PciFunction], smi: SmiView) -> usize {
 
 /// `persistence`: `warn` naming the GPUs whose persistence mode is off, `ok` when every GPU
 /// that reports it has it on; no line when none reports it (WSL says `N/A`).
-pub fn persistence(gpus: &[XmlGpu]) -> Option<Check> {
+pub(crate) fn persistence(gpus: &[XmlGpu]) -> Option<Check> {
     let reported: Vec<&XmlGpu> = gpus
         .iter()
         .filter(|g| g.persistence_mode.is_some())
@@ -448,7 +448,7 @@ pub(crate) fn fabric_manager(switches: usize, state: &UnitState) -> Check {
 
 /// `driver-version`: `fail` when the loaded kernel module (`/proc/driver/nvidia/version`) and
 /// `nvidia-smi` report different versions, `ok` when they agree; no line unless both are known.
-pub fn driver_version(module: Option<&str>, smi: Option<&str>) -> Option<Check> {
+pub(crate) fn driver_version(module: Option<&str>, smi: Option<&str>) -> Option<Check> {
     let (module, smi) = (module?, smi?);
     Some(if module == smi {
         Check::new(
@@ -536,7 +536,7 @@ pub(crate) fn xid_record(e: &crate::health::faults::FaultsError) -> Check {
 /// `helper`: `ok` with the helper's version when it answered `Ping`; otherwise the error's
 /// sentence, `warn` when nothing listens (no helper installed or started), `fail` when
 /// something answered wrongly or not in time.
-pub fn helper(location: &str, ping: &Result<String, PingError>) -> Check {
+pub(crate) fn helper(location: &str, ping: &Result<String, PingError>) -> Check {
     match ping {
         Ok(version) => Check::new(
             Status::Ok,

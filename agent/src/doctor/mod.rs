@@ -114,14 +114,6 @@ impl Report {
             .map(|c| format!("{:<4} {:<width$} {}\n", c.status.word(), c.name, c.message))
             .collect()
     }
-
-    /// `{"checks": [{"status", "name", "message"}]}`.
-    ///
-    /// # Errors
-    /// Never for this type in practice; serde_json's error is passed on.
-    pub fn to_json(&self) -> Result<String, serde_json::Error> {
-        serde_json::to_string_pretty(self)
-    }
 }
 
 /// Where doctor looks and how long it waits. Tests point every field at fakes.
@@ -306,7 +298,7 @@ mod tests {
             report.render_text(),
             "ok   nvml    driver 1.2, 1 GPUs\nwarn gpu-bus x\n"
         );
-        let v: serde_json::Value = serde_json::from_str(&report.to_json().unwrap()).unwrap();
+        let v = serde_json::to_value(&report).unwrap();
         assert_eq!(v["checks"][1]["status"], "warn");
         assert_eq!(v["checks"][0]["name"], "nvml");
         assert_eq!(v["checks"][0]["message"], "driver 1.2, 1 GPUs");

@@ -43,11 +43,6 @@ impl Record<'_> {
     pub fn facility(&self) -> u32 {
         self.priority >> 3
     }
-
-    /// The log level, 0 (emergency) to 7 (debug).
-    pub fn level(&self) -> u32 {
-        self.priority & 7
-    }
 }
 
 /// Why bytes are not a kernel log record.
@@ -171,7 +166,7 @@ pub struct Xid {
 
 impl Xid {
     /// The bus id in NVML's form, as the inventory holds it: `00000000:18:00.0`.
-    pub fn bus_id(&self) -> String {
+    pub(crate) fn bus_id(&self) -> String {
         self.address.nvml_bus_id()
     }
 }
@@ -385,7 +380,7 @@ mod tests {
         assert_eq!((r.priority, r.sequence, r.timestamp_us), (6, 1204, 7312349));
         assert_eq!(r.flags, "-");
         assert_eq!(r.facility(), 0);
-        assert_eq!(r.level(), 6);
+        assert_eq!(r.priority & 7, 6, "the log level");
         assert!(
             r.message.starts_with("nvidia 0000:18:00.0:"),
             "{}",

@@ -45,7 +45,7 @@ pub enum HealthState {
 
 impl HealthState {
     /// Every state, for the metrics' one-series-per-state family.
-    pub const ALL: [HealthState; 4] = [
+    pub(crate) const ALL: [HealthState; 4] = [
         HealthState::Healthy,
         HealthState::Degraded,
         HealthState::Unhealthy,
@@ -53,7 +53,7 @@ impl HealthState {
     ];
 
     /// The state's name.
-    pub fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
             HealthState::Healthy => "healthy",
             HealthState::Degraded => "degraded",
@@ -194,7 +194,7 @@ pub struct Verdict {
 
 impl Verdict {
     /// The scheduling answer.
-    pub fn healthy(&self) -> bool {
+    pub(crate) fn healthy(&self) -> bool {
         self.health.schedulable()
     }
 
@@ -419,7 +419,7 @@ pub(crate) mod kind {
     /// Row remapping.
     pub(crate) const ROW_REMAP: ReasonKind = ReasonKind::RowRemap;
     /// Uncorrectable ECC errors.
-    pub const ECC: ReasonKind = ReasonKind::EccUncorrectable;
+    pub(crate) const ECC: ReasonKind = ReasonKind::EccUncorrectable;
     /// Correctable ECC errors at a high rate.
     pub(crate) const ECC_CORRECTABLE_RATE: ReasonKind = ReasonKind::EccCorrectableRate;
     /// A fatal SXid on an NVSwitch this GPU's NVLinks reach.
@@ -431,7 +431,7 @@ pub(crate) mod kind {
 /// The driver's recovery action in bcd's words: (message, action), `None` for no action.
 /// NVML's values are matched in nvidia-smi's spellings without regard to case; any other
 /// non-empty value needs attention.
-pub fn recovery_action(value: &str, uuid: &str) -> Option<(String, String)> {
+pub(crate) fn recovery_action(value: &str, uuid: &str) -> Option<(String, String)> {
     let v = value.trim().to_ascii_lowercase();
     let action = match v.as_str() {
         "" | "none" => return None,

@@ -23,7 +23,7 @@ use serde::Serialize;
 /// What part of the GPU an XID is about.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
 #[serde(rename_all = "kebab-case")]
-pub enum XidClass {
+pub(crate) enum XidClass {
     /// The application's own fault (a bad address, an engine exception): the GPU is fine.
     Application,
     /// Device memory (ECC, row remapping, page retirement).
@@ -42,7 +42,7 @@ pub enum XidClass {
 
 impl XidClass {
     /// The class's name, as the API and metrics spell it.
-    pub fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
             XidClass::Application => "application",
             XidClass::Memory => "memory",
@@ -58,7 +58,7 @@ impl XidClass {
 /// NVIDIA's immediate action for an XID, and so its health effect.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
 #[serde(rename_all = "kebab-case")]
-pub enum Remedy {
+pub(crate) enum Remedy {
     /// Nothing to do.
     None,
     /// Keep an eye on the GPU (a rate went up); it may take work.
@@ -93,7 +93,7 @@ impl Remedy {
     }
 
     /// The operator's action for a GPU, as a sentence.
-    pub fn action(self, uuid: &str) -> String {
+    pub(crate) fn action(self, uuid: &str) -> String {
         match self {
             Remedy::None => "nothing to do".to_owned(),
             Remedy::Watch => format!(
@@ -294,7 +294,7 @@ fn both_subject(xids: &[u32]) -> String {
 
 /// How one XID is judged on this node: the catalog's entry, or the override.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Judged {
+pub(crate) struct Judged {
     /// The number.
     pub number: u32,
     /// What it means (`unknown XID` when the catalog does not know it).

@@ -60,12 +60,6 @@ impl RecordingHelper {
         }
     }
 
-    /// The same fake, naming `socket` as where it is reached.
-    pub fn at(mut self, socket: impl Into<PathBuf>) -> Self {
-        self.socket = socket.into();
-        self
-    }
-
     /// Every operation asked so far, in order (`Ping` included).
     pub fn calls(&self) -> Vec<Operation> {
         self.calls
@@ -87,7 +81,7 @@ impl RecordingHelper {
 /// What a healthy helper answers: `Pong`, the persistence mode as asked, a reset, a bind
 /// from `nvidia` (persistence off), a release to `nvidia` (persistence on), and no GPU among
 /// a domain's devices.
-pub fn succeeded(op: &Operation) -> Outcome {
+pub(crate) fn succeeded(op: &Operation) -> Outcome {
     match op {
         Operation::Ping => Outcome::Pong {
             helper_version: FAKE_VERSION.to_owned(),
@@ -178,14 +172,13 @@ mod tests {
             }
             .into()),
             _ => Ok(Outcome::Reset { gpu: gpu() }),
-        })
-        .at("/run/test/helper.sock");
+        });
         let err = fake.reset_gpu(gpu()).await.unwrap_err();
         assert!(matches!(err, ClientError::Helper(HelperError::Busy { .. })));
         let err = fake.vfio_bind(gpu()).await.unwrap_err();
         assert!(
             err.to_string()
-                .starts_with("bcd-helper at /run/test/helper.sock broke off the conversation: it answered a vfio request with Reset"),
+                .starts_with("bcd-helper at /nonexistent/bcd-helper-fake.sock broke off the conversation: it answered a vfio request with Reset"),
             "{err}"
         );
         assert_eq!(fake.calls().len(), 2);

@@ -132,7 +132,7 @@ impl Gpu {
     }
 
     /// The GPU's PCI function; `None` without a bus id (WSL 2).
-    pub fn address(&self) -> Option<PciAddress> {
+    pub(crate) fn address(&self) -> Option<PciAddress> {
         self.bus_id
     }
 }
@@ -328,7 +328,7 @@ impl std::fmt::Display for NvLinkRemote {
 
 impl GpuSection {
     /// Sorts every list by a key that does not depend on output order.
-    pub fn canonicalize(&mut self) {
+    pub(crate) fn canonicalize(&mut self) {
         self.gpus.sort_by(|a, b| {
             (a.passed_through, a.index, &a.uuid).cmp(&(b.passed_through, b.index, &b.uuid))
         });
@@ -353,7 +353,7 @@ impl GpuSection {
     }
 
     /// `sha256:` and the hex digest of the canonical bytes.
-    pub fn hash(&self) -> String {
+    pub(crate) fn hash(&self) -> String {
         let digest = Sha256::digest(self.canonical_bytes());
         let mut out = String::with_capacity(7 + 64);
         out.push_str("sha256:");

@@ -28,9 +28,9 @@ pub(crate) const SLOT_RESOURCE: &str = "bcd.dev/gpu-slot";
 /// The prefix of one resource per MIG profile, `bcd.dev/mig-1g.10gb`.
 pub(crate) const MIG_RESOURCE_PREFIX: &str = "bcd.dev/mig-";
 /// The device plugin API's health words.
-pub const HEALTHY: &str = "Healthy";
+pub(crate) const HEALTHY: &str = "Healthy";
 /// See [`HEALTHY`].
-pub const UNHEALTHY: &str = "Unhealthy";
+pub(crate) const UNHEALTHY: &str = "Unhealthy";
 
 /// An extended resource name bcd serves: `bcd.dev/gpu`, `bcd.dev/gpu-slot` or
 /// `bcd.dev/mig-<profile>` with a profile of `[a-z0-9.]` (what `nvidia-smi` names them).
@@ -69,7 +69,7 @@ impl std::fmt::Display for Resource {
 
 impl Resource {
     /// The resource name.
-    pub fn as_str(&self) -> &str {
+    pub(crate) fn as_str(&self) -> &str {
         &self.0
     }
 
@@ -187,7 +187,7 @@ fn nvlinks(word: &str) -> u32 {
 /// - slots: spread over GPUs, the least used GPU first (used: slots of it not available).
 ///
 /// Fewer than `size` are returned only when fewer are available.
-pub fn preferred(
+pub(crate) fn preferred(
     inventory: &Inventory,
     available: &[DeviceId],
     must: &[DeviceId],

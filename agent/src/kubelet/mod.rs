@@ -107,14 +107,14 @@ const DROPPED_LOG_EVERY: std::time::Duration = std::time::Duration::from_secs(60
 
 impl KubeState {
     /// Changes the counters of `resource`.
-    pub fn count(&self, resource: &str, f: impl FnOnce(&mut ResourceCounters)) {
+    pub(crate) fn count(&self, resource: &str, f: impl FnOnce(&mut ResourceCounters)) {
         if let Ok(mut c) = self.counters.lock() {
             f(c.entry(resource.to_owned()).or_default());
         }
     }
 
     /// Every resource's counters.
-    pub fn counters(&self) -> BTreeMap<String, ResourceCounters> {
+    pub(crate) fn counters(&self) -> BTreeMap<String, ResourceCounters> {
         self.counters.lock().map(|c| c.clone()).unwrap_or_default()
     }
 

@@ -83,7 +83,7 @@ pub(crate) mod name {
     /// `<cluster uuid>.<clique id>` of the NVLink fabric every fabric-attached GPU shares.
     pub(crate) const CLIQUE: &str = "nvidia.com/gpu.clique";
     /// bcd's: GPUs that may take work now.
-    pub const HEALTHY: &str = "bcd.dev/gpu.healthy";
+    pub(crate) const HEALTHY: &str = "bcd.dev/gpu.healthy";
     /// bcd's: `ok` or `down`, on a node with an NVLink fabric.
     pub(crate) const FABRIC: &str = "bcd.dev/fabric";
 }
@@ -97,7 +97,7 @@ pub struct Labels(BTreeMap<String, String>);
 
 /// Why a label was refused. `Display` names it.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum LabelError {
+pub(crate) enum LabelError {
     /// The name is no prefixed Kubernetes label key.
     #[error("{0:?} is not a Kubernetes label name (a DNS subdomain prefix, '/', then at most 63 of A-Z, a-z, 0-9, '-', '_', '.', alphanumeric at both ends)")]
     Name(String),
@@ -116,7 +116,7 @@ impl Labels {
     ///
     /// # Errors
     /// [`LabelError`] when the name or the value is not valid; nothing changes then.
-    pub fn insert(
+    pub(crate) fn insert(
         &mut self,
         name: impl Into<String>,
         value: impl Into<String>,
@@ -144,7 +144,7 @@ impl Labels {
     }
 
     /// The labels, in name order.
-    pub fn iter(&self) -> impl Iterator<Item = (&str, &str)> {
+    pub(crate) fn iter(&self) -> impl Iterator<Item = (&str, &str)> {
         self.0.iter().map(|(k, v)| (k.as_str(), v.as_str()))
     }
 
@@ -160,7 +160,7 @@ impl Labels {
 
     /// `name=value` lines in name order, each ending in a newline: what `bcd hardware
     /// --labels` prints and the feature file holds after its directive.
-    pub fn lines(&self) -> String {
+    pub(crate) fn lines(&self) -> String {
         self.iter().map(|(k, v)| format!("{k}={v}\n")).collect()
     }
 }

@@ -137,7 +137,7 @@ pub(crate) fn unexpired(text: &str, now: SystemTime) -> Result<Labels, ParseErro
 
 /// Why the feature file could not be written or read. `Display` is the operator's sentence.
 #[derive(Debug, thiserror::Error)]
-pub enum NfdError {
+pub(crate) enum NfdError {
     /// The write failed; the file there (if any) is as it was.
     #[error("the node labels could not be written ({0}): Node Feature Discovery keeps the labels last written until they expire, and bcd node tries again every minute; check that the folder (--nfd-features-dir) exists and that user bcd may write it (see README: Node labels)")]
     Write(StateError),
@@ -153,11 +153,10 @@ pub enum NfdError {
 
 /// The feature file in one folder, and what was last written to it by this process.
 #[derive(Debug)]
-pub struct FeatureFile {
+pub(crate) struct FeatureFile {
     dir: PathBuf,
     path: PathBuf,
     last: Option<(Labels, Instant)>,
-    writes: u64,
 }
 
 impl FeatureFile {
@@ -167,18 +166,7 @@ impl FeatureFile {
             dir: dir.to_path_buf(),
             path: dir.join(FILE_NAME),
             last: None,
-            writes: 0,
         }
-    }
-
-    /// The file's path.
-    pub fn path(&self) -> &Path {
-        &self.path
-    }
-
-    /// How many writes succeeded.
-    pub fn writes(&self) -> u64 {
-        self.writes
     }
 
     /// Whether `labels` need a write at `now`: nothing was written by this process yet, they
@@ -200,7 +188,7 @@ impl FeatureFile {
     ///
     /// # Errors
     /// [`NfdError::Write`]: the old file is intact, and the labels stay due.
-    pub fn write(
+    pub(crate) fn write(
         &mut self,
         labels: &Labels,
         wall: SystemTime,
@@ -209,7 +197,6 @@ impl FeatureFile {
         let text = render(labels, wall + EXPIRY_AHEAD);
         state::write_atomic(&self.path, text.as_bytes(), MODE).map_err(NfdError::Write)?;
         self.last = Some((labels.clone(), now));
-        self.writes += 1;
         Ok(())
     }
 
@@ -245,7 +232,7 @@ impl FeatureFile {
 /// nothing is written, so the file's last labels expire. `report` is handed each failed
 /// write's sentence, and `None` once a write succeeds again (or none is due any more). Ends
 /// when `labels`' sender is dropped; the file stays.
-pub async fn keep(
+pub(crate) async fn keep(
     mut labels: watch::Receiver<Option<Labels>>,
     mut file: FeatureFile,
     wall: impl Fn() -> SystemTime,

@@ -113,7 +113,7 @@ pub enum ApiError {
 
 impl ApiError {
     /// The HTTP status and error code: the API's one table of them.
-    pub fn kind(&self) -> (u16, &'static str) {
+    pub(crate) fn kind(&self) -> (u16, &'static str) {
         match self {
             Self::InvalidArgument(_) => (400, "invalid-argument"),
             Self::Reserved(_) => (403, "reserved"),

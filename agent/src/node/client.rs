@@ -105,7 +105,10 @@ pub async fn call(
 ///
 /// # Errors
 /// [`ApiError::Bad`] naming the socket when the answer does not have that shape.
-pub fn decode<T: serde::de::DeserializeOwned>(socket: &Path, value: Value) -> Result<T, ApiError> {
+pub(crate) fn decode<T: serde::de::DeserializeOwned>(
+    socket: &Path,
+    value: Value,
+) -> Result<T, ApiError> {
     serde_json::from_value(value).map_err(|e| ApiError::Bad {
         path: socket.display().to_string(),
         what: format!(

@@ -406,7 +406,7 @@ where
 
 /// A response read by the client.
 #[derive(Debug, Clone)]
-pub struct Response {
+pub(crate) struct Response {
     /// The status code.
     pub status: u16,
     /// The body.
@@ -417,7 +417,7 @@ pub struct Response {
 ///
 /// # Errors
 /// The socket's errors, and a malformed response as `InvalidData`.
-pub async fn exchange<S: AsyncRead + AsyncWrite + Unpin>(
+pub(crate) async fn exchange<S: AsyncRead + AsyncWrite + Unpin>(
     stream: S,
     method: &str,
     path: &str,

@@ -299,12 +299,12 @@ impl Node {
     }
 
     /// The root helper.
-    pub fn helper(&self) -> &dyn Helper {
+    pub(crate) fn helper(&self) -> &dyn Helper {
         self.helper.as_ref()
     }
 
     /// What `bcd node` was told.
-    pub fn config(&self) -> &NodeConfig {
+    pub(crate) fn config(&self) -> &NodeConfig {
         &self.config
     }
 
@@ -331,13 +331,8 @@ impl Node {
     }
 
     /// GPUs to VMs and back, through the helper.
-    pub fn passthrough(&self) -> &Passthrough {
+    pub(crate) fn passthrough(&self) -> &Passthrough {
         &self.passthrough
-    }
-
-    /// The passthrough memory.
-    pub fn memory(&self) -> &GpuMemory {
-        &self.memory
     }
 
     /// Asks the scheduler for a collection.
@@ -346,12 +341,12 @@ impl Node {
     }
 
     /// How many collections ran since the node started.
-    pub fn collections(&self) -> u64 {
+    pub(crate) fn collections(&self) -> u64 {
         self.collections.load(std::sync::atomic::Ordering::Acquire)
     }
 
     /// How sampling goes now.
-    pub fn sampling(&self) -> SamplingState {
+    pub(crate) fn sampling(&self) -> SamplingState {
         self.sampling.lock().map(|s| s.clone()).unwrap_or_default()
     }
 

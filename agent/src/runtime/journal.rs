@@ -42,7 +42,7 @@ pub struct Unsettled {
 
 /// Why [`Journal::begin`] did not write a new entry.
 #[derive(Debug, thiserror::Error)]
-pub enum BeginError {
+pub(crate) enum BeginError {
     /// An open entry covers one of its functions.
     #[error(transparent)]
     Unsettled(#[from] Unsettled),
@@ -241,7 +241,7 @@ impl Journal {
     /// # Errors
     /// [`BeginError::Unsettled`] (nothing written), naming the first function of `entry` that
     /// the open entry covers; [`BeginError::State`] as [`Journal::put`].
-    pub fn begin(&self, entry: &mut Entry) -> Result<(), BeginError> {
+    pub(crate) fn begin(&self, entry: &mut Entry) -> Result<(), BeginError> {
         let devices = entry.devices();
         if let Some(open) = self.open_entry_of(&devices)? {
             let device = devices

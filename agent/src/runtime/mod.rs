@@ -293,11 +293,6 @@ impl Passthrough {
         self
     }
 
-    /// The journal.
-    pub fn journal(&self) -> &Journal {
-        &self.journal
-    }
-
     fn changed(&self) {
         (self.on_change)();
     }
@@ -410,8 +405,8 @@ mod tests {
         let helper = Arc::new(releasing());
         let runtime = Passthrough::new(passthrough_host(), data.path(), helper.clone());
         let mut open = open_rollback("0000:61:00.0", &["0000:61:00.0", "0000:61:00.1"]);
-        runtime.journal().put(&mut open).unwrap();
-        let before = runtime.journal().load().unwrap();
+        runtime.journal.put(&mut open).unwrap();
+        let before = runtime.journal.load().unwrap();
         for device in ["0000:61:00.0", "0000:61:00.1"] {
             let err = runtime.release(&device.parse().unwrap()).await.unwrap_err();
             assert!(matches!(err, RuntimeError::Unsettled(_)), "{err}");
@@ -434,7 +429,7 @@ mod tests {
             .unwrap_err();
         assert!(matches!(err, RuntimeError::Unsettled(_)), "{err}");
         assert_eq!(helper.calls(), [], "the helper was asked nothing");
-        let after = runtime.journal().load().unwrap();
+        let after = runtime.journal.load().unwrap();
         assert_eq!(after, before, "the open entry is kept as it was");
         assert_eq!(
             after[&"0000:61:00.0".parse().unwrap()].functions[0]
@@ -497,7 +492,7 @@ mod tests {
             .bind(&GpuRef::Pci(gpu), &not_held)
             .await
             .unwrap_err();
-        assert!(runtime.journal().load().unwrap()[&gpu].open);
+        assert!(runtime.journal.load().unwrap()[&gpu].open);
         // Away: noticed, nothing settled.
         assert_eq!(runtime.check_helper().await, None);
         assert!(matches!(
@@ -507,7 +502,7 @@ mod tests {
         assert!(node.problems_now().iter().any(|p| p.starts_with(
             "the root helper cannot be reached (its last ping: cannot reach bcd-helper at"
         )));
-        assert!(runtime.journal().load().unwrap()[&gpu].open);
+        assert!(runtime.journal.load().unwrap()[&gpu].open);
         // Back: the open entry is settled as at start-up.
         down.store(false, Ordering::SeqCst);
         let calls_before = helper.calls().len();
@@ -525,7 +520,7 @@ mod tests {
                 bcd_protocol::Operation::SetPersistence { gpu, enabled: true }
             ]
         );
-        assert!(!runtime.journal().load().unwrap()[&gpu].open);
+        assert!(!runtime.journal.load().unwrap()[&gpu].open);
         assert_eq!(runtime.helper_seen(), helper_watch::HelperSeen::Answering);
         assert!(runtime.unsettled().is_empty());
         // Answering still: nothing more is asked than the ping.

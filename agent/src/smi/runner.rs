@@ -102,7 +102,7 @@ impl Runner {
     }
 
     /// The per-query bound.
-    pub fn timeout(&self) -> Duration {
+    pub(crate) fn timeout(&self) -> Duration {
         self.timeout
     }
 
@@ -171,14 +171,6 @@ impl Runner {
             stdout,
             elapsed: started.elapsed(),
         })
-    }
-}
-
-impl RunError {
-    /// What the operator should do about it, from the hint table; `None` where no entry
-    /// applies.
-    pub fn hint(&self) -> Option<&'static str> {
-        super::hint::error_hint(&self.to_string())
     }
 }
 
@@ -333,7 +325,7 @@ mod tests {
             "nvidia-smi -q -x was killed by signal SIGKILL (9)"
         );
         assert_eq!(
-            err.hint(),
+            crate::smi::hint::error_hint(&err.to_string()),
             Some("a GPU may be wedged (Xid 79 or 119): gpu.reset or a reboot recovers it")
         );
     }
@@ -346,22 +338,32 @@ mod tests {
         let err = Runner::new(smi).run(&["-L"]).await.unwrap_err();
         assert!(err.to_string().contains("SIGSEGV (11)"), "{err}");
         assert!(
-            err.hint().unwrap().starts_with("nvidia-smi crashed"),
+            crate::smi::hint::error_hint(&err.to_string())
+                .unwrap()
+                .starts_with("nvidia-smi crashed"),
             "{err}"
         );
         let timeout = RunError::Timeout {
             query: "-q -x".into(),
             after: QUERY_TIMEOUT,
         };
-        assert!(timeout.hint().unwrap().contains("Xid 79 or 119"));
-        assert!(RunError::NoDriver.hint().unwrap().contains("--nvidia-smi"));
+        assert!(crate::smi::hint::error_hint(&timeout.to_string())
+            .unwrap()
+            .contains("Xid 79 or 119"));
+        assert!(
+            crate::smi::hint::error_hint(&RunError::NoDriver.to_string())
+                .unwrap()
+                .contains("--nvidia-smi")
+        );
         let long = RunError::TooLong {
             query: "-q -x".into(),
         };
         assert!(
-            long.hint().unwrap().contains("not the nvidia-smi"),
+            crate::smi::hint::error_hint(&long.to_string())
+                .unwrap()
+                .contains("not the nvidia-smi"),
             "{:?}",
-            long.hint()
+            crate::smi::hint::error_hint(&long.to_string())
         );
     }
 

@@ -69,7 +69,7 @@ impl SampleQuery {
     /// The query to ask instead after the driver refused `field`: the one without the clock
     /// reasons when `field` is one of them and this query asks for them; `None` otherwise
     /// (the samples must come from `-q -x` then).
-    pub fn without(self, field: &str) -> Option<SampleQuery> {
+    pub(crate) fn without(self, field: &str) -> Option<SampleQuery> {
         let clock = CLOCK_REASON_FIELDS
             .iter()
             .any(|f| f.eq_ignore_ascii_case(field));
