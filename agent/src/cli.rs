@@ -183,12 +183,12 @@ fn with_exit_statuses(command: clap::Command) -> clap::Command {
     ))
 }
 
-/// The shortest `--sample-interval`, in seconds: [`crate::node::service::MIN_SAMPLE_INTERVAL`].
-pub const MIN_SAMPLE_INTERVAL_S: u64 = crate::node::service::MIN_SAMPLE_INTERVAL.as_secs();
+/// The shortest `--sample-interval`, in seconds: [`crate::node::shared::MIN_SAMPLE_INTERVAL`].
+pub(crate) const MIN_SAMPLE_INTERVAL_S: u64 = crate::node::shared::MIN_SAMPLE_INTERVAL.as_secs();
 
 /// Why a `--sample-interval` is refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum SampleIntervalError {
+pub(crate) enum SampleIntervalError {
     /// Not a whole number of seconds.
     #[error("give whole seconds, {MIN_SAMPLE_INTERVAL_S} or more")]
     NotSeconds,
@@ -201,7 +201,7 @@ pub enum SampleIntervalError {
 ///
 /// # Errors
 /// A [`SampleIntervalError`] that names the minimum.
-pub fn parse_sample_interval(text: &str) -> Result<u64, SampleIntervalError> {
+pub(crate) fn parse_sample_interval(text: &str) -> Result<u64, SampleIntervalError> {
     let seconds: u64 = text
         .trim()
         .parse()
@@ -214,7 +214,7 @@ pub fn parse_sample_interval(text: &str) -> Result<u64, SampleIntervalError> {
 
 impl Global {
     /// The host the options name.
-    pub fn host(&self) -> Host {
+    pub(crate) fn host(&self) -> Host {
         match &self.host {
             Some(dir) => Host::fake(dir),
             None => Host::new(&self.host_root, &self.nvidia_smi),
@@ -223,7 +223,7 @@ impl Global {
 
     /// The node's XID overrides (`--xid-ignore`, `--xid-unhealthy`), as
     /// [`Cli::try_parse_checked`] checked them.
-    pub fn xid_policy(&self) -> crate::health::xid::XidPolicy {
+    pub(crate) fn xid_policy(&self) -> crate::health::xid::XidPolicy {
         self.xid_policy.clone()
     }
 }

@@ -25,7 +25,7 @@ use tokio::net::UnixStream;
 
 /// How long a connect that finds the helper's backlog full (`EAGAIN`, e.g. while other
 /// peers flood it) is retried before it counts as failed.
-pub const CONNECT_RETRY_FOR: Duration = Duration::from_secs(2);
+pub(crate) const CONNECT_RETRY_FOR: Duration = Duration::from_secs(2);
 /// The first pause between those retries; it doubles up to 100 ms.
 const CONNECT_RETRY_FIRST: Duration = Duration::from_millis(5);
 
@@ -51,17 +51,17 @@ async fn connect_retrying(path: &Path) -> std::io::Result<UnixStream> {
 /// The helper's socket in production.
 pub const DEFAULT_SOCKET: &str = "/run/bcd-helper/helper.sock";
 /// Bound on connecting and the `Hello` exchange.
-pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+pub(crate) const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 /// Slack added to the helper's own bounds for socket round trips and scheduling.
-pub const MARGIN: Duration = Duration::from_secs(5);
+pub(crate) const MARGIN: Duration = Duration::from_secs(5);
 /// The helper's bound on one `nvidia-smi` call (its default `--nvidia-smi-timeout`).
-pub const HELPER_NVIDIA_SMI_TIMEOUT: Duration = Duration::from_secs(30);
+pub(crate) const HELPER_NVIDIA_SMI_TIMEOUT: Duration = Duration::from_secs(30);
 /// How long the helper waits for a device another operation holds before answering `Busy`.
-pub const HELPER_DEVICE_WAIT: Duration = Duration::from_secs(30);
+pub(crate) const HELPER_DEVICE_WAIT: Duration = Duration::from_secs(30);
 /// The helper's default unbind timeout.
-pub const HELPER_UNBIND_TIMEOUT: Duration = Duration::from_secs(30);
+pub(crate) const HELPER_UNBIND_TIMEOUT: Duration = Duration::from_secs(30);
 /// The helper's default bound on one `virsh` call.
-pub const HELPER_VIRSH_TIMEOUT: Duration = Duration::from_secs(60);
+pub(crate) const HELPER_VIRSH_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// Why a call to the helper did not give an answer. `Display` is the operator's sentence.
 #[derive(Debug, thiserror::Error)]
@@ -103,7 +103,7 @@ pub enum ClientError {
 
 /// One connection to the helper, past the handshake.
 #[derive(Debug)]
-pub struct HelperClient {
+pub(crate) struct HelperClient {
     stream: UnixStream,
     path: PathBuf,
     next_id: u64,
@@ -116,7 +116,7 @@ impl HelperClient {
     /// # Errors
     /// [`ClientError::Connect`] when the socket cannot be reached, [`ClientError::Helper`] when
     /// the helper refuses (not allowed, another protocol version), [`ClientError::Timeout`].
-    pub async fn connect(path: &Path, timeout: Duration) -> Result<Self, ClientError> {
+    pub(crate) async fn connect(path: &Path, timeout: Duration) -> Result<Self, ClientError> {
         let after_s = timeout.as_secs().max(1);
         let timed_out = || ClientError::Timeout {
             path: path.to_path_buf(),
@@ -160,7 +160,7 @@ impl HelperClient {
     }
 
     /// What the helper said in its `Hello`.
-    pub fn hello(&self) -> &HelloAnswer {
+    pub(crate) fn hello(&self) -> &HelloAnswer {
         &self.hello
     }
 
@@ -214,7 +214,7 @@ impl HelperClient {
 }
 
 /// A boxed future, so that [`Helper`] stays object-safe.
-pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+pub(crate) type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
 /// What a `Ping` tells: the handshake's facts and the helper's answer.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -444,7 +444,7 @@ impl Helper for SocketHelper {
 
 /// A bound for one operation that covers the helper's own bounds with its defaults: the wait
 /// for a busy device, then each child or sysfs step, plus [`MARGIN`].
-pub fn suggested_timeout(op: &Operation) -> Duration {
+pub(crate) fn suggested_timeout(op: &Operation) -> Duration {
     let smi = HELPER_NVIDIA_SMI_TIMEOUT;
     match op {
         Operation::Ping => CONNECT_TIMEOUT,

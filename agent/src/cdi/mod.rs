@@ -18,18 +18,21 @@ pub(crate) mod render;
 pub mod spec;
 pub mod vendor;
 
-pub use crate::device::id::{DeviceId, HoldId, IdError};
+pub(crate) use crate::device::id::IdError;
+pub use crate::device::id::{DeviceId, HoldId};
 pub use crate::device::{Hold, HoldOwner};
-pub use converge::{converge, write_missing, ConvergeError, Convergence};
-pub use holds::{Before, HoldError, Holds, Opened};
+pub use converge::converge;
+pub(crate) use converge::{write_missing, ConvergeError, Convergence};
+pub use holds::Holds;
+pub(crate) use holds::{Before, HoldError};
 pub use render::{render, HoldRequest, Rendered};
-pub use vendor::{read_vendor_specs, DeviceCatalog, VendorSpec, VendorSpecs};
+pub use vendor::{read_vendor_specs, DeviceCatalog, VendorSpec};
 
-pub use crate::device::id::{HOLD_SPEC_PREFIX, HOLD_SPEC_SUFFIX};
+pub(crate) use crate::device::id::HOLD_SPEC_PREFIX;
 
 /// The folders vendor specs are read from, in order: the CDI folder, then the toolkit's
 /// `/var/run/cdi` under the host's root.
-pub fn vendor_dirs(
+pub(crate) fn vendor_dirs(
     cdi_dir: &std::path::Path,
     host: &crate::sys::host::Host,
 ) -> Vec<std::path::PathBuf> {

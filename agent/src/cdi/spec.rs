@@ -15,10 +15,10 @@ use serde::{Deserialize, Serialize};
 
 /// The largest spec bcd reads: 4 MiB. NVIDIA's largest real spec (DGX A100 with every MIG
 /// layout) is under 200 KiB; a larger file is a mistake or an attack.
-pub const MAX_SPEC_BYTES: usize = 4 << 20;
+pub(crate) const MAX_SPEC_BYTES: usize = 4 << 20;
 
 /// Unknown keys of an object, kept as they were.
-pub type Extra = BTreeMap<String, serde_json::Value>;
+pub(crate) type Extra = BTreeMap<String, serde_json::Value>;
 
 /// A CDI spec file.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -83,7 +83,7 @@ pub struct ContainerEdits {
 
 impl ContainerEdits {
     /// No edit at all (CDI refuses a device whose edits are empty).
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.env.is_empty()
             && self.device_nodes.is_empty()
             && self.hooks.is_empty()
@@ -216,17 +216,17 @@ pub struct CdiVersion(pub u32, pub u32, pub u32);
 
 impl CdiVersion {
     /// Mount `type`.
-    pub const V0_4_0: Self = Self(0, 4, 0);
+    pub(crate) const V0_4_0: Self = Self(0, 4, 0);
     /// Device node `hostPath`; device names starting with a digit.
-    pub const V0_5_0: Self = Self(0, 5, 0);
+    pub(crate) const V0_5_0: Self = Self(0, 5, 0);
     /// Annotations; a `.` in the kind's class.
-    pub const V0_6_0: Self = Self(0, 6, 0);
+    pub(crate) const V0_6_0: Self = Self(0, 6, 0);
     /// `additionalGids`; `intelRdt`.
-    pub const V0_7_0: Self = Self(0, 7, 0);
+    pub(crate) const V0_7_0: Self = Self(0, 7, 0);
     /// `netDevices`; `intelRdt`'s `schemata` and `enableMonitoring`.
-    pub const V1_1_0: Self = Self(1, 1, 0);
+    pub(crate) const V1_1_0: Self = Self(1, 1, 0);
     /// The earliest version CDI still reads.
-    pub const EARLIEST: Self = Self(0, 3, 0);
+    pub(crate) const EARLIEST: Self = Self(0, 3, 0);
 }
 
 impl FromStr for CdiVersion {
@@ -270,7 +270,7 @@ pub fn minimum_version(spec: &Spec) -> CdiVersion {
 /// starting with a digit 0.5.0; annotations and a `.` in the kind's class 0.6.0;
 /// `additionalGids` and `intelRdt` 0.7.0; `netDevices` and `intelRdt`'s `schemata` or
 /// `enableMonitoring` 1.1.0).
-pub fn version_needs(spec: &Spec) -> Vec<(CdiVersion, &'static str)> {
+pub(crate) fn version_needs(spec: &Spec) -> Vec<(CdiVersion, &'static str)> {
     let mut needs = Vec::new();
     let mut need = |v: CdiVersion, field: &'static str| {
         if !needs.contains(&(v, field)) {
@@ -326,7 +326,7 @@ pub fn version_needs(spec: &Spec) -> Vec<(CdiVersion, &'static str)> {
 
 /// Whether any edits of `spec` (or a device node, mount or hook in them) carry a field bcd
 /// does not know: which version such a field needs is then unknown.
-pub fn has_unknown_fields(edits: &ContainerEdits) -> bool {
+pub(crate) fn has_unknown_fields(edits: &ContainerEdits) -> bool {
     !edits.extra.is_empty()
         || edits.device_nodes.iter().any(|n| !n.extra.is_empty())
         || edits.mounts.iter().any(|m| !m.extra.is_empty())

@@ -19,9 +19,9 @@ use super::HOLD_SPEC_PREFIX;
 use crate::device::id::DeviceId;
 
 /// The kind of NVIDIA's GPU specs.
-pub const VENDOR_KIND: &str = "nvidia.com/gpu";
+pub(crate) const VENDOR_KIND: &str = "nvidia.com/gpu";
 /// Where the toolkit's `nvidia-cdi-refresh` writes its spec; read after the CDI folder.
-pub const DYNAMIC_CDI_DIR: &str = "/var/run/cdi";
+pub(crate) const DYNAMIC_CDI_DIR: &str = "/var/run/cdi";
 
 /// A vendor spec and the file it came from.
 #[derive(Debug, Clone)]
@@ -227,7 +227,7 @@ fn is_per_gpu_node(path: &str) -> bool {
 /// - otherwise WSL's shape: a spec whose only device is `all` and whose `all` carries no
 ///   GPU's own `/dev/nvidia<N>` node stands for each GPU. (A management-mode `all` that holds
 ///   `/dev/nvidia0` does not: it would hand over every GPU.)
-pub fn find_device<'s>(
+pub(crate) fn find_device<'s>(
     spec: &'s Spec,
     id: &DeviceId,
     catalog: &DeviceCatalog,

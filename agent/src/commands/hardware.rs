@@ -46,7 +46,7 @@ pub async fn hardware(global: &Global) -> ExitCode {
 /// its control characters escaped (names and versions are what `nvidia-smi` printed), as
 /// `bcd status` and `bcd doctor` show them. `answered`: whether `nvidia-smi` answered the
 /// collection (a driver before R410 answers without a CUDA version).
-pub fn render_inventory(inv: &Inventory, answered: bool) -> String {
+pub(crate) fn render_inventory(inv: &Inventory, answered: bool) -> String {
     let s = &inv.gpu;
     let mut lines = vec![format!(
         "driver {}, CUDA {}, {} GPU(s), inventory {}",

@@ -43,8 +43,6 @@ pub mod code {
     pub const NODE_ANSWERED_BADLY: &str = "node-answered-badly";
     /// The root helper did not answer or refused.
     pub const HELPER_FAILED: &str = "helper-failed";
-    /// A GPU reset was asked and did not happen.
-    pub const RESET_FAILED: &str = "reset-failed";
     /// The answer could not be encoded or the process could not start its runtime.
     pub const INTERNAL: &str = "internal";
 }

@@ -13,7 +13,7 @@ use crate::node::schema::NodeStatus;
 
 /// Asks a running `bcd node` for its status (within [`STATUS_WAIT`]); `None` when none
 /// answers, or when it has no inventory yet (it is starting), so the caller reads itself.
-pub async fn status_from_node(socket: &std::path::Path) -> Option<StatusReport> {
+pub(crate) async fn status_from_node(socket: &std::path::Path) -> Option<StatusReport> {
     let answer: NodeStatus =
         ask_node::<(), _>(socket, "GET", "/v1/status", None, STATUS_WAIT).await?;
     if answer.collections == 0 {

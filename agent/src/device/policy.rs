@@ -127,7 +127,7 @@ pub enum ClaimKind {
 
 impl ClaimKind {
     /// The step in words: "a reset", ...
-    pub fn words(self) -> &'static str {
+    pub(crate) fn words(self) -> &'static str {
         match self {
             Self::Reset => "a reset",
             Self::Vfio => "a vfio-pci step",
@@ -139,11 +139,11 @@ impl ClaimKind {
 /// The GPUs claimed now, and by what: shared by the node (which claims) and the hold store
 /// (which refuses a hold on a claimed GPU). A claim is made under the holds lock; it may go at
 /// any time (that only frees a GPU).
-pub type ClaimSet =
+pub(crate) type ClaimSet =
     std::sync::Arc<std::sync::Mutex<std::collections::BTreeMap<DeviceId, ClaimKind>>>;
 
 /// The claim on `gpu` in `claims`, if any.
-pub fn claim_of(claims: &ClaimSet, gpu: &DeviceId) -> Option<ClaimKind> {
+pub(crate) fn claim_of(claims: &ClaimSet, gpu: &DeviceId) -> Option<ClaimKind> {
     claims
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner)
@@ -153,7 +153,7 @@ pub fn claim_of(claims: &ClaimSet, gpu: &DeviceId) -> Option<ClaimKind> {
 
 /// What makes a GPU busy.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Busy {
+pub(crate) enum Busy {
     /// A step of the node's runs on it now.
     Claimed(ClaimKind),
     /// The holds were being changed at the very moment a step that cannot wait asked.
@@ -229,14 +229,14 @@ impl Topology {
     }
 
     /// The GPU at a PCI address.
-    pub fn gpu_at(&self, address: &PciAddress) -> Option<&PhysicalGpu> {
+    pub(crate) fn gpu_at(&self, address: &PciAddress) -> Option<&PhysicalGpu> {
         self.gpus
             .iter()
             .find(|g| g.address.as_ref() == Some(address))
     }
 
     /// The GPU `device` is on: from its id where the id says, else from the inventory.
-    pub fn gpu_of(&self, device: &DeviceId) -> Option<DeviceId> {
+    pub(crate) fn gpu_of(&self, device: &DeviceId) -> Option<DeviceId> {
         device.gpu().or_else(|| {
             self.gpus
                 .iter()
@@ -284,7 +284,7 @@ impl Topology {
 
     /// The devices of `hold`, each with its GPU: the one recorded with the hold, else what
     /// the id or the inventory says.
-    pub fn placed(&self, hold: &Hold) -> Vec<Placed> {
+    pub(crate) fn placed(&self, hold: &Hold) -> Vec<Placed> {
         hold.devices
             .iter()
             .map(|d| Placed {
@@ -296,7 +296,7 @@ impl Topology {
 
     /// Whether `gpu` is busy, and why: passed through, a hold has it or part of it, or that
     /// hold is a Kubernetes binding whose release is pending.
-    pub fn busy<'h>(
+    pub(crate) fn busy<'h>(
         &self,
         gpu: &DeviceId,
         holds: impl IntoIterator<Item = &'h Hold>,
@@ -330,7 +330,7 @@ impl Topology {
 }
 
 /// Whether two devices may not be held by two different holds.
-pub fn conflict(a: &Placed, b: &Placed) -> bool {
+pub(crate) fn conflict(a: &Placed, b: &Placed) -> bool {
     if a.device == b.device {
         return true;
     }
@@ -349,7 +349,7 @@ pub fn conflict(a: &Placed, b: &Placed) -> bool {
 ///
 /// # Errors
 /// [`PolicyError::Conflict`] naming the device asked for, the holder and what it holds.
-pub fn check_free<'h>(
+pub(crate) fn check_free<'h>(
     id: &HoldId,
     wanted: &[Placed],
     others: impl IntoIterator<Item = &'h Hold>,
@@ -378,7 +378,7 @@ pub fn check_free<'h>(
 ///
 /// # Errors
 /// [`PolicyError::Invariant`] naming the GPU, both holds and their devices.
-pub fn check_invariant(holds: &[Hold], topology: &Topology) -> Result<(), PolicyError> {
+pub(crate) fn check_invariant(holds: &[Hold], topology: &Topology) -> Result<(), PolicyError> {
     let placed: Vec<(&HoldId, Vec<Placed>)> =
         holds.iter().map(|h| (&h.id, topology.placed(h))).collect();
     for (i, (first, ours)) in placed.iter().enumerate() {

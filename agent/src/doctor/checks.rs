@@ -41,13 +41,13 @@ pub mod name {
     /// NVSwitches and `nvidia-fabricmanager`.
     pub const FABRIC_MANAGER: &str = "fabric-manager";
     /// The node's overrides of NVIDIA's XID catalog (`--xid-ignore`, `--xid-unhealthy`).
-    pub const XID_POLICY: &str = "xid-policy";
+    pub(crate) const XID_POLICY: &str = "xid-policy";
     /// The kernel module's version against `nvidia-smi`'s.
     pub const DRIVER_VERSION: &str = "driver-version";
     /// `/dev/kmsg` readable (XIDs).
     pub const KMSG: &str = "kmsg";
     /// This boot's XID record (`faults.json`) could not be read.
-    pub const XID_RECORD: &str = "xid-record";
+    pub(crate) const XID_RECORD: &str = "xid-record";
     /// The helper answers `Ping`.
     pub const HELPER: &str = "helper";
     /// GPUs, and a helper to do their privileged steps.
@@ -68,7 +68,7 @@ fn plural(n: usize, one: &str, many: &str) -> String {
 
 /// `nvml`: `ok` when the probe answered (driver version and GPU count), `warn` without
 /// `nvidia-smi`, `fail` for any other failure, with the hint for its text.
-pub fn nvml(probe: &Result<Probe, ProbeFailure>) -> Check {
+pub(crate) fn nvml(probe: &Result<Probe, ProbeFailure>) -> Check {
     match probe {
         Ok(p) => Check::new(
             Status::Ok,
@@ -182,7 +182,7 @@ pub fn gpu(g: &Gpu, xml: Option<&XmlGpu>, verdict: &Verdict) -> Check {
 
 /// `mig-mode`, one per GPU whose MIG mode changes at its next reset: `warn`, since the GPU
 /// keeps its present mode (and its devices) until then. No line for the others.
-pub fn mig_mode(gpus: &[XmlGpu]) -> Vec<Check> {
+pub(crate) fn mig_mode(gpus: &[XmlGpu]) -> Vec<Check> {
     gpus.iter()
         .filter_map(|g| {
             let (now, next) = (g.mig_mode_current?, g.mig_mode_pending?);
@@ -207,7 +207,7 @@ pub fn mig_mode(gpus: &[XmlGpu]) -> Vec<Check> {
 
 /// `gpus`: `fail` when the snapshot (`nvidia-smi -q -x`) failed, with the hint for its text.
 /// No line when it answered, or when there is no `nvidia-smi` at all (`nvml` warns then).
-pub fn gpus(error: Option<&SnapshotError>) -> Option<Check> {
+pub(crate) fn gpus(error: Option<&SnapshotError>) -> Option<Check> {
     let e = error.filter(|e| !e.is_no_driver())?;
     let text = e.to_string();
     Some(Check::new(
@@ -222,7 +222,7 @@ pub fn gpus(error: Option<&SnapshotError>) -> Option<Check> {
 }
 
 /// `gpu-host`, only under WSL 2: `warn` with what works there and what does not.
-pub fn gpu_host() -> Check {
+pub(crate) fn gpu_host() -> Check {
     Check::new(
         Status::Warn,
         name::GPU_HOST,
@@ -232,7 +232,7 @@ pub fn gpu_host() -> Check {
 
 /// `nouveau`: `fail` when `/proc/modules` lists it, `warn` when `/proc/modules` cannot be
 /// read, else `ok`.
-pub fn nouveau(modules: Result<&str, &io::Error>) -> Check {
+pub(crate) fn nouveau(modules: Result<&str, &io::Error>) -> Check {
     match modules {
         Ok(text) if text.lines().any(|l| l.split_whitespace().next() == Some("nouveau")) => {
             Check::new(
@@ -252,7 +252,7 @@ pub fn nouveau(modules: Result<&str, &io::Error>) -> Check {
 
 /// What `nvidia-smi` made of the GPUs, for `gpu-bus`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum SmiView {
+pub(crate) enum SmiView {
     /// The snapshot answered, listing this many GPUs.
     Answered(usize),
     /// There is no `nvidia-smi`.
@@ -263,7 +263,7 @@ pub enum SmiView {
 
 impl SmiView {
     /// The view a collection gives.
-    pub fn of(collection: &Collection) -> Self {
+    pub(crate) fn of(collection: &Collection) -> Self {
         match (&collection.snapshot, &collection.snapshot_error) {
             (Some(s), _) => SmiView::Answered(s.xml.gpus.len()),
             (None, Some(e)) if e.is_no_driver() => SmiView::NoDriver,
@@ -281,7 +281,7 @@ impl SmiView {
 ///   bound to another driver than `nvidia` and `vfio-pci`).
 /// - `ok`: how many GPUs, how many on `nvidia`, how many on `vfio-pci`; also when the bus has
 ///   no NVIDIA GPU.
-pub fn gpu_bus(pci: &[PciFunction], smi: SmiView) -> Check {
+pub(crate) fn gpu_bus(pci: &[PciFunction], smi: SmiView) -> Check {
     let gpus: Vec<&PciFunction> = pci.iter().filter(|f| f.is_nvidia_gpu()).collect();
     let on = |d: &str| {
         gpus.iter()
@@ -362,7 +362,7 @@ pub fn gpu_bus(pci: &[PciFunction], smi: SmiView) -> Check {
 }
 
 /// GPUs on this node for `gpu-binding`: the more of the PCI bus's and `nvidia-smi`'s count.
-pub fn gpu_count(pci: &[PciFunction], smi: SmiView) -> usize {
+pub(crate) fn gpu_count(pci: &[PciFunction], smi: SmiView) -> usize {
     let on_bus = pci.iter().filter(|f| f.is_nvidia_gpu()).count();
     match smi {
         SmiView::Answered(n) => n.max(on_bus),
@@ -372,7 +372,7 @@ pub fn gpu_count(pci: &[PciFunction], smi: SmiView) -> usize {
 
 /// `persistence`: `warn` naming the GPUs whose persistence mode is off, `ok` when every GPU
 /// that reports it has it on; no line when none reports it (WSL says `N/A`).
-pub fn persistence(gpus: &[XmlGpu]) -> Option<Check> {
+pub(crate) fn persistence(gpus: &[XmlGpu]) -> Option<Check> {
     let reported: Vec<&XmlGpu> = gpus
         .iter()
         .filter(|g| g.persistence_mode.is_some())
@@ -414,7 +414,7 @@ pub fn persistence(gpus: &[XmlGpu]) -> Option<Check> {
 /// `fabric-manager`, only with NVSwitches on the bus: `ok` when `nvidia-fabricmanager` is
 /// active (or reloading), `warn` while it is still starting or when systemd could not be
 /// asked, `fail` in any other state (without it CUDA fails on every GPU).
-pub fn fabric_manager(switches: usize, state: &UnitState) -> Check {
+pub(crate) fn fabric_manager(switches: usize, state: &UnitState) -> Check {
     let on_bus = format!(
         "{} on the PCI bus",
         plural(switches, "NVSwitch", "NVSwitches")
@@ -448,7 +448,7 @@ pub fn fabric_manager(switches: usize, state: &UnitState) -> Check {
 
 /// `driver-version`: `fail` when the loaded kernel module (`/proc/driver/nvidia/version`) and
 /// `nvidia-smi` report different versions, `ok` when they agree; no line unless both are known.
-pub fn driver_version(module: Option<&str>, smi: Option<&str>) -> Option<Check> {
+pub(crate) fn driver_version(module: Option<&str>, smi: Option<&str>) -> Option<Check> {
     let (module, smi) = (module?, smi?);
     Some(if module == smi {
         Check::new(
@@ -525,7 +525,7 @@ pub fn kmsg(opened: io::Result<KmsgNode>, restrict: Option<bool>) -> Check {
 
 /// `xid-record`, only when this boot's `faults.json` cannot be read: `warn`, since the `gpu`
 /// lines then judge without the XIDs it holds.
-pub fn xid_record(e: &crate::health::faults::FaultsError) -> Check {
+pub(crate) fn xid_record(e: &crate::health::faults::FaultsError) -> Check {
     Check::new(
         Status::Warn,
         name::XID_RECORD,
@@ -536,7 +536,7 @@ pub fn xid_record(e: &crate::health::faults::FaultsError) -> Check {
 /// `helper`: `ok` with the helper's version when it answered `Ping`; otherwise the error's
 /// sentence, `warn` when nothing listens (no helper installed or started), `fail` when
 /// something answered wrongly or not in time.
-pub fn helper(location: &str, ping: &Result<String, PingError>) -> Check {
+pub(crate) fn helper(location: &str, ping: &Result<String, PingError>) -> Check {
     match ping {
         Ok(version) => Check::new(
             Status::Ok,
@@ -549,7 +549,7 @@ pub fn helper(location: &str, ping: &Result<String, PingError>) -> Check {
 
 /// `gpu-binding`, only with GPUs: `warn` when the helper did not answer (bcd runs as the
 /// unprivileged `bcd` user, so the privileged steps would fail), `ok` when it did.
-pub fn gpu_binding(gpus: usize, helper_answers: bool) -> Option<Check> {
+pub(crate) fn gpu_binding(gpus: usize, helper_answers: bool) -> Option<Check> {
     if gpus == 0 {
         return None;
     }

@@ -11,8 +11,8 @@
 //! skipped: there is no PCI function, kernel module, kernel log or privileged step to check.
 
 pub mod checks;
-pub mod gather;
-pub mod helper;
+pub(crate) mod gather;
+pub(crate) mod helper;
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -113,14 +113,6 @@ impl Report {
             .iter()
             .map(|c| format!("{:<4} {:<width$} {}\n", c.status.word(), c.name, c.message))
             .collect()
-    }
-
-    /// `{"checks": [{"status", "name", "message"}]}`.
-    ///
-    /// # Errors
-    /// Never for this type in practice; serde_json's error is passed on.
-    pub fn to_json(&self) -> Result<String, serde_json::Error> {
-        serde_json::to_string_pretty(self)
     }
 }
 
@@ -306,7 +298,7 @@ mod tests {
             report.render_text(),
             "ok   nvml    driver 1.2, 1 GPUs\nwarn gpu-bus x\n"
         );
-        let v: serde_json::Value = serde_json::from_str(&report.to_json().unwrap()).unwrap();
+        let v = serde_json::to_value(&report).unwrap();
         assert_eq!(v["checks"][1]["status"], "warn");
         assert_eq!(v["checks"][0]["name"], "nvml");
         assert_eq!(v["checks"][0]["message"], "driver 1.2, 1 GPUs");

@@ -28,43 +28,43 @@ use crate::smi::runner::Runner;
 use crate::smi::xml::DriverHealth;
 use crate::sys::host::Host;
 
-pub use super::pcie::{link_widths, LinkWidth};
+pub(crate) use super::pcie::{link_widths, LinkWidth};
 
 /// The checks' names: the seed's, then those for the verdict's other reasons.
 pub(crate) mod check {
     /// `nvidia-smi` answered ([`super::nvidia_smi_answered`]).
-    pub const NVML_INIT: &str = "nvml.init";
+    pub(crate) const NVML_INIT: &str = "nvml.init";
     /// At least the expected number of GPUs is visible.
-    pub const GPU_COUNT: &str = "gpu.count";
+    pub(crate) const GPU_COUNT: &str = "gpu.count";
     /// A GPU asked for is visible.
-    pub const GPU_PRESENT: &str = "gpu.present";
+    pub(crate) const GPU_PRESENT: &str = "gpu.present";
     /// No uncorrectable volatile ECC errors.
-    pub const ECC_UNCORRECTABLE: &str = "ecc.uncorrectable";
+    pub(crate) const ECC_UNCORRECTABLE: &str = "ecc.uncorrectable";
     /// No row remap waits for a reset.
-    pub const ROW_REMAP_PENDING: &str = "row-remap.pending";
+    pub(crate) const ROW_REMAP_PENDING: &str = "row-remap.pending";
     /// Row remapping has not failed.
-    pub const ROW_REMAP_FAILURE: &str = "row-remap.failure";
+    pub(crate) const ROW_REMAP_FAILURE: &str = "row-remap.failure";
     /// The negotiated PCIe link width is the maximum.
-    pub const PCIE_LINK: &str = "pcie.link";
+    pub(crate) const PCIE_LINK: &str = "pcie.link";
     /// No XID this boot that changes the GPU's health.
-    pub const XID_RECENT: &str = "xid.recent";
+    pub(crate) const XID_RECENT: &str = "xid.recent";
     /// The driver asks for no recovery action (`gpu_recovery_action`, `gpu_reset_status`).
-    pub const RECOVERY_ACTION: &str = "recovery-action";
+    pub(crate) const RECOVERY_ACTION: &str = "recovery-action";
     /// The NVLink fabric (`-q -x`'s `<fabric>`): only when it has a reason.
-    pub const FABRIC: &str = "fabric";
+    pub(crate) const FABRIC: &str = "fabric";
     /// NVSwitches without a fabric manager: only when there are.
     pub const FABRIC_MANAGER: &str = "fabric-manager";
     /// Clocks slowed down by hardware, heat or a power brake: only while they are.
-    pub const THROTTLING: &str = "throttling";
+    pub(crate) const THROTTLING: &str = "throttling";
     /// Correctable ECC errors at a high rate (the node's collections): only when they come.
-    pub const ECC_CORRECTABLE_RATE: &str = "ecc.correctable-rate";
+    pub(crate) const ECC_CORRECTABLE_RATE: &str = "ecc.correctable-rate";
     /// A fatal SXid on an NVSwitch the GPU's NVLinks reach: only when there was one.
-    pub const NVSWITCH: &str = "nvswitch";
+    pub(crate) const NVSWITCH: &str = "nvswitch";
     /// `nvidia-smi` reports the GPU the driver lists: only when it does not.
-    pub const NVIDIA_SMI: &str = "nvidia-smi";
+    pub(crate) const NVIDIA_SMI: &str = "nvidia-smi";
 
     /// The seed's per-GPU checks, listed for every GPU in this order.
-    pub const SEED: [&str; 6] = [
+    pub(crate) const SEED: [&str; 6] = [
         ECC_UNCORRECTABLE,
         ROW_REMAP_PENDING,
         ROW_REMAP_FAILURE,
@@ -75,14 +75,14 @@ pub(crate) mod check {
 }
 
 /// `nvml.init`'s message when `nvidia-smi` did not answer.
-pub const NVML_NO_ANSWER: &str =
+pub(crate) const NVML_NO_ANSWER: &str =
     "the NVIDIA driver's management interface (nvidia-smi) did not answer";
 /// `nvml.init`'s message when there is no GPU section at all (no driver).
-pub const NVML_NOT_AVAILABLE: &str = "NVML is not available on this node";
+pub(crate) const NVML_NOT_AVAILABLE: &str = "NVML is not available on this node";
 /// `nvml.init`'s CUDA version where `nvidia-smi` answered without one.
-pub const NO_CUDA_VERSION: &str = "unknown (nvidia-smi reports it from driver R410 on)";
+pub(crate) const NO_CUDA_VERSION: &str = "unknown (nvidia-smi reports it from driver R410 on)";
 /// `gpu.present`'s message for a GPU the inventory does not list.
-pub const NOT_VISIBLE: &str = "not visible to NVML";
+pub(crate) const NOT_VISIBLE: &str = "not visible to NVML";
 
 /// How much a passed check asks for attention.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -129,7 +129,7 @@ pub struct DiagRequest {
 
 /// What the inventory collection said about NVML.
 #[derive(Debug, Clone, Copy)]
-pub enum NvmlState<'a> {
+pub(crate) enum NvmlState<'a> {
     /// No GPU section: no driver at all.
     Unavailable,
     /// The inventory; whether `nvidia-smi` answered for it is [`nvidia_smi_answered`].
@@ -139,13 +139,13 @@ pub enum NvmlState<'a> {
 /// Whether `nvidia-smi` answered the collection: there is a driver and the snapshot did not
 /// fail (`snapshot_error` is its error). `nvml.init` passes exactly then. A CUDA version
 /// cannot tell: drivers before R410 answer `-q -x` without one.
-pub fn nvidia_smi_answered(nvml: NvmlState<'_>, snapshot_error: Option<&str>) -> bool {
+pub(crate) fn nvidia_smi_answered(nvml: NvmlState<'_>, snapshot_error: Option<&str>) -> bool {
     matches!(nvml, NvmlState::Collected(_)) && snapshot_error.is_none()
 }
 
 /// What [`diag_with_verdicts`] judges.
 #[derive(Debug, Clone, Copy)]
-pub struct DiagInput<'a> {
+pub(crate) struct DiagInput<'a> {
     /// What the collection said about NVML.
     pub nvml: NvmlState<'a>,
     /// Why the snapshot failed, when it did: `nvml.init` then fails with it.
@@ -223,7 +223,7 @@ pub(crate) fn diag_nvml(
 
 /// Runs the checks: `nvml.init`, `gpu.count` and `gpu.present` from the inventory, then for
 /// each GPU asked for the seed's checks and a check for each other reason of its verdict.
-pub fn diag_with_verdicts(input: &DiagInput<'_>, request: &DiagRequest) -> DiagReport {
+pub(crate) fn diag_with_verdicts(input: &DiagInput<'_>, request: &DiagRequest) -> DiagReport {
     let detail = |base: &str| match input.nvml_detail {
         Some(d) => format!("{base}: {d}"),
         None => base.to_owned(),
@@ -537,7 +537,7 @@ pub fn render(report: &DiagReport) -> String {
 /// fails with any of its checks, and passes with warnings when one of them warns), then the
 /// node-wide checks that failed: `diag.nvml failed: 8 GPUs: 1 passed, 1 passed with
 /// warnings, 6 failed`.
-pub fn summary(report: &DiagReport) -> String {
+pub(crate) fn summary(report: &DiagReport) -> String {
     let mut gpus: Vec<(&GpuUuid, bool, bool)> = Vec::new();
     for c in &report.checks {
         let Some(uuid) = &c.gpu else { continue };

@@ -43,11 +43,6 @@ impl Record<'_> {
     pub fn facility(&self) -> u32 {
         self.priority >> 3
     }
-
-    /// The log level, 0 (emergency) to 7 (debug).
-    pub fn level(&self) -> u32 {
-        self.priority & 7
-    }
 }
 
 /// Why bytes are not a kernel log record.
@@ -72,7 +67,7 @@ pub enum KmsgError {
 ///
 /// # Errors
 /// [`KmsgError`] when the header is missing or malformed.
-pub fn parse_record(bytes: &[u8]) -> Result<Record<'_>, KmsgError> {
+pub(crate) fn parse_record(bytes: &[u8]) -> Result<Record<'_>, KmsgError> {
     let semi = memchr(b';', bytes).ok_or(KmsgError::NoHeader)?;
     let header = std::str::from_utf8(&bytes[..semi]).map_err(|_| KmsgError::NotText)?;
     let bad = || KmsgError::BadHeader(header.chars().take(64).collect());
@@ -126,7 +121,7 @@ fn memchr(needle: u8, haystack: &[u8]) -> Option<usize> {
 
 /// Decodes the kernel's `\xNN` escapes; a backslash not followed by `x` and two hex digits
 /// is kept as it is. Borrows when there is nothing to decode.
-pub fn unescape(line: &[u8]) -> Cow<'_, str> {
+pub(crate) fn unescape(line: &[u8]) -> Cow<'_, str> {
     if memchr(b'\\', line).is_none() {
         return String::from_utf8_lossy(line);
     }
@@ -171,7 +166,7 @@ pub struct Xid {
 
 impl Xid {
     /// The bus id in NVML's form, as the inventory holds it: `00000000:18:00.0`.
-    pub fn bus_id(&self) -> String {
+    pub(crate) fn bus_id(&self) -> String {
         self.address.nvml_bus_id()
     }
 }
@@ -182,7 +177,7 @@ impl Xid {
 /// (`dddd:bb:dd.f`) or an eight-digit domain (`dddddddd:bb:dd.f`). The number must be followed
 /// by `,` or the end of the message. Anything else, including the prefix anywhere but at the
 /// very start, gives `None`.
-pub fn parse_xid(message: &str) -> Option<Xid> {
+pub(crate) fn parse_xid(message: &str) -> Option<Xid> {
     let rest = message.strip_prefix(XID_PREFIX)?;
     let rest = rest.strip_prefix("PCI:").unwrap_or(rest);
     let (address, rest) = rest.split_once("): ")?;
@@ -234,7 +229,7 @@ pub struct SXid {
 
 /// Reads an NVSwitch's SXid line: `nvidia-nvswitchN: SXid (PCI:dddd:bb:dd.f): N, Fatal, ...`
 /// or `..., Non-fatal, ...`. Lines without the severity word give `None`.
-pub fn parse_sxid(message: &str) -> Option<SXid> {
+pub(crate) fn parse_sxid(message: &str) -> Option<SXid> {
     let rest = message.strip_prefix("nvidia-nvswitch")?;
     let digits = rest.bytes().take_while(u8::is_ascii_digit).count();
     let rest = rest[digits..].strip_prefix(": SXid (PCI:")?;
@@ -265,7 +260,7 @@ pub fn parse_sxid(message: &str) -> Option<SXid> {
 /// The operator's action for an SXid, after NVIDIA's NVSwitch documentation: a fatal SXid
 /// stops the switch's links, and the GPUs using them need a reset (on HGX boards, of the
 /// whole baseboard: a reboot); a non-fatal one is corrected and only watched.
-pub fn sxid_action(fatal: bool) -> String {
+pub(crate) fn sxid_action(fatal: bool) -> String {
     if fatal {
         "stop the jobs on this board's GPUs, then reboot the node: a fatal NVSwitch error stops its NVLinks".to_owned()
     } else {
@@ -279,7 +274,7 @@ pub fn sxid_action(fatal: bool) -> String {
 /// `NVRM: GPU at 0000:01:00.0 has fallen off the bus.`, and
 /// `NVRM: The NVIDIA GPU 0000:b3:00.0 ... has fallen off the bus ...` (one record of three
 /// lines). Gives the GPU's address.
-pub fn parse_fell_off_the_bus(message: &str) -> Option<PciAddress> {
+pub(crate) fn parse_fell_off_the_bus(message: &str) -> Option<PciAddress> {
     if !message.contains("fallen off the bus") {
         return None;
     }
@@ -308,7 +303,7 @@ pub enum Event {
 }
 
 /// Reads the event a kernel-facility message carries, if any.
-pub fn parse_event(message: &str) -> Option<Event> {
+pub(crate) fn parse_event(message: &str) -> Option<Event> {
     if let Some(x) = parse_xid(message) {
         return Some(Event::Xid(x));
     }
@@ -385,7 +380,7 @@ mod tests {
         assert_eq!((r.priority, r.sequence, r.timestamp_us), (6, 1204, 7312349));
         assert_eq!(r.flags, "-");
         assert_eq!(r.facility(), 0);
-        assert_eq!(r.level(), 6);
+        assert_eq!(r.priority & 7, 6, "the log level");
         assert!(
             r.message.starts_with("nvidia 0000:18:00.0:"),
             "{}",

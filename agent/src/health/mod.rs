@@ -188,7 +188,7 @@ pub struct Condition {
 
 impl Condition {
     /// Whether this is a live XID condition of `uuid`.
-    pub fn is_xid_of(&self, uuid: &GpuUuid) -> bool {
+    pub(crate) fn is_xid_of(&self, uuid: &GpuUuid) -> bool {
         self.status && self.device_id.gpu() == Some(uuid) && self.kind.xid().is_some()
     }
 }
@@ -196,7 +196,7 @@ impl Condition {
 /// Raises `kind` for `device_id` in `conditions`: a new condition, or the existing one with
 /// its `last_seen` and message updated (one condition per kind and GPU). Returns whether
 /// anything changed.
-pub fn raise(
+pub(crate) fn raise(
     conditions: &mut Vec<Condition>,
     kind: &ConditionKind,
     device_id: ConditionDevice,
@@ -227,7 +227,7 @@ pub fn raise(
 }
 
 /// The count of uncorrectable volatile ECC errors, when above zero.
-pub fn uncorrectable_volatile(gpu: &Gpu) -> Option<u64> {
+pub(crate) fn uncorrectable_volatile(gpu: &Gpu) -> Option<u64> {
     gpu.ecc
         .as_ref()
         .and_then(|e| e.volatile.as_ref())
@@ -236,7 +236,7 @@ pub fn uncorrectable_volatile(gpu: &Gpu) -> Option<u64> {
 }
 
 /// The XID conditions of `gpu` (live, this boot), in the order given.
-pub fn xid_conditions<'a>(gpu: &Gpu, conditions: &'a [Condition]) -> Vec<&'a Condition> {
+pub(crate) fn xid_conditions<'a>(gpu: &Gpu, conditions: &'a [Condition]) -> Vec<&'a Condition> {
     conditions
         .iter()
         .filter(|c| c.is_xid_of(&gpu.uuid))
@@ -245,7 +245,7 @@ pub fn xid_conditions<'a>(gpu: &Gpu, conditions: &'a [Condition]) -> Vec<&'a Con
 
 /// A condition's class and action, from the XID catalog (and the node's overrides) for XIDs,
 /// from the switch's severity for NVSwitch SXids.
-pub fn describe(c: &Condition, policy: &xid::XidPolicy) -> (&'static str, String) {
+pub(crate) fn describe(c: &Condition, policy: &xid::XidPolicy) -> (&'static str, String) {
     let device = c.device_id.to_string();
     match &c.kind {
         ConditionKind::Xid(n) => {
@@ -264,15 +264,14 @@ pub fn describe(c: &Condition, policy: &xid::XidPolicy) -> (&'static str, String
     }
 }
 
-/// The scheduling answer from the counters and this boot's conditions alone (no driver
-/// readings): see [`verdict::judge`] for the whole verdict.
-pub fn gpu_healthy(gpu: &Gpu, conditions: &[Condition]) -> bool {
-    verdict::judge(gpu, &verdict::Evidence::new(conditions)).healthy()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The scheduling answer from the counters and this boot's conditions alone.
+    fn gpu_healthy(gpu: &Gpu, conditions: &[Condition]) -> bool {
+        verdict::judge(gpu, &verdict::Evidence::new(conditions)).healthy()
+    }
     use crate::inventory::document::{Ecc, EccCounts, RowRemap};
 
     const UUID: &str = "GPU-ff1dacfa-2e1a-0504-a88b-76a3118ee48b";

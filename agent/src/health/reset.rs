@@ -47,17 +47,6 @@ pub enum ResetError {
     NoGpu,
 }
 
-impl ResetError {
-    /// The error code the node service's API answers with.
-    pub fn code(&self) -> &'static str {
-        match self {
-            ResetError::Busy { .. } => "gpu-busy",
-            ResetError::UnknownGpu { .. } | ResetError::NoAddress { .. } => "unknown-gpu",
-            ResetError::NoGpu => "invalid-argument",
-        }
-    }
-}
-
 /// How one GPU came out of the reset.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct GpuResetOutcome {
@@ -290,7 +279,7 @@ mod tests {
         k.kubernetes = true;
         k.unassigned_since = Some(1_700_000_000);
         let err = refused(&[A], &inventory(), &[k]).await;
-        assert_eq!(err.code(), "gpu-busy");
+        assert!(matches!(err, ResetError::Busy { .. }), "{err}");
         assert!(
             err.to_string()
                 .contains("a pending Kubernetes release: hold k8s-a"),
@@ -314,7 +303,7 @@ mod tests {
     #[tokio::test]
     async fn a_held_gpu_refuses_the_whole_command() {
         let err = refused(&[A, B], &inventory(), &[hold("h-42", B)]).await;
-        assert_eq!(err.code(), "gpu-busy");
+        assert!(matches!(err, ResetError::Busy { .. }), "{err}");
         assert_eq!(
             err.to_string(),
             format!("gpu-busy: GPU {B} is in use (held by h-42); nothing was reset")
@@ -341,7 +330,7 @@ mod tests {
         let upper = B.replacen("GPU-", "", 1).to_ascii_uppercase();
         let asked = format!("GPU-{upper}");
         let err = refused(&[&asked], &inventory(), &[hold("h-42", B)]).await;
-        assert_eq!(err.code(), "gpu-busy", "{err}");
+        assert!(matches!(err, ResetError::Busy { .. }), "{err}");
     }
 
     #[tokio::test]
@@ -360,7 +349,7 @@ mod tests {
             &[],
         )
         .await;
-        assert_eq!(err.code(), "unknown-gpu");
+        assert!(matches!(err, ResetError::UnknownGpu { .. }), "{err}");
         assert!(err.to_string().starts_with("unknown GPU GPU-0000"));
     }
 

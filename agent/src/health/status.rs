@@ -31,7 +31,7 @@ use crate::smi::xml::DriverHealth;
 use crate::sys::host::Host;
 
 /// The longest `bcd status` waits for the sample and the inventory.
-pub const STATUS_WAIT: Duration = Duration::from_secs(10);
+pub(crate) const STATUS_WAIT: Duration = Duration::from_secs(10);
 
 /// One GPU's line.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -107,7 +107,7 @@ pub enum StatusError {
 }
 
 /// The driver's readings per GPU UUID from a `-q -x` document.
-pub fn driver_readings(xml: &crate::smi::xml::QueryXml) -> BTreeMap<GpuUuid, DriverHealth> {
+pub(crate) fn driver_readings(xml: &crate::smi::xml::QueryXml) -> BTreeMap<GpuUuid, DriverHealth> {
     xml.gpus
         .iter()
         .filter_map(|g| {
@@ -121,7 +121,7 @@ pub fn driver_readings(xml: &crate::smi::xml::QueryXml) -> BTreeMap<GpuUuid, Dri
 /// silent for (`now`) does not list: a wedged GPU may vanish from procfs too, and a GPU that
 /// nothing answers for stays listed (`unknown`) rather than disappearing. Passed-through GPUs
 /// are left out: the passthrough memory lists them whatever `nvidia-smi` says.
-pub fn kept_gpus<'a>(
+pub(crate) fn kept_gpus<'a>(
     last: impl IntoIterator<Item = &'a crate::inventory::document::Gpu>,
     now: &[crate::inventory::document::Gpu],
 ) -> Vec<crate::inventory::document::Gpu> {

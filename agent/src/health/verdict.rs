@@ -45,7 +45,7 @@ pub enum HealthState {
 
 impl HealthState {
     /// Every state, for the metrics' one-series-per-state family.
-    pub const ALL: [HealthState; 4] = [
+    pub(crate) const ALL: [HealthState; 4] = [
         HealthState::Healthy,
         HealthState::Degraded,
         HealthState::Unhealthy,
@@ -53,7 +53,7 @@ impl HealthState {
     ];
 
     /// The state's name.
-    pub fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
             HealthState::Healthy => "healthy",
             HealthState::Degraded => "degraded",
@@ -63,7 +63,7 @@ impl HealthState {
     }
 
     /// The scheduling answer: healthy and degraded GPUs may take work.
-    pub fn schedulable(self) -> bool {
+    pub(crate) fn schedulable(self) -> bool {
         matches!(self, HealthState::Healthy | HealthState::Degraded)
     }
 }
@@ -194,7 +194,7 @@ pub struct Verdict {
 
 impl Verdict {
     /// The scheduling answer.
-    pub fn healthy(&self) -> bool {
+    pub(crate) fn healthy(&self) -> bool {
         self.health.schedulable()
     }
 
@@ -259,17 +259,17 @@ impl<'a> Evidence<'a> {
     }
 
     /// Every GPU of the inventory (see [`switch_fault`]).
-    pub fn with_board(self, board: &'a [Gpu]) -> Self {
+    pub(crate) fn with_board(self, board: &'a [Gpu]) -> Self {
         Self { board, ..self }
     }
 
     /// Earlier boots' hardware XIDs, oldest first.
-    pub fn with_history(self, history: &'a [PastBoot]) -> Self {
+    pub(crate) fn with_history(self, history: &'a [PastBoot]) -> Self {
         Self { history, ..self }
     }
 
     /// The node's XID overrides.
-    pub fn with_policy(self, policy: &'a XidPolicy) -> Self {
+    pub(crate) fn with_policy(self, policy: &'a XidPolicy) -> Self {
         Self {
             policy: Some(policy),
             ..self
@@ -278,7 +278,7 @@ impl<'a> Evidence<'a> {
 
     /// The driver's readings per GPU UUID from the latest `-q -x` (`None`: it gave none), and
     /// why `nvidia-smi -q -x` gave nothing when it did not answer.
-    pub fn with_driver(
+    pub(crate) fn with_driver(
         self,
         driver: Option<&'a BTreeMap<GpuUuid, DriverHealth>>,
         silent: Option<&'a str>,
@@ -291,7 +291,7 @@ impl<'a> Evidence<'a> {
     }
 
     /// How many NVSwitches are on the bus while the fabric manager is not active, if it is not.
-    pub fn with_fabric_manager_down(self, fabric_manager_down: Option<usize>) -> Self {
+    pub(crate) fn with_fabric_manager_down(self, fabric_manager_down: Option<usize>) -> Self {
         Self {
             fabric_manager_down,
             ..self
@@ -299,12 +299,12 @@ impl<'a> Evidence<'a> {
     }
 
     /// The latest samples.
-    pub fn with_samples(self, samples: &'a [GpuSample]) -> Self {
+    pub(crate) fn with_samples(self, samples: &'a [GpuSample]) -> Self {
         Self { samples, ..self }
     }
 
     /// The correctable ECC error rates between two collections.
-    pub fn with_correctable(self, correctable: &'a CorrectableRates) -> Self {
+    pub(crate) fn with_correctable(self, correctable: &'a CorrectableRates) -> Self {
         Self {
             correctable: Some(correctable),
             ..self
@@ -312,7 +312,7 @@ impl<'a> Evidence<'a> {
     }
 
     /// The PCIe link widths sysfs gives, per GPU UUID.
-    pub fn with_links(self, links: &'a BTreeMap<GpuUuid, LinkWidth>) -> Self {
+    pub(crate) fn with_links(self, links: &'a BTreeMap<GpuUuid, LinkWidth>) -> Self {
         Self {
             links: Some(links),
             ..self
@@ -324,16 +324,16 @@ impl<'a> Evidence<'a> {
 /// are fixed by the hardware and cost nothing by themselves, but a steady stream of them is
 /// how memory that will fail shows first; 100 an hour is well above the odd error a healthy
 /// HBM stack corrects and well below what a failing one does.
-pub const CORRECTABLE_PER_HOUR: f64 = 100.0;
+pub(crate) const CORRECTABLE_PER_HOUR: f64 = 100.0;
 
 /// The shortest span a correctable error rate is measured over, so that two collections a
 /// second apart (an XID, a refresh) never turn one error into thousands an hour. Growth within
 /// a shorter span counts only once it exceeds what the threshold allows over this span.
-pub const CORRECTABLE_RATE_WINDOW: Duration = Duration::from_secs(10 * 60);
+pub(crate) const CORRECTABLE_RATE_WINDOW: Duration = Duration::from_secs(10 * 60);
 
 /// The volatile correctable ECC counters' growth between collections, per GPU UUID.
 #[derive(Debug, Clone, Default, PartialEq)]
-pub struct CorrectableRates {
+pub(crate) struct CorrectableRates {
     /// The counter and when it was read, at the start of the span being measured.
     baselines: BTreeMap<GpuUuid, (u64, Instant)>,
     /// Errors per hour over the last span measured.
@@ -344,7 +344,7 @@ impl CorrectableRates {
     /// Takes in the counters of a collection made at `at`. A counter that went down (a driver
     /// reload or a GPU reset clears the volatile counters) starts a new span, and a GPU without
     /// a counter is forgotten.
-    pub fn observe(&mut self, gpus: &[Gpu], at: Instant) {
+    pub(crate) fn observe(&mut self, gpus: &[Gpu], at: Instant) {
         let window_h = CORRECTABLE_RATE_WINDOW.as_secs_f64() / 3600.0;
         let mut seen = Vec::new();
         for g in gpus {
@@ -384,13 +384,13 @@ impl CorrectableRates {
     }
 
     /// The GPU's correctable errors per hour over the last span measured.
-    pub fn per_hour(&self, uuid: &GpuUuid) -> Option<f64> {
+    pub(crate) fn per_hour(&self, uuid: &GpuUuid) -> Option<f64> {
         self.rates.get(uuid).copied()
     }
 }
 
 /// The action for a GPU whose correctable errors come fast.
-pub const CORRECTABLE_ACTION: &str = "watch the GPU: its memory corrects errors at a high rate, which often comes before uncorrectable ones; drain it at the next chance and run the vendor's memory diagnostics (dcgmi diag -r 3)";
+pub(crate) const CORRECTABLE_ACTION: &str = "watch the GPU: its memory corrects errors at a high rate, which often comes before uncorrectable ones; drain it at the next chance and run the vendor's memory diagnostics (dcgmi diag -r 3)";
 
 fn reason(state: HealthState, kind: ReasonKind, message: String, action: String) -> Reason {
     Reason {
@@ -405,33 +405,33 @@ fn reason(state: HealthState, kind: ReasonKind, message: String, action: String)
 pub(crate) mod kind {
     use super::ReasonKind;
     /// `nvidia-smi -q -x` did not answer.
-    pub const NVIDIA_SMI_SILENT: ReasonKind = ReasonKind::NvidiaSmiSilent;
+    pub(crate) const NVIDIA_SMI_SILENT: ReasonKind = ReasonKind::NvidiaSmiSilent;
     /// `nvidia-smi` answered without this GPU.
-    pub const NOT_REPORTED: ReasonKind = ReasonKind::NotReported;
+    pub(crate) const NOT_REPORTED: ReasonKind = ReasonKind::NotReported;
     /// The driver's `gpu_recovery_action` or `gpu_reset_status`.
-    pub const RECOVERY_ACTION: ReasonKind = ReasonKind::RecoveryAction;
+    pub(crate) const RECOVERY_ACTION: ReasonKind = ReasonKind::RecoveryAction;
     /// The NVLink fabric.
-    pub const FABRIC: ReasonKind = ReasonKind::Fabric;
+    pub(crate) const FABRIC: ReasonKind = ReasonKind::Fabric;
     /// NVSwitches without a fabric manager.
     pub const FABRIC_MANAGER: ReasonKind = ReasonKind::FabricManager;
     /// Clocks slowed by hardware, heat or a power brake.
-    pub const THROTTLED: ReasonKind = ReasonKind::Throttled;
+    pub(crate) const THROTTLED: ReasonKind = ReasonKind::Throttled;
     /// Row remapping.
-    pub const ROW_REMAP: ReasonKind = ReasonKind::RowRemap;
+    pub(crate) const ROW_REMAP: ReasonKind = ReasonKind::RowRemap;
     /// Uncorrectable ECC errors.
-    pub const ECC: ReasonKind = ReasonKind::EccUncorrectable;
+    pub(crate) const ECC: ReasonKind = ReasonKind::EccUncorrectable;
     /// Correctable ECC errors at a high rate.
-    pub const ECC_CORRECTABLE_RATE: ReasonKind = ReasonKind::EccCorrectableRate;
+    pub(crate) const ECC_CORRECTABLE_RATE: ReasonKind = ReasonKind::EccCorrectableRate;
     /// A fatal SXid on an NVSwitch this GPU's NVLinks reach.
-    pub const SWITCH_FATAL: ReasonKind = ReasonKind::NvSwitchFatal;
+    pub(crate) const SWITCH_FATAL: ReasonKind = ReasonKind::NvSwitchFatal;
     /// The PCIe link trained below its maximum width.
-    pub const PCIE_LINK: ReasonKind = ReasonKind::PcieLink;
+    pub(crate) const PCIE_LINK: ReasonKind = ReasonKind::PcieLink;
 }
 
 /// The driver's recovery action in bcd's words: (message, action), `None` for no action.
 /// NVML's values are matched in nvidia-smi's spellings without regard to case; any other
 /// non-empty value needs attention.
-pub fn recovery_action(value: &str, uuid: &str) -> Option<(String, String)> {
+pub(crate) fn recovery_action(value: &str, uuid: &str) -> Option<(String, String)> {
     let v = value.trim().to_ascii_lowercase();
     let action = match v.as_str() {
         "" | "none" => return None,
@@ -447,7 +447,7 @@ pub fn recovery_action(value: &str, uuid: &str) -> Option<(String, String)> {
 }
 
 /// Judges `gpu`.
-pub fn judge(gpu: &Gpu, ev: &Evidence<'_>) -> Verdict {
+pub(crate) fn judge(gpu: &Gpu, ev: &Evidence<'_>) -> Verdict {
     let uuid = &gpu.uuid;
     let mut out = Vec::new();
     counters(gpu, &mut out);
@@ -554,13 +554,13 @@ fn switch_fault(gpu: &Gpu, ev: &Evidence<'_>, out: &mut Vec<Reason>) {
 }
 
 /// The message of a [`kind::ROW_REMAP`] reason for failed row remapping.
-pub const ROW_REMAP_FAILED: &str = "row remapping failed";
+pub(crate) const ROW_REMAP_FAILED: &str = "row remapping failed";
 /// The message of a [`kind::ROW_REMAP`] reason for a remap that waits for a reset.
-pub const ROW_REMAP_PENDING: &str = "a row remap waits for a GPU reset";
+pub(crate) const ROW_REMAP_PENDING: &str = "a row remap waits for a GPU reset";
 
 /// The reasons the GPU's own counters give (row remapping, uncorrectable volatile ECC errors):
 /// what a reset must clear. The one place their sentences are written.
-pub fn counter_reasons(gpu: &Gpu) -> Vec<Reason> {
+pub(crate) fn counter_reasons(gpu: &Gpu) -> Vec<Reason> {
     let mut out = Vec::new();
     counters(gpu, &mut out);
     out
@@ -597,7 +597,7 @@ fn counters(gpu: &Gpu, out: &mut Vec<Reason>) {
 }
 
 /// The action for a hardware XID that came back on the next boot.
-pub const INSPECT_ACTION: &str =
+pub(crate) const INSPECT_ACTION: &str =
     "the GPU needs inspection: the same hardware XID on the last two boots";
 
 fn xids(gpu: &Gpu, ev: &Evidence<'_>, out: &mut Vec<Reason>) {
@@ -768,10 +768,10 @@ fn throttling(uuid: &GpuUuid, ev: &Evidence<'_>, out: &mut Vec<Reason>) {
 }
 
 /// The action for a GPU whose PCIe link trained below its width.
-pub const PCIE_LINK_ACTION: &str = "check the riser, slot and seating at the next maintenance: the GPU may take work but moves data to and from the host more slowly";
+pub(crate) const PCIE_LINK_ACTION: &str = "check the riser, slot and seating at the next maintenance: the GPU may take work but moves data to and from the host more slowly";
 
 /// The action for a GPU whose clocks are slowed down.
-pub const THROTTLED_ACTION: &str =
+pub(crate) const THROTTLED_ACTION: &str =
     "check the GPU's cooling and power supply: it may take work but runs slower while this lasts";
 
 #[cfg(test)]

@@ -23,7 +23,7 @@ use serde::Serialize;
 /// What part of the GPU an XID is about.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
 #[serde(rename_all = "kebab-case")]
-pub enum XidClass {
+pub(crate) enum XidClass {
     /// The application's own fault (a bad address, an engine exception): the GPU is fine.
     Application,
     /// Device memory (ECC, row remapping, page retirement).
@@ -42,7 +42,7 @@ pub enum XidClass {
 
 impl XidClass {
     /// The class's name, as the API and metrics spell it.
-    pub fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
             XidClass::Application => "application",
             XidClass::Memory => "memory",
@@ -58,7 +58,7 @@ impl XidClass {
 /// NVIDIA's immediate action for an XID, and so its health effect.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
 #[serde(rename_all = "kebab-case")]
-pub enum Remedy {
+pub(crate) enum Remedy {
     /// Nothing to do.
     None,
     /// Keep an eye on the GPU (a rate went up); it may take work.
@@ -73,7 +73,7 @@ pub enum Remedy {
 
 /// The health effect of a remedy.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-pub enum Effect {
+pub(crate) enum Effect {
     /// No effect on the verdict.
     None,
     /// The GPU is degraded: it may take work, watch it.
@@ -84,7 +84,7 @@ pub enum Effect {
 
 impl Remedy {
     /// What the remedy does to the verdict.
-    pub fn effect(self) -> Effect {
+    pub(crate) fn effect(self) -> Effect {
         match self {
             Remedy::None => Effect::None,
             Remedy::Watch | Remedy::RestartApp => Effect::Degraded,
@@ -93,7 +93,7 @@ impl Remedy {
     }
 
     /// The operator's action for a GPU, as a sentence.
-    pub fn action(self, uuid: &str) -> String {
+    pub(crate) fn action(self, uuid: &str) -> String {
         match self {
             Remedy::None => "nothing to do".to_owned(),
             Remedy::Watch => format!(
@@ -108,7 +108,7 @@ impl Remedy {
 
 /// One catalog entry.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct XidInfo {
+pub(crate) struct XidInfo {
     /// The XID number.
     pub number: u32,
     /// What it means, in NVIDIA's words (shortened).
@@ -132,7 +132,7 @@ use Remedy as R;
 use XidClass as C;
 
 /// The catalog, by number.
-pub const CATALOG: &[XidInfo] = &[
+pub(crate) const CATALOG: &[XidInfo] = &[
     entry(
         8,
         "GPU stopped processing (channel idle timeout)",
@@ -228,12 +228,12 @@ pub const CATALOG: &[XidInfo] = &[
 ];
 
 /// The catalog's entry for `number`.
-pub fn lookup(number: u32) -> Option<&'static XidInfo> {
+pub(crate) fn lookup(number: u32) -> Option<&'static XidInfo> {
     CATALOG.iter().find(|e| e.number == number)
 }
 
 /// The XID whose arrival means the driver's recovery action changed: bcd collects at once.
-pub const RECOVERY_ACTION_CHANGED: u32 = 154;
+pub(crate) const RECOVERY_ACTION_CHANGED: u32 = 154;
 
 /// A list of XID numbers as an operator writes it: `13,31,43`.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -294,7 +294,7 @@ fn both_subject(xids: &[u32]) -> String {
 
 /// How one XID is judged on this node: the catalog's entry, or the override.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Judged {
+pub(crate) struct Judged {
     /// The number.
     pub number: u32,
     /// What it means (`unknown XID` when the catalog does not know it).
@@ -323,7 +323,7 @@ impl XidPolicy {
     }
 
     /// Judges `number`: an override first, then the catalog, then the safe default (reset).
-    pub fn judge(&self, number: u32) -> Judged {
+    pub(crate) fn judge(&self, number: u32) -> Judged {
         let known = lookup(number);
         let (meaning, class, catalog_remedy) = known.map_or(
             (
@@ -350,12 +350,12 @@ impl XidPolicy {
     }
 
     /// Whether the node changes anything about the catalog.
-    pub fn is_default(&self) -> bool {
+    pub(crate) fn is_default(&self) -> bool {
         self.ignore.is_empty() && self.unhealthy.is_empty()
     }
 
     /// The overrides in words, for `bcd doctor`.
-    pub fn describe(&self) -> String {
+    pub(crate) fn describe(&self) -> String {
         if self.is_default() {
             return "NVIDIA's XID catalog as it is (no --xid-ignore or --xid-unhealthy)".to_owned();
         }
@@ -379,7 +379,7 @@ impl XidPolicy {
 impl Judged {
     /// Whether a repeat of this XID on the next boot means the GPU needs inspection: a
     /// hardware class whose remedy is a reset or a reboot.
-    pub fn is_hardware(&self) -> bool {
+    pub(crate) fn is_hardware(&self) -> bool {
         matches!(
             self.class,
             XidClass::Memory

@@ -15,7 +15,7 @@ use bcd_protocol::{
 use super::{pong, BoxFuture, ClientError, Helper, Pong};
 
 /// The version a fake helper gives in its `Hello` and `Pong`.
-pub const FAKE_VERSION: &str = "0.0.0-recording";
+pub(crate) const FAKE_VERSION: &str = "0.0.0-recording";
 
 /// How the fake answers one operation.
 type Script = Box<dyn Fn(&Operation) -> Result<Outcome, ClientError> + Send + Sync>;
@@ -50,7 +50,7 @@ impl RecordingHelper {
     }
 
     /// A fake that answers each operation with `script`'s result.
-    pub fn answering(
+    pub(crate) fn answering(
         script: impl Fn(&Operation) -> Result<Outcome, ClientError> + Send + Sync + 'static,
     ) -> Self {
         Self {
@@ -58,12 +58,6 @@ impl RecordingHelper {
             calls: Mutex::new(Vec::new()),
             script: Box::new(script),
         }
-    }
-
-    /// The same fake, naming `socket` as where it is reached.
-    pub fn at(mut self, socket: impl Into<PathBuf>) -> Self {
-        self.socket = socket.into();
-        self
     }
 
     /// Every operation asked so far, in order (`Ping` included).
@@ -87,7 +81,7 @@ impl RecordingHelper {
 /// What a healthy helper answers: `Pong`, the persistence mode as asked, a reset, a bind
 /// from `nvidia` (persistence off), a release to `nvidia` (persistence on), and no GPU among
 /// a domain's devices.
-pub fn succeeded(op: &Operation) -> Outcome {
+pub(crate) fn succeeded(op: &Operation) -> Outcome {
     match op {
         Operation::Ping => Outcome::Pong {
             helper_version: FAKE_VERSION.to_owned(),
@@ -178,14 +172,13 @@ mod tests {
             }
             .into()),
             _ => Ok(Outcome::Reset { gpu: gpu() }),
-        })
-        .at("/run/test/helper.sock");
+        });
         let err = fake.reset_gpu(gpu()).await.unwrap_err();
         assert!(matches!(err, ClientError::Helper(HelperError::Busy { .. })));
         let err = fake.vfio_bind(gpu()).await.unwrap_err();
         assert!(
             err.to_string()
-                .starts_with("bcd-helper at /run/test/helper.sock broke off the conversation: it answered a vfio request with Reset"),
+                .starts_with("bcd-helper at /nonexistent/bcd-helper-fake.sock broke off the conversation: it answered a vfio request with Reset"),
             "{err}"
         );
         assert_eq!(fake.calls().len(), 2);

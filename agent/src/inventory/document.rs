@@ -132,7 +132,7 @@ impl Gpu {
     }
 
     /// The GPU's PCI function; `None` without a bus id (WSL 2).
-    pub fn address(&self) -> Option<PciAddress> {
+    pub(crate) fn address(&self) -> Option<PciAddress> {
         self.bus_id
     }
 }
@@ -143,14 +143,19 @@ mod nvml_bus_id {
     use bcd_protocol::PciAddress;
     use serde::{Deserialize, Deserializer, Serializer};
 
-    pub fn serialize<S: Serializer>(v: &Option<PciAddress>, s: S) -> Result<S::Ok, S::Error> {
+    pub(crate) fn serialize<S: Serializer>(
+        v: &Option<PciAddress>,
+        s: S,
+    ) -> Result<S::Ok, S::Error> {
         match v {
             Some(a) => s.serialize_str(&a.nvml_bus_id()),
             None => s.serialize_none(),
         }
     }
 
-    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<PciAddress>, D::Error> {
+    pub(crate) fn deserialize<'de, D: Deserializer<'de>>(
+        d: D,
+    ) -> Result<Option<PciAddress>, D::Error> {
         let raw: Option<String> = Option::deserialize(d)?;
         raw.map(|r| {
             crate::smi::value::pci_address(&r).ok_or_else(|| {
@@ -323,7 +328,7 @@ impl std::fmt::Display for NvLinkRemote {
 
 impl GpuSection {
     /// Sorts every list by a key that does not depend on output order.
-    pub fn canonicalize(&mut self) {
+    pub(crate) fn canonicalize(&mut self) {
         self.gpus.sort_by(|a, b| {
             (a.passed_through, a.index, &a.uuid).cmp(&(b.passed_through, b.index, &b.uuid))
         });
@@ -340,7 +345,7 @@ impl GpuSection {
 
     /// The canonical bytes: compact JSON of the canonicalised section, fields in declaration
     /// order, maps in key order.
-    pub fn canonical_bytes(&self) -> Vec<u8> {
+    pub(crate) fn canonical_bytes(&self) -> Vec<u8> {
         let mut section = self.clone();
         section.canonicalize();
         // Serialising plain data to a Vec cannot fail.
@@ -348,7 +353,7 @@ impl GpuSection {
     }
 
     /// `sha256:` and the hex digest of the canonical bytes.
-    pub fn hash(&self) -> String {
+    pub(crate) fn hash(&self) -> String {
         let digest = Sha256::digest(self.canonical_bytes());
         let mut out = String::with_capacity(7 + 64);
         out.push_str("sha256:");

@@ -171,7 +171,7 @@ impl GpuMemory {
 
 /// The remembered GPUs now bound to `vfio-pci` and not listed by the driver, indexed after
 /// `listed`. A function never seen on the driver is left out: there is no UUID to name it by.
-pub fn passed_through(
+pub(crate) fn passed_through(
     host: &Host,
     seen: &BTreeMap<PciAddress, SeenGpu>,
     listed: &[Gpu],

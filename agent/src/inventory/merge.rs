@@ -86,7 +86,7 @@ fn uuid(raw: &str) -> Option<GpuUuid> {
 /// sentence each: its UUID names no GPU (`GPU-????...` from a driver that could not
 /// initialise it, or a masked or cut-short capture). A procfs GPU whose address `nvidia-smi`
 /// reports under a good UUID is not missing.
-pub fn left_out(base: &ProcInventory, snapshot: Option<&Snapshot>) -> Vec<String> {
+pub(crate) fn left_out(base: &ProcInventory, snapshot: Option<&Snapshot>) -> Vec<String> {
     let unnamed = |raw: &str| uuid(raw).is_none();
     let reported: Vec<PciAddress> = snapshot
         .iter()

@@ -41,7 +41,7 @@ pub struct ProcInventory {
 }
 
 /// Reads one `information` file: `Key: value` lines.
-pub fn parse_information(text: &str) -> impl Iterator<Item = (&str, &str)> {
+pub(crate) fn parse_information(text: &str) -> impl Iterator<Item = (&str, &str)> {
     text.lines().filter_map(|line| {
         let (key, value) = line.split_once(':')?;
         Some((key.trim(), value.trim()))
@@ -50,7 +50,7 @@ pub fn parse_information(text: &str) -> impl Iterator<Item = (&str, &str)> {
 
 /// The version in `/proc/driver/nvidia/version`'s first line (`NVRM version: NVIDIA UNIX
 /// x86_64 Kernel Module  570.86.15  ...` or `... Open Kernel Module for x86_64  570.86.15 ...`).
-pub fn parse_module_version(text: &str) -> Option<String> {
+pub(crate) fn parse_module_version(text: &str) -> Option<String> {
     let line = text.lines().find(|l| l.starts_with("NVRM version:"))?;
     line.split_whitespace()
         .find(|word| {

@@ -20,27 +20,27 @@ use crate::device::policy::{conflict, Placed, Topology};
 use crate::inventory::document::Inventory;
 
 /// The domain of bcd's extended resources.
-pub const DOMAIN: &str = "bcd.dev";
+pub(crate) const DOMAIN: &str = "bcd.dev";
 /// Whole GPUs not in MIG mode.
-pub const GPU_RESOURCE: &str = "bcd.dev/gpu";
+pub(crate) const GPU_RESOURCE: &str = "bcd.dev/gpu";
 /// Slots, when the node offers them.
-pub const SLOT_RESOURCE: &str = "bcd.dev/gpu-slot";
+pub(crate) const SLOT_RESOURCE: &str = "bcd.dev/gpu-slot";
 /// The prefix of one resource per MIG profile, `bcd.dev/mig-1g.10gb`.
-pub const MIG_RESOURCE_PREFIX: &str = "bcd.dev/mig-";
+pub(crate) const MIG_RESOURCE_PREFIX: &str = "bcd.dev/mig-";
 /// The device plugin API's health words.
-pub const HEALTHY: &str = "Healthy";
+pub(crate) const HEALTHY: &str = "Healthy";
 /// See [`HEALTHY`].
-pub const UNHEALTHY: &str = "Unhealthy";
+pub(crate) const UNHEALTHY: &str = "Unhealthy";
 
 /// An extended resource name bcd serves: `bcd.dev/gpu`, `bcd.dev/gpu-slot` or
 /// `bcd.dev/mig-<profile>` with a profile of `[a-z0-9.]` (what `nvidia-smi` names them).
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct Resource(String);
+pub(crate) struct Resource(String);
 
 /// Why a name is not one of bcd's resources.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{0:?} is not a bcd resource (bcd.dev/gpu, bcd.dev/gpu-slot or bcd.dev/mig-<profile>)")]
-pub struct ResourceError(String);
+pub(crate) struct ResourceError(String);
 
 impl std::str::FromStr for Resource {
     type Err = ResourceError;
@@ -69,19 +69,19 @@ impl std::fmt::Display for Resource {
 
 impl Resource {
     /// The resource name.
-    pub fn as_str(&self) -> &str {
+    pub(crate) fn as_str(&self) -> &str {
         &self.0
     }
 
     /// The plugin's socket file name in the plugin directory: `bcd-gpu.sock`,
     /// `bcd-gpu-slot.sock`, `bcd-mig-1g.10gb.sock`.
-    pub fn socket_name(&self) -> String {
+    pub(crate) fn socket_name(&self) -> String {
         let short = self.0.strip_prefix("bcd.dev/").unwrap_or(&self.0);
         format!("bcd-{short}.sock")
     }
 
     /// The resource of a MIG profile (`1g.10gb`), when the profile makes a valid name.
-    pub fn of_mig_profile(profile: &str) -> Option<Self> {
+    pub(crate) fn of_mig_profile(profile: &str) -> Option<Self> {
         format!("{MIG_RESOURCE_PREFIX}{}", profile.to_ascii_lowercase())
             .parse()
             .ok()
@@ -90,7 +90,7 @@ impl Resource {
 
 /// One device as a plugin streams it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Offered {
+pub(crate) struct Offered {
     /// bcd's device id (GPU UUID, MIG device UUID, slot id).
     pub id: DeviceId,
     /// The GPU it is on.
@@ -102,11 +102,11 @@ pub struct Offered {
 }
 
 /// Every resource of the node and its devices, in id order.
-pub type Offer = BTreeMap<Resource, Vec<Offered>>;
+pub(crate) type Offer = BTreeMap<Resource, Vec<Offered>>;
 
 /// What the node offers Kubernetes now. `takes_work` is the healthy verdict per GPU UUID
 /// (a GPU missing from it does not take work).
-pub fn offer(
+pub(crate) fn offer(
     inventory: &Inventory,
     slots_per_gpu: u32,
     holds: &[Hold],
@@ -188,7 +188,7 @@ fn nvlinks(word: &str) -> u32 {
 /// - slots: spread over GPUs, the least used GPU first (used: slots of it not available).
 ///
 /// Fewer than `size` are returned only when fewer are available.
-pub fn preferred(
+pub(crate) fn preferred(
     inventory: &Inventory,
     available: &[DeviceId],
     must: &[DeviceId],

@@ -16,12 +16,12 @@
 //! and metrics as a [`crate::device::Report`]), never runs a privileged step and changes
 //! nothing but holds.
 
-pub mod allocate;
+pub(crate) mod allocate;
 pub mod devices;
-pub mod grpc;
-pub mod names;
-pub mod plugin;
-pub mod release;
+pub(crate) mod grpc;
+pub(crate) mod names;
+pub(crate) mod plugin;
+pub(crate) mod release;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -31,32 +31,32 @@ use std::time::Duration;
 use crate::device::DeviceSource;
 
 /// The generated gRPC code of the kubelet's APIs (`agent/proto/`).
-pub mod proto {
+pub(crate) mod proto {
     /// The device plugin API, `v1beta1`.
     #[allow(missing_docs, clippy::all, missing_debug_implementations)]
-    pub mod deviceplugin {
+    pub(crate) mod deviceplugin {
         tonic::include_proto!("v1beta1");
     }
     /// The PodResources API, `v1`.
     #[allow(missing_docs, clippy::all, missing_debug_implementations)]
-    pub mod podresources {
+    pub(crate) mod podresources {
         tonic::include_proto!("v1");
     }
 }
 
 /// The device plugin API version bcd speaks.
-pub const API_VERSION: &str = "v1beta1";
+pub(crate) const API_VERSION: &str = "v1beta1";
 /// The kubelet's registration socket, in the plugin directory.
-pub const KUBELET_SOCKET: &str = "kubelet.sock";
+pub(crate) const KUBELET_SOCKET: &str = "kubelet.sock";
 /// Where the kubelet serves the PodResources API.
-pub const DEFAULT_POD_RESOURCES_SOCKET: &str = "/var/lib/kubelet/pod-resources/kubelet.sock";
+pub(crate) const DEFAULT_POD_RESOURCES_SOCKET: &str = "/var/lib/kubelet/pod-resources/kubelet.sock";
 /// How long a Kubernetes hold whose devices no pod has is kept before it is released: long
 /// enough for a container just allocated to appear in PodResources.
-pub const DEFAULT_RELEASE_GRACE: Duration = Duration::from_secs(30);
+pub(crate) const DEFAULT_RELEASE_GRACE: Duration = Duration::from_secs(30);
 
 /// What `bcd node` was told about Kubernetes.
 #[derive(Debug, Clone)]
-pub struct KubeletConfig {
+pub(crate) struct KubeletConfig {
     /// The kubelet's device plugin directory (`/var/lib/kubelet/device-plugins`).
     pub plugin_dir: PathBuf,
     /// The kubelet's PodResources socket.
@@ -67,7 +67,7 @@ pub struct KubeletConfig {
 
 /// Counters per resource, for the metrics.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct ResourceCounters {
+pub(crate) struct ResourceCounters {
     /// Containers allocated.
     pub allocations: u64,
     /// Kubernetes holds released.
@@ -81,7 +81,7 @@ pub struct ResourceCounters {
 /// The Kubernetes side's own state: the counters and what is degraded, shown in the node's
 /// status and metrics through [`crate::device::Report`].
 #[derive(Debug)]
-pub struct KubeState {
+pub(crate) struct KubeState {
     counters: Mutex<BTreeMap<String, ResourceCounters>>,
     problem: Mutex<Option<String>>,
     /// Why the plugins are not registered, while they wait for the kubelet.
@@ -107,19 +107,19 @@ const DROPPED_LOG_EVERY: std::time::Duration = std::time::Duration::from_secs(60
 
 impl KubeState {
     /// Changes the counters of `resource`.
-    pub fn count(&self, resource: &str, f: impl FnOnce(&mut ResourceCounters)) {
+    pub(crate) fn count(&self, resource: &str, f: impl FnOnce(&mut ResourceCounters)) {
         if let Ok(mut c) = self.counters.lock() {
             f(c.entry(resource.to_owned()).or_default());
         }
     }
 
     /// Every resource's counters.
-    pub fn counters(&self) -> BTreeMap<String, ResourceCounters> {
+    pub(crate) fn counters(&self) -> BTreeMap<String, ResourceCounters> {
         self.counters.lock().map(|c| c.clone()).unwrap_or_default()
     }
 
     /// Sets or clears what is degraded on the Kubernetes side (shown in `status`).
-    pub fn set_problem(&self, sentence: Option<String>) {
+    pub(crate) fn set_problem(&self, sentence: Option<String>) {
         if let Ok(mut p) = self.problem.lock() {
             if let Some(s) = &sentence {
                 if p.as_ref() != Some(s) {
@@ -132,7 +132,7 @@ impl KubeState {
 
     /// Counts `n` PodResources containers whose names were not Kubernetes names (logged at
     /// most once a minute).
-    pub fn dropped_names(&self, n: u64) {
+    pub(crate) fn dropped_names(&self, n: u64) {
         if let Ok(mut d) = self.dropped.lock() {
             d.0 = d.0.saturating_add(n);
             if d.1.is_none_or(|at| at.elapsed() >= DROPPED_LOG_EVERY) {
@@ -146,13 +146,13 @@ impl KubeState {
     }
 
     /// How many PodResources containers were dropped for their names.
-    pub fn dropped_total(&self) -> u64 {
+    pub(crate) fn dropped_total(&self) -> u64 {
         self.dropped.lock().map(|d| d.0).unwrap_or(0)
     }
 
     /// Sets or clears why the plugins are not registered with the kubelet (shown in
     /// `status` beside the PodResources problem; logged once by the plugin that finds it).
-    pub fn set_unregistered(&self, sentence: Option<String>) {
+    pub(crate) fn set_unregistered(&self, sentence: Option<String>) {
         if let Ok(mut u) = self.unregistered.lock() {
             *u = sentence;
         }
@@ -160,7 +160,7 @@ impl KubeState {
 
     /// What is degraded on the Kubernetes side now: the PodResources reader's problem and
     /// why the plugins are not registered, in one sentence.
-    pub fn problem(&self) -> Option<String> {
+    pub(crate) fn problem(&self) -> Option<String> {
         let parts: Vec<String> = [&self.problem, &self.unregistered]
             .into_iter()
             .filter_map(|p| p.lock().ok().and_then(|p| p.clone()))
@@ -170,7 +170,7 @@ impl KubeState {
 
     /// The counters in Prometheus' text format ([`crate::prometheus`]: the resource label's
     /// value escaped); nothing before the first allocation or dropped name.
-    pub fn metrics_text(&self) -> String {
+    pub(crate) fn metrics_text(&self) -> String {
         use crate::prometheus::{Exposition, Kind};
         let counters = self.counters();
         let mut text = Exposition::default();
@@ -228,7 +228,9 @@ impl crate::device::Report for KubeState {
 
 /// Per GPU UUID, whether the GPU takes work: the one verdict the plugins stream (healthy or
 /// degraded, [`crate::health::verdict::Verdict::healthy`]).
-pub async fn gpus_taking_work<S: DeviceSource>(node: &S) -> BTreeMap<bcd_protocol::GpuUuid, bool> {
+pub(crate) async fn gpus_taking_work<S: DeviceSource>(
+    node: &S,
+) -> BTreeMap<bcd_protocol::GpuUuid, bool> {
     node.verdicts()
         .await
         .into_iter()
@@ -237,7 +239,7 @@ pub async fn gpus_taking_work<S: DeviceSource>(node: &S) -> BTreeMap<bcd_protoco
 }
 
 /// The devices of the node as the plugins offer them now.
-pub async fn offer_now<S: DeviceSource>(node: &S) -> devices::Offer {
+pub(crate) async fn offer_now<S: DeviceSource>(node: &S) -> devices::Offer {
     let inventory = node.inventory().await;
     let holds = node.holds_now().await;
     let mut verdict = gpus_taking_work(node).await;
@@ -252,7 +254,7 @@ pub async fn offer_now<S: DeviceSource>(node: &S) -> devices::Offer {
 
 /// `bcd status`'s lines about Kubernetes, from the hold store in `data_dir`: one per
 /// Kubernetes hold with its devices, and whether its release is pending.
-pub fn status_lines(data_dir: &std::path::Path) -> String {
+pub(crate) fn status_lines(data_dir: &std::path::Path) -> String {
     let Ok(holds) = crate::cdi::Holds::load(data_dir) else {
         return String::new();
     };

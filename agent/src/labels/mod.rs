@@ -22,9 +22,9 @@
 //!   vGPU labels (bcd has no vGPU support) and the MIG profiles' `engines.*` counts (the
 //!   inventory does not keep them).
 
-pub mod host;
+pub(crate) mod host;
 pub mod nfd;
-pub mod publish;
+pub(crate) mod publish;
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -35,57 +35,57 @@ use crate::inventory::document::{Gpu, GpuSection, Inventory, MigDevice, NvLinkRe
 
 /// The GPU Feature Discovery release whose label names and value rules these follow
 /// (NVIDIA/k8s-device-plugin, `internal/lm`, `tests/expected-output*.txt`).
-pub const GFD_RELEASE: &str = "v0.20.0";
+pub(crate) const GFD_RELEASE: &str = "v0.20.0";
 
 /// The longest label value Kubernetes accepts (and the longest name after its prefix).
-pub const MAX_VALUE: usize = 63;
+pub(crate) const MAX_VALUE: usize = 63;
 
 /// The GPU Feature Discovery label names bcd emits, in one place.
-pub mod name {
+pub(crate) mod name {
     /// The prefix of the whole-GPU resource labels.
     pub const GPU: &str = "nvidia.com/gpu";
     /// The prefix of a MIG profile's labels (`nvidia.com/mig-1g.10gb.count`).
-    pub const MIG_PREFIX: &str = "nvidia.com/mig-";
+    pub(crate) const MIG_PREFIX: &str = "nvidia.com/mig-";
     /// The driver version's parts (GFD's deprecated spelling).
-    pub const DRIVER_MAJOR: &str = "nvidia.com/cuda.driver.major";
+    pub(crate) const DRIVER_MAJOR: &str = "nvidia.com/cuda.driver.major";
     /// See [`DRIVER_MAJOR`].
-    pub const DRIVER_MINOR: &str = "nvidia.com/cuda.driver.minor";
+    pub(crate) const DRIVER_MINOR: &str = "nvidia.com/cuda.driver.minor";
     /// See [`DRIVER_MAJOR`].
-    pub const DRIVER_REV: &str = "nvidia.com/cuda.driver.rev";
+    pub(crate) const DRIVER_REV: &str = "nvidia.com/cuda.driver.rev";
     /// The driver version's parts and the whole.
-    pub const DRIVER_VERSION_MAJOR: &str = "nvidia.com/cuda.driver-version.major";
+    pub(crate) const DRIVER_VERSION_MAJOR: &str = "nvidia.com/cuda.driver-version.major";
     /// See [`DRIVER_VERSION_MAJOR`].
-    pub const DRIVER_VERSION_MINOR: &str = "nvidia.com/cuda.driver-version.minor";
+    pub(crate) const DRIVER_VERSION_MINOR: &str = "nvidia.com/cuda.driver-version.minor";
     /// See [`DRIVER_VERSION_MAJOR`].
-    pub const DRIVER_VERSION_REVISION: &str = "nvidia.com/cuda.driver-version.revision";
+    pub(crate) const DRIVER_VERSION_REVISION: &str = "nvidia.com/cuda.driver-version.revision";
     /// See [`DRIVER_VERSION_MAJOR`].
-    pub const DRIVER_VERSION_FULL: &str = "nvidia.com/cuda.driver-version.full";
+    pub(crate) const DRIVER_VERSION_FULL: &str = "nvidia.com/cuda.driver-version.full";
     /// The CUDA version the driver supports (GFD's deprecated spelling).
-    pub const RUNTIME_MAJOR: &str = "nvidia.com/cuda.runtime.major";
+    pub(crate) const RUNTIME_MAJOR: &str = "nvidia.com/cuda.runtime.major";
     /// See [`RUNTIME_MAJOR`].
-    pub const RUNTIME_MINOR: &str = "nvidia.com/cuda.runtime.minor";
+    pub(crate) const RUNTIME_MINOR: &str = "nvidia.com/cuda.runtime.minor";
     /// The CUDA version the driver supports, and `<major>.<minor>`.
-    pub const RUNTIME_VERSION_MAJOR: &str = "nvidia.com/cuda.runtime-version.major";
+    pub(crate) const RUNTIME_VERSION_MAJOR: &str = "nvidia.com/cuda.runtime-version.major";
     /// See [`RUNTIME_VERSION_MAJOR`].
-    pub const RUNTIME_VERSION_MINOR: &str = "nvidia.com/cuda.runtime-version.minor";
+    pub(crate) const RUNTIME_VERSION_MINOR: &str = "nvidia.com/cuda.runtime-version.minor";
     /// See [`RUNTIME_VERSION_MAJOR`].
-    pub const RUNTIME_VERSION_FULL: &str = "nvidia.com/cuda.runtime-version.full";
+    pub(crate) const RUNTIME_VERSION_FULL: &str = "nvidia.com/cuda.runtime-version.full";
     /// The machine's DMI product name.
-    pub const MACHINE: &str = "nvidia.com/gpu.machine";
+    pub(crate) const MACHINE: &str = "nvidia.com/gpu.machine";
     /// `compute`, `graphics` or `unknown`.
-    pub const MODE: &str = "nvidia.com/gpu.mode";
+    pub(crate) const MODE: &str = "nvidia.com/gpu.mode";
     /// Whether any GPU can do MIG.
-    pub const MIG_CAPABLE: &str = "nvidia.com/mig.capable";
+    pub(crate) const MIG_CAPABLE: &str = "nvidia.com/mig.capable";
     /// `mixed`, where a GPU can do MIG.
-    pub const MIG_STRATEGY: &str = "nvidia.com/mig.strategy";
+    pub(crate) const MIG_STRATEGY: &str = "nvidia.com/mig.strategy";
     /// Always `false`: bcd offers no MPS sharing.
-    pub const MPS_CAPABLE: &str = "nvidia.com/mps.capable";
+    pub(crate) const MPS_CAPABLE: &str = "nvidia.com/mps.capable";
     /// `<cluster uuid>.<clique id>` of the NVLink fabric every fabric-attached GPU shares.
-    pub const CLIQUE: &str = "nvidia.com/gpu.clique";
+    pub(crate) const CLIQUE: &str = "nvidia.com/gpu.clique";
     /// bcd's: GPUs that may take work now.
-    pub const HEALTHY: &str = "bcd.dev/gpu.healthy";
+    pub(crate) const HEALTHY: &str = "bcd.dev/gpu.healthy";
     /// bcd's: `ok` or `down`, on a node with an NVLink fabric.
-    pub const FABRIC: &str = "bcd.dev/fabric";
+    pub(crate) const FABRIC: &str = "bcd.dev/fabric";
 }
 
 /// A set of node labels: every name a Kubernetes label key with a prefix
@@ -97,7 +97,7 @@ pub struct Labels(BTreeMap<String, String>);
 
 /// Why a label was refused. `Display` names it.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum LabelError {
+pub(crate) enum LabelError {
     /// The name is no prefixed Kubernetes label key.
     #[error("{0:?} is not a Kubernetes label name (a DNS subdomain prefix, '/', then at most 63 of A-Z, a-z, 0-9, '-', '_', '.', alphanumeric at both ends)")]
     Name(String),
@@ -116,7 +116,7 @@ impl Labels {
     ///
     /// # Errors
     /// [`LabelError`] when the name or the value is not valid; nothing changes then.
-    pub fn insert(
+    pub(crate) fn insert(
         &mut self,
         name: impl Into<String>,
         value: impl Into<String>,
@@ -144,7 +144,7 @@ impl Labels {
     }
 
     /// The labels, in name order.
-    pub fn iter(&self) -> impl Iterator<Item = (&str, &str)> {
+    pub(crate) fn iter(&self) -> impl Iterator<Item = (&str, &str)> {
         self.0.iter().map(|(k, v)| (k.as_str(), v.as_str()))
     }
 
@@ -158,20 +158,9 @@ impl Labels {
         self.0.is_empty()
     }
 
-    /// Only the labels whose names start with `prefix` (`nvidia.com/`).
-    pub fn with_prefix(&self, prefix: &str) -> Labels {
-        Labels(
-            self.0
-                .iter()
-                .filter(|(k, _)| k.starts_with(prefix))
-                .map(|(k, v)| (k.clone(), v.clone()))
-                .collect(),
-        )
-    }
-
     /// `name=value` lines in name order, each ending in a newline: what `bcd hardware
     /// --labels` prints and the feature file holds after its directive.
-    pub fn lines(&self) -> String {
+    pub(crate) fn lines(&self) -> String {
         self.iter().map(|(k, v)| format!("{k}={v}\n")).collect()
     }
 }
@@ -184,7 +173,7 @@ impl serde::Serialize for Labels {
 
 /// Whether `name` is a Kubernetes label key with a prefix: a DNS subdomain, `/`, then at
 /// most 63 of `A-Z a-z 0-9 - _ .` with a letter or digit at both ends.
-pub fn is_label_name(name: &str) -> bool {
+pub(crate) fn is_label_name(name: &str) -> bool {
     name.split_once('/').is_some_and(|(prefix, rest)| {
         crate::kubelet::names::is_subdomain(prefix) && !rest.is_empty() && is_label_value(rest)
     })
@@ -192,7 +181,7 @@ pub fn is_label_name(name: &str) -> bool {
 
 /// Whether `value` is a Kubernetes label value: empty, or at most 63 of `A-Z a-z 0-9 - _ .`
 /// with a letter or digit at both ends.
-pub fn is_label_value(value: &str) -> bool {
+pub(crate) fn is_label_value(value: &str) -> bool {
     let b = value.as_bytes();
     let inner = |c: &u8| c.is_ascii_alphanumeric() || matches!(c, b'-' | b'_' | b'.');
     b.is_empty()
@@ -204,7 +193,7 @@ pub fn is_label_value(value: &str) -> bool {
 
 /// GFD's `sanitise`: every character outside `A-Z a-z 0-9 - _ .` and space dropped, then the
 /// words joined with `-` (`NVIDIA H100 80GB HBM3` → `NVIDIA-H100-80GB-HBM3`).
-pub fn sanitise(text: &str) -> String {
+pub(crate) fn sanitise(text: &str) -> String {
     let kept: String = text
         .chars()
         .filter(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.' | ' '))
@@ -215,7 +204,7 @@ pub fn sanitise(text: &str) -> String {
 /// `text` made a label value: [`sanitise`]d, cut to 63 characters, and trimmed to a letter or
 /// digit at both ends; `None` when nothing is left. (GFD publishes the sanitised text as it
 /// is, and Node Feature Discovery's master drops a value that is too long.)
-pub fn fit_value(text: &str) -> Option<String> {
+pub(crate) fn fit_value(text: &str) -> Option<String> {
     let mut value = sanitise(text);
     value.truncate(MAX_VALUE);
     let value = value.trim_matches(|c: char| !c.is_ascii_alphanumeric());
@@ -224,7 +213,7 @@ pub fn fit_value(text: &str) -> Option<String> {
 
 /// Every architecture family GFD names, for an architecture known without a compute
 /// capability (R470's `nvidia-smi` refuses `compute_cap`).
-pub const FAMILIES: [&str; 12] = [
+pub(crate) const FAMILIES: [&str; 12] = [
     "tesla",
     "fermi",
     "kepler",
@@ -241,7 +230,7 @@ pub const FAMILIES: [&str; 12] = [
 
 /// GFD's `getArchFamily`: the family of a compute capability, `undefined` for one it does not
 /// know.
-pub fn family(major: u32, minor: u32) -> &'static str {
+pub(crate) fn family(major: u32, minor: u32) -> &'static str {
     match (major, minor) {
         (1, _) => "tesla",
         (2, _) => "fermi",
@@ -262,7 +251,7 @@ pub fn family(major: u32, minor: u32) -> &'static str {
 /// What the labels depend on besides the inventory, the verdicts and the host: the node's
 /// configuration.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct LabelConfig {
+pub(crate) struct LabelConfig {
     /// Slots per GPU (`bcd node --gpu-slots`): GFD's time-slicing replicas.
     pub gpu_slots: u32,
 }
@@ -270,7 +259,7 @@ pub struct LabelConfig {
 /// The host facts GFD labels that the inventory does not hold, read by
 /// [`host::HostFacts::read`].
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct HostFacts {
+pub(crate) struct HostFacts {
     /// The DMI product name (`/sys/class/dmi/id/product_name`), `None` when unreadable.
     pub machine: Option<String>,
     /// The NVIDIA GPU functions' PCI classes (`0x030200`), by address.
@@ -287,7 +276,7 @@ pub struct HostFacts {
 /// fabric (NVSwitches, a fabric cluster), is `down` while any GPU is unhealthy for the
 /// fabric's sake (the fabric manager, a fabric state or route, a fatal NVSwitch error), else
 /// `ok`.
-pub fn node_labels(
+pub(crate) fn node_labels(
     inventory: &Inventory,
     verdicts: &BTreeMap<GpuUuid, Verdict>,
     facts: &HostFacts,
@@ -329,7 +318,7 @@ pub fn node_labels(
 
 /// Whether `inventory` holds `nvidia-smi`'s answer (only `nvidia-smi` gives the CUDA
 /// version): see [`hold_while_silent`].
-pub fn nvidia_smi_answered(inventory: &Inventory) -> bool {
+pub(crate) fn nvidia_smi_answered(inventory: &Inventory) -> bool {
     inventory.gpu.cuda_driver_version.is_some()
 }
 
@@ -339,7 +328,11 @@ pub fn nvidia_smi_answered(inventory: &Inventory) -> bool {
 /// left): then those, with only `bcd.dev/gpu.healthy` taken from `fresh` (0 when nothing
 /// answered). So labels never go missing because `nvidia-smi` is silent, and the count of
 /// usable GPUs still says that it is.
-pub fn hold_while_silent(fresh: Labels, answered: bool, last_answer: Option<&Labels>) -> Labels {
+pub(crate) fn hold_while_silent(
+    fresh: Labels,
+    answered: bool,
+    last_answer: Option<&Labels>,
+) -> Labels {
     match last_answer {
         Some(kept) if !answered && !kept.is_empty() => {
             let mut out = kept.clone();

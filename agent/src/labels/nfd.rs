@@ -24,13 +24,13 @@ use bcd_protocol::time::{parse_rfc3339, rfc3339_seconds};
 /// with a dot.
 pub const FILE_NAME: &str = "bcd";
 /// The longest write interval: a file this old is written again with a new expiry.
-pub const REFRESH_EVERY: Duration = Duration::from_secs(20 * 60);
+pub(crate) const REFRESH_EVERY: Duration = Duration::from_secs(20 * 60);
 /// How far ahead of each write its expiry lies.
 pub const EXPIRY_AHEAD: Duration = Duration::from_secs(60 * 60);
 /// How soon a failed write is tried again.
-pub const RETRY_AFTER: Duration = Duration::from_secs(60);
+pub(crate) const RETRY_AFTER: Duration = Duration::from_secs(60);
 /// The largest feature file NFD reads.
-pub const NFD_MAX_FILE: usize = 64 * 1024;
+pub(crate) const NFD_MAX_FILE: usize = 64 * 1024;
 /// The directive before the labels.
 const EXPIRY_DIRECTIVE: &str = "# +expiry-time=";
 /// The file's mode: NFD (root) reads it; nothing in it is secret.
@@ -125,7 +125,7 @@ pub fn parse(text: &str) -> Result<Vec<FeatureLine>, ParseError> {
 ///
 /// # Errors
 /// As [`parse`].
-pub fn unexpired(text: &str, now: SystemTime) -> Result<Labels, ParseError> {
+pub(crate) fn unexpired(text: &str, now: SystemTime) -> Result<Labels, ParseError> {
     let mut labels = Labels::default();
     for line in parse(text)? {
         if line.expires.is_none_or(|t| t > now) {
@@ -137,7 +137,7 @@ pub fn unexpired(text: &str, now: SystemTime) -> Result<Labels, ParseError> {
 
 /// Why the feature file could not be written or read. `Display` is the operator's sentence.
 #[derive(Debug, thiserror::Error)]
-pub enum NfdError {
+pub(crate) enum NfdError {
     /// The write failed; the file there (if any) is as it was.
     #[error("the node labels could not be written ({0}): Node Feature Discovery keeps the labels last written until they expire, and bcd node tries again every minute; check that the folder (--nfd-features-dir) exists and that user bcd may write it (see README: Node labels)")]
     Write(StateError),
@@ -153,11 +153,10 @@ pub enum NfdError {
 
 /// The feature file in one folder, and what was last written to it by this process.
 #[derive(Debug)]
-pub struct FeatureFile {
+pub(crate) struct FeatureFile {
     dir: PathBuf,
     path: PathBuf,
     last: Option<(Labels, Instant)>,
-    writes: u64,
 }
 
 impl FeatureFile {
@@ -167,23 +166,12 @@ impl FeatureFile {
             dir: dir.to_path_buf(),
             path: dir.join(FILE_NAME),
             last: None,
-            writes: 0,
         }
-    }
-
-    /// The file's path.
-    pub fn path(&self) -> &Path {
-        &self.path
-    }
-
-    /// How many writes succeeded.
-    pub fn writes(&self) -> u64 {
-        self.writes
     }
 
     /// Whether `labels` need a write at `now`: nothing was written by this process yet, they
     /// differ from what was, or that is [`REFRESH_EVERY`] old.
-    pub fn due(&self, labels: &Labels, now: Instant) -> bool {
+    pub(crate) fn due(&self, labels: &Labels, now: Instant) -> bool {
         match &self.last {
             None => true,
             Some((written, at)) => written != labels || now >= *at + REFRESH_EVERY,
@@ -191,7 +179,7 @@ impl FeatureFile {
     }
 
     /// When the last write needs refreshing; `None` before the first.
-    pub fn next_refresh(&self) -> Option<Instant> {
+    pub(crate) fn next_refresh(&self) -> Option<Instant> {
         self.last.as_ref().map(|(_, at)| *at + REFRESH_EVERY)
     }
 
@@ -200,7 +188,7 @@ impl FeatureFile {
     ///
     /// # Errors
     /// [`NfdError::Write`]: the old file is intact, and the labels stay due.
-    pub fn write(
+    pub(crate) fn write(
         &mut self,
         labels: &Labels,
         wall: SystemTime,
@@ -209,7 +197,6 @@ impl FeatureFile {
         let text = render(labels, wall + EXPIRY_AHEAD);
         state::write_atomic(&self.path, text.as_bytes(), MODE).map_err(NfdError::Write)?;
         self.last = Some((labels.clone(), now));
-        self.writes += 1;
         Ok(())
     }
 
@@ -218,7 +205,7 @@ impl FeatureFile {
     ///
     /// # Errors
     /// [`NfdError::Read`] when it cannot be read or does not parse.
-    pub fn read_back(&self, wall: SystemTime) -> Result<Option<Labels>, NfdError> {
+    pub(crate) fn read_back(&self, wall: SystemTime) -> Result<Option<Labels>, NfdError> {
         let read_error = |reason: String| NfdError::Read {
             path: self.path.clone(),
             reason,
@@ -234,7 +221,7 @@ impl FeatureFile {
 
     /// Removes the temporary files of writes a crash cut off (`.bcd.tmp-<pid>`); nothing
     /// else in the folder is touched. Returns what was removed.
-    pub fn remove_crash_temps(&self) -> Vec<PathBuf> {
+    pub(crate) fn remove_crash_temps(&self) -> Vec<PathBuf> {
         state::remove_crash_temps(&self.dir, |name| name == FILE_NAME)
     }
 }
@@ -245,7 +232,7 @@ impl FeatureFile {
 /// nothing is written, so the file's last labels expire. `report` is handed each failed
 /// write's sentence, and `None` once a write succeeds again (or none is due any more). Ends
 /// when `labels`' sender is dropped; the file stays.
-pub async fn keep(
+pub(crate) async fn keep(
     mut labels: watch::Receiver<Option<Labels>>,
     mut file: FeatureFile,
     wall: impl Fn() -> SystemTime,

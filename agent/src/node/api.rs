@@ -113,7 +113,7 @@ pub enum ApiError {
 
 impl ApiError {
     /// The HTTP status and error code: the API's one table of them.
-    pub fn kind(&self) -> (u16, &'static str) {
+    pub(crate) fn kind(&self) -> (u16, &'static str) {
         match self {
             Self::InvalidArgument(_) => (400, "invalid-argument"),
             Self::Reserved(_) => (403, "reserved"),
@@ -445,7 +445,7 @@ pub async fn reply(node: &Node, request: &Request) -> crate::node::http::Reply {
 }
 
 /// Answers one request.
-pub async fn handle(node: &Node, request: &Request) -> Answer {
+pub(crate) async fn handle(node: &Node, request: &Request) -> Answer {
     match ApiRequest::parse(request) {
         Ok(asked) => answer(node, asked).await.unwrap_or_else(|e| e.answer()),
         Err(e) => e.answer(),

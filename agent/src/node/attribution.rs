@@ -89,19 +89,6 @@ impl Labels {
         &self.0
     }
 
-    /// Whether nobody has the device.
-    pub fn is_empty(&self) -> bool {
-        self.0.is_empty()
-    }
-
-    /// The value of one label.
-    pub fn get(&self, name: &str) -> Option<&str> {
-        self.0
-            .iter()
-            .find(|(n, _)| *n == name)
-            .map(|(_, v)| v.as_str())
-    }
-
     /// The same values under their OTLP attribute names.
     pub fn otlp(&self) -> impl Iterator<Item = (&'static str, &str)> {
         self.0.iter().map(|(name, value)| {
@@ -220,11 +207,20 @@ mod tests {
         s.parse().unwrap()
     }
 
+    /// The value of one label.
+    fn value<'l>(labels: &'l Labels, name: &str) -> Option<&'l str> {
+        labels
+            .pairs()
+            .iter()
+            .find(|(n, _)| *n == name)
+            .map(|(_, v)| v.as_str())
+    }
+
     #[test]
     fn a_device_nobody_has_has_no_labels() {
         let a = Attribution::new();
-        assert!(a.gpu(&uuid(GPU0)).is_empty());
-        assert!(a.device(&dev(MIG_A)).is_empty());
+        assert!(a.gpu(&uuid(GPU0)).pairs().is_empty());
+        assert!(a.device(&dev(MIG_A)).pairs().is_empty());
     }
 
     #[test]
@@ -233,7 +229,7 @@ mod tests {
         let mut a = Attribution::new();
         a.add_holds(&[hold("train-1", &[GPU0])], &t);
         assert_eq!(a.gpu(&uuid(GPU0)).pairs(), [(HOLD, "train-1".to_owned())]);
-        assert!(a.gpu(&uuid(GPU3)).is_empty());
+        assert!(a.gpu(&uuid(GPU3)).pairs().is_empty());
     }
 
     #[test]
@@ -246,12 +242,12 @@ mod tests {
             &[hold("b", &[&s1]), hold("a", &[&s0]), hold("m", &[MIG_B])],
             &t,
         );
-        assert_eq!(a.gpu(&uuid(GPU0)).get(HOLD), Some("a,b"));
-        assert_eq!(a.device(&dev(&s0)).get(HOLD), Some("a"));
+        assert_eq!(value(&a.gpu(&uuid(GPU0)), HOLD), Some("a,b"));
+        assert_eq!(value(&a.device(&dev(&s0)), HOLD), Some("a"));
         // The MIG device is placed on its GPU through the topology.
-        assert_eq!(a.gpu(&uuid(GPU3)).get(HOLD), Some("m"));
-        assert_eq!(a.device(&dev(MIG_B)).get(HOLD), Some("m"));
-        assert!(a.device(&dev(MIG_A)).is_empty());
+        assert_eq!(value(&a.gpu(&uuid(GPU3)), HOLD), Some("m"));
+        assert_eq!(value(&a.device(&dev(MIG_B)), HOLD), Some("m"));
+        assert!(a.device(&dev(MIG_A)).pairs().is_empty());
     }
 
     // The Kubernetes hook, tested with a hand-made allocation until the device plugins fill
@@ -275,7 +271,7 @@ mod tests {
         let labels = a.gpu(&uuid(GPU3));
         let names: Vec<&str> = labels.pairs().iter().map(|(n, _)| *n).collect();
         assert_eq!(names, [NAMESPACE, POD, CONTAINER]);
-        assert_eq!(labels.get(POD), Some("trainer-0"));
+        assert_eq!(value(&labels, POD), Some("trainer-0"));
         let otlp: Vec<(&str, &str)> = labels.otlp().collect();
         assert_eq!(
             otlp,

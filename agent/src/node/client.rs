@@ -10,7 +10,7 @@ use tokio::net::UnixStream;
 use crate::node::http::exchange;
 
 /// The longest a CLI waits for the service (a reset or a bind may take a minute).
-pub const API_TIMEOUT: Duration = Duration::from_secs(180);
+pub(crate) const API_TIMEOUT: Duration = Duration::from_secs(180);
 
 /// Why a call to the node service failed. `Display` is the sentence to print.
 #[derive(Debug, thiserror::Error)]
@@ -105,7 +105,10 @@ pub async fn call(
 ///
 /// # Errors
 /// [`ApiError::Bad`] naming the socket when the answer does not have that shape.
-pub fn decode<T: serde::de::DeserializeOwned>(socket: &Path, value: Value) -> Result<T, ApiError> {
+pub(crate) fn decode<T: serde::de::DeserializeOwned>(
+    socket: &Path,
+    value: Value,
+) -> Result<T, ApiError> {
     serde_json::from_value(value).map_err(|e| ApiError::Bad {
         path: socket.display().to_string(),
         what: format!(
@@ -118,7 +121,7 @@ pub fn decode<T: serde::de::DeserializeOwned>(socket: &Path, value: Value) -> Re
 ///
 /// # Errors
 /// As [`call`] and [`decode`].
-pub async fn call_as<B: serde::Serialize, T: serde::de::DeserializeOwned>(
+pub(crate) async fn call_as<B: serde::Serialize, T: serde::de::DeserializeOwned>(
     socket: &Path,
     method: &str,
     path: &str,

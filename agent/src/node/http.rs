@@ -34,21 +34,21 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
 /// Longest request head (request line and headers).
 pub const MAX_HEAD: usize = 16 * 1024;
 /// Most header lines a request may have (hyper's own default).
-pub const MAX_HEADERS: usize = 100;
+pub(crate) const MAX_HEADERS: usize = 100;
 /// Longest request body. The largest the API takes is a hold naming a node's devices, a few
 /// KiB; with [`MAX_CONNECTIONS`] connections at once this bounds what requests can make the
 /// service hold to a few MiB.
 pub const MAX_BODY: usize = 64 * 1024;
 /// The whole request must arrive within this.
-pub const REQUEST_DEADLINE: Duration = Duration::from_secs(5);
+pub(crate) const REQUEST_DEADLINE: Duration = Duration::from_secs(5);
 /// The whole answer must be taken within this: a client that does not read cannot keep a
 /// connection (and its file descriptor) for longer.
-pub const RESPONSE_DEADLINE: Duration = Duration::from_secs(10);
+pub(crate) const RESPONSE_DEADLINE: Duration = Duration::from_secs(10);
 /// Longest answer the CLI's client reads (an inventory of a large node is a few hundred KiB).
-pub const MAX_RESPONSE: usize = 16 * 1024 * 1024;
+pub(crate) const MAX_RESPONSE: usize = 16 * 1024 * 1024;
 /// Connections one listener serves at once; the rest wait in the kernel's backlog, costing
 /// the service nothing.
-pub const MAX_CONNECTIONS: usize = 64;
+pub(crate) const MAX_CONNECTIONS: usize = 64;
 
 /// A request as the handlers see it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -155,7 +155,7 @@ impl HttpError {
 
 /// An error body: `{"code": "<kind>", "message": "<sentence>"}`, the one shape every error of
 /// the API and the metrics listener has.
-pub fn error_body(code: &str, message: &str) -> Vec<u8> {
+pub(crate) fn error_body(code: &str, message: &str) -> Vec<u8> {
     serde_json::to_vec(&crate::node::schema::ErrorBody {
         code: code.to_owned(),
         message: message.to_owned(),
@@ -453,7 +453,7 @@ where
 
 /// A response read by the client.
 #[derive(Debug, Clone)]
-pub struct Response {
+pub(crate) struct Response {
     /// The status code.
     pub status: u16,
     /// The body.
@@ -464,7 +464,7 @@ pub struct Response {
 ///
 /// # Errors
 /// The socket's errors, and a malformed response as `InvalidData`.
-pub async fn exchange<S: AsyncRead + AsyncWrite + Unpin>(
+pub(crate) async fn exchange<S: AsyncRead + AsyncWrite + Unpin>(
     stream: S,
     method: &str,
     path: &str,
@@ -505,7 +505,7 @@ fn client_error(e: &hyper::Error) -> std::io::Error {
 ///
 /// # Errors
 /// The socket's errors, and a malformed response as `InvalidData`.
-pub async fn exchange_with<S: AsyncRead + AsyncWrite + Unpin>(
+pub(crate) async fn exchange_with<S: AsyncRead + AsyncWrite + Unpin>(
     stream: S,
     method: &str,
     host: &str,

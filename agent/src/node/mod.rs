@@ -3,18 +3,18 @@
 //! answers the API on a Unix socket.
 
 pub mod api;
-pub mod attribution;
+pub(crate) mod attribution;
 pub mod client;
 pub mod http;
-pub mod instance;
-pub mod listen;
-pub mod metrics;
-pub mod notify;
-pub mod open;
-pub mod otlp;
-pub mod readings;
-pub mod schema;
-pub mod service;
+pub(crate) mod instance;
+pub(crate) mod listen;
+pub(crate) mod metrics;
+pub(crate) mod notify;
+pub(crate) mod open;
+pub(crate) mod otlp;
+pub(crate) mod readings;
+pub(crate) mod schema;
+pub(crate) mod service;
 pub mod shared;
-pub mod vms;
-pub mod watch;
+pub(crate) mod vms;
+pub(crate) mod watch;

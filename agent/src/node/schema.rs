@@ -5,7 +5,7 @@
 use bcd_protocol::GpuUuid;
 use serde::{Deserialize, Serialize};
 
-pub use crate::health::reset::{GpuResetOutcome, ResetReport};
+pub use crate::health::reset::ResetReport;
 use crate::health::status::GpuStatus;
 use crate::health::Condition;
 use crate::node::metrics::SamplingState;

@@ -28,7 +28,8 @@ use crate::runtime::helper_watch;
 use crate::smi::sampler::{Mode, Sampler, Timing};
 
 pub use crate::node::metrics::SamplingState;
-pub use crate::node::shared::{Node, NodeConfig, MIN_SAMPLE_INTERVAL};
+use crate::node::shared::MIN_SAMPLE_INTERVAL;
+pub use crate::node::shared::{Node, NodeConfig};
 
 /// Scrapes the metrics listener serves at once (a scrape is one request every few seconds).
 pub const METRICS_CONNECTIONS: usize = 16;

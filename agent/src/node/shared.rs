@@ -52,7 +52,7 @@ mod problems;
 /// GPUs claimed by [`Node::claim`] for a step; free again when this is dropped (also when the
 /// step failed, or its request was dropped halfway).
 #[derive(Debug)]
-pub struct Claim {
+pub(crate) struct Claim {
     claims: ClaimSet,
     gpus: Vec<DeviceId>,
     devices_changed: Arc<watch::Sender<u64>>,
@@ -92,10 +92,10 @@ pub enum ApplyHoldError {
 
 /// How long [`Node::claim_now`] tries the holds lock (blocking its thread) before it answers
 /// that the holds are changing.
-pub const CLAIM_NOW_PATIENCE: Duration = Duration::from_millis(100);
+pub(crate) const CLAIM_NOW_PATIENCE: Duration = Duration::from_millis(100);
 
 /// The shortest sample interval: `nvidia-smi` costs driver time on every GPU.
-pub const MIN_SAMPLE_INTERVAL: Duration = Duration::from_secs(5);
+pub(crate) const MIN_SAMPLE_INTERVAL: Duration = Duration::from_secs(5);
 
 /// What `bcd node` was told.
 #[derive(Debug, Clone)]
@@ -294,17 +294,17 @@ impl Node {
     }
 
     /// The XID watcher's counters, for the watcher to keep.
-    pub fn watcher_stats(&self) -> Arc<WatcherStats> {
+    pub(crate) fn watcher_stats(&self) -> Arc<WatcherStats> {
         Arc::clone(&self.watcher)
     }
 
     /// The root helper.
-    pub fn helper(&self) -> &dyn Helper {
+    pub(crate) fn helper(&self) -> &dyn Helper {
         self.helper.as_ref()
     }
 
     /// What `bcd node` was told.
-    pub fn config(&self) -> &NodeConfig {
+    pub(crate) fn config(&self) -> &NodeConfig {
         &self.config
     }
 
@@ -314,7 +314,7 @@ impl Node {
     }
 
     /// Adds what a device consumer (the device plugins, DRA) shows in status and metrics.
-    pub fn add_report(&self, report: Arc<dyn Report>) {
+    pub(crate) fn add_report(&self, report: Arc<dyn Report>) {
         if let Ok(mut r) = self.reports.lock() {
             r.push(report);
         }
@@ -326,73 +326,68 @@ impl Node {
     }
 
     /// Says that the holds, the inventory or the claims changed.
-    pub fn touch_devices(&self) {
+    pub(crate) fn touch_devices(&self) {
         touch(&self.devices_changed);
     }
 
     /// GPUs to VMs and back, through the helper.
-    pub fn passthrough(&self) -> &Passthrough {
+    pub(crate) fn passthrough(&self) -> &Passthrough {
         &self.passthrough
     }
 
-    /// The passthrough memory.
-    pub fn memory(&self) -> &GpuMemory {
-        &self.memory
-    }
-
     /// Asks the scheduler for a collection.
-    pub fn request_collection(&self, trigger: crate::inventory::scheduler::Trigger) {
+    pub(crate) fn request_collection(&self, trigger: crate::inventory::scheduler::Trigger) {
         self.scheduler.request(trigger);
     }
 
     /// How many collections ran since the node started.
-    pub fn collections(&self) -> u64 {
+    pub(crate) fn collections(&self) -> u64 {
         self.collections.load(std::sync::atomic::Ordering::Acquire)
     }
 
     /// How sampling goes now.
-    pub fn sampling(&self) -> SamplingState {
+    pub(crate) fn sampling(&self) -> SamplingState {
         self.sampling.lock().map(|s| s.clone()).unwrap_or_default()
     }
 
     /// Says how sampling goes now (the sampler's task reports through this).
-    pub fn set_sampling(&self, state: SamplingState) {
+    pub(crate) fn set_sampling(&self, state: SamplingState) {
         if let Ok(mut s) = self.sampling.lock() {
             *s = state;
         }
     }
 
     /// The latest samples.
-    pub async fn samples_now(&self) -> Vec<GpuSample> {
+    pub(crate) async fn samples_now(&self) -> Vec<GpuSample> {
         self.samples.read().await.clone()
     }
 
     /// Replaces the latest samples.
-    pub async fn set_samples(&self, samples: Vec<GpuSample>) {
+    pub(crate) async fn set_samples(&self, samples: Vec<GpuSample>) {
         *self.samples.write().await = samples;
     }
 
     /// Runs `change` on the hold store under its lock; `None` when `holds.json` could not be
     /// read at start (nothing may change holds then). `change` must not wait: the lock is
     /// held throughout.
-    pub async fn with_holds<T>(&self, change: impl FnOnce(&mut Holds) -> T) -> Option<T> {
+    pub(crate) async fn with_holds<T>(&self, change: impl FnOnce(&mut Holds) -> T) -> Option<T> {
         self.holds.lock().await.as_mut().map(change)
     }
 
     /// The API socket's accept loop's counters, for that loop to keep.
-    pub fn api_listener_stats(&self) -> Arc<listen::ListenerStats> {
+    pub(crate) fn api_listener_stats(&self) -> Arc<listen::ListenerStats> {
         Arc::clone(&self.api_listener)
     }
 
     /// The metrics listener's accept loop's counters, for that loop to keep.
-    pub fn metrics_listener_stats(&self) -> Arc<listen::ListenerStats> {
+    pub(crate) fn metrics_listener_stats(&self) -> Arc<listen::ListenerStats> {
         Arc::clone(&self.metrics_listener)
     }
 
     /// Whether the state locks the API and the tasks take can all be taken within `bound`:
     /// what the watchdog vouches for. The collection lock is not among them (a collection
     /// may rightly take a minute on a wedged GPU).
-    pub async fn responsive(&self, bound: Duration) -> bool {
+    pub(crate) async fn responsive(&self, bound: Duration) -> bool {
         tokio::time::timeout(bound, async {
             drop(self.latest.read().await);
             drop(self.samples.read().await);
@@ -408,7 +403,7 @@ impl Node {
 
     /// Per GPU UUID, the verdict on the latest inventory, the driver's readings and this
     /// boot's conditions; a GPU `nvidia-smi` is silent about is `unknown`.
-    pub async fn verdicts(&self) -> BTreeMap<GpuUuid, Verdict> {
+    pub(crate) async fn verdicts(&self) -> BTreeMap<GpuUuid, Verdict> {
         let conditions = self.health.conditions();
         let history = self.health.history();
         let samples = self.samples.read().await.clone();
@@ -462,7 +457,7 @@ impl Node {
     }
 
     /// Per GPU UUID, the scheduling answer (healthy or degraded).
-    pub async fn healthy_map(&self) -> BTreeMap<GpuUuid, bool> {
+    pub(crate) async fn healthy_map(&self) -> BTreeMap<GpuUuid, bool> {
         self.verdicts()
             .await
             .into_iter()
@@ -472,7 +467,7 @@ impl Node {
 
     /// Who has each device now: the holds, the GPUs given to domains through this node, and
     /// the Kubernetes allocations last handed to [`Node::set_pod_allocations`].
-    pub async fn attribution(&self) -> Attribution {
+    pub(crate) async fn attribution(&self) -> Attribution {
         let topology = self.topology().await;
         let mut attribution = Attribution::new();
         if let Some(holds) = self.holds.lock().await.as_ref() {
@@ -492,7 +487,7 @@ impl Node {
     /// The Kubernetes hook: the device plugins' PodResources reader hands every allocation
     /// it read (the whole list each time, so a pod that is gone loses its labels at the
     /// next read). The metrics and the OTLP export label each device with its pod.
-    pub fn set_pod_allocations(&self, allocations: Vec<PodAllocation>) {
+    pub(crate) fn set_pod_allocations(&self, allocations: Vec<PodAllocation>) {
         if let Ok(mut pods) = self.pods.lock() {
             *pods = allocations;
         }
@@ -506,7 +501,7 @@ impl Node {
     /// # Errors
     /// The first GPU that is busy, and why (another claim, a hold, a pending release,
     /// passthrough).
-    pub async fn claim(
+    pub(crate) async fn claim(
         &self,
         gpus: &[DeviceId],
         kind: ClaimKind,
@@ -524,7 +519,7 @@ impl Node {
     ///
     /// # Errors
     /// As [`Node::claim`].
-    pub fn claim_now(
+    pub(crate) fn claim_now(
         &self,
         gpu: &DeviceId,
         kind: ClaimKind,
@@ -603,7 +598,7 @@ impl Node {
     }
 
     /// The GPUs claimed now.
-    pub fn claimed(&self) -> Vec<DeviceId> {
+    pub(crate) fn claimed(&self) -> Vec<DeviceId> {
         self.claims
             .lock()
             .map(|c| c.keys().cloned().collect())
@@ -611,7 +606,7 @@ impl Node {
     }
 
     /// The Kubernetes allocations last handed to [`Node::set_pod_allocations`].
-    pub fn pods_now(&self) -> Vec<PodAllocation> {
+    pub(crate) fn pods_now(&self) -> Vec<PodAllocation> {
         self.pods.lock().map(|p| p.clone()).unwrap_or_default()
     }
 
@@ -620,7 +615,7 @@ impl Node {
     /// vfio-pci, have none. `domain` is the domain of the step (for a restore, the one its
     /// save image names, from the helper's answer; `None` for vfio steps). A change is kept
     /// in `<data-dir>/vm-gpus.json` for the next start.
-    pub fn record_passthrough(&self, report: &crate::runtime::Report, domain: Option<&str>) {
+    pub(crate) fn record_passthrough(&self, report: &crate::runtime::Report, domain: Option<&str>) {
         use crate::runtime::Action;
         let Ok(boot_id) = self.vms_file.lock() else {
             return;
@@ -653,7 +648,7 @@ impl Node {
     }
 
     /// The Prometheus text for a scrape.
-    pub async fn metrics_text(&self) -> String {
+    pub(crate) async fn metrics_text(&self) -> String {
         let samples = self.samples.read().await.clone();
         let verdicts = self.verdicts().await;
         let healthy = verdicts

@@ -12,9 +12,9 @@ use std::time::Duration;
 use super::{Passthrough, ReconcileReport};
 
 /// How often the watch pings while the journal holds an open entry.
-pub const PING_WHILE_OPEN: Duration = Duration::from_secs(5);
+pub(crate) const PING_WHILE_OPEN: Duration = Duration::from_secs(5);
 /// How often it pings otherwise.
-pub const PING_IDLE: Duration = Duration::from_secs(60);
+pub(crate) const PING_IDLE: Duration = Duration::from_secs(60);
 
 /// What the watch last learned of the helper.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -40,7 +40,7 @@ impl Passthrough {
     /// did; `None` when nothing was settled. An entry that still cannot be settled waits for
     /// the helper's next return (or the next start): a helper that answers is not asked again
     /// every few seconds about a function its kernel will not probe.
-    pub async fn check_helper(&self) -> Option<ReconcileReport> {
+    pub(crate) async fn check_helper(&self) -> Option<ReconcileReport> {
         let now = match self.helper.ping().await {
             Ok(_) => HelperSeen::Answering,
             Err(e) => HelperSeen::Failing(e.to_string()),

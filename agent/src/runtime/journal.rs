@@ -42,7 +42,7 @@ pub struct Unsettled {
 
 /// Why [`Journal::begin`] did not write a new entry.
 #[derive(Debug, thiserror::Error)]
-pub enum BeginError {
+pub(crate) enum BeginError {
     /// An open entry covers one of its functions.
     #[error(transparent)]
     Unsettled(#[from] Unsettled),
@@ -71,7 +71,7 @@ pub enum Intent {
 
 impl Intent {
     /// The intent as a noun for sentences: `bind`, `release`, `rollback of a failed bind`.
-    pub fn noun(self) -> &'static str {
+    pub(crate) fn noun(self) -> &'static str {
         match self {
             Intent::Bind => "bind",
             Intent::Release => "release",
@@ -208,7 +208,10 @@ impl Journal {
     ///
     /// # Errors
     /// As [`Journal::load`], except [`StateError::SetAside`].
-    pub fn open_entry_of(&self, devices: &[PciAddress]) -> Result<Option<Entry>, StateError> {
+    pub(crate) fn open_entry_of(
+        &self,
+        devices: &[PciAddress],
+    ) -> Result<Option<Entry>, StateError> {
         let entries = match self.load() {
             Ok(e) => e,
             Err(StateError::SetAside { .. }) => return Ok(None),
@@ -224,7 +227,7 @@ impl Journal {
     /// # Errors
     /// [`BeginError::Unsettled`] naming the open entry; [`BeginError::State`] as
     /// [`Journal::open_entry_of`].
-    pub fn refuse_unsettled(&self, device: PciAddress) -> Result<(), BeginError> {
+    pub(crate) fn refuse_unsettled(&self, device: PciAddress) -> Result<(), BeginError> {
         match self.open_entry_of(&[device])? {
             Some(open) => Err(self.unsettled(device, &open).into()),
             None => Ok(()),
@@ -238,7 +241,7 @@ impl Journal {
     /// # Errors
     /// [`BeginError::Unsettled`] (nothing written), naming the first function of `entry` that
     /// the open entry covers; [`BeginError::State`] as [`Journal::put`].
-    pub fn begin(&self, entry: &mut Entry) -> Result<(), BeginError> {
+    pub(crate) fn begin(&self, entry: &mut Entry) -> Result<(), BeginError> {
         let devices = entry.devices();
         if let Some(open) = self.open_entry_of(&devices)? {
             let device = devices

@@ -45,13 +45,14 @@ use crate::inventory::scheduler::{SchedulerHandle, Trigger};
 use crate::state::StateError;
 use crate::sys::host::Host;
 
-pub use iommu::GroupError;
+pub(crate) use iommu::GroupError;
 pub use journal::Journal;
 pub use vfio::reconcile;
 
 /// Answers "is this GPU held, and by which hold?" for the GPU's address and, when the
 /// passthrough memory knows it, its UUID. The node service plugs its hold store in here.
-pub type HoldLookup<'a> = &'a (dyn Fn(&PciAddress, Option<&GpuUuid>) -> Option<String> + Sync);
+pub(crate) type HoldLookup<'a> =
+    &'a (dyn Fn(&PciAddress, Option<&GpuUuid>) -> Option<String> + Sync);
 
 /// Why a passthrough step was refused or failed. `Display` is the operator's sentence; the
 /// helper's own sentence is carried verbatim.
@@ -282,7 +283,7 @@ impl Passthrough {
     }
 
     /// Asks `scheduler` for a collection ([`Trigger::HostChange`]) after every step.
-    pub fn with_scheduler(self, scheduler: SchedulerHandle) -> Self {
+    pub(crate) fn with_scheduler(self, scheduler: SchedulerHandle) -> Self {
         self.on_host_change(move || scheduler.request(Trigger::HostChange))
     }
 
@@ -290,11 +291,6 @@ impl Passthrough {
     pub fn on_host_change(mut self, f: impl Fn() + Send + Sync + 'static) -> Self {
         self.on_change = Box::new(f);
         self
-    }
-
-    /// The journal.
-    pub fn journal(&self) -> &Journal {
-        &self.journal
     }
 
     fn changed(&self) {
@@ -409,8 +405,8 @@ mod tests {
         let helper = Arc::new(releasing());
         let runtime = Passthrough::new(passthrough_host(), data.path(), helper.clone());
         let mut open = open_rollback("0000:61:00.0", &["0000:61:00.0", "0000:61:00.1"]);
-        runtime.journal().put(&mut open).unwrap();
-        let before = runtime.journal().load().unwrap();
+        runtime.journal.put(&mut open).unwrap();
+        let before = runtime.journal.load().unwrap();
         for device in ["0000:61:00.0", "0000:61:00.1"] {
             let err = runtime.release(&device.parse().unwrap()).await.unwrap_err();
             assert!(matches!(err, RuntimeError::Unsettled(_)), "{err}");
@@ -433,7 +429,7 @@ mod tests {
             .unwrap_err();
         assert!(matches!(err, RuntimeError::Unsettled(_)), "{err}");
         assert_eq!(helper.calls(), [], "the helper was asked nothing");
-        let after = runtime.journal().load().unwrap();
+        let after = runtime.journal.load().unwrap();
         assert_eq!(after, before, "the open entry is kept as it was");
         assert_eq!(
             after[&"0000:61:00.0".parse().unwrap()].functions[0]
@@ -496,7 +492,7 @@ mod tests {
             .bind(&GpuRef::Pci(gpu), &not_held)
             .await
             .unwrap_err();
-        assert!(runtime.journal().load().unwrap()[&gpu].open);
+        assert!(runtime.journal.load().unwrap()[&gpu].open);
         // Away: noticed, nothing settled.
         assert_eq!(runtime.check_helper().await, None);
         assert!(matches!(
@@ -506,7 +502,7 @@ mod tests {
         assert!(node.problems_now().iter().any(|p| p.starts_with(
             "the root helper cannot be reached (its last ping: cannot reach bcd-helper at"
         )));
-        assert!(runtime.journal().load().unwrap()[&gpu].open);
+        assert!(runtime.journal.load().unwrap()[&gpu].open);
         // Back: the open entry is settled as at start-up.
         down.store(false, Ordering::SeqCst);
         let calls_before = helper.calls().len();
@@ -524,7 +520,7 @@ mod tests {
                 bcd_protocol::Operation::SetPersistence { gpu, enabled: true }
             ]
         );
-        assert!(!runtime.journal().load().unwrap()[&gpu].open);
+        assert!(!runtime.journal.load().unwrap()[&gpu].open);
         assert_eq!(runtime.helper_seen(), helper_watch::HelperSeen::Answering);
         assert!(runtime.unsettled().is_empty());
         // Answering still: nothing more is asked than the ping.

@@ -41,7 +41,7 @@ const HINTS: &[(&[&str], &str)] = &[
 const WEDGED: &str = "a GPU may be wedged (Xid 79 or 119): gpu.reset or a reboot recovers it";
 
 /// What to do when a failure matches no entry of the table.
-pub const NO_HINT: &str = "run the same nvidia-smi command by hand to read the whole error";
+pub(crate) const NO_HINT: &str = "run the same nvidia-smi command by hand to read the whole error";
 
 /// Returns the hint for a failed `nvidia-smi` run, or `None` when the text matches no known
 /// failure. Matching is case-insensitive; `killed` also covers `signal: killed`.
@@ -54,7 +54,7 @@ pub fn error_hint(text: &str) -> Option<&'static str> {
 }
 
 /// [`error_hint`], or [`NO_HINT`] for a failure the table does not know.
-pub fn hint_or_default(text: &str) -> &'static str {
+pub(crate) fn hint_or_default(text: &str) -> &'static str {
     error_hint(text).unwrap_or(NO_HINT)
 }
 
@@ -62,7 +62,7 @@ pub fn hint_or_default(text: &str) -> &'static str {
 /// the hint of a failure of the whole driver (its libraries and module differ, the module is
 /// not loaded, ...), which no reset of the GPU mends; else, since `nvidia-smi` hangs when a
 /// GPU is wedged, the wedged GPU's action naming it.
-pub fn gpu_action(text: &str, uuid: &str) -> String {
+pub(crate) fn gpu_action(text: &str, uuid: &str) -> String {
     match error_hint(text) {
         Some(hint) if hint != WEDGED => hint.to_owned(),
         _ => format!("check the GPU: nvidia-smi hangs when a GPU is wedged (dmesg: Xid 79 or 119); reset it (bcd gpu reset {uuid}) or reboot the node"),

@@ -12,7 +12,7 @@ pub mod sampler;
 pub mod samples;
 pub mod snapshot;
 mod text;
-pub use text::{escape_control, escape_line};
+pub(crate) use text::{escape_control, escape_line};
 pub mod topo;
 pub mod value;
 pub mod xml;

@@ -54,7 +54,7 @@ pub enum LinkState {
 
 impl LinkState {
     /// `active` or `inactive`, the inventory's spelling.
-    pub fn as_str(&self) -> &'static str {
+    pub(crate) fn as_str(&self) -> &'static str {
         match self {
             LinkState::Active { .. } => "active",
             LinkState::Inactive => "inactive",

@@ -10,12 +10,12 @@ use nix::unistd::Pid;
 use crate::sys::child;
 
 /// The bound on one query.
-pub const QUERY_TIMEOUT: Duration = Duration::from_secs(30);
+pub(crate) const QUERY_TIMEOUT: Duration = Duration::from_secs(30);
 /// The bound on a whole snapshot (all its queries).
-pub const SNAPSHOT_TIMEOUT: Duration = Duration::from_secs(60);
+pub(crate) const SNAPSHOT_TIMEOUT: Duration = Duration::from_secs(60);
 /// Most bytes of standard output read from one query: far above an 8-GPU `-q -x` (~250 KB a
 /// GPU at most), far below what could hurt the agent.
-pub const MAX_OUTPUT: usize = 16 * 1024 * 1024;
+pub(crate) const MAX_OUTPUT: usize = 16 * 1024 * 1024;
 /// Most bytes of standard error kept, for messages.
 const MAX_STDERR: usize = 4096;
 
@@ -102,7 +102,7 @@ impl Runner {
     }
 
     /// The per-query bound.
-    pub fn timeout(&self) -> Duration {
+    pub(crate) fn timeout(&self) -> Duration {
         self.timeout
     }
 
@@ -174,14 +174,6 @@ impl Runner {
     }
 }
 
-impl RunError {
-    /// What the operator should do about it, from the hint table; `None` where no entry
-    /// applies.
-    pub fn hint(&self) -> Option<&'static str> {
-        super::hint::error_hint(&self.to_string())
-    }
-}
-
 /// A signal's name (`SIGKILL`), or `signal N` for a number Linux does not name.
 fn signal_name(signal: i32) -> String {
     Signal::try_from(signal).map_or_else(|_| format!("signal {signal}"), |s| s.as_str().to_owned())
@@ -222,11 +214,6 @@ fn resolve(program: &Path) -> Option<PathBuf> {
 fn is_executable(path: &Path) -> bool {
     use std::os::unix::fs::PermissionsExt;
     std::fs::metadata(path).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
-}
-
-/// Whether `name` names a program the runner would find, for doctor's checks.
-pub fn is_available(program: &Path) -> bool {
-    resolve(program).is_some_and(|p| is_executable(&p))
 }
 
 #[cfg(test)]
@@ -338,7 +325,7 @@ mod tests {
             "nvidia-smi -q -x was killed by signal SIGKILL (9)"
         );
         assert_eq!(
-            err.hint(),
+            crate::smi::hint::error_hint(&err.to_string()),
             Some("a GPU may be wedged (Xid 79 or 119): gpu.reset or a reboot recovers it")
         );
     }
@@ -351,22 +338,32 @@ mod tests {
         let err = Runner::new(smi).run(&["-L"]).await.unwrap_err();
         assert!(err.to_string().contains("SIGSEGV (11)"), "{err}");
         assert!(
-            err.hint().unwrap().starts_with("nvidia-smi crashed"),
+            crate::smi::hint::error_hint(&err.to_string())
+                .unwrap()
+                .starts_with("nvidia-smi crashed"),
             "{err}"
         );
         let timeout = RunError::Timeout {
             query: "-q -x".into(),
             after: QUERY_TIMEOUT,
         };
-        assert!(timeout.hint().unwrap().contains("Xid 79 or 119"));
-        assert!(RunError::NoDriver.hint().unwrap().contains("--nvidia-smi"));
+        assert!(crate::smi::hint::error_hint(&timeout.to_string())
+            .unwrap()
+            .contains("Xid 79 or 119"));
+        assert!(
+            crate::smi::hint::error_hint(&RunError::NoDriver.to_string())
+                .unwrap()
+                .contains("--nvidia-smi")
+        );
         let long = RunError::TooLong {
             query: "-q -x".into(),
         };
         assert!(
-            long.hint().unwrap().contains("not the nvidia-smi"),
+            crate::smi::hint::error_hint(&long.to_string())
+                .unwrap()
+                .contains("not the nvidia-smi"),
             "{:?}",
-            long.hint()
+            crate::smi::hint::error_hint(&long.to_string())
         );
     }
 
@@ -415,7 +412,7 @@ pub(crate) mod waiting {
     }
 
     /// The query that has run longest: its arguments, how long it has run, its bound.
-    pub fn oldest() -> Option<(String, Duration, Duration)> {
+    pub(crate) fn oldest() -> Option<(String, Duration, Duration)> {
         let r = RUNNING.lock().ok()?;
         r.iter()
             .min_by_key(|(_, _, started, _)| *started)
@@ -453,6 +450,6 @@ pub(crate) mod waiting {
 }
 
 /// The query that has run longest, if any: see [`waiting`].
-pub fn oldest_waiting() -> Option<(String, Duration, Duration)> {
+pub(crate) fn oldest_waiting() -> Option<(String, Duration, Duration)> {
     waiting::oldest()
 }

@@ -54,19 +54,19 @@ use super::snapshot::{query, samples, SampleSource};
 use super::xml::{parse_query_xml, QueryXml};
 
 /// A GPU child silent for this many intervals is stalled: killed and started again.
-pub const STALL_INTERVALS: u32 = 3;
+pub(crate) const STALL_INTERVALS: u32 = 3;
 /// The first wait before starting crashed or stalled children again.
-pub const BACKOFF_START: Duration = Duration::from_secs(1);
+pub(crate) const BACKOFF_START: Duration = Duration::from_secs(1);
 /// The longest wait between restarts.
-pub const BACKOFF_MAX: Duration = Duration::from_secs(60);
+pub(crate) const BACKOFF_MAX: Duration = Duration::from_secs(60);
 /// Compute-process lines closer together than this belong to one interval's burst.
-pub const BURST_GAP: Duration = Duration::from_millis(50);
+pub(crate) const BURST_GAP: Duration = Duration::from_millis(50);
 /// Compute-process counts older than this many intervals mean "no processes".
-pub const APPS_STALE_INTERVALS: f64 = 1.5;
+pub(crate) const APPS_STALE_INTERVALS: f64 = 1.5;
 /// How often the MIG devices' memory is read (`-q -x`) while a GPU is in MIG mode: the
 /// inventory's own schedule, so a MIG host costs the driver no more full `-q -x` walks than
 /// any other host (a MIG device's used memory is up to this old).
-pub const MIG_MEMORY_INTERVAL: Duration = crate::inventory::scheduler::INVENTORY_INTERVAL;
+pub(crate) const MIG_MEMORY_INTERVAL: Duration = crate::inventory::scheduler::INVENTORY_INTERVAL;
 /// Longest line kept from a child; a sample line is about 150 bytes.
 const MAX_LINE: u64 = 4096;
 /// Most bytes of a refusing child's standard error kept for the log.

@@ -29,7 +29,7 @@ use super::{list::quote, text, value};
 pub const SAMPLE_FIELDS: &str = "uuid,memory.total,memory.used,memory.reserved,memory.free,utilization.gpu,utilization.memory,temperature.gpu,power.draw,power.limit,clocks.sm,clocks.mem,pstate,mig.mode.current,clocks_throttle_reasons.hw_slowdown,clocks_throttle_reasons.hw_thermal_slowdown,clocks_throttle_reasons.hw_power_brake_slowdown,clocks_throttle_reasons.sw_thermal_slowdown";
 
 /// The sample's fields without the clock reasons, for a driver that refuses one of them.
-pub const SAMPLE_FIELDS_WITHOUT_CLOCK_REASONS: &str = "uuid,memory.total,memory.used,memory.reserved,memory.free,utilization.gpu,utilization.memory,temperature.gpu,power.draw,power.limit,clocks.sm,clocks.mem,pstate,mig.mode.current";
+pub(crate) const SAMPLE_FIELDS_WITHOUT_CLOCK_REASONS: &str = "uuid,memory.total,memory.used,memory.reserved,memory.free,utilization.gpu,utilization.memory,temperature.gpu,power.draw,power.limit,clocks.sm,clocks.mem,pstate,mig.mode.current";
 
 /// The clock event reasons a sample reads, in their order at the end of [`SAMPLE_FIELDS`].
 pub const CLOCK_REASON_FIELDS: [&str; 4] = [
@@ -40,14 +40,14 @@ pub const CLOCK_REASON_FIELDS: [&str; 4] = [
 ];
 
 /// How many columns a sample line has: one per field of [`SAMPLE_FIELDS`].
-pub const SAMPLE_COLUMNS: usize = 18;
+pub(crate) const SAMPLE_COLUMNS: usize = 18;
 
 /// How many columns a line of [`SampleQuery::WithoutClockReasons`] has.
-pub const SAMPLE_COLUMNS_WITHOUT_CLOCK_REASONS: usize = 14;
+pub(crate) const SAMPLE_COLUMNS_WITHOUT_CLOCK_REASONS: usize = 14;
 
 /// Which sample query to ask.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum SampleQuery {
+pub(crate) enum SampleQuery {
     /// [`SAMPLE_FIELDS`].
     #[default]
     Full,
@@ -57,7 +57,7 @@ pub enum SampleQuery {
 
 impl SampleQuery {
     /// The `--query-gpu=` argument.
-    pub fn query_gpu(self) -> String {
+    pub(crate) fn query_gpu(self) -> String {
         match self {
             SampleQuery::Full => format!("--query-gpu={SAMPLE_FIELDS}"),
             SampleQuery::WithoutClockReasons => {
@@ -69,7 +69,7 @@ impl SampleQuery {
     /// The query to ask instead after the driver refused `field`: the one without the clock
     /// reasons when `field` is one of them and this query asks for them; `None` otherwise
     /// (the samples must come from `-q -x` then).
-    pub fn without(self, field: &str) -> Option<SampleQuery> {
+    pub(crate) fn without(self, field: &str) -> Option<SampleQuery> {
         let clock = CLOCK_REASON_FIELDS
             .iter()
             .any(|f| f.eq_ignore_ascii_case(field));
@@ -352,13 +352,13 @@ pub fn attach_compute_counts(samples: &mut [GpuSample], counts: &BTreeMap<String
 }
 
 /// Whether a GPU among `samples` is in MIG mode, whose MIG devices' memory needs `-q -x`.
-pub fn needs_mig_memory(samples: &[GpuSample]) -> bool {
+pub(crate) fn needs_mig_memory(samples: &[GpuSample]) -> bool {
     samples.iter().any(|s| s.mig_mode == Some(true))
 }
 
 /// Gives each sampled GPU in MIG mode the MIG devices `xml` lists for its UUID (a GPU `xml`
 /// does not list keeps what it had).
-pub fn attach_mig_memory(samples: &mut [GpuSample], xml: &QueryXml) {
+pub(crate) fn attach_mig_memory(samples: &mut [GpuSample], xml: &QueryXml) {
     for s in samples.iter_mut().filter(|s| s.mig_mode == Some(true)) {
         let same = |raw: &Option<String>| {
             raw.as_deref()

@@ -20,23 +20,25 @@ use super::xml::{parse_query_xml, QueryXml, XmlError};
 /// The arguments of each query, in one place.
 pub(crate) mod query {
     /// The required query.
-    pub const QUERY_XML: &[&str] = &["-q", "-x"];
+    pub(crate) const QUERY_XML: &[&str] = &["-q", "-x"];
     /// GPUs and MIG devices with their UUIDs.
-    pub const LIST: &[&str] = &["-L"];
+    pub(crate) const LIST: &[&str] = &["-L"];
     /// CUDA compute capability.
-    pub const COMPUTE_CAP: &[&str] = &["--query-gpu=uuid,compute_cap", "--format=csv,noheader"];
+    pub(crate) const COMPUTE_CAP: &[&str] =
+        &["--query-gpu=uuid,compute_cap", "--format=csv,noheader"];
     /// The topology matrix.
-    pub const TOPO: &[&str] = &["topo", "-m"];
+    pub(crate) const TOPO: &[&str] = &["topo", "-m"];
     /// NVLink states.
-    pub const NVLINK_STATUS: &[&str] = &["nvlink", "-s"];
+    pub(crate) const NVLINK_STATUS: &[&str] = &["nvlink", "-s"];
     /// NVLink far ends.
-    pub const NVLINK_REMOTE: &[&str] = &["nvlink", "-R"];
+    pub(crate) const NVLINK_REMOTE: &[&str] = &["nvlink", "-R"];
     /// MIG GPU instance profiles.
-    pub const MIG_PROFILES: &[&str] = &["mig", "-lgip"];
+    pub(crate) const MIG_PROFILES: &[&str] = &["mig", "-lgip"];
     /// Compute processes, one line each.
-    pub const COMPUTE_APPS: &[&str] = &["--query-compute-apps=gpu_uuid", "--format=csv,noheader"];
+    pub(crate) const COMPUTE_APPS: &[&str] =
+        &["--query-compute-apps=gpu_uuid", "--format=csv,noheader"];
     /// Driver version, one line per GPU.
-    pub const PROBE: &[&str] = &["--query-gpu=driver_version", "--format=csv,noheader"];
+    pub(crate) const PROBE: &[&str] = &["--query-gpu=driver_version", "--format=csv,noheader"];
 }
 
 /// Why the snapshot failed. Only the required `-q -x` query can fail it.
@@ -239,7 +241,9 @@ pub async fn samples(runner: &Runner) -> Result<(Vec<GpuSample>, SampleSource), 
 ///
 /// # Errors
 /// The CSV query's run errors ([`RunError::NoDriver`] included), but a refused field.
-pub async fn csv_samples(runner: &Runner) -> Result<Result<Vec<GpuSample>, String>, SnapshotError> {
+pub(crate) async fn csv_samples(
+    runner: &Runner,
+) -> Result<Result<Vec<GpuSample>, String>, SnapshotError> {
     let format = "--format=csv,noheader,nounits";
     let mut asked = SampleQuery::Full;
     loop {
@@ -275,7 +279,7 @@ pub async fn csv_samples(runner: &Runner) -> Result<Result<Vec<GpuSample>, Strin
 
 /// Attaches the compute-process counts; a failing `--query-compute-apps` leaves every count
 /// unknown (`None`) rather than failing the samples: the count is optional to the rest.
-pub async fn attach_apps(runner: &Runner, samples: &mut [GpuSample]) {
+pub(crate) async fn attach_apps(runner: &Runner, samples: &mut [GpuSample]) {
     match runner.run(query::COMPUTE_APPS).await {
         Ok(apps) => attach_compute_counts(samples, &count_compute_apps(&apps.stdout)),
         Err(e) => {

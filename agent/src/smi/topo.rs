@@ -50,7 +50,7 @@ impl fmt::Display for Link {
 
 impl Link {
     /// Reads one matrix cell; `None` for `X` and anything unknown.
-    pub fn from_cell(cell: &str) -> Option<Link> {
+    pub(crate) fn from_cell(cell: &str) -> Option<Link> {
         match cell.trim() {
             "PIX" => Some(Link::Pix),
             "PXB" => Some(Link::Pxb),

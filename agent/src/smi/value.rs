@@ -40,33 +40,33 @@ pub fn present(raw: &str) -> Option<&str> {
 }
 
 /// A version string with any `[Deprecated; ...]`-style suffix removed, or `None` when absent.
-pub fn version(raw: &str) -> Option<&str> {
+pub(crate) fn version(raw: &str) -> Option<&str> {
     let value = present(raw)?;
     let cut = value.find('[').map_or(value, |i| &value[..i]).trim();
     present(cut)
 }
 
 /// Parses the leading number of a reading such as `81559 MiB`, `250.00 W` or `-7 C`.
-pub fn number(raw: &str) -> Option<f64> {
+pub(crate) fn number(raw: &str) -> Option<f64> {
     let value = present(raw)?;
     let token = value.split_whitespace().next()?;
     token.parse::<f64>().ok().filter(|n| n.is_finite())
 }
 
 /// Parses the leading unsigned integer of a reading such as `81559 MiB` or `3`.
-pub fn unsigned(raw: &str) -> Option<u64> {
+pub(crate) fn unsigned(raw: &str) -> Option<u64> {
     let value = present(raw)?;
     value.split_whitespace().next()?.parse::<u64>().ok()
 }
 
 /// Parses the leading signed integer of a reading such as `-7 C` or `45`.
-pub fn integer(raw: &str) -> Option<i64> {
+pub(crate) fn integer(raw: &str) -> Option<i64> {
     let value = present(raw)?;
     value.split_whitespace().next()?.parse::<i64>().ok()
 }
 
 /// Reads `Enabled`/`Disabled` (and `Yes`/`No`), as `mig.mode.current` and friends answer.
-pub fn flag(raw: &str) -> Option<bool> {
+pub(crate) fn flag(raw: &str) -> Option<bool> {
     let value = present(raw)?;
     if value.eq_ignore_ascii_case("enabled") || value.eq_ignore_ascii_case("yes") {
         Some(true)
@@ -79,7 +79,7 @@ pub fn flag(raw: &str) -> Option<bool> {
 
 /// Reads `Yes`/`No`, `True`/`False` and `Active`/`Not Active`, as the driver's health
 /// readings and the clock event (throttle) reasons answer.
-pub fn truth(raw: &str) -> Option<bool> {
+pub(crate) fn truth(raw: &str) -> Option<bool> {
     let value = present(raw)?;
     let is = |s: &str| value.eq_ignore_ascii_case(s);
     if is("yes") || is("true") || is("active") {
@@ -96,7 +96,7 @@ pub fn truth(raw: &str) -> Option<bool> {
 /// case. Returns `None` for anything else, and for a domain above `ffff` (Intel VMD's
 /// `10000:...`): bcd's `PciAddress`, the helper protocol's type, takes four-digit domains only,
 /// so such a function cannot be handed to the helper either.
-pub fn pci_address(raw: &str) -> Option<PciAddress> {
+pub(crate) fn pci_address(raw: &str) -> Option<PciAddress> {
     let value = raw.trim();
     let mut parts = value.rsplitn(3, ':');
     let dev_fn = parts.next()?;

@@ -45,13 +45,8 @@ impl Host {
     }
 
     /// The `systemctl` to ask about units, as given.
-    pub fn systemctl(&self) -> &Path {
+    pub(crate) fn systemctl(&self) -> &Path {
         &self.systemctl
-    }
-
-    /// The root folder.
-    pub fn root(&self) -> &Path {
-        &self.root
     }
 
     /// The `nvidia-smi` to run, as given.

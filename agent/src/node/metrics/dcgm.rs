@@ -1,7 +1,7 @@
 //! NVIDIA dcgm-exporter's series (`bcd node --metrics-compat`): one table, [`DCGM_FIELDS`],
 //! from each dcgm-exporter name to the bcd reading that fills it (a sample's, the last XID, or
 //! an inventory counter), in dcgm-exporter's units and with its labels, and the renderer that
-//! walks it. What bcd cannot provide is in [`DCGM_NOT_PROVIDED`].
+//! walks it. What bcd cannot provide, and why, the README lists.
 
 use std::collections::BTreeMap;
 
@@ -187,32 +187,6 @@ pub const DCGM_FIELDS: &[DcgmField] = &[
                 .map(|v| v as f64)
         }),
     },
-];
-
-/// dcgm-exporter's default counters bcd does not provide, and why; listed in the README.
-pub const DCGM_NOT_PROVIDED: &[(&str, &str)] = &[
-    ("DCGM_FI_DEV_MEMORY_TEMP", "bcd does not read temperature.memory"),
-    (
-        "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION",
-        "bcd does not read total_energy_consumption",
-    ),
-    (
-        "DCGM_FI_DEV_PCIE_TX_THROUGHPUT, DCGM_FI_DEV_PCIE_RX_THROUGHPUT, DCGM_FI_DEV_PCIE_REPLAY_COUNTER",
-        "bcd does not read the PCIe counters",
-    ),
-    (
-        "DCGM_FI_DEV_ENC_UTIL, DCGM_FI_DEV_DEC_UTIL",
-        "bcd does not read the encoder and decoder",
-    ),
-    (
-        "DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL",
-        "bcd reads NVLink states, not traffic",
-    ),
-    ("DCGM_FI_DEV_VGPU_LICENSE_STATUS", "no vGPU support"),
-    (
-        "DCGM_FI_PROF_* (GR_ENGINE_ACTIVE, PIPE_TENSOR_ACTIVE, DRAM_ACTIVE, PCIE_TX_BYTES, PCIE_RX_BYTES, ...)",
-        "they need DCGM's profiling module; nvidia-smi has no such reading",
-    ),
 ];
 
 /// A GPU's identity in dcgm-exporter's labels, from the inventory.

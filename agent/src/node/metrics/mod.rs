@@ -6,14 +6,12 @@
 //! MIG device, slot) somebody has.
 //!
 //! With [`MetricsCompat`] (`bcd node --metrics-compat dcgm`) the same readings are also
-//! rendered under NVIDIA dcgm-exporter's names, units and labels ([`DCGM_FIELDS`], in
+//! rendered under NVIDIA dcgm-exporter's names, units and labels ([`dcgm::DCGM_FIELDS`], in
 //! [`dcgm`]), so its dashboards and alert rules work unchanged; MIG devices get dcgm-exporter's
 //! `GPU_I_ID` and `GPU_I_PROFILE`. Fields that need DCGM's profiling (`DCGM_FI_PROF_*`) are not
 //! provided.
 
-pub mod dcgm;
-
-pub use dcgm::{DcgmField, DCGM_FIELDS, DCGM_NOT_PROVIDED};
+pub(crate) mod dcgm;
 
 use std::collections::BTreeMap;
 use std::time::Duration;

@@ -26,10 +26,11 @@ use quick_xml::events::Event;
 use quick_xml::Reader;
 
 use document::Document;
-pub use gpu::{
-    ClockEvents, ComputeMode, Counts, DriverHealth, EccCounts, Fabric, QueryXml, RowRemap, XmlGpu,
-    XmlMigDevice, XmlProcess,
+pub(crate) use gpu::{
+    ClockEvents, Counts, DriverHealth, EccCounts, Fabric, RowRemap, XmlGpu, XmlMigDevice,
+    XmlProcess,
 };
+pub use gpu::{ComputeMode, QueryXml};
 
 /// Deepest element nesting accepted; real documents nest at most seven levels.
 pub(crate) const MAX_DEPTH: usize = 128;
