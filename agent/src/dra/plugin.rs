@@ -143,6 +143,16 @@ impl<S: DeviceSource, R: ClaimReader> v1::dra_plugin_server::DraPlugin for Servi
     }
 }
 
+impl From<v1beta1::Claim> for v1::Claim {
+    fn from(c: v1beta1::Claim) -> Self {
+        Self {
+            namespace: c.namespace,
+            uid: c.uid,
+            name: c.name,
+        }
+    }
+}
+
 /// `v1beta1`: the same calls, translated to and from `v1` (the messages differ only in
 /// `Device.share_id`, which `v1beta1` lacks).
 #[tonic::async_trait]
@@ -155,11 +165,7 @@ impl<S: DeviceSource, R: ClaimReader> v1beta1::dra_plugin_server::DraPlugin for 
             .into_inner()
             .claims
             .into_iter()
-            .map(|c| v1::Claim {
-                namespace: c.namespace,
-                uid: c.uid,
-                name: c.name,
-            })
+            .map(v1::Claim::from)
             .collect();
         let answer = v1::dra_plugin_server::DraPlugin::node_prepare_resources(
             self,
@@ -202,11 +208,7 @@ impl<S: DeviceSource, R: ClaimReader> v1beta1::dra_plugin_server::DraPlugin for 
             .into_inner()
             .claims
             .into_iter()
-            .map(|c| v1::Claim {
-                namespace: c.namespace,
-                uid: c.uid,
-                name: c.name,
-            })
+            .map(v1::Claim::from)
             .collect();
         let answer = v1::dra_plugin_server::DraPlugin::node_unprepare_resources(
             self,
