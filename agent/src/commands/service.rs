@@ -305,6 +305,7 @@ fn dra_config(global: &Global, args: &NodeArgs) -> Result<Option<DraFlags>, DraF
             cdi_runtime_dir: args.cdi_runtime_dir.clone(),
             node_name,
             host: global.host(),
+            stale_pass: crate::dra::stale::STALE_PASS,
         },
         kubeconfig: args.kubeconfig.clone(),
     }))

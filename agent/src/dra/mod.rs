@@ -11,7 +11,9 @@
 //!   that keeps the pool's slices as the node's devices are.
 //! - Claims ([`prepare`]): a prepared claim is one Kubernetes hold made through the policy,
 //!   with its own CDI spec in the CDI runtime folder, written before the answer; the
-//!   ResourceClaims are read through [`claims::ClaimReader`].
+//!   ResourceClaims are read through [`claims::ClaimReader`]. A claim the kubelet never
+//!   unprepared is released once the API server has said for a grace that it is gone,
+//!   replaced or allocated elsewhere ([`stale`]).
 //!
 //! It reaches the node through [`crate::device::DeviceSource`] alone (tested against a fake
 //! source), keeps its own counters and problems in [`DraState`] (shown in the node's status
@@ -24,6 +26,7 @@ pub mod devices;
 pub mod plugin;
 pub mod prepare;
 pub mod slices;
+pub mod stale;
 
 use std::path::PathBuf;
 use std::sync::Mutex;
@@ -71,6 +74,9 @@ pub struct DraConfig {
     pub node_name: String,
     /// The host whose procfs gives the GPUs' device minors.
     pub host: crate::sys::host::Host,
+    /// How often held claims are checked against the API server, and the grace before a
+    /// stale one is released ([`stale::STALE_PASS`]).
+    pub stale_pass: std::time::Duration,
 }
 
 impl DraConfig {
@@ -118,6 +124,8 @@ pub struct DraState {
     problem: Mutex<Option<String>>,
     /// What is degraded on the API server's side (the slices, the Node).
     api_problem: Mutex<Option<String>>,
+    /// The held claims the stale pass could not check.
+    stale_problem: Mutex<Option<String>>,
 }
 
 impl DraState {
@@ -154,6 +162,11 @@ impl DraState {
     pub fn set_api_problem(&self, sentence: Option<String>) {
         set(&self.api_problem, sentence);
     }
+
+    /// Sets or clears what the stale claims' pass could not check (logged when it changes).
+    pub fn set_stale_problem(&self, sentence: Option<String>) {
+        set(&self.stale_problem, sentence);
+    }
 }
 
 fn set(slot: &Mutex<Option<String>>, sentence: Option<String>) {
@@ -170,7 +183,7 @@ fn set(slot: &Mutex<Option<String>>, sentence: Option<String>) {
 impl crate::device::Report for DraState {
     fn problem(&self) -> Option<String> {
         let mut parts: Vec<String> = Vec::new();
-        for slot in [&self.problem, &self.api_problem] {
+        for slot in [&self.problem, &self.api_problem, &self.stale_problem] {
             if let Some(p) = slot.lock().ok().and_then(|p| p.clone()) {
                 parts.push(p);
             }
@@ -221,7 +234,8 @@ pub const CONNECT_RETRY: std::time::Duration = std::time::Duration::from_secs(10
 
 /// The driver on the node: makes the API server's client (trying again every
 /// [`CONNECT_RETRY`] while it cannot, saying why in `status`), then serves the kubelet's
-/// sockets and publishes the node's ResourceSlices, until the node stops.
+/// sockets, publishes the node's ResourceSlices and releases the claims the kubelet never
+/// unprepared ([`stale`]), until the node stops.
 pub async fn run<S: crate::device::DeviceSource>(
     node: std::sync::Arc<S>,
     state: std::sync::Arc<DraState>,
@@ -248,7 +262,8 @@ pub async fn run<S: crate::device::DeviceSource>(
         state.clone(),
     ));
     tokio::join!(
-        plugin::run(driver, state.clone()),
+        plugin::run(driver.clone(), state.clone()),
+        stale::run(driver),
         controller::publish(node, client, state, config),
     );
 }

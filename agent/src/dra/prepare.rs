@@ -283,6 +283,16 @@ impl<S: DeviceSource, R: ClaimReader> Driver<S, R> {
         &self.config
     }
 
+    /// The claims' reader.
+    pub fn reader(&self) -> &Arc<R> {
+        &self.reader
+    }
+
+    /// The driver's counters and problems.
+    pub fn state(&self) -> &Arc<DraState> {
+        &self.state
+    }
+
     /// Prepares each of `claims`: one answer per claim, in their order, keyed by uid.
     pub async fn prepare(
         &self,
@@ -612,7 +622,7 @@ impl<S: DeviceSource, R: ClaimReader> Driver<S, R> {
 }
 
 /// The claim `namespace/name`, read within [`CLAIM_READ_TIMEOUT`].
-async fn read_claim<R: ClaimReader>(
+pub(super) async fn read_claim<R: ClaimReader>(
     reader: &R,
     namespace: &str,
     name: &str,

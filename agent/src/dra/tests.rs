@@ -125,6 +125,7 @@ impl Rig {
             cdi_runtime_dir: dir.path().join("run-cdi"),
             node_name: NODE.into(),
             host: crate::sys::host::Host::fake(dir.path().join("host")),
+            stale_pass: super::stale::STALE_PASS,
         };
         let source = Arc::new(FakeSource::new());
         let claims = Arc::new(Claims::default());
@@ -581,4 +582,118 @@ async fn the_health_stream_sends_every_device_and_turns_unhealthy_with_the_verdi
     );
     assert_eq!(next.devices[0].health, healthy);
     task.abort();
+}
+
+#[tokio::test]
+async fn a_claim_deleted_without_unprepare_is_released_after_the_grace() {
+    let rig = Rig::new();
+    rig.claims.put(allocated(UID, "a", &[("gpu", "gpu-0")]));
+    rig.claims.put(allocated("u-b", "b", &[("gpu", "gpu-1")]));
+    rig.prepare(vec![claim(UID, "a"), claim("u-b", "b")]).await;
+    let path = spec_path(&rig.config.cdi_runtime_dir, UID);
+    assert!(path.exists());
+    // The kubelet never unprepares `a`; its claim is deleted on the API server.
+    rig.claims
+        .0
+        .lock()
+        .unwrap()
+        .remove(&("ml".to_owned(), "a".to_owned()));
+    let t0 = std::time::Instant::now();
+    let seen = rig.driver.stale_pass(&BTreeMap::new(), t0).await;
+    assert_eq!(rig.holds().await.len(), 2, "not at the first sighting");
+    assert!(path.exists());
+    let seen = rig
+        .driver
+        .stale_pass(&seen, t0 + rig.config.stale_pass)
+        .await;
+    assert!(seen.is_empty());
+    let holds = rig.holds().await;
+    assert_eq!(holds.len(), 1, "the claim still allocated here stays");
+    assert_eq!(holds[0].claim.as_ref().unwrap().uid, "u-b");
+    assert!(!path.exists(), "its spec goes as unprepare removes it");
+    assert!(spec_path(&rig.config.cdi_runtime_dir, "u-b").exists());
+    assert_eq!(rig.state.counters().unprepared, 1);
+    use crate::device::Report;
+    assert_eq!(rig.state.problem(), None);
+}
+
+#[tokio::test]
+async fn a_claim_the_api_server_cannot_be_asked_about_keeps_its_hold_and_is_said_in_the_report() {
+    #[derive(Debug)]
+    struct Away;
+    impl ClaimReader for Away {
+        async fn get(&self, namespace: &str, name: &str) -> Result<ResourceClaim, ReadError> {
+            Err(ReadError::Failed {
+                namespace: namespace.into(),
+                name: name.into(),
+                why: "connection refused".into(),
+            })
+        }
+    }
+    use crate::device::Report;
+    let rig = Rig::new();
+    rig.claims.put(allocated(UID, "a", &[("gpu", "gpu-0")]));
+    rig.prepare(vec![claim(UID, "a")]).await;
+    let away = Driver::new(
+        rig.source.clone(),
+        Arc::new(Away),
+        rig.config.clone(),
+        rig.state.clone(),
+    );
+    let t0 = std::time::Instant::now();
+    let mut seen = BTreeMap::new();
+    for pass in 0..3 {
+        seen = away
+            .stale_pass(&seen, t0 + rig.config.stale_pass * pass)
+            .await;
+    }
+    assert_eq!(rig.holds().await.len(), 1);
+    assert!(spec_path(&rig.config.cdi_runtime_dir, UID).exists());
+    assert_eq!(
+        rig.state.problem().as_deref(),
+        Some(
+            "1 DRA claim(s) held on this node could not be checked against the API server, so \
+             their holds stay until it answers: the ResourceClaim ml/a cannot be read from the \
+             API server: connection refused"
+        )
+    );
+    // The API server answers again: the problem goes.
+    rig.driver
+        .stale_pass(&seen, t0 + rig.config.stale_pass * 3)
+        .await;
+    assert_eq!(rig.state.problem(), None);
+    assert_eq!(rig.holds().await.len(), 1, "still allocated here");
+}
+
+#[tokio::test]
+async fn the_stale_pass_runs_at_start_and_every_configured_interval() {
+    let rig = Rig::new();
+    rig.claims.put(allocated(UID, "a", &[("gpu", "gpu-0")]));
+    rig.prepare(vec![claim(UID, "a")]).await;
+    rig.claims.0.lock().unwrap().clear();
+    let config = DraConfig {
+        stale_pass: Duration::from_millis(50),
+        ..rig.config.clone()
+    };
+    let driver = Arc::new(Driver::new(
+        rig.source.clone(),
+        rig.claims.clone(),
+        config,
+        rig.state.clone(),
+    ));
+    let task = tokio::spawn(super::stale::run(driver));
+    let mut released = false;
+    for _ in 0..200 {
+        if rig.holds().await.is_empty() {
+            released = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    task.abort();
+    assert!(
+        released,
+        "the hold of the deleted claim was not released within 5 s"
+    );
+    assert!(!spec_path(&rig.config.cdi_runtime_dir, UID).exists());
 }

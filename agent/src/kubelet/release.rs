@@ -180,7 +180,8 @@ fn settle(
 /// One pass: reads PodResources and marks, unmarks or releases the Kubernetes holds.
 pub async fn pass<S: DeviceSource>(node: &S, kube: &KubeState, config: &KubeletConfig) {
     // A DRA claim's hold is never released here: its devices are not in the pods'
-    // ContainerDevices, and only NodeUnprepareResources ends it.
+    // ContainerDevices, and only NodeUnprepareResources (or the DRA driver's stale claims'
+    // pass, `dra::stale`) ends it.
     let kubernetes: Vec<Hold> = node
         .holds_now()
         .await
