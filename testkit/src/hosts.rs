@@ -63,8 +63,9 @@ pub struct NodeSandbox {
 
 impl NodeSandbox {
     /// The global options that point `bcd` at this sandbox: `--host`, `--data-dir`,
-    /// `--cdi-dir`, `--helper-socket` and `--api-socket`.
-    pub fn global_args(&self) -> Vec<std::ffi::OsString> {
+    /// `--cdi-dir`, `--helper-socket` and `--api-socket` (as text: a stand-in takes them as
+    /// JSON).
+    pub fn global_args(&self) -> Vec<String> {
         let mut args = Vec::new();
         for (flag, path) in [
             ("--host", &self.host),
@@ -73,8 +74,8 @@ impl NodeSandbox {
             ("--helper-socket", &self.helper_sock),
             ("--api-socket", &self.api_sock),
         ] {
-            args.push(flag.into());
-            args.push(path.clone().into_os_string());
+            args.push(flag.to_owned());
+            args.push(path.display().to_string());
         }
         args
     }

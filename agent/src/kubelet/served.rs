@@ -494,23 +494,7 @@ async fn the_release_pass_never_releases_a_dra_claims_hold() {
     let dir = tempfile::tempdir().unwrap();
     let (node, kube) = collected(dir.path()).await;
     std::fs::create_dir_all(&node.config().cdi_dir).unwrap();
-    let topology = node.topology().await;
-    let placed = vec![topology.place(&GPU1.parse().unwrap()).unwrap()];
-    let id: crate::cdi::HoldId = "dra-3f0c2f7e".parse().unwrap();
-    let claim = crate::device::DraClaim {
-        uid: "3f0c2f7e".into(),
-        namespace: "ml".into(),
-        name: "c".into(),
-        devices: Vec::new(),
-        spec: None,
-    };
-    node.with_holds(|h| {
-        h.apply_claim(id.clone(), placed, claim, &topology)
-            .map(|_| ())
-    })
-    .await
-    .unwrap()
-    .unwrap();
+    let id = crate::node::shared::hold_for_test_claim(&node, GPU1, "c").await;
     let socket = dir.path().join("pod-resources.sock");
     let listener = tokio::net::UnixListener::bind(&socket).unwrap();
     tokio::spawn(

@@ -820,6 +820,30 @@ pub(crate) fn test_node_on(dir: &std::path::Path, host: Host) -> Node {
     Node::open(config, helper).node
 }
 
+/// Holds `gpu` (a UUID of the inventory) for the prepared DRA claim `ml/<name>` (uid
+/// `3f0c2f7e`), as `NodePrepareResources` would; returns the hold's id. The tests' shorthand.
+#[cfg(test)]
+pub(crate) async fn hold_for_test_claim(node: &Node, gpu: &str, name: &str) -> crate::cdi::HoldId {
+    let topology = node.topology().await;
+    let placed = vec![topology.place(&gpu.parse().unwrap()).unwrap()];
+    let id: crate::cdi::HoldId = "dra-3f0c2f7e".parse().unwrap();
+    let claim = crate::device::DraClaim {
+        uid: "3f0c2f7e".into(),
+        namespace: "ml".into(),
+        name: name.into(),
+        devices: Vec::new(),
+        spec: None,
+    };
+    node.with_holds(|h| {
+        h.apply_claim(id.clone(), placed, claim, &topology)
+            .map(|_| ())
+    })
+    .await
+    .unwrap()
+    .unwrap();
+    id
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

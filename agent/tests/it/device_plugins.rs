@@ -24,13 +24,14 @@ fn device_plugins_against_a_stand_in_kubelet() {
         return;
     };
     let dir = tempfile::tempdir().unwrap();
+    let sandbox = NodeSandbox::new(dir.path(), "hgx-h100");
+    let global = sandbox.global_args();
     let NodeSandbox {
         host,
         cdi,
-        data,
         helper_sock,
-        api_sock,
-    } = NodeSandbox::new(dir.path(), "hgx-h100");
+        ..
+    } = sandbox;
     let plugins = dir.path().join("device-plugins");
     std::fs::create_dir_all(&plugins).unwrap();
     let pod_resources = dir.path().join("pod-resources.sock");
@@ -57,19 +58,6 @@ fn device_plugins_against_a_stand_in_kubelet() {
         None
     };
 
-    let global: Vec<String> = [
-        "--host".into(),
-        host.display().to_string(),
-        "--data-dir".into(),
-        data.display().to_string(),
-        "--cdi-dir".into(),
-        cdi.display().to_string(),
-        "--helper-socket".into(),
-        helper_sock.display().to_string(),
-        "--api-socket".into(),
-        api_sock.display().to_string(),
-    ]
-    .to_vec();
     let _node = Reaped(
         Command::new(env!("CARGO_BIN_EXE_bcd"))
             .args(&global)

@@ -32,26 +32,9 @@ fn the_dra_driver_against_a_stand_in_api_server_and_kubelet() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
-    let NodeSandbox {
-        host,
-        cdi,
-        data,
-        helper_sock,
-        api_sock,
-    } = NodeSandbox::new(dir.path(), "hgx-h100");
-    let global: Vec<String> = [
-        "--host".into(),
-        host.display().to_string(),
-        "--data-dir".into(),
-        data.display().to_string(),
-        "--cdi-dir".into(),
-        cdi.display().to_string(),
-        "--helper-socket".into(),
-        helper_sock.display().to_string(),
-        "--api-socket".into(),
-        api_sock.display().to_string(),
-    ]
-    .to_vec();
+    let sandbox = NodeSandbox::new(dir.path(), "hgx-h100");
+    let global = sandbox.global_args();
+    let NodeSandbox { host, .. } = sandbox;
     let work = dir.path().join("dra");
     std::fs::create_dir_all(&work).unwrap();
     let out = Command::new("timeout")

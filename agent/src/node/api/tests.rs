@@ -450,23 +450,7 @@ async fn the_api_refuses_to_release_a_prepared_dra_claims_hold_even_with_force()
     let dir = tempfile::tempdir().unwrap();
     let node = node(dir.path());
     node.collect_now().await;
-    let topology = node.topology().await;
-    let placed = vec![topology.place(&GPU0.parse().unwrap()).unwrap()];
-    let id: crate::cdi::HoldId = "dra-3f0c2f7e".parse().unwrap();
-    let claim = crate::device::DraClaim {
-        uid: "3f0c2f7e".into(),
-        namespace: "ml".into(),
-        name: "trainer-gpu".into(),
-        devices: Vec::new(),
-        spec: None,
-    };
-    node.with_holds(|h| {
-        h.apply_claim(id.clone(), placed, claim, &topology)
-            .map(|_| ())
-    })
-    .await
-    .unwrap()
-    .unwrap();
+    let id = crate::node::shared::hold_for_test_claim(&node, GPU0, "trainer-gpu").await;
     for query in ["", "force=1"] {
         let delete = Request {
             query: query.to_owned(),
