@@ -654,6 +654,7 @@ mod tests {
                 pool: "node-a".into(),
                 device: "gpu-0".into(),
                 requests: vec!["gpu".into()],
+                share: None,
             }],
             spec: Some("/var/run/cdi/k8s.gpu.bcd.dev-claim_3f0c.json".into()),
         }

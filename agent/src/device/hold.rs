@@ -98,7 +98,7 @@ pub struct DraClaim {
 }
 
 /// One device of a ResourceSlice pool: `<pool>/<device>`.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 pub struct PoolDevice {
     /// The pool (bcd's is the node's name).
     pub pool: String,
@@ -107,6 +107,31 @@ pub struct PoolDevice {
     /// The claim's requests it was allocated for (base names, without a subrequest).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub requests: Vec<String>,
+    /// For a share of a GPU's shared device: the share and the slot bcd gave it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub share: Option<Share>,
+}
+
+/// One allocation of a shared device and the GPU slot it has.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct Share {
+    /// The allocation's `shareID`, as the scheduler set it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub id: Option<String>,
+    /// The slot of the GPU the share holds.
+    pub slot: u32,
+}
+
+impl PoolDevice {
+    /// The name of its device in the claim's CDI spec, after the claim's uid: the device's
+    /// name, and for a share the slot's number too (`gpu-0-shared-1`), as one claim may hold
+    /// several shares of one device.
+    pub fn cdi_name(&self) -> String {
+        match &self.share {
+            Some(share) => format!("{}-{}", self.device, share.slot),
+            None => self.device.clone(),
+        }
+    }
 }
 
 impl std::fmt::Display for PoolDevice {

@@ -13,7 +13,7 @@ pub(crate) mod pods;
 pub mod policy;
 pub(crate) mod source;
 
-pub use hold::{DraClaim, Hold, HoldOwner, PoolDevice};
+pub use hold::{DraClaim, Hold, HoldOwner, PoolDevice, Share};
 pub use id::{DeviceId, HoldId, IdError, MigUuid};
 pub use pods::{PodAllocation, PodRef};
 pub use source::{Changes, DeviceSource, Report};

@@ -78,6 +78,12 @@ pub struct AllocationResult {
     /// Admin access: the device is given without being allocated exclusively.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub admin_access: Option<bool>,
+    /// The allocation's share of a device allocated several times (consumable capacity).
+    #[serde(default, rename = "shareID", skip_serializing_if = "Option::is_none")]
+    pub share_id: Option<String>,
+    /// What the allocation consumes of the device's capacities (quantities).
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub consumed_capacity: std::collections::BTreeMap<String, String>,
 }
 
 impl AllocationResult {

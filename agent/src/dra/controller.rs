@@ -24,7 +24,8 @@ use tokio_stream::StreamExt;
 use super::claims::{ClaimReader, ReadError, ResourceClaim};
 use super::devices;
 use super::prepare::all_devices;
-use super::slices::{self, NodeRef, Plan, ResourceSlice};
+use super::server::ServerVersion;
+use super::slices::{self, Dropped, NodeRef, Plan, ResourceSlice};
 use super::{DraConfig, DraState, DRIVER};
 use crate::device::DeviceSource;
 
@@ -166,6 +167,9 @@ enum Synced {
     Rejected(String),
     /// Worth trying again after a backoff.
     Retry(String),
+    /// Written, but the server dropped fields of a feature gate that is off: written again
+    /// at once without them.
+    Dropped(Dropped),
 }
 
 /// The doubling wait between tries, capped at [`BACKOFF_CAP`].
@@ -184,22 +188,44 @@ impl Backoff {
     }
 }
 
-/// The device lists of the pool's slices, as the node offers its devices now.
+/// What a verdict says for the offer: `None` when its GPU takes work, else its worst
+/// reason's kind (`Xid79`, `NvidiaSmiSilent`), or its state without one.
+pub fn why_not(verdict: &crate::health::verdict::Verdict) -> Option<String> {
+    if verdict.healthy() {
+        return None;
+    }
+    Some(
+        verdict
+            .reasons
+            .first()
+            .map_or_else(|| format!("{:?}", verdict.health), |r| r.kind.to_string()),
+    )
+}
+
+/// The device lists of the pool's slices, as the node offers its devices now with
+/// `features`.
 pub async fn desired_now<S: DeviceSource>(
     node: &S,
     config: &DraConfig,
+    features: devices::Features,
 ) -> Vec<Vec<slices::Device>> {
     let all = all_devices(node, config).await;
     let topology = node.topology().await;
     let holds = node.holds_now().await;
-    let takes_work = node
+    let verdicts = node
         .verdicts()
         .await
         .into_iter()
-        .map(|(uuid, v)| (uuid, v.healthy()))
+        .map(|(uuid, v)| (uuid, why_not(&v)))
         .collect();
-    let offered = devices::offer(&all, &topology, &holds, &takes_work, &node.claimed());
-    slices::desired(&offered)
+    let claimed = node.claimed();
+    let now = devices::Situation {
+        topology: &topology,
+        holds: &holds,
+        verdicts: &verdicts,
+        claimed: &claimed,
+    };
+    slices::desired(&devices::offer(&all, &now, features), features)
 }
 
 fn selector(config: &DraConfig) -> String {
@@ -250,15 +276,26 @@ async fn list(
 }
 
 /// Writes `plan`: creates and updates first (consumers see the new generation complete),
-/// then deletions with their preconditions (a slice already gone is no error).
-async fn carry_out(api: &Api<resource::ResourceSlice>, plan: Plan) -> Result<(), Synced> {
+/// then deletions with their preconditions (a slice already gone is no error). Says what
+/// the server dropped of what was written.
+async fn carry_out(api: &Api<resource::ResourceSlice>, plan: Plan) -> Result<Dropped, Synced> {
     let post = PostParams::default();
+    let mut dropped = Dropped::default();
+    let mut saw = |sent: &ResourceSlice, back: resource::ResourceSlice| {
+        if let Ok(back) = to_ours(back) {
+            let d = slices::dropped(sent, &back);
+            dropped.taints |= d.taints;
+            dropped.shares |= d.shares;
+        }
+    };
     for s in &plan.create {
-        timed(api.create(&post, &to_theirs(s)?)).await?;
+        let back = timed(api.create(&post, &to_theirs(s)?)).await?;
+        saw(s, back);
     }
     for s in &plan.update {
         let name = s.metadata.name.clone().unwrap_or_default();
-        timed(api.replace(&name, &post, &to_theirs(s)?)).await?;
+        let back = timed(api.replace(&name, &post, &to_theirs(s)?)).await?;
+        saw(s, back);
     }
     for d in &plan.delete {
         let params = DeleteParams {
@@ -275,7 +312,37 @@ async fn carry_out(api: &Api<resource::ResourceSlice>, plan: Plan) -> Result<(),
             Err(_) => return Err(Synced::Retry("a deletion had no answer".into())),
         }
     }
-    Ok(())
+    Ok(dropped)
+}
+
+/// The server's version, or `None` when it does not say (within [`CALL_TIMEOUT`]).
+async fn server_version(client: &kube::Client) -> Option<ServerVersion> {
+    let info = tokio::time::timeout(CALL_TIMEOUT, client.apiserver_version())
+        .await
+        .ok()?
+        .ok()?;
+    ServerVersion::parse(&info.major, &info.minor)
+}
+
+/// The log line that says what the slices use on a server of `version`.
+fn features_line(version: Option<ServerVersion>, f: devices::Features) -> String {
+    let server = version.map_or_else(
+        || "the API server did not say its version (taken as 1.34)".to_owned(),
+        |v| format!("the API server is Kubernetes {v}"),
+    );
+    format!(
+        "{server}: devices not offered are {}; GPU slots are {}",
+        if f.taints {
+            "tainted NoSchedule in the slice"
+        } else {
+            "left out of the slice"
+        },
+        if f.shares {
+            "one shared device a GPU (consumable capacity)"
+        } else {
+            "slot devices"
+        }
+    )
 }
 
 /// Runs the pool's work loop for ever (until its task is aborted).
@@ -286,7 +353,7 @@ pub async fn publish<S: DeviceSource>(
     config: DraConfig,
 ) {
     let api: Api<resource::ResourceSlice> = Api::all(client.clone());
-    let nodes: Api<Node> = Api::all(client);
+    let nodes: Api<Node> = Api::all(client.clone());
     let mut backoff = Backoff::new();
     let mut changes = node.changes();
     let owner = loop {
@@ -303,13 +370,17 @@ pub async fn publish<S: DeviceSource>(
                     config.node_name
                 )));
             }
-            Err(Synced::Done) => {}
+            Err(Synced::Done | Synced::Dropped(_)) => {}
         }
         tokio::time::sleep(backoff.next()).await;
     };
+    let server = server_version(&client).await;
+    let mut features = devices::Features::for_server(server, node.gpu_slots());
+    state.set_features(features);
+    tracing::info!("{}", features_line(server, features));
     let mut rejected: Option<Vec<Vec<slices::Device>>> = None;
     loop {
-        let desired = desired_now(node.as_ref(), &config).await;
+        let desired = desired_now(node.as_ref(), &config, features).await;
         let mut version = None;
         let outcome = if rejected.as_ref() == Some(&desired) {
             None
@@ -320,7 +391,7 @@ pub async fn publish<S: DeviceSource>(
                     let plan = slices::plan(&owner, &existing, desired.clone());
                     let writes = plan.create.len() + plan.update.len() + plan.delete.len();
                     match carry_out(&api, plan).await {
-                        Ok(()) => {
+                        Ok(dropped) => {
                             if writes > 0 {
                                 tracing::debug!(
                                     "ResourceSlices of {}: {writes} write(s)",
@@ -328,7 +399,11 @@ pub async fn publish<S: DeviceSource>(
                                 );
                                 state.count(|c| c.slice_writes += writes as u64);
                             }
-                            Synced::Done
+                            if dropped.is_empty() {
+                                Synced::Done
+                            } else {
+                                Synced::Dropped(dropped)
+                            }
                         }
                         Err(e) => e,
                     }
@@ -342,6 +417,25 @@ pub async fn publish<S: DeviceSource>(
                 backoff = Backoff::new();
                 rejected = None;
                 state.set_api_problem(None);
+            }
+            Some(Synced::Dropped(dropped)) => {
+                features = features.without(dropped);
+                state.set_features(features);
+                tracing::warn!(
+                    "the API server dropped {} from the node's ResourceSlices (its {} feature gate is off); {}",
+                    match (dropped.taints, dropped.shares) {
+                        (true, true) => "device taints and allowMultipleAllocations",
+                        (true, false) => "device taints",
+                        _ => "allowMultipleAllocations",
+                    },
+                    match (dropped.taints, dropped.shares) {
+                        (true, true) => "DRADeviceTaints and DRAConsumableCapacity",
+                        (true, false) => "DRADeviceTaints",
+                        _ => "DRAConsumableCapacity",
+                    },
+                    features_line(server, features)
+                );
+                continue;
             }
             Some(Synced::Rejected(why)) => {
                 state.set_api_problem(Some(format!(

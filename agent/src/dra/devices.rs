@@ -10,6 +10,7 @@
 //! | whole GPU not in MIG mode | `gpu-<minor>` | `type=gpu`, `uuid` |
 //! | MIG device | `gpu-<minor>-mig-<gi>-<ci>` (GPU instance and compute instance ids) | `type=mig`, `uuid`, `parentUUID`, `profile` |
 //! | slot `n` of a GPU (`bcd node --gpu-slots`) | `gpu-<minor>-slot-<n>` | `type=slot`, `parentUUID`, `slot` |
+//! | a GPU's slots as shares (consumable capacity) | `gpu-<minor>-shared` | `type=slot`, `parentUUID`; capacity `slots` |
 //!
 //! `<minor>` is the GPU's device minor (`/dev/nvidia<minor>`), as NVIDIA's own DRA driver
 //! names GPUs. A GPU without one (WSL's paravirtual GPU has no `/proc/driver/nvidia`) is named
@@ -23,9 +24,19 @@
 //! `0000:18:00.0`). Capacity `memory` in bytes (a slot shows its GPU's, shared with the
 //! GPU's other slots).
 //!
-//! A GPU configured for slots is offered as its slots *instead of* the whole GPU (never
-//! both: without shared counters the scheduler would hand the GPU out twice); a GPU in MIG
+//! A GPU configured for slots is offered *instead of* the whole GPU (never both: without
+//! shared counters the scheduler would hand the GPU out twice), in one of two forms
+//! ([`Features::shares`]): where the API server keeps consumable capacity (Kubernetes 1.36
+//! and later), as one device `gpu-<minor>-shared` with `allowMultipleAllocations` and a
+//! capacity `slots` of which each allocation (each `shareID`) consumes exactly one: bcd gives
+//! the share a free slot of the GPU when the claim is prepared. It has no `memory` capacity:
+//! every capacity of such a device is consumable, and a claim that does not ask for memory
+//! would take all of it. Elsewhere, as its slot devices `gpu-<minor>-slot-<n>`. A GPU in MIG
 //! mode offers its MIG devices and no slots.
+//!
+//! What is not offered now ([`offer`]) is left out of the slice, or, where the API server
+//! keeps device taints ([`Features::taints`]), kept with one `NoSchedule` taint whose key says
+//! why and whose value names the reason ([`NotOffered::taint`]).
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -35,6 +46,8 @@ use crate::device::id::{DeviceId, SlotIndex, MAX_SLOTS};
 use crate::device::policy::{conflict, Placed, Topology};
 use crate::device::{Hold, HoldOwner};
 use crate::inventory::document::Inventory;
+
+use super::DRIVER;
 
 /// The most attributes and capacities one device may have in a ResourceSlice.
 pub const MAX_ATTRIBUTES_AND_CAPACITIES: usize = 32;
@@ -68,7 +81,53 @@ pub struct DraDevice {
     pub attributes: BTreeMap<String, Attribute>,
     /// Capacity name to value in its unit (`memory`: bytes).
     pub capacity: BTreeMap<String, u64>,
+    /// For a GPU's shared device, how many slots its allocations may take now (its
+    /// capacity `slots`); `None` for every other device.
+    pub shares: Option<u32>,
 }
+
+impl DraDevice {
+    /// Whether it is a GPU's shared device (`gpu-<minor>-shared`).
+    pub fn is_shared(&self) -> bool {
+        self.shares.is_some()
+    }
+
+    /// Whether it is one slot of a GPU (`gpu-<minor>-slot-<n>`).
+    pub fn is_slot(&self) -> bool {
+        matches!(self.id, DeviceId::Slot { .. })
+    }
+}
+
+/// What the API server is known to keep, so what the slices may use.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Features {
+    /// Device taints: a device not offered stays in the slice, tainted.
+    pub taints: bool,
+    /// Consumable capacity: a GPU's slots are one shared device.
+    pub shares: bool,
+}
+
+/// A device as published: the device (a shared one with the slots it has now), and its
+/// taint when it is not offered but kept.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Offered {
+    /// The device.
+    pub device: DraDevice,
+    /// Why it is not offered, as a `NoSchedule` taint.
+    pub taint: Option<Taint>,
+}
+
+/// A device taint bcd sets (its effect is always `NoSchedule`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Taint {
+    /// `gpu.bcd.dev/<why>`.
+    pub key: String,
+    /// The reason, as a label value.
+    pub value: String,
+}
+
+/// The effect of every taint bcd sets: no new allocation, running pods stay.
+pub const TAINT_EFFECT: &str = "NoSchedule";
 
 /// Whether `s` is a DNS label (RFC 1123): 1 to 63 of `a-z`, `0-9`, `-`, starting and ending
 /// with a letter or digit.
@@ -124,8 +183,10 @@ fn version(value: Option<&str>) -> Option<Attribute> {
     value.and_then(semver).map(Attribute::Version)
 }
 
-/// Every device the driver would publish for `inventory`, in name order, with `slots` slots
-/// per GPU not in MIG mode (0: whole GPUs). `minors` maps a GPU to its device minor.
+/// Every device the driver knows for `inventory`, in name order, with `slots` slots per GPU
+/// not in MIG mode (0: whole GPUs): a GPU with slots has both its slot devices and its
+/// shared device here, and [`publishable`] keeps one form. `minors` maps a GPU to its device
+/// minor.
 pub fn devices(
     inventory: &Inventory,
     minors: &BTreeMap<GpuUuid, u32>,
@@ -183,6 +244,7 @@ pub fn devices(
                     gpu: gpu.uuid.clone(),
                     attributes,
                     capacity: memory(mig.memory_total_mib),
+                    shares: None,
                 });
             }
         } else if slots > 0 {
@@ -207,8 +269,23 @@ pub fn devices(
                     gpu: gpu.uuid.clone(),
                     attributes,
                     capacity: memory(gpu.memory_total_mib),
+                    shares: None,
                 });
             }
+            let mut attributes = common.clone();
+            attributes.insert("type".into(), Attribute::String("slot".into()));
+            attributes.insert(
+                "parentUUID".into(),
+                Attribute::String(gpu.uuid.as_str().into()),
+            );
+            out.push(DraDevice {
+                name: format!("{base}-shared"),
+                id: whole,
+                gpu: gpu.uuid.clone(),
+                attributes,
+                capacity: BTreeMap::new(),
+                shares: Some(slots.min(MAX_SLOTS)),
+            });
         } else {
             common.insert("type".into(), Attribute::String("gpu".into()));
             common.insert("uuid".into(), Attribute::String(gpu.uuid.as_str().into()));
@@ -218,6 +295,7 @@ pub fn devices(
                 gpu: gpu.uuid.clone(),
                 attributes: common,
                 capacity: memory(gpu.memory_total_mib),
+                shares: None,
             });
         }
     }
@@ -231,73 +309,209 @@ pub fn devices(
     out
 }
 
+/// The devices of `all` in the form the slices use: a GPU's slots as its slot devices, or,
+/// with [`Features::shares`], as its shared device.
+pub fn publishable(all: &[DraDevice], features: Features) -> Vec<DraDevice> {
+    all.iter()
+        .filter(|d| {
+            if features.shares {
+                !d.is_slot()
+            } else {
+                !d.is_shared()
+            }
+        })
+        .cloned()
+        .collect()
+}
+
 /// Why a device is not offered now.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum NotOffered {
-    /// Its GPU's verdict says it takes no work (or there is none).
-    NotSchedulable,
+    /// Its GPU's verdict says it takes no work: the verdict's worst reason, or `NoSample`
+    /// when there is no verdict yet.
+    NotSchedulable(String),
     /// A step of the node's (a reset, a vfio step) runs on its GPU.
     Claimed,
     /// Its GPU is on `vfio-pci`.
     PassedThrough,
-    /// Another owner's hold (an operator, a VM's GPU, a device plugin, another claim's
-    /// device on the same GPU) conflicts with it.
-    Held,
+    /// Another owner's hold (an operator, a device plugin, another claim's device on the same
+    /// GPU) conflicts with it.
+    Held(HoldOwner),
 }
 
-/// Whether `device` is offered now, and why not. A device a DRA claim holds itself is always
-/// offered: the scheduler knows it is allocated from the claim, and dropping it would make
-/// the claim's allocation dangle.
-pub fn offered(
-    device: &DraDevice,
-    topology: &Topology,
-    holds: &[Hold],
-    takes_work: &BTreeMap<GpuUuid, bool>,
-    claimed: &[DeviceId],
-) -> Result<(), NotOffered> {
-    let claims_it = holds
-        .iter()
-        .any(|h| h.owner() == HoldOwner::Dra && h.devices.contains(&device.id));
-    if claims_it {
+/// `s` as a label value: at most 63 of `A-Z a-z 0-9 - _ .`, starting and ending with a letter
+/// or digit (anything else becomes `-`).
+fn label_value(s: &str) -> String {
+    let mapped: String = s
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.') {
+                c
+            } else {
+                '-'
+            }
+        })
+        .take(63)
+        .collect();
+    mapped
+        .trim_matches(|c: char| !c.is_ascii_alphanumeric())
+        .to_owned()
+}
+
+impl NotOffered {
+    /// The taint a kept device carries for it: `gpu.bcd.dev/unhealthy` (the verdict's
+    /// reason, `Xid79`), `gpu.bcd.dev/node-step` (`reset-or-vfio`),
+    /// `gpu.bcd.dev/passed-through` (`vfio-pci`) or `gpu.bcd.dev/held` (`operator`,
+    /// `device-plugin`, `dra-claim`).
+    pub fn taint(&self) -> Taint {
+        let (why, value) = match self {
+            Self::NotSchedulable(reason) => ("unhealthy", label_value(reason)),
+            Self::Claimed => ("node-step", "reset-or-vfio".to_owned()),
+            Self::PassedThrough => ("passed-through", "vfio-pci".to_owned()),
+            Self::Held(owner) => (
+                "held",
+                match owner {
+                    HoldOwner::Operator => "operator",
+                    HoldOwner::DevicePlugin => "device-plugin",
+                    HoldOwner::Dra => "dra-claim",
+                }
+                .to_owned(),
+            ),
+        };
+        Taint {
+            key: format!("{DRIVER}/{why}"),
+            value,
+        }
+    }
+}
+
+/// What the offer looks at: the node's topology, its holds, the GPUs' verdicts and the
+/// node's steps.
+#[derive(Debug, Clone, Copy)]
+pub struct Situation<'a> {
+    /// The node's GPUs and slots.
+    pub topology: &'a Topology,
+    /// Every hold.
+    pub holds: &'a [Hold],
+    /// Per GPU: `None` when it takes work, else the verdict's worst reason (a GPU absent
+    /// has no verdict yet).
+    pub verdicts: &'a BTreeMap<GpuUuid, Option<String>>,
+    /// The GPUs a step of the node's runs on.
+    pub claimed: &'a [DeviceId],
+}
+
+impl Situation<'_> {
+    /// Why the GPU of `device` takes no work, if it does not.
+    fn unschedulable(&self, device: &DraDevice) -> Option<NotOffered> {
+        let gpu = DeviceId::from(&device.gpu);
+        if self.topology.gpu(&gpu).is_some_and(|g| g.passed_through) {
+            return Some(NotOffered::PassedThrough);
+        }
+        if self.claimed.contains(&gpu) {
+            return Some(NotOffered::Claimed);
+        }
+        match self.verdicts.get(&device.gpu) {
+            Some(None) => None,
+            Some(Some(reason)) => Some(NotOffered::NotSchedulable(reason.clone())),
+            None => Some(NotOffered::NotSchedulable("NoSample".into())),
+        }
+    }
+
+    /// Whether a DRA claim holds `device` (for a shared device: any slot of its GPU).
+    fn claims(&self, device: &DraDevice) -> bool {
+        self.holds.iter().any(|h| {
+            h.owner() == HoldOwner::Dra
+                && h.devices.iter().any(|d| {
+                    d == &device.id
+                        || (device.is_shared()
+                            && matches!(d, DeviceId::Slot { gpu, .. } if gpu == &device.gpu))
+                })
+        })
+    }
+}
+
+/// Whether `device` is offered now, and why not. A device a DRA claim holds itself is
+/// offered whatever other owners do: the scheduler knows it is allocated from the claim, and
+/// dropping it would make the claim's allocation dangle (its GPU's health still counts, for
+/// the taint). A shared device is offered while its GPU has a slot no other owner holds.
+pub fn offered(device: &DraDevice, now: &Situation<'_>) -> Result<(), NotOffered> {
+    if let Some(why) = now.unschedulable(device) {
+        return Err(why);
+    }
+    if now.claims(device) {
         return Ok(());
     }
     let gpu = DeviceId::from(&device.gpu);
-    if topology.gpu(&gpu).is_some_and(|g| g.passed_through) {
-        return Err(NotOffered::PassedThrough);
-    }
-    if claimed.contains(&gpu) {
-        return Err(NotOffered::Claimed);
-    }
-    if !takes_work.get(&device.gpu).copied().unwrap_or(false) {
-        return Err(NotOffered::NotSchedulable);
-    }
     let me = Placed {
         device: device.id.clone(),
-        gpu: Some(gpu),
+        gpu: Some(gpu.clone()),
     };
-    let held = holds.iter().any(|h| {
-        topology
-            .placed(h)
+    for h in now.holds {
+        for theirs in now.topology.placed(h) {
+            let shared_slot = device.is_shared() && matches!(theirs.device, DeviceId::Slot { .. });
+            if !shared_slot && conflict(&me, &theirs) {
+                return Err(NotOffered::Held(h.owner()));
+            }
+        }
+    }
+    if device.is_shared() && free_shares(device, now) == 0 {
+        let owner = now
+            .holds
             .iter()
-            .any(|theirs| conflict(&me, theirs))
-    });
-    if held {
-        return Err(NotOffered::Held);
+            .find(|h| {
+                h.devices
+                    .iter()
+                    .any(|d| matches!(d, DeviceId::Slot { gpu, .. } if gpu == &device.gpu))
+            })
+            .map_or(HoldOwner::Operator, Hold::owner);
+        return Err(NotOffered::Held(owner));
     }
     Ok(())
 }
 
-/// The devices of `all` offered now (see [`offered`]), in their order.
-pub fn offer(
-    all: &[DraDevice],
-    topology: &Topology,
-    holds: &[Hold],
-    takes_work: &BTreeMap<GpuUuid, bool>,
-    claimed: &[DeviceId],
-) -> Vec<DraDevice> {
-    all.iter()
-        .filter(|d| offered(d, topology, holds, takes_work, claimed).is_ok())
-        .cloned()
+/// The slots of a shared device's GPU that no owner but a DRA claim holds: its capacity
+/// `slots` (the scheduler counts the claims' shares against it).
+fn free_shares(device: &DraDevice, now: &Situation<'_>) -> u32 {
+    let total = device.shares.unwrap_or(0);
+    let others: BTreeSet<&DeviceId> = now
+        .holds
+        .iter()
+        .filter(|h| h.owner() != HoldOwner::Dra)
+        .flat_map(|h| &h.devices)
+        .filter(|d| matches!(d, DeviceId::Slot { gpu, .. } if gpu == &device.gpu))
+        .collect();
+    total.saturating_sub(u32::try_from(others.len()).unwrap_or(u32::MAX))
+}
+
+/// The devices of `all` (see [`publishable`]) as the slices show them now: those offered
+/// (see [`offered`]), a shared one with its free slots; those not offered left out, or, with
+/// [`Features::taints`], kept with their taint. A device a claim holds stays, tainted when
+/// its GPU takes no work and the server keeps taints. In their order.
+pub fn offer(all: &[DraDevice], now: &Situation<'_>, features: Features) -> Vec<Offered> {
+    publishable(all, features)
+        .into_iter()
+        .filter_map(|mut device| {
+            let verdict = offered(&device, now);
+            if device.is_shared() {
+                // The capacity's policy needs at least one slot, even on a tainted device.
+                device.shares = Some(free_shares(&device, now).max(1));
+            }
+            match verdict {
+                Ok(()) => Some(Offered {
+                    device,
+                    taint: None,
+                }),
+                Err(why) if features.taints => Some(Offered {
+                    device,
+                    taint: Some(why.taint()),
+                }),
+                Err(_) if now.claims(&device) => Some(Offered {
+                    device,
+                    taint: None,
+                }),
+                Err(_) => None,
+            }
+        })
         .collect()
 }
 
@@ -406,15 +620,43 @@ mod tests {
         let all = devices(&inventory(), &minors(), 2);
         assert_eq!(
             names(&all),
-            ["gpu-0-slot-0", "gpu-0-slot-1", "gpu-3-mig-2-0"]
+            [
+                "gpu-0-shared",
+                "gpu-0-slot-0",
+                "gpu-0-slot-1",
+                "gpu-3-mig-2-0"
+            ]
         );
-        assert_eq!(all[1].id.to_string(), format!("{G0}::1"));
-        assert_eq!(all[1].attributes["type"], Attribute::String("slot".into()));
+        assert_eq!(all[2].id.to_string(), format!("{G0}::1"));
+        assert_eq!(all[2].attributes["type"], Attribute::String("slot".into()));
         assert_eq!(
-            all[1].attributes["parentUUID"],
+            all[2].attributes["parentUUID"],
             Attribute::String(G0.into())
         );
-        assert!(!all[1].attributes.contains_key("uuid"));
+        assert!(!all[2].attributes.contains_key("uuid"));
+        // The shared device stands for the GPU's slots as shares: type slot, no memory.
+        let shared = &all[0];
+        assert_eq!(
+            (shared.shares, shared.id.to_string()),
+            (Some(2), G0.to_owned())
+        );
+        assert_eq!(shared.attributes["type"], Attribute::String("slot".into()));
+        assert!(shared.capacity.is_empty());
+        // Either form, never both, and never the whole GPU.
+        assert_eq!(
+            names(&publishable(&all, Features::default())),
+            ["gpu-0-slot-0", "gpu-0-slot-1", "gpu-3-mig-2-0"]
+        );
+        assert_eq!(
+            names(&publishable(
+                &all,
+                Features {
+                    taints: false,
+                    shares: true
+                }
+            )),
+            ["gpu-0-shared", "gpu-3-mig-2-0"]
+        );
     }
 
     // WSL's paravirtual GPU has no /proc/driver/nvidia and so no minor: it is named by its
@@ -426,6 +668,7 @@ mod tests {
             names(&all),
             [
                 "gpu-a4303385-f265-4ffc-ad1b-b0bef156d59a-mig-2-0",
+                "gpu-ff1dacfa-2e1a-0504-a88b-76a3118ee48b-shared",
                 "gpu-ff1dacfa-2e1a-0504-a88b-76a3118ee48b-slot-0"
             ]
         );
@@ -455,22 +698,67 @@ mod tests {
         }
     }
 
+    fn verdicts(sick: &[&str]) -> BTreeMap<GpuUuid, Option<String>> {
+        [G0, G1]
+            .into_iter()
+            .map(|g| (uuid(g), sick.contains(&g).then(|| "Xid79".to_owned())))
+            .collect()
+    }
+
+    /// A device as the slices show it: name, taint (key, value), shares.
+    type Shown = (String, Option<(String, String)>, Option<u32>);
+
+    /// What the slices show.
+    fn shown(
+        all: &[DraDevice],
+        t: &Topology,
+        holds: &[Hold],
+        verdicts: &BTreeMap<GpuUuid, Option<String>>,
+        claimed: &[DeviceId],
+        features: Features,
+    ) -> Vec<Shown> {
+        let now = Situation {
+            topology: t,
+            holds,
+            verdicts,
+            claimed,
+        };
+        offer(all, &now, features)
+            .into_iter()
+            .map(|o| {
+                (
+                    o.device.name,
+                    o.taint.map(|t| (t.key, t.value)),
+                    o.device.shares,
+                )
+            })
+            .collect()
+    }
+
+    fn names_of(shown: &[Shown]) -> Vec<&str> {
+        shown.iter().map(|(n, _, _)| n.as_str()).collect()
+    }
+
     #[test]
     fn the_offer_drops_what_another_owner_has_or_what_takes_no_work_but_never_a_claims_own() {
         let inv = inventory();
         let all = devices(&inv, &minors(), 2);
         let t = Topology::from_inventory(&inv, 2);
-        let healthy: BTreeMap<GpuUuid, bool> =
-            [(uuid(G0), true), (uuid(G1), true)].into_iter().collect();
+        let healthy = verdicts(&[]);
         let slot0 = format!("{G0}::0");
+        let plain = Features::default();
         let offered_names =
-            |holds: &[Hold], takes: &BTreeMap<GpuUuid, bool>, claimed: &[DeviceId]| {
-                offer(&all, &t, holds, takes, claimed)
+            |holds: &[Hold], v: &BTreeMap<GpuUuid, Option<String>>, claimed: &[DeviceId]| {
+                names_of(&shown(&all, &t, holds, v, claimed, plain))
                     .into_iter()
-                    .map(|d| d.name)
+                    .map(str::to_owned)
                     .collect::<Vec<_>>()
             };
-        assert_eq!(offered_names(&[], &healthy, &[]).len(), 3);
+        assert_eq!(
+            offered_names(&[], &healthy, &[]),
+            ["gpu-0-slot-0", "gpu-0-slot-1", "gpu-3-mig-2-0"],
+            "slot devices without shares, never the shared device"
+        );
         // An operator holds slot 0: it goes; slot 1 stays (slots share).
         assert_eq!(
             offered_names(&[hold("job", &[&slot0])], &healthy, &[]),
@@ -482,13 +770,15 @@ mod tests {
             3
         );
         // GPU 0 goes unhealthy: its slots go, except the one a claim has.
-        let sick: BTreeMap<GpuUuid, bool> =
-            [(uuid(G0), false), (uuid(G1), true)].into_iter().collect();
+        let sick = verdicts(&[G0]);
         assert_eq!(offered_names(&[], &sick, &[]), ["gpu-3-mig-2-0"]);
         assert_eq!(
             offered_names(&[hold("dra-u", &[&slot0])], &sick, &[]),
             ["gpu-0-slot-0", "gpu-3-mig-2-0"]
         );
+        // No verdict yet: nothing of that GPU is offered.
+        let unknown: BTreeMap<GpuUuid, Option<String>> = [(uuid(G1), None)].into_iter().collect();
+        assert_eq!(offered_names(&[], &unknown, &[]), ["gpu-3-mig-2-0"]);
         // A reset claims GPU 1: its MIG device goes.
         assert_eq!(
             offered_names(&[], &healthy, &[G1.parse().unwrap()]),
@@ -499,5 +789,116 @@ mod tests {
             offered_names(&[hold("k8s-a", &[G0])], &healthy, &[]),
             ["gpu-3-mig-2-0"]
         );
+    }
+
+    // Where the server keeps taints, nothing is dropped: what is not offered stays, with a
+    // NoSchedule taint whose key says why and whose value names the reason.
+    #[test]
+    fn with_taints_a_device_not_offered_stays_tainted_with_its_reason() {
+        let inv = inventory();
+        let all = devices(&inv, &minors(), 2);
+        let t = Topology::from_inventory(&inv, 2);
+        let taints = Features {
+            taints: true,
+            shares: false,
+        };
+        let slot0 = format!("{G0}::0");
+        let key = |k: &str, v: &str| Some((format!("gpu.bcd.dev/{k}"), v.to_owned()));
+        let got = shown(
+            &all,
+            &t,
+            &[hold("job", &[&slot0])],
+            &verdicts(&[G1]),
+            &[],
+            taints,
+        );
+        assert_eq!(
+            got,
+            [
+                ("gpu-0-slot-0".to_owned(), key("held", "operator"), None),
+                ("gpu-0-slot-1".to_owned(), None, None),
+                ("gpu-3-mig-2-0".to_owned(), key("unhealthy", "Xid79"), None),
+            ]
+        );
+        // A claim's own device on a GPU gone bad is tainted too (never dropped).
+        let got = shown(
+            &all,
+            &t,
+            &[hold("dra-u", &[&slot0])],
+            &verdicts(&[G0]),
+            &[],
+            taints,
+        );
+        assert_eq!(
+            got[0],
+            ("gpu-0-slot-0".to_owned(), key("unhealthy", "Xid79"), None)
+        );
+        // A step of the node's, a GPU on vfio-pci, no verdict yet.
+        let got = shown(
+            &all,
+            &t,
+            &[],
+            &BTreeMap::new(),
+            &[G1.parse().unwrap()],
+            taints,
+        );
+        assert_eq!(got[2].1, key("node-step", "reset-or-vfio"));
+        assert_eq!(got[0].1, key("unhealthy", "NoSample"));
+        let got = shown(
+            &all,
+            &t,
+            &[hold("k8s-a", &[G0])],
+            &verdicts(&[]),
+            &[],
+            taints,
+        );
+        assert_eq!(got[0].1, key("held", "device-plugin"));
+        assert_eq!(label_value("Xid 79: bad!"), "Xid-79--bad");
+        assert_eq!(label_value(&"a".repeat(80)).len(), 63);
+    }
+
+    // With consumable capacity a GPU's slots are one shared device: offered while a slot is
+    // free of other owners, its capacity the slots they leave, kept while a claim has a share.
+    #[test]
+    fn with_shares_a_gpus_slots_are_one_device_whose_capacity_is_what_other_owners_leave() {
+        let inv = inventory();
+        let all = devices(&inv, &minors(), 2);
+        let t = Topology::from_inventory(&inv, 2);
+        let shares = Features {
+            taints: false,
+            shares: true,
+        };
+        let healthy = verdicts(&[]);
+        let (slot0, slot1) = (format!("{G0}::0"), format!("{G0}::1"));
+        let got = shown(&all, &t, &[], &healthy, &[], shares);
+        assert_eq!(names_of(&got), ["gpu-0-shared", "gpu-3-mig-2-0"]);
+        assert_eq!(got[0].2, Some(2));
+        // An operator holds one slot: one share left.
+        let got = shown(&all, &t, &[hold("job", &[&slot0])], &healthy, &[], shares);
+        assert_eq!(got[0], ("gpu-0-shared".to_owned(), None, Some(1)));
+        // A claim's share does not lower the capacity (the scheduler counts it).
+        let got = shown(&all, &t, &[hold("dra-u", &[&slot0])], &healthy, &[], shares);
+        assert_eq!(got[0].2, Some(2));
+        // Both slots held by operators: not offered; the whole GPU held: not offered.
+        let both = [hold("job", &[&slot0]), hold("job2", &[&slot1])];
+        assert_eq!(
+            names_of(&shown(&all, &t, &both, &healthy, &[], shares)),
+            ["gpu-3-mig-2-0"]
+        );
+        let whole = [hold("k8s-a", &[G0])];
+        assert_eq!(
+            names_of(&shown(&all, &t, &whole, &healthy, &[], shares)),
+            ["gpu-3-mig-2-0"]
+        );
+        // A claim's share keeps it on a sick GPU.
+        let got = shown(
+            &all,
+            &t,
+            &[hold("dra-u", &[&slot1])],
+            &verdicts(&[G0]),
+            &[],
+            shares,
+        );
+        assert_eq!(names_of(&got), ["gpu-0-shared", "gpu-3-mig-2-0"]);
     }
 }

@@ -25,6 +25,7 @@ pub mod controller;
 pub mod devices;
 pub mod plugin;
 pub mod prepare;
+pub mod server;
 pub mod slices;
 pub mod stale;
 
@@ -126,6 +127,8 @@ pub struct DraState {
     api_problem: Mutex<Option<String>>,
     /// The held claims the stale pass could not check.
     stale_problem: Mutex<Option<String>>,
+    /// What the API server keeps of the slices' newer fields, as far as bcd knows.
+    features: Mutex<devices::Features>,
 }
 
 impl DraState {
@@ -151,6 +154,18 @@ impl DraState {
     /// What the kubelet last said of the registration; `None` before it said anything.
     pub fn registration(&self) -> Option<Result<(), String>> {
         self.registration.lock().ok().and_then(|r| r.clone())
+    }
+
+    /// What the slices use now: taints, shared devices ([`server`]).
+    pub fn features(&self) -> devices::Features {
+        self.features.lock().map(|f| *f).unwrap_or_default()
+    }
+
+    /// Sets what the slices use.
+    pub fn set_features(&self, features: devices::Features) {
+        if let Ok(mut f) = self.features.lock() {
+            *f = features;
+        }
     }
 
     /// Sets or clears what is degraded on the kubelet's side (logged when it changes).

@@ -93,7 +93,7 @@ fn device_v1(d: PreparedDevice) -> v1::Device {
         pool_name: d.pool,
         device_name: d.device,
         cdi_device_ids: d.cdi_ids,
-        share_id: None,
+        share_id: d.share_id,
     }
 }
 
@@ -240,11 +240,15 @@ fn cut(s: &str, max: usize) -> String {
     s[..end].to_owned()
 }
 
-/// Every device of the driver with its health now (`last_updated_time` is the caller's).
-pub async fn health_now<S: DeviceSource>(node: &S, config: &DraConfig) -> Vec<hpb::DeviceHealth> {
+/// Every device of the driver in the form the slices use (`features`), with its health now
+/// (`last_updated_time` is the caller's).
+pub async fn health_now<S: DeviceSource>(
+    node: &S,
+    config: &DraConfig,
+    features: super::devices::Features,
+) -> Vec<hpb::DeviceHealth> {
     let verdicts = node.verdicts().await;
-    all_devices(node, config)
-        .await
+    super::devices::publishable(&all_devices(node, config).await, features)
         .into_iter()
         .map(|d| {
             let (health, message) = match verdicts.get(&d.gpu) {
@@ -294,12 +298,13 @@ impl<S: DeviceSource, R: ClaimReader> hpb::dra_resource_health_server::DraResour
         let (tx, rx) = mpsc::channel(4);
         let node = self.driver.node().clone();
         let config = self.driver.config().clone();
+        let state = self.driver.state().clone();
         tokio::spawn(async move {
             let mut changes = node.changes();
             let mut last: Option<Vec<hpb::DeviceHealth>> = None;
             let mut sent_at = tokio::time::Instant::now();
             loop {
-                let now = health_now(node.as_ref(), &config).await;
+                let now = health_now(node.as_ref(), &config, state.features()).await;
                 let due = sent_at.elapsed() >= HEALTH_RESEND;
                 if last.as_ref() != Some(&now) || due {
                     let stamp = i64::try_from(crate::state::unix_now()).unwrap_or(i64::MAX);

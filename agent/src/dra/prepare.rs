@@ -31,11 +31,14 @@ use bcd_protocol::GpuUuid;
 
 use super::claims::{ClaimReader, ReadError, ResourceClaim};
 use super::devices::{self, DraDevice};
+use super::slices::{quantity_value, SLOTS_CAPACITY};
 use super::{DraConfig, DraState, DRIVER};
 use crate::cdi::render::{render, HoldRequest, VISIBLE_DEVICES};
 use crate::cdi::spec::{version_needs, CdiVersion, Spec};
 use crate::cdi::{DeviceCatalog, DeviceId, HoldError, HoldId, VendorSpec};
-use crate::device::{DeviceSource, DraClaim, Hold, HoldOwner, PoolDevice};
+use crate::device::id::SlotIndex;
+use crate::device::policy::{conflict, Topology};
+use crate::device::{DeviceSource, DraClaim, Hold, HoldOwner, PoolDevice, Share};
 use crate::state::{self, StateError, PUBLIC_MODE};
 
 /// The CDI kind of the claims' specs: vendor `k8s.gpu.bcd.dev`, class `claim` (a class
@@ -68,6 +71,8 @@ pub struct PreparedDevice {
     pub device: String,
     /// Its CDI device id (`k8s.gpu.bcd.dev/claim=<uid>-<device>`).
     pub cdi_ids: Vec<String>,
+    /// The allocation's share, for a shared device.
+    pub share_id: Option<String>,
 }
 
 /// Why one claim was not prepared or unprepared. `Display` is the sentence the kubelet
@@ -132,6 +137,22 @@ pub enum Refusal {
     UnknownDevice {
         /// `pool/device`.
         device: String,
+    },
+    /// A share of a shared device that asks for more than one slot.
+    #[error("{device} was allocated {asked} slots for one share; bcd gives each share of a shared GPU exactly one slot (its capacity's request policy says so), so ask for one slot per request")]
+    ShareSize {
+        /// `pool/device`.
+        device: String,
+        /// The consumed capacity.
+        asked: String,
+    },
+    /// Every slot of a shared device's GPU is held.
+    #[error("{device} was allocated a share of GPU {gpu}, but every slot of it is held now; the kubelet asks again")]
+    NoFreeSlot {
+        /// `pool/device`.
+        device: String,
+        /// The GPU.
+        gpu: GpuUuid,
     },
     /// Its GPU takes no work.
     #[error("{device} ({id}) is on GPU {gpu}, which takes no work now: {why}")]
@@ -424,6 +445,7 @@ impl<S: DeviceSource, R: ClaimReader> Driver<S, R> {
         let table = all_devices(self.node.as_ref(), &self.config).await;
         let verdicts = self.node.verdicts().await;
         let topology = self.node.topology().await;
+        let holds = self.node.holds_now().await;
         let claimed = self.node.claimed();
         // Per device of the claim: bcd's device, its pool name, its requests.
         let mut chosen: Vec<(DeviceId, PoolDevice)> = Vec::new();
@@ -433,7 +455,13 @@ impl<S: DeviceSource, R: ClaimReader> Driver<S, R> {
             let Some(d) = table.iter().find(|d| d.name == r.device) else {
                 return Err(Refusal::UnknownDevice { device: named });
             };
-            if let Some((_, seen)) = chosen.iter_mut().find(|(id, _)| id == &d.id) {
+            let same_share = |p: &PoolDevice| {
+                p.device == r.device && p.share.as_ref().map(|s| &s.id) == Some(&r.share_id)
+            };
+            if let Some((_, seen)) = chosen
+                .iter_mut()
+                .find(|(id, p)| (!d.is_shared() && id == &d.id) || (d.is_shared() && same_share(p)))
+            {
                 let base = r.base_request().to_owned();
                 if !seen.requests.contains(&base) {
                     seen.requests.push(base);
@@ -466,17 +494,41 @@ impl<S: DeviceSource, R: ClaimReader> Driver<S, R> {
                     why,
                 });
             }
+            let mut share = None;
+            let mut id = d.id.clone();
+            if d.is_shared() {
+                if let Some(asked) = r.consumed_capacity.get(SLOTS_CAPACITY) {
+                    if quantity_value(asked) != Some(1) {
+                        return Err(Refusal::ShareSize {
+                            device: named,
+                            asked: asked.clone(),
+                        });
+                    }
+                }
+                let taken: Vec<&DeviceId> = chosen.iter().map(|(id, _)| id).collect();
+                let (slot, index) =
+                    free_slot(d, &topology, &holds, &taken).ok_or_else(|| Refusal::NoFreeSlot {
+                        device: named.clone(),
+                        gpu: d.gpu.clone(),
+                    })?;
+                share = Some(Share {
+                    id: r.share_id.clone(),
+                    slot: index,
+                });
+                id = slot;
+            }
             placed.push(
                 topology
-                    .place(&d.id)
+                    .place(&id)
                     .map_err(|e| Refusal::Hold(HoldError::Policy(e)))?,
             );
             chosen.push((
-                d.id.clone(),
+                id,
                 PoolDevice {
                     pool: r.pool.clone(),
                     device: r.device.clone(),
                     requests: vec![r.base_request().to_owned()],
+                    share,
                 },
             ));
         }
@@ -535,7 +587,7 @@ impl<S: DeviceSource, R: ClaimReader> Driver<S, R> {
             .devices
             .iter()
             .cloned()
-            .zip(record.devices.iter().map(|p| p.device.clone()))
+            .zip(record.devices.iter().map(PoolDevice::cdi_name))
             .collect();
         let (vendor, catalog) = self.node.cdi_context().await;
         let spec = claim_spec(&record.uid, &hold.id, &names, &vendor.specs, &catalog);
@@ -646,7 +698,34 @@ fn answer(record: &DraClaim) -> Vec<PreparedDevice> {
             requests: p.requests.clone(),
             pool: p.pool.clone(),
             device: p.device.clone(),
-            cdi_ids: vec![cdi_id(&record.uid, &p.device)],
+            cdi_ids: vec![cdi_id(&record.uid, &p.cdi_name())],
+            share_id: p.share.as_ref().and_then(|s| s.id.clone()),
         })
         .collect()
+}
+
+/// The first slot of the GPU of the shared device `d` that no hold in `holds` and nothing
+/// in `taken` has: its id and number.
+fn free_slot(
+    d: &DraDevice,
+    topology: &Topology,
+    holds: &[Hold],
+    taken: &[&DeviceId],
+) -> Option<(DeviceId, u32)> {
+    (0..d.shares.unwrap_or(0)).find_map(|n| {
+        let index = SlotIndex::new(n)?;
+        let slot = DeviceId::Slot {
+            gpu: d.gpu.clone(),
+            index,
+        };
+        let me = topology.place(&slot).ok()?;
+        let held = taken.contains(&&slot)
+            || holds.iter().any(|h| {
+                topology
+                    .placed(h)
+                    .iter()
+                    .any(|theirs| conflict(&me, theirs))
+            });
+        (!held).then_some((slot, n))
+    })
 }

@@ -16,16 +16,26 @@
 //! old or the new slice, both complete), and rises by one otherwise, rewriting every slice.
 //! Updates carry the slice's `resourceVersion`; deletions are conditional on its uid and
 //! `resourceVersion`.
+//!
+//! Taints and shared devices ([`super::devices::Features`]) are written only where the API
+//! server keeps them; [`dropped`] tells from the object a write returned whether the server
+//! dropped them (a feature gate off), and the controller then stops using them.
 
 use std::collections::{BTreeMap, BTreeSet};
 
 use serde::{Deserialize, Serialize};
 
-use super::devices::{Attribute, DraDevice};
+use super::devices::{Attribute, Features, Offered, TAINT_EFFECT};
 use super::DRIVER;
 
-/// The most devices a slice may hold (without taints or counters, which phase 1 uses none of).
+/// The most devices a slice may hold without taints or shared devices.
 pub const MAX_DEVICES_PER_SLICE: usize = 128;
+/// The most devices a slice may hold where taints or shared devices are used (the API
+/// server's limit for a slice with taints; bcd keeps to it whenever it may use either, so a
+/// taint coming or going never splits the pool anew).
+pub const MAX_DEVICES_PER_SLICE_WITH_TAINTS: usize = 64;
+/// The capacity of a shared device: its slots.
+pub const SLOTS_CAPACITY: &str = "slots";
 /// The API group and version of the objects.
 pub const API_VERSION: &str = "resource.k8s.io/v1";
 
@@ -121,6 +131,39 @@ pub struct Device {
     /// Capacities.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub capacity: BTreeMap<String, Capacity>,
+    /// Set on a shared device: it may be allocated to several claims at once.
+    #[serde(
+        default,
+        rename = "allowMultipleAllocations",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub allow_multiple_allocations: Option<bool>,
+    /// Why it is not offered, where the server keeps taints.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub taints: Vec<DeviceTaint>,
+}
+
+/// A device taint.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct DeviceTaint {
+    /// `gpu.bcd.dev/<why>`.
+    pub key: String,
+    /// The reason.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub value: Option<String>,
+    /// `NoSchedule`.
+    pub effect: String,
+    /// Set by the server on the write that added the taint; bcd sends back what it read.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub time_added: Option<String>,
+}
+
+impl DeviceTaint {
+    /// The same taint, whenever it was added.
+    fn same(&self, other: &Self) -> bool {
+        self.key == other.key && self.value == other.value && self.effect == other.effect
+    }
 }
 
 /// An attribute: exactly one of its fields is set.
@@ -142,9 +185,45 @@ pub struct AttributeValue {
 
 /// A capacity: a Kubernetes quantity.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
 pub struct Capacity {
     /// The quantity, in the API server's canonical form (see [`quantity`]).
     pub value: String,
+    /// How an allocation of a shared device consumes it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub request_policy: Option<RequestPolicy>,
+}
+
+/// `requestPolicy` of a capacity: what an allocation that does not say consumes, and what it
+/// may ask for.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RequestPolicy {
+    /// What an allocation consumes when its request does not say.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub default: Option<String>,
+    /// The amounts a request may ask for.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub valid_range: Option<ValidRange>,
+}
+
+/// `validRange` of a request policy.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ValidRange {
+    /// The least.
+    pub min: String,
+    /// The most.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max: Option<String>,
+}
+
+impl Capacity {
+    fn plain(value: u64) -> Self {
+        Self {
+            value: quantity(value),
+            request_policy: None,
+        }
+    }
 }
 
 /// `n` as the API server writes a quantity it read as a plain number: the largest power of
@@ -191,7 +270,30 @@ pub fn quantity_value(q: &str) -> Option<u128> {
     digits.parse::<u128>().ok()?.checked_mul(factor)
 }
 
-fn wire(device: &DraDevice) -> Device {
+fn wire(offered: &Offered) -> Device {
+    let device = &offered.device;
+    let mut capacity: BTreeMap<String, Capacity> = device
+        .capacity
+        .iter()
+        .map(|(k, v)| (k.clone(), Capacity::plain(*v)))
+        .collect();
+    if let Some(slots) = device.shares {
+        // Each allocation (each shareID) is one slot: bcd gives it one when it is prepared.
+        let one = || Some("1".to_owned());
+        capacity.insert(
+            SLOTS_CAPACITY.to_owned(),
+            Capacity {
+                value: quantity(u64::from(slots)),
+                request_policy: Some(RequestPolicy {
+                    default: one(),
+                    valid_range: Some(ValidRange {
+                        min: "1".to_owned(),
+                        max: one(),
+                    }),
+                }),
+            },
+        );
+    }
     Device {
         name: device.name.clone(),
         attributes: device
@@ -215,33 +317,79 @@ fn wire(device: &DraDevice) -> Device {
                 (k.clone(), value)
             })
             .collect(),
-        capacity: device
-            .capacity
+        capacity,
+        allow_multiple_allocations: device.shares.map(|_| true),
+        taints: offered
+            .taint
             .iter()
-            .map(|(k, v)| {
-                (
-                    k.clone(),
-                    Capacity {
-                        value: quantity(*v),
-                    },
-                )
+            .map(|t| DeviceTaint {
+                key: t.key.clone(),
+                value: (!t.value.is_empty()).then(|| t.value.clone()),
+                effect: TAINT_EFFECT.to_owned(),
+                time_added: None,
             })
             .collect(),
     }
 }
 
 /// The pool's devices as slices' device lists: in name order, at most
-/// [`MAX_DEVICES_PER_SLICE`] each, and one empty list for no device.
-pub fn desired(devices: &[DraDevice]) -> Vec<Vec<Device>> {
-    let mut sorted: Vec<&DraDevice> = devices.iter().collect();
-    sorted.sort_by(|a, b| a.name.cmp(&b.name));
+/// [`MAX_DEVICES_PER_SLICE`] each ([`MAX_DEVICES_PER_SLICE_WITH_TAINTS`] where `features` has
+/// taints or shares), and one empty list for no device.
+pub fn desired(devices: &[Offered], features: Features) -> Vec<Vec<Device>> {
+    let mut sorted: Vec<&Offered> = devices.iter().collect();
+    sorted.sort_by(|a, b| a.device.name.cmp(&b.device.name));
     let all: Vec<Device> = sorted.into_iter().map(wire).collect();
     if all.is_empty() {
         return vec![Vec::new()];
     }
-    all.chunks(MAX_DEVICES_PER_SLICE)
-        .map(<[Device]>::to_vec)
-        .collect()
+    let per_slice = if features.taints || features.shares {
+        MAX_DEVICES_PER_SLICE_WITH_TAINTS
+    } else {
+        MAX_DEVICES_PER_SLICE
+    };
+    all.chunks(per_slice).map(<[Device]>::to_vec).collect()
+}
+
+/// What the server dropped of what a write sent: the features to stop using.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Dropped {
+    /// A device sent with taints came back without.
+    pub taints: bool,
+    /// A device sent with `allowMultipleAllocations` (or a capacity's request policy) came
+    /// back without.
+    pub shares: bool,
+}
+
+impl Dropped {
+    /// Whether nothing was dropped.
+    pub fn is_empty(self) -> bool {
+        !self.taints && !self.shares
+    }
+}
+
+/// What `returned` (the object the server answered a create or update with) lacks of `sent`.
+pub fn dropped(sent: &ResourceSlice, returned: &ResourceSlice) -> Dropped {
+    let mut out = Dropped::default();
+    for s in &sent.spec.devices {
+        let back = returned.spec.devices.iter().find(|d| d.name == s.name);
+        let Some(back) = back else { continue };
+        if !s.taints.is_empty() && back.taints.is_empty() {
+            out.taints = true;
+        }
+        let policies = |d: &Device| {
+            d.capacity
+                .values()
+                .filter(|c| c.request_policy.is_some())
+                .count()
+        };
+        if (s.allow_multiple_allocations == Some(true)
+            && back.allow_multiple_allocations != Some(true))
+            || policies(s) > policies(back)
+        {
+            out.shares = true;
+        }
+    }
+    out
 }
 
 /// The node a pool is on: its name (the pool's too) and its uid (the owner reference).
@@ -318,17 +466,62 @@ fn same_devices(a: &[Device], b: &[Device]) -> bool {
         && a.iter().zip(b).all(|(x, y)| {
             x.name == y.name
                 && x.attributes == y.attributes
+                && x.allow_multiple_allocations == y.allow_multiple_allocations
+                && x.taints.len() == y.taints.len()
+                && x.taints.iter().zip(&y.taints).all(|(a, b)| a.same(b))
                 && x.capacity.len() == y.capacity.len()
                 && x.capacity
                     .iter()
                     .zip(&y.capacity)
                     .all(|((kx, vx), (ky, vy))| {
                         kx == ky
+                            && same_policy(vx.request_policy.as_ref(), vy.request_policy.as_ref())
                             && (vx.value == vy.value
                                 || quantity_value(&vx.value)
                                     .is_some_and(|v| Some(v) == quantity_value(&vy.value)))
                     })
         })
+}
+
+fn same_quantity(a: &str, b: &str) -> bool {
+    a == b || quantity_value(a).is_some_and(|v| Some(v) == quantity_value(b))
+}
+
+fn same_policy(a: Option<&RequestPolicy>, b: Option<&RequestPolicy>) -> bool {
+    let same_opt = |x: Option<&String>, y: Option<&String>| match (x, y) {
+        (Some(x), Some(y)) => same_quantity(x, y),
+        (None, None) => true,
+        _ => false,
+    };
+    match (a, b) {
+        (None, None) => true,
+        (Some(a), Some(b)) => {
+            same_opt(a.default.as_ref(), b.default.as_ref())
+                && match (&a.valid_range, &b.valid_range) {
+                    (None, None) => true,
+                    (Some(x), Some(y)) => {
+                        same_quantity(&x.min, &y.min) && same_opt(x.max.as_ref(), y.max.as_ref())
+                    }
+                    _ => false,
+                }
+        }
+        _ => false,
+    }
+}
+
+/// `want`'s devices with the `timeAdded` of each taint that `existing` already has, so an
+/// update does not move when a taint was added.
+fn keep_taint_times(existing: &ResourceSlice, want: &mut [Device]) {
+    for d in want {
+        let Some(old) = existing.spec.devices.iter().find(|o| o.name == d.name) else {
+            continue;
+        };
+        for t in &mut d.taints {
+            if let Some(o) = old.taints.iter().find(|o| o.same(t)) {
+                t.time_added.clone_from(&o.time_added);
+            }
+        }
+    }
 }
 
 fn same_content(existing: &ResourceSlice, want: &SliceSpec, owner: &OwnerReference) -> bool {
@@ -403,7 +596,10 @@ pub fn plan(node: &NodeRef, existing: &[ResourceSlice], desired: Vec<Vec<Device>
         top + 1
     };
     for (want, m) in desired.into_iter().zip(matched) {
-        let spec = node.spec(want, generation, count);
+        let mut spec = node.spec(want, generation, count);
+        if let Some(s) = m {
+            keep_taint_times(s, &mut spec.devices);
+        }
         match m {
             Some(s) if same_content(s, &spec, &owner) => {}
             Some(s) => out.update.push(ResourceSlice {
@@ -436,6 +632,7 @@ pub fn plan(node: &NodeRef, existing: &[ResourceSlice], desired: Vec<Vec<Device>
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::dra::devices::DraDevice;
 
     fn node() -> NodeRef {
         NodeRef {
@@ -444,7 +641,18 @@ mod tests {
         }
     }
 
-    fn dev(name: &str, memory: u64) -> DraDevice {
+    fn want(devices: &[Offered]) -> Vec<Vec<Device>> {
+        desired(devices, Features::default())
+    }
+
+    fn dev(name: &str, memory: u64) -> Offered {
+        Offered {
+            device: dev_of(name, memory),
+            taint: None,
+        }
+    }
+
+    fn dev_of(name: &str, memory: u64) -> DraDevice {
         DraDevice {
             name: name.into(),
             id: "GPU-ff1dacfa-2e1a-0504-a88b-76a3118ee48b".parse().unwrap(),
@@ -453,6 +661,7 @@ mod tests {
                 .into_iter()
                 .collect(),
             capacity: [("memory".to_owned(), memory)].into_iter().collect(),
+            shares: None,
         }
     }
 
@@ -527,14 +736,14 @@ mod tests {
         let n = node();
         // (what exists, the devices wanted) → (creates, updates, deletes, resulting
         // generations and counts)
-        let many: Vec<DraDevice> = (0..130)
+        let many: Vec<Offered> = (0..130)
             .map(|i| dev(&format!("gpu-{i:03}"), 1 << 30))
             .collect();
         let two = vec![dev("gpu-0", 1 << 30), dev("gpu-1", 1 << 30)];
         let mut slices = Vec::new();
 
         // An empty pool still has one empty slice.
-        let p = plan(&n, &slices, desired(&[]));
+        let p = plan(&n, &slices, want(&[]));
         assert_eq!((p.create.len(), p.update.len(), p.delete.len()), (1, 0, 0));
         assert!(p.create[0].spec.devices.is_empty());
         assert_eq!(
@@ -547,10 +756,10 @@ mod tests {
         assert_eq!(generations(&slices), [(1, 1)].into());
 
         // Nothing changed: nothing is written.
-        assert!(plan(&n, &slices, desired(&[])).is_empty());
+        assert!(plan(&n, &slices, want(&[])).is_empty());
 
         // Two devices into the one slice: one update, the generation stays.
-        let p = plan(&n, &slices, desired(&two));
+        let p = plan(&n, &slices, want(&two));
         assert_eq!((p.create.len(), p.update.len(), p.delete.len()), (0, 1, 0));
         assert_eq!(p.update[0].metadata.resource_version.as_deref(), Some("1"));
         slices = applied(&slices, &p);
@@ -558,7 +767,7 @@ mod tests {
 
         // 130 devices: two slices of 128 and 2; a new slice raises the generation and both
         // carry it and the count.
-        let p = plan(&n, &slices, desired(&many));
+        let p = plan(&n, &slices, want(&many));
         assert_eq!(p.create.len() + p.update.len(), 2, "{p:?}");
         slices = applied(&slices, &p);
         assert_eq!(slices.len(), 2);
@@ -566,19 +775,22 @@ mod tests {
         let mut sizes: Vec<usize> = slices.iter().map(|s| s.spec.devices.len()).collect();
         sizes.sort_unstable();
         assert_eq!(sizes, [2, 128]);
-        assert!(plan(&n, &slices, desired(&many)).is_empty(), "settled");
+        assert!(plan(&n, &slices, want(&many)).is_empty(), "settled");
 
         // One device's memory changes: only its slice is updated, generation kept.
         let mut changed = many.clone();
-        changed[129].capacity.insert("memory".into(), 2 << 30);
-        let p = plan(&n, &slices, desired(&changed));
+        changed[129]
+            .device
+            .capacity
+            .insert("memory".into(), 2 << 30);
+        let p = plan(&n, &slices, want(&changed));
         assert_eq!((p.create.len(), p.update.len(), p.delete.len()), (0, 1, 0));
         slices = applied(&slices, &p);
         assert_eq!(generations(&slices), [(2, 2)].into());
 
         // Back to two devices: the 128-slice matches nothing and goes (with its uid and
         // version as preconditions); the pool is one slice again.
-        let p = plan(&n, &slices, desired(&two));
+        let p = plan(&n, &slices, want(&two));
         assert!(p
             .delete
             .iter()
@@ -586,13 +798,13 @@ mod tests {
         slices = applied(&slices, &p);
         assert_eq!(slices.len(), 1, "{slices:?}");
         assert_eq!(slices[0].spec.pool.resource_slice_count, 1);
-        assert!(plan(&n, &slices, desired(&two)).is_empty());
+        assert!(plan(&n, &slices, want(&two)).is_empty());
     }
 
     #[test]
     fn slices_of_an_older_generation_are_deleted_and_others_left_alone() {
         let n = node();
-        let mut slices = applied(&[], &plan(&n, &[], desired(&[dev("gpu-0", 1)])));
+        let mut slices = applied(&[], &plan(&n, &[], want(&[dev("gpu-0", 1)])));
         let mut stale = slices[0].clone();
         stale.metadata.name = Some("stale".into());
         stale.spec.pool.generation = 0;
@@ -601,7 +813,7 @@ mod tests {
         foreign.spec.driver = "gpu.nvidia.com".into();
         slices.push(stale);
         slices.push(foreign);
-        let p = plan(&n, &slices, desired(&[dev("gpu-0", 1)]));
+        let p = plan(&n, &slices, want(&[dev("gpu-0", 1)]));
         assert_eq!(
             p.delete.iter().map(|d| d.name.as_str()).collect::<Vec<_>>(),
             ["stale"]
@@ -614,21 +826,22 @@ mod tests {
     #[test]
     fn a_quantity_in_another_form_is_no_change() {
         let n = node();
-        let mut slices = applied(&[], &plan(&n, &[], desired(&[dev("gpu-0", 80 << 30)])));
+        let mut slices = applied(&[], &plan(&n, &[], want(&[dev("gpu-0", 80 << 30)])));
         slices[0].spec.devices[0].capacity.insert(
             "memory".into(),
             Capacity {
                 value: "80Gi".into(),
+                request_policy: None,
             },
         );
-        assert!(plan(&n, &slices, desired(&[dev("gpu-0", 80 << 30)])).is_empty());
+        assert!(plan(&n, &slices, want(&[dev("gpu-0", 80 << 30)])).is_empty());
     }
 
     // Someone else's edit (devices removed, the owner reference dropped) is undone.
     #[test]
     fn a_slice_changed_by_someone_else_is_written_back() {
         let n = node();
-        let want = desired(&[dev("gpu-0", 1), dev("gpu-1", 1)]);
+        let want = want(&[dev("gpu-0", 1), dev("gpu-1", 1)]);
         let mut slices = applied(&[], &plan(&n, &[], want.clone()));
         slices[0].spec.devices.pop();
         let p = plan(&n, &slices, want.clone());
@@ -640,7 +853,7 @@ mod tests {
 
     #[test]
     fn the_wire_form_is_resource_k8s_io_v1s() {
-        let p = plan(&node(), &[], desired(&[dev("gpu-0", 131_072_000)]));
+        let p = plan(&node(), &[], want(&[dev("gpu-0", 131_072_000)]));
         let v = serde_json::to_value(&p.create[0]).unwrap();
         assert_eq!(v["apiVersion"], "resource.k8s.io/v1");
         assert_eq!(v["kind"], "ResourceSlice");
@@ -656,5 +869,161 @@ mod tests {
         );
         assert_eq!(v["metadata"]["ownerReferences"][0]["controller"], true);
         assert!(v["metadata"].get("name").is_none());
+    }
+
+    fn tainted(name: &str) -> Offered {
+        Offered {
+            device: dev_of(name, 1 << 30),
+            taint: Some(crate::dra::devices::Taint {
+                key: "gpu.bcd.dev/held".into(),
+                value: "operator".into(),
+            }),
+        }
+    }
+
+    fn shared(name: &str, slots: u32) -> Offered {
+        let mut d = dev_of(name, 0);
+        d.capacity.clear();
+        d.shares = Some(slots);
+        Offered {
+            device: d,
+            taint: None,
+        }
+    }
+
+    #[test]
+    fn with_taints_or_shares_a_slice_holds_at_most_64_devices() {
+        let many: Vec<Offered> = (0..100).map(|i| dev(&format!("gpu-{i:03}"), 1)).collect();
+        let sizes = |f: Features| desired(&many, f).iter().map(Vec::len).collect::<Vec<_>>();
+        assert_eq!(sizes(Features::default()), [100]);
+        assert_eq!(
+            sizes(Features {
+                taints: true,
+                shares: false
+            }),
+            [64, 36]
+        );
+        assert_eq!(
+            sizes(Features {
+                taints: false,
+                shares: true
+            }),
+            [64, 36]
+        );
+    }
+
+    #[test]
+    fn the_wire_form_of_a_taint_and_a_shared_device() {
+        let f = Features {
+            taints: true,
+            shares: true,
+        };
+        let p = plan(
+            &node(),
+            &[],
+            desired(&[tainted("gpu-0"), shared("gpu-1-shared", 4)], f),
+        );
+        let v = serde_json::to_value(&p.create[0]).unwrap();
+        let d = &v["spec"]["devices"];
+        assert_eq!(
+            d[0]["taints"],
+            serde_json::json!([{"key": "gpu.bcd.dev/held", "value": "operator", "effect": "NoSchedule"}])
+        );
+        assert!(d[0].get("allowMultipleAllocations").is_none());
+        assert_eq!(d[1]["allowMultipleAllocations"], true);
+        assert_eq!(
+            d[1]["capacity"]["slots"],
+            serde_json::json!({"value": "4", "requestPolicy": {"default": "1", "validRange": {"min": "1", "max": "1"}}})
+        );
+        assert!(d[1].get("taints").is_none());
+    }
+
+    // The server sets a taint's timeAdded: reading it back is no change, an update keeps it,
+    // and a taint that comes or goes is one update.
+    #[test]
+    fn a_taints_time_added_is_kept_and_is_no_change() {
+        let n = node();
+        let f = Features {
+            taints: true,
+            shares: false,
+        };
+        let mut slices = applied(
+            &[],
+            &plan(&n, &[], desired(&[tainted("gpu-0"), dev("gpu-1", 1)], f)),
+        );
+        slices[0].spec.devices[0].taints[0].time_added = Some("2026-12-02T07:00:00Z".into());
+        assert!(plan(
+            &n,
+            &slices,
+            desired(&[tainted("gpu-0"), dev("gpu-1", 1)], f)
+        )
+        .is_empty());
+        let p = plan(
+            &n,
+            &slices,
+            desired(&[tainted("gpu-0"), tainted("gpu-1")], f),
+        );
+        assert_eq!(p.update.len(), 1);
+        let devices = &p.update[0].spec.devices;
+        assert_eq!(
+            devices[0].taints[0].time_added.as_deref(),
+            Some("2026-12-02T07:00:00Z")
+        );
+        assert_eq!(devices[1].taints[0].time_added, None, "the server sets it");
+        assert_eq!(
+            plan(
+                &n,
+                &slices,
+                desired(&[dev("gpu-0", 1 << 30), dev("gpu-1", 1)], f)
+            )
+            .update
+            .len(),
+            1
+        );
+    }
+
+    // A server whose feature gate is off drops the field from what it stores and returns.
+    #[test]
+    fn what_the_server_dropped_is_read_from_the_object_it_returned() {
+        let f = Features {
+            taints: true,
+            shares: true,
+        };
+        let sent = plan(
+            &node(),
+            &[],
+            desired(&[tainted("gpu-0"), shared("gpu-1-shared", 2)], f),
+        )
+        .create
+        .remove(0);
+        assert!(dropped(&sent, &sent).is_empty(), "kept");
+        let mut back = sent.clone();
+        back.spec.devices[0].taints.clear();
+        assert_eq!(
+            dropped(&sent, &back),
+            Dropped {
+                taints: true,
+                shares: false
+            }
+        );
+        let mut back = sent.clone();
+        back.spec.devices[1].allow_multiple_allocations = None;
+        back.spec.devices[1]
+            .capacity
+            .get_mut(SLOTS_CAPACITY)
+            .unwrap()
+            .request_policy = None;
+        assert_eq!(
+            dropped(&sent, &back),
+            Dropped {
+                taints: false,
+                shares: true
+            }
+        );
+        // Nothing sent, nothing dropped: a plain slice says nothing of the server.
+        let plain = plan(&node(), &[], want(&[dev("gpu-0", 1)]))
+            .create
+            .remove(0);
+        assert!(dropped(&plain, &plain).is_empty());
     }
 }

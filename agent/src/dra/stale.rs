@@ -281,6 +281,7 @@ mod tests {
                             pool: pool.into(),
                             device: "gpu-0".into(),
                             admin_access: None,
+                            ..AllocationResult::default()
                         }],
                         config: Vec::new(),
                     },

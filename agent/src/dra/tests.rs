@@ -73,6 +73,7 @@ fn allocated(uid: &str, name: &str, results: &[(&str, &str)]) -> ResourceClaim {
                             pool: NODE.into(),
                             device: (*device).into(),
                             admin_access: None,
+                            ..AllocationResult::default()
                         })
                         .collect(),
                     config: Vec::new(),
@@ -102,6 +103,10 @@ struct Rig {
 
 impl Rig {
     fn new() -> Self {
+        Self::with_source(FakeSource::new())
+    }
+
+    fn with_source(source: FakeSource) -> Self {
         let dir = tempfile::tempdir().unwrap();
         for (minor, (uuid, address)) in [(GPU0, "0000:18:00.0"), (GPU1, "0000:2a:00.0")]
             .into_iter()
@@ -127,7 +132,7 @@ impl Rig {
             host: crate::sys::host::Host::fake(dir.path().join("host")),
             stale_pass: super::stale::STALE_PASS,
         };
-        let source = Arc::new(FakeSource::new());
+        let source = Arc::new(source);
         let claims = Arc::new(Claims::default());
         let state = Arc::new(DraState::default());
         let driver = Arc::new(Driver::new(
@@ -696,4 +701,100 @@ async fn the_stale_pass_runs_at_start_and_every_configured_interval() {
         "the hold of the deleted claim was not released within 5 s"
     );
     assert!(!spec_path(&rig.config.cdi_runtime_dir, UID).exists());
+}
+
+/// A claim `ml/<name>` with `uid`, allocated one share of `gpu-0-shared` per share id, each
+/// consuming `slots`.
+fn shared_claim(uid: &str, name: &str, shares: &[&str], slots: Option<&str>) -> ResourceClaim {
+    let mut claim = allocated(uid, name, &[]);
+    let results = &mut claim.status.allocation.as_mut().unwrap().devices.results;
+    for (i, share) in shares.iter().enumerate() {
+        results.push(AllocationResult {
+            request: format!("slot{i}"),
+            driver: DRIVER.into(),
+            pool: NODE.into(),
+            device: "gpu-0-shared".into(),
+            share_id: Some((*share).into()),
+            consumed_capacity: slots
+                .map(|s| [("slots".to_owned(), s.to_owned())].into_iter().collect())
+                .unwrap_or_default(),
+            ..AllocationResult::default()
+        });
+    }
+    claim
+}
+
+// With consumable capacity the scheduler allocates shares of one device; bcd gives each
+// share a free slot of the GPU through the policy, answers its shareID, and refuses what it
+// cannot give, changing nothing.
+#[tokio::test]
+async fn each_share_of_a_shared_gpu_gets_its_own_slot_and_its_own_cdi_device() {
+    let rig = Rig::with_source(FakeSource::with_slots(2));
+    let (a, b, c) = (
+        "0a0c2f7e-8a6b-4c1d-9e2f-0a1b2c3d4e5a",
+        "0b0c2f7e-8a6b-4c1d-9e2f-0a1b2c3d4e5b",
+        "0c0c2f7e-8a6b-4c1d-9e2f-0a1b2c3d4e5c",
+    );
+    rig.claims
+        .put(shared_claim(a, "a", &["share-a"], Some("1")));
+    rig.claims.put(shared_claim(b, "b", &["share-b"], None));
+    let answer = rig.prepare(vec![claim(a, "a"), claim(b, "b")]).await;
+    for (uid, slot, share) in [(a, 0, "share-a"), (b, 1, "share-b")] {
+        let one = &answer.claims[uid];
+        assert_eq!(one.error, "", "{uid}");
+        let d = &one.devices[0];
+        assert_eq!(d.device_name, "gpu-0-shared");
+        assert_eq!(d.share_id.as_deref(), Some(share));
+        assert_eq!(
+            d.cdi_device_ids,
+            [format!("k8s.gpu.bcd.dev/claim={uid}-gpu-0-shared-{slot}")]
+        );
+        let spec = std::fs::read_to_string(spec_path(&rig.config.cdi_runtime_dir, uid)).unwrap();
+        let spec = parse_spec(spec.as_bytes(), Format::Json).unwrap();
+        assert_eq!(spec.devices[0].name, format!("{uid}-gpu-0-shared-{slot}"));
+    }
+    let holds = rig.holds().await;
+    let slots: Vec<String> = holds
+        .iter()
+        .flat_map(|h| h.devices.iter().map(ToString::to_string))
+        .collect();
+    assert_eq!(slots, [format!("{GPU0}::0"), format!("{GPU0}::1")]);
+    // The same answer again (the kubelet's restart): the same slot.
+    let again = rig.prepare(vec![claim(b, "b")]).await;
+    assert_eq!(again.claims[b], answer.claims[b]);
+    // A third share: no slot is free.
+    rig.claims.put(shared_claim(c, "c", &["share-c"], None));
+    let refused = rig.prepare(vec![claim(c, "c")]).await;
+    assert!(
+        error_of(&refused, c).contains("every slot of it is held"),
+        "{}",
+        error_of(&refused, c)
+    );
+    // A share of two slots: refused, one slot a share.
+    rig.unprepare(vec![claim(a, "a")]).await;
+    rig.claims
+        .put(shared_claim(c, "c", &["share-c"], Some("2")));
+    let refused = rig.prepare(vec![claim(c, "c")]).await;
+    assert!(
+        error_of(&refused, c).contains("exactly one slot"),
+        "{}",
+        error_of(&refused, c)
+    );
+    assert_eq!(rig.holds().await.len(), 1, "a refusal changes nothing");
+    // Two shares in one claim: two slots, two CDI devices.
+    rig.claims.put(shared_claim(c, "c", &["s1", "s2"], None));
+    rig.unprepare(vec![claim(b, "b")]).await;
+    let two = rig.prepare(vec![claim(c, "c")]).await;
+    let ids: Vec<String> = two.claims[c]
+        .devices
+        .iter()
+        .flat_map(|d| d.cdi_device_ids.clone())
+        .collect();
+    assert_eq!(
+        ids,
+        [
+            format!("k8s.gpu.bcd.dev/claim={c}-gpu-0-shared-0"),
+            format!("k8s.gpu.bcd.dev/claim={c}-gpu-0-shared-1")
+        ]
+    );
 }

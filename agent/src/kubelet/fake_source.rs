@@ -33,6 +33,7 @@ pub(crate) struct FakeSource {
     pods: Mutex<Vec<PodAllocation>>,
     devices: watch::Sender<u64>,
     conditions: watch::Sender<Vec<crate::health::Condition>>,
+    slots: u32,
     _dir: tempfile::TempDir,
 }
 
@@ -82,7 +83,16 @@ impl FakeSource {
             pods: Mutex::new(Vec::new()),
             devices: watch::channel(0).0,
             conditions: watch::channel(Vec::new()).0,
+            slots: 0,
             _dir: dir,
+        }
+    }
+
+    /// The same with `slots` slots a GPU (`bcd node --gpu-slots`).
+    pub(crate) fn with_slots(slots: u32) -> Self {
+        Self {
+            slots,
+            ..Self::new()
         }
     }
 
@@ -104,7 +114,7 @@ impl DeviceSource for FakeSource {
     }
 
     async fn topology(&self) -> Topology {
-        Topology::from_inventory(&self.inventory, 0)
+        Topology::from_inventory(&self.inventory, self.slots)
     }
 
     async fn verdicts(&self) -> BTreeMap<GpuUuid, Verdict> {
@@ -120,7 +130,7 @@ impl DeviceSource for FakeSource {
     }
 
     fn gpu_slots(&self) -> u32 {
-        0
+        self.slots
     }
 
     async fn cdi_context(&self) -> (VendorSpecs, DeviceCatalog) {
