@@ -15,6 +15,13 @@
 //! restarted between prepare and unprepare (the same answer, the claim object gone), and the
 //! registration socket made anew.
 //!
+//! A second scenario plays Kubernetes 1.36: GPU slots offered as shared devices (consumable
+//! capacity) with two shares of one GPU prepared on two slots and a third refused, an operator
+//! hold and an XID tainting their devices instead of dropping them (one write, the server's
+//! timeAdded kept), then the same server with DRADeviceTaints and DRAConsumableCapacity off:
+//! bcd sees the fields dropped from what the server returns and falls back to slot devices and
+//! to leaving out what it does not offer.
+//!
 //! Needs the DRA stand-ins' Python (run-tests installs it) and openssl; skipped, saying so,
 //! without them (a failure under `CI`).
 
@@ -25,6 +32,19 @@ use std::process::Command;
 
 #[test]
 fn the_dra_driver_against_a_stand_in_api_server_and_kubelet() {
+    stand_in(&[]);
+}
+
+// Kubernetes 1.36: GPU slots as shared devices (consumable capacity), shares prepared on
+// their own slots, devices not offered kept with a taint; then the same server with both
+// feature gates off, which bcd learns from the objects it returns and falls back from.
+#[test]
+fn on_kubernetes_1_36_slots_are_shared_devices_and_what_is_not_offered_is_tainted() {
+    stand_in(&[("SCENARIO", "shares"), ("SERVER_VERSION", "1.36")]);
+}
+
+/// Runs the stand-ins' scenario with `env` on the 8-GPU demo host; panics when it fails.
+fn stand_in(env: &[(&str, &str)]) {
     let Some(python) = bcd_testkit::require(bcd_testkit::Peer::DraStandIn) else {
         return;
     };
@@ -47,6 +67,7 @@ fn the_dra_driver_against_a_stand_in_api_server_and_kubelet() {
         .env("PROTO_DIR", repo().join("agent/proto"))
         .env("KMSG", host.join("root/dev/kmsg"))
         .env("PACKAGING", repo().join("packaging"))
+        .envs(env.iter().copied())
         .output()
         .unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);

@@ -19,10 +19,20 @@ It starts `bcd node --dra` itself (after the server, whose address the kubeconfi
 the scenario and exits 0 when every check passed; figures are printed as
 `figure <name> <value>` lines.
 
+The API server plays one Kubernetes version (SERVER_VERSION, 1.34 by default): `GET /version`
+says it, every object is validated against that version's schema, and the fields of the
+feature gates a server of that version has off (GATES_OFF; by default DRADeviceTaints and
+DRAConsumableCapacity before 1.36, none from 1.36) are dropped from what it stores and
+returns, as a real server drops them. It sets a taint's timeAdded as a real server does.
+
+Scenarios (SCENARIO): `main` (1.34: whole GPUs, MIG devices, claims, faults) and `shares`
+(1.36 with bcd node --gpu-slots 2: shared devices with consumable capacity, shares
+prepared, taints instead of dropping, then the gates off and bcd falling back).
+
 Environment: BCD, BCD_GLOBAL (JSON list of bcd's global options), WORK (a folder of the
 test's own), PROTO_DIR, KMSG (the fake host's kernel log), PACKAGING (the packaging folder,
 whose Kubernetes manifests are validated too), API_GROUP (the API socket's group; root by
-default).
+default), SERVER_VERSION, GATES_OFF, SCENARIO.
 """
 
 import base64
@@ -64,6 +74,10 @@ CDI_RUN = os.path.join(WORK, "run-cdi")
 REG_SOCK = os.path.join(KUBELET, "plugins_registry", "gpu.bcd.dev-reg.sock")
 OPTIONS = [("grpc.default_authority", "localhost")]
 SLICES = "/apis/resource.k8s.io/v1/resourceslices"
+SERVER_VERSION = os.environ.get("SERVER_VERSION", "1.34")
+MINOR = int(SERVER_VERSION.split(".")[1])
+SCENARIO = os.environ.get("SCENARIO", "main")
+NEWER_GATES = {"DRADeviceTaints", "DRAConsumableCapacity"}
 
 
 def check(cond, what):
@@ -101,6 +115,10 @@ class State:
         self.attempts = 0  # writes asked for, answered or not
         self.down = False
         self.n = 0
+        off = os.environ.get("GATES_OFF")
+        self.gates_off = set(filter(None, off.split(","))) if off is not None else \
+            (NEWER_GATES if MINOR < 36 else set())
+        self.sent = []  # every device bcd wrote, as sent (before any field was dropped)
 
     def bump(self):
         self.rv += 1
@@ -198,6 +216,9 @@ class Api(BaseHTTPRequestHandler):
         url = urllib.parse.urlparse(self.path)
         query = dict(urllib.parse.parse_qsl(url.query))
         parts = url.path.strip("/").split("/")
+        if url.path == "/version":
+            return self.answer(200, {"major": "1", "minor": str(MINOR), "gitVersion": f"v{SERVER_VERSION}.0",
+                                     "platform": "linux/amd64"})
         if url.path == f"/api/v1/nodes/{NODE}":
             return self.answer(200, {"apiVersion": "v1", "kind": "Node",
                                      "metadata": {"name": NODE, "uid": NODE_UID}})
@@ -243,9 +264,29 @@ class Api(BaseHTTPRequestHandler):
         except (BrokenPipeError, ConnectionResetError):
             pass
 
+    def stored(self, obj, old=None):
+        """What a server of SERVER_VERSION keeps of `obj`: the fields of the gates off dropped,
+        a new taint's timeAdded set (an unchanged one keeps the stored time)."""
+        now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        before = {d["name"]: d for d in (old or {}).get("spec", {}).get("devices", [])}
+        for d in obj["spec"].get("devices", []):
+            STATE.sent.append(json.loads(json.dumps(d)))
+            if "DRADeviceTaints" in STATE.gates_off:
+                d.pop("taints", None)
+            if "DRAConsumableCapacity" in STATE.gates_off:
+                d.pop("allowMultipleAllocations", None)
+                for c in d.get("capacity", {}).values():
+                    c.pop("requestPolicy", None)
+            for t in d.get("taints", []):
+                if "timeAdded" not in t:
+                    same = [o for o in before.get(d["name"], {}).get("taints", [])
+                            if (o["key"], o.get("value"), o["effect"]) == (t["key"], t.get("value"), t["effect"])]
+                    t["timeAdded"] = same[0]["timeAdded"] if same else now
+        return obj
+
     def validated(self, obj, what):
         try:
-            kubernetes_validate.validate(obj, "1.34.0", strict=True)
+            kubernetes_validate.validate(obj, f"{SERVER_VERSION}.0", strict=True)
             return True
         except Exception as e:  # noqa: BLE001 (any failure is the finding)
             STATE.invalid.append((what, str(e)[:500]))
@@ -266,6 +307,7 @@ class Api(BaseHTTPRequestHandler):
             meta["name"] = meta.pop("generateName") + f"{STATE.n:05d}"
             meta["uid"] = f"uid-{STATE.n}"
             meta["resourceVersion"] = STATE.bump()
+            obj = self.stored(obj)
             STATE.slices[meta["name"]] = obj
             STATE.writes.append(("create", meta["name"]))
             STATE.event("ADDED", obj)
@@ -286,6 +328,7 @@ class Api(BaseHTTPRequestHandler):
                 return self.status(409, "Conflict", "the object has been modified")
             obj["metadata"]["uid"] = old["metadata"]["uid"]
             obj["metadata"]["resourceVersion"] = STATE.bump()
+            obj = self.stored(obj, old)
             STATE.slices[name] = obj
             STATE.writes.append(("update", name))
             STATE.event("MODIFIED", obj)
@@ -372,8 +415,9 @@ def percentile(values, p):
 class Node:
     """`bcd node --dra`, started and restarted by the scenario."""
 
-    def __init__(self, kubeconfig):
+    def __init__(self, kubeconfig, extra=()):
         self.kubeconfig = kubeconfig
+        self.extra = list(extra)
         self.log = open(os.path.join(WORK, "node.log"), "a")
         self.proc = None
         self.start()
@@ -382,7 +426,7 @@ class Node:
         self.proc = subprocess.Popen(
             [os.environ["BCD"], *json.loads(os.environ["BCD_GLOBAL"]), "node", "--api-group", os.environ.get("API_GROUP", "root"),
              "--dra", "--kubelet-dir", KUBELET, "--cdi-runtime-dir", CDI_RUN,
-             "--kubeconfig", self.kubeconfig, "--node-name", NODE],
+             "--kubeconfig", self.kubeconfig, "--node-name", NODE, *self.extra],
             stderr=self.log)
 
     def stop(self):
@@ -397,9 +441,9 @@ class Node:
 def main():
     kubeconfig = serve()
     start = time.monotonic()
-    node = Node(kubeconfig)
+    node = Node(kubeconfig, ["--gpu-slots", "2"] if SCENARIO == "shares" else [])
     try:
-        scenario(start, node)
+        (shares if SCENARIO == "shares" else scenario)(start, node)
     finally:
         node.stop()
     print("all passed", flush=True)
@@ -448,6 +492,8 @@ def scenario(start, node):
     by_uuid = {d["attributes"]["uuid"]["string"]: name for name, d in devices.items() if "uuid" in d["attributes"]}
     gpus = sorted(n for n, d in devices.items() if d["attributes"]["type"]["string"] == "gpu")
     check(len(gpus) >= 2 and all(n.startswith("gpu-") for n in gpus), f"whole GPUs named by minor: {sorted(devices)}")
+    check(not any("taints" in d or "allowMultipleAllocations" in d for d in STATE.sent),
+          "on 1.34 bcd sends no taints and no shared devices (both alpha, off by default)")
     first = devices[gpus[0]]
     check(first["attributes"]["resource.kubernetes.io/pciBusID"]["string"].startswith("0000:"),
           "the PCI bus id in the kernel's form")
@@ -608,6 +654,125 @@ def scenario(start, node):
     import shutil
     shutil.rmtree(os.path.dirname(REG_SOCK))
     wait("the registration socket made anew", lambda: os.path.exists(REG_SOCK), timeout=5)
+
+
+def register():
+    """What the kubelet does when the registration socket appears; the DRA plugin's channel."""
+    wait("the registration socket", lambda: os.path.exists(REG_SOCK), timeout=15)
+    registration = reg_grpc.RegistrationStub(grpc.insecure_channel("unix://" + REG_SOCK, options=OPTIONS))
+    info = registration.GetInfo(reg.InfoRequest(), timeout=5)
+    registration.NotifyRegistrationStatus(reg.RegistrationStatus(plugin_registered=True), timeout=5)
+    return grpc.insecure_channel("unix://" + info.endpoint, options=OPTIONS)
+
+
+def shared_claim(uid, name, device, share):
+    claim = allocated(uid, name, [device], request="slot")
+    claim["status"]["allocation"]["devices"]["results"][0].update(
+        {"shareID": share, "consumedCapacity": {"slots": "1"}})
+    return claim
+
+
+def shares(start, node):
+    """Kubernetes 1.36: a GPU's slots as one shared device, shares prepared, taints."""
+    plugin = dra_grpc.DRAPluginStub(register())
+    t = wait("the first ResourceSlices", lambda: len(STATE.devices()) > 0, timeout=20)
+    print(f"figure first_slices_after_start_s {t - start:.2f}")
+    devices = STATE.devices()
+    check(not STATE.invalid, f"every object written passed the {SERVER_VERSION} schema: {STATE.invalid}")
+    shared = sorted(n for n in devices if n.endswith("-shared"))
+    check(len(shared) >= 2 and not any(d["attributes"]["type"]["string"] == "gpu" for d in devices.values()),
+          f"GPUs with slots are shared devices, never whole too: {sorted(devices)}")
+    check(not any("-slot-" in n for n in devices), "no slot devices beside the shared ones")
+    one = devices[shared[0]]
+    check(one["allowMultipleAllocations"] is True and one["attributes"]["type"]["string"] == "slot",
+          "a shared device may be allocated many times and is of type slot")
+    check(one["capacity"]["slots"] == {"value": "2", "requestPolicy": {"default": "1", "validRange": {"min": "1", "max": "1"}}},
+          f"its capacity: 2 slots, one a share: {one['capacity']}")
+    check("memory" not in one["capacity"], "no memory capacity on a shared device (all of it would be consumed)")
+    check(all(len(s["spec"]["devices"]) <= 64 for s in STATE.ours()), "at most 64 devices a slice")
+
+    # Two claims, one share each of the same GPU: two slots, the shareIDs answered.
+    a, b, c = "5a0c2f7e-8a6b-4c1d-9e2f-0a1b2c3d4e5a", "5b0c2f7e-8a6b-4c1d-9e2f-0a1b2c3d4e5b", \
+        "5c0c2f7e-8a6b-4c1d-9e2f-0a1b2c3d4e5c"
+    for uid, name, share in ((a, "a", "share-a"), (b, "b", "share-b"), (c, "c", "share-c")):
+        STATE.claims[("ml", name)] = shared_claim(uid, name, shared[0], share)
+    times = []
+    answers = {}
+    for uid, name in ((a, "a"), (b, "b")):
+        t0 = time.monotonic()
+        answers[uid] = plugin.NodePrepareResources(dra.NodePrepareResourcesRequest(claims=[
+            dra.Claim(namespace="ml", uid=uid, name=name)]), timeout=45).claims[uid]
+        times.append((time.monotonic() - t0) * 1000)
+    for slot, (uid, share) in enumerate(((a, "share-a"), (b, "share-b"))):
+        got = answers[uid]
+        check(got.error == "" and got.devices[0].share_id == share, f"share {share} prepared: {got}")
+        check(list(got.devices[0].cdi_device_ids) == [f"k8s.gpu.bcd.dev/claim={uid}-{shared[0]}-{slot}"],
+              f"its own CDI device, named by its slot: {list(got.devices[0].cdi_device_ids)}")
+    print(f"figure share_prepare_ms_max {max(times):.1f}")
+    third = plugin.NodePrepareResources(dra.NodePrepareResourcesRequest(claims=[
+        dra.Claim(namespace="ml", uid=c, name="c")]), timeout=45).claims[c]
+    check("every slot of it is held" in third.error, f"a third share of two slots is refused: {third.error}")
+    held = bcd("--json", "hold", "list").stdout
+    check(f"dra-{a}" in held and "::0" in held and "::1" in held, "the shares hold slots 0 and 1")
+    time.sleep(1)
+    check(shared[0] in STATE.devices() and "taints" not in STATE.devices()[shared[0]],
+          "a shared device whose slots claims have stays offered, its capacity unchanged")
+
+    # An operator hold of another GPU (not the one the XID below hits): its shared device
+    # stays, tainted, with one write.
+    xid_gpu = "GPU-30e15e2f-5971-0b16-04be-39a46d1071ce"
+    parent = lambda name: STATE.devices()[name]["attributes"]["parentUUID"]["string"]  # noqa: E731
+    held_name = next(n for n in shared[1:] if parent(n) != xid_gpu)
+    uuid = parent(held_name)
+    writes = len(STATE.writes)
+    t0 = time.monotonic()
+    check(bcd("hold", "apply", "job", uuid).returncode == 0, "an operator hold")
+    taint = lambda name: (STATE.devices().get(name) or {}).get("taints")  # noqa: E731
+    t = wait("the held GPU tainted", lambda: taint(held_name), timeout=5)
+    print(f"figure hold_to_taint_ms {(t - t0) * 1000:.0f}")
+    got = taint(held_name)[0]
+    check((got["key"], got.get("value"), got["effect"]) == ("gpu.bcd.dev/held", "operator", "NoSchedule"),
+          f"the taint says why: {got}")
+    time.sleep(0.5)
+    check(len(STATE.writes) - writes == 1, f"one update for one changed slice: {STATE.writes[writes:]}")
+    stamp = got["timeAdded"]
+
+    # An XID: its GPU is tainted (a GPU claims have is never dropped: they are allocated
+    # from it); the slice's update sends the held GPU's taint back with the server's time.
+    victim = next((n for n in shared if parent(n) == xid_gpu), None)
+    check(victim is not None, f"the demo host's GPU {xid_gpu} is offered")
+    t0 = time.monotonic()
+    with open(os.environ["KMSG"], "a") as kmsg:
+        kmsg.write("4,9101,9100000000,-;NVRM: Xid (PCI:0000:3a:00): 79, pid=1, name=x, GPU has fallen off the bus.\n")
+    t = wait("the XID's GPU tainted", lambda: taint(victim), timeout=5)
+    print(f"figure xid_to_taint_ms {(t - t0) * 1000:.0f}")
+    got = taint(victim)[0]
+    check((got["key"], got.get("value")) == ("gpu.bcd.dev/unhealthy", "Xid79"), f"the XID's taint: {got}")
+    resent = [d for d in STATE.sent if d["name"] == held_name and d.get("taints")]
+    check(len(resent) >= 2 and resent[-1]["taints"][0].get("timeAdded") == stamp,
+          f"an update sends a kept taint with the server's timeAdded: {resent[-1:]}")
+    check(bcd("hold", "release", "job").returncode == 0, "released")
+    wait("the taint gone after the release", lambda: held_name in STATE.devices() and not taint(held_name), timeout=5)
+    check(not STATE.invalid, f"every object written passed the {SERVER_VERSION} schema: {STATE.invalid}")
+
+    # The same cluster with both gates off: bcd tries, sees the fields dropped, falls back to
+    # slot devices and to leaving out what it does not offer.
+    node.stop()
+    STATE.gates_off = set(NEWER_GATES)
+    STATE.wipe()
+    node.start()
+    register()
+    wait("slot devices instead of shared ones", lambda: any("-slot-" in n for n in STATE.devices())
+         and not any(n.endswith("-shared") for n in STATE.devices()), timeout=20)
+    check(bcd("hold", "apply", "job", uuid).returncode == 0, "an operator hold without taints")
+    gpu_of = lambda d: d["attributes"].get("parentUUID", {}).get("string")  # noqa: E731
+    wait("the held GPU's slots left out", lambda: not any(gpu_of(d) == uuid for d in STATE.devices().values()),
+         timeout=5)
+    check(not any("taints" in d for d in STATE.devices().values()), "no taint stays where the server drops them")
+    with open(os.path.join(WORK, "node.log")) as f:
+        log = f.read()
+    check("dropped" in log and "DRADeviceTaints" in log, "the log says which gate is off")
+    check(not STATE.invalid, f"every object written passed the {SERVER_VERSION} schema: {STATE.invalid}")
 
 
 if __name__ == "__main__":
