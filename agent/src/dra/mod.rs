@@ -15,6 +15,9 @@
 //!   unprepared is released once the API server has said for a grace that it is gone,
 //!   replaced or allocated elsewhere ([`stale`]).
 //!
+//! Which newer slice fields the API server keeps (taints, consumable capacity) is learnt from
+//! its version and from what it returns ([`server`]).
+//!
 //! It reaches the node through [`crate::device::DeviceSource`] alone (tested against a fake
 //! source), keeps its own counters and problems in [`DraState`] (shown in the node's status
 //! and metrics as a [`crate::device::Report`]), never runs a privileged step and changes
@@ -240,6 +243,23 @@ impl crate::device::Report for DraState {
             text.family(name, Kind::Counter, help)
                 .sample([], value as f64);
         }
+        let registered = matches!(self.registration(), Some(Ok(())));
+        text.family(
+            "bcd_dra_registered",
+            Kind::Gauge,
+            "1 when the kubelet said it registered the DRA driver, else 0.",
+        )
+        .sample([], f64::from(u8::from(registered)));
+        let f = self.features();
+        let mut family = text.family(
+            "bcd_dra_slice_feature",
+            Kind::Gauge,
+            "1 for each newer ResourceSlice field the node's slices use now (taints, shares), else 0.",
+        );
+        for (feature, on) in [("taints", f.taints), ("shares", f.shares)] {
+            family.sample([("feature", feature)], f64::from(u8::from(on)));
+        }
+        drop(family);
         text.into_text()
     }
 }

@@ -798,3 +798,33 @@ async fn each_share_of_a_shared_gpu_gets_its_own_slot_and_its_own_cdi_device() {
         ]
     );
 }
+
+// What the kubelet said of the registration and which newer slice fields are in use are in
+// the metrics, not only a refusal in status.
+#[test]
+fn the_registration_and_the_slices_features_are_in_the_metrics() {
+    use crate::device::Report;
+    let state = DraState::default();
+    let text = state.metrics_text();
+    assert!(text.contains("bcd_dra_registered 0\n"), "{text}");
+    assert!(
+        text.contains("bcd_dra_slice_feature{feature=\"taints\"} 0\n"),
+        "{text}"
+    );
+    state.registered(Ok(()));
+    state.set_features(super::devices::Features {
+        taints: true,
+        shares: false,
+    });
+    let text = state.metrics_text();
+    assert!(text.contains("bcd_dra_registered 1\n"), "{text}");
+    assert!(
+        text.contains("bcd_dra_slice_feature{feature=\"taints\"} 1\n"),
+        "{text}"
+    );
+    assert!(
+        text.contains("bcd_dra_slice_feature{feature=\"shares\"} 0\n"),
+        "{text}"
+    );
+    assert_eq!(state.problem(), None);
+}
