@@ -119,6 +119,7 @@ class State:
         self.gates_off = set(filter(None, off.split(","))) if off is not None else \
             (NEWER_GATES if MINOR < 36 else set())
         self.sent = []  # every device bcd wrote, as sent (before any field was dropped)
+        self.stored_log = []  # (wall time, device names, tainted device names) per write
 
     def bump(self):
         self.rv += 1
@@ -169,6 +170,10 @@ def selected(obj, selector):
 
 class Api(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
+    # A response's headers and body go in two writes: with Nagle's algorithm on, the body
+    # waits for the client's delayed ACK (40 ms), which kube-apiserver (Go, TCP_NODELAY) never
+    # makes anyone wait.
+    disable_nagle_algorithm = True
 
     def log_message(self, *args):
         pass
@@ -282,6 +287,9 @@ class Api(BaseHTTPRequestHandler):
                     same = [o for o in before.get(d["name"], {}).get("taints", [])
                             if (o["key"], o.get("value"), o["effect"]) == (t["key"], t.get("value"), t["effect"])]
                     t["timeAdded"] = same[0]["timeAdded"] if same else now
+        devices = obj["spec"].get("devices", [])
+        STATE.stored_log.append((time.time(), {d["name"] for d in devices},
+                                 {d["name"] for d in devices if d.get("taints")}))
         return obj
 
     def validated(self, obj, what):
@@ -392,6 +400,22 @@ def serve():
                    "contexts": [{"name": "stand-in", "context": {"cluster": "stand-in", "user": "bcd"}}]},
                   f)
     return kubeconfig
+
+
+def watcher_saw_xid():
+    """The wall time bcd's XID watcher logged the XID (its WARN line in node.log)."""
+    import datetime
+    with open(os.path.join(WORK, "node.log")) as f:
+        for line in f:
+            if "Xid 79 on GPU" in line:
+                stamp = line.split()[0].rstrip("Z")
+                return datetime.datetime.fromisoformat(stamp).replace(tzinfo=datetime.timezone.utc).timestamp()
+    return None
+
+
+def first_write_after(since, pred):
+    """The wall time of the first write after `since` whose (names, tainted) satisfy `pred`."""
+    return next((t for t, names, tainted in STATE.stored_log if t >= since and pred(names, tainted)), None)
 
 
 def bcd(*args):
@@ -510,6 +534,11 @@ def scenario(start, node):
     uid = "7a0c2f7e-8a6b-4c1d-9e2f-0a1b2c3d4e5f"
     STATE.claims[("ml", "trainer")] = allocated(uid, "trainer", [gpu_a])
     ask = dra.NodePrepareResourcesRequest(claims=[dra.Claim(namespace="ml", uid=uid, name="trainer")])
+    # The kubelet keeps its connection: one call of nothing first, so the figures below are
+    # the calls' and not the connection's.
+    t0 = time.monotonic()
+    plugin.NodeUnprepareResources(dra.NodeUnprepareResourcesRequest(claims=[]), timeout=45)
+    print(f"figure first_call_connection_ms {(time.monotonic() - t0) * 1000:.1f}")
     times = []
     for _ in range(20):
         t0 = time.monotonic()
@@ -612,6 +641,10 @@ def scenario(start, node):
         check("79" in latest[victim][1], f"the verdict's reason as the message: {latest[victim][1][:120]}")
         t = wait("the XID's GPU leaves the slice", lambda: victim not in STATE.devices(), timeout=5)
         print(f"figure xid_to_slice_ms {(t - t0) * 1000:.0f}")
+        seen = watcher_saw_xid()
+        written = seen and first_write_after(seen, lambda names, _: victim not in names)
+        check(written, "the watcher's XID line and the slice's write are on record")
+        print(f"figure xid_read_to_slice_ms {(written - seen) * 1000:.0f}")
 
     # A 422: said in status, and not written again until the content changes.
     STATE.reject = 1
@@ -696,6 +729,7 @@ def shares(start, node):
         "5c0c2f7e-8a6b-4c1d-9e2f-0a1b2c3d4e5c"
     for uid, name, share in ((a, "a", "share-a"), (b, "b", "share-b"), (c, "c", "share-c")):
         STATE.claims[("ml", name)] = shared_claim(uid, name, shared[0], share)
+    plugin.NodeUnprepareResources(dra.NodeUnprepareResourcesRequest(claims=[]), timeout=45)
     times = []
     answers = {}
     for uid, name in ((a, "a"), (b, "b")):
@@ -746,6 +780,10 @@ def shares(start, node):
         kmsg.write("4,9101,9100000000,-;NVRM: Xid (PCI:0000:3a:00): 79, pid=1, name=x, GPU has fallen off the bus.\n")
     t = wait("the XID's GPU tainted", lambda: taint(victim), timeout=5)
     print(f"figure xid_to_taint_ms {(t - t0) * 1000:.0f}")
+    seen = watcher_saw_xid()
+    written = seen and first_write_after(seen, lambda _, tainted: victim in tainted)
+    check(written, "the watcher's XID line and the slice's write are on record")
+    print(f"figure xid_read_to_taint_ms {(written - seen) * 1000:.0f}")
     got = taint(victim)[0]
     check((got["key"], got.get("value")) == ("gpu.bcd.dev/unhealthy", "Xid79"), f"the XID's taint: {got}")
     resent = [d for d in STATE.sent if d["name"] == held_name and d.get("taints")]
