@@ -10,7 +10,8 @@
 //! slices and their attributes, a claim prepared (its hold, its CDI spec, the same answer
 //! again) and unprepared, a replaced claim and a claim of a held GPU refused per claim, a
 //! device dropped and offered again around an operator hold with one write, slices published
-//! again after the kubelet's wipe, a 409 storm, the API server away and back, a 422 not tried
+//! again after the kubelet's restart (its wipe, a new registration on the socket that stayed, the
+//! same answer to the claim), a 409 storm, the API server away and back, a 422 not tried
 //! again until the content changes, the health stream turning an XID's GPU UNHEALTHY, bcd node
 //! restarted between prepare and unprepare (the same answer, the claim object gone), and the
 //! registration socket made anew.

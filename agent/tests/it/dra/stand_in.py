@@ -588,9 +588,18 @@ def scenario(start, node):
     t = wait("the released GPU back in the slice", lambda: gpu_b in STATE.devices(), timeout=5)
     print(f"figure release_to_slice_ms {(t - t0) * 1000:.0f}")
 
-    # The kubelet wipes the node's slices (it does on start): published again.
+    # The kubelet restarts: it wipes the node's slices, finds the registration socket that is
+    # there (bcd does not make it anew), registers again on a new connection and prepares the
+    # claims it had again: the slices are published again and the answer is the same.
+    inode = os.stat(REG_SOCK).st_ino
+    channel.close()
     STATE.wipe()
     wait("the slices published again after a wipe", lambda: gpu_b in STATE.devices(), timeout=5)
+    channel = register()
+    plugin = dra_grpc.DRAPluginStub(channel)
+    check(os.stat(REG_SOCK).st_ino == inode, "the registration socket stays across a kubelet restart")
+    again = plugin.NodePrepareResources(ask, timeout=45).claims[uid]
+    check(again == one, f"after a kubelet restart the same answer: {again}")
 
     # A 409 storm, then the API server away and back: caught up.
     STATE.fail = [409] * 4
