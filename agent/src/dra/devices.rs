@@ -417,14 +417,17 @@ impl Situation<'_> {
         }
     }
 
-    /// Whether a DRA claim holds `device` (for a shared device: any slot of its GPU).
+    /// Whether a DRA claim holds `device` (for a shared device: a slot of its GPU, the form a
+    /// share is held in; a claim of the whole GPU is another device's).
     fn claims(&self, device: &DraDevice) -> bool {
         self.holds.iter().any(|h| {
             h.owner() == HoldOwner::Dra
                 && h.devices.iter().any(|d| {
-                    d == &device.id
-                        || (device.is_shared()
-                            && matches!(d, DeviceId::Slot { gpu, .. } if gpu == &device.gpu))
+                    if device.is_shared() {
+                        matches!(d, DeviceId::Slot { gpu, .. } if gpu == &device.gpu)
+                    } else {
+                        d == &device.id
+                    }
                 })
         })
     }
@@ -890,6 +893,10 @@ mod tests {
             names_of(&shown(&all, &t, &whole, &healthy, &[], shares)),
             ["gpu-3-mig-2-0"]
         );
+        // A claim of the whole GPU (made before --gpu-slots) is another device's: the shared
+        // device is not offered beside it.
+        let got = shown(&all, &t, &[hold("dra-w", &[G0])], &healthy, &[], shares);
+        assert_eq!(names_of(&got), ["gpu-3-mig-2-0"]);
         // A claim's share keeps it on a sick GPU.
         let got = shown(
             &all,
