@@ -251,15 +251,16 @@ impl crate::device::Report for DraState {
         )
         .sample([], f64::from(u8::from(registered)));
         let f = self.features();
-        let mut family = text.family(
-            "bcd_dra_slice_feature",
-            Kind::Gauge,
-            "1 for each newer ResourceSlice field the node's slices use now (taints, shares), else 0.",
-        );
-        for (feature, on) in [("taints", f.taints), ("shares", f.shares)] {
-            family.sample([("feature", feature)], f64::from(u8::from(on)));
+        {
+            let mut family = text.family(
+                "bcd_dra_slice_feature",
+                Kind::Gauge,
+                "1 for each newer ResourceSlice field the node's slices use now (taints, shares), else 0.",
+            );
+            for (feature, on) in [("taints", f.taints), ("shares", f.shares)] {
+                family.sample([("feature", feature)], f64::from(u8::from(on)));
+            }
         }
-        drop(family);
         text.into_text()
     }
 }
