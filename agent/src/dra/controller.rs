@@ -324,6 +324,30 @@ async fn server_version(client: &kube::Client) -> Option<ServerVersion> {
     ServerVersion::parse(&info.major, &info.minor)
 }
 
+/// The log line that says which fields the server dropped, which gates are off, and what the
+/// slices use from now on (`features`).
+fn dropped_line(
+    dropped: Dropped,
+    version: Option<ServerVersion>,
+    features: devices::Features,
+) -> String {
+    let (fields, gates) = match (dropped.taints, dropped.shares) {
+        (true, true) => (
+            "device taints and allowMultipleAllocations",
+            "DRADeviceTaints and DRAConsumableCapacity feature gates are",
+        ),
+        (true, false) => ("device taints", "DRADeviceTaints feature gate is"),
+        _ => (
+            "allowMultipleAllocations",
+            "DRAConsumableCapacity feature gate is",
+        ),
+    };
+    format!(
+        "the API server dropped {fields} from the node's ResourceSlices (its {gates} off); {}",
+        features_line(version, features)
+    )
+}
+
 /// The log line that says what the slices use on a server of `version`.
 fn features_line(version: Option<ServerVersion>, f: devices::Features) -> String {
     let server = version.map_or_else(
@@ -376,6 +400,33 @@ pub async fn publish<S: DeviceSource>(
     };
     let server = server_version(&client).await;
     let mut features = devices::Features::for_server(server, node.gpu_slots());
+    if features != devices::Features::default() {
+        // A dry run first: a server whose gates are off says so before any real write, so
+        // nothing not offered ever looks free in between.
+        let probe = slices::probe(&owner, features);
+        let dry = PostParams {
+            dry_run: true,
+            ..PostParams::default()
+        };
+        match to_theirs(&probe) {
+            Ok(theirs) => match timed(api.create(&dry, &theirs)).await {
+                Ok(back) => {
+                    if let Ok(back) = to_ours(back) {
+                        let dropped = slices::dropped(&probe, &back);
+                        if !dropped.is_empty() {
+                            features = features.without(dropped);
+                            tracing::warn!("{}", dropped_line(dropped, server, features));
+                        }
+                    }
+                }
+                Err(Synced::Rejected(why) | Synced::Retry(why)) => tracing::info!(
+                    "the API server did not take a dry run of a ResourceSlice ({why}); the first real write tells what it keeps"
+                ),
+                Err(Synced::Done | Synced::Dropped(_)) => {}
+            },
+            Err(_) => {}
+        }
+    }
     state.set_features(features);
     tracing::info!("{}", features_line(server, features));
     let mut rejected: Option<Vec<Vec<slices::Device>>> = None;
@@ -421,20 +472,7 @@ pub async fn publish<S: DeviceSource>(
             Some(Synced::Dropped(dropped)) => {
                 features = features.without(dropped);
                 state.set_features(features);
-                tracing::warn!(
-                    "the API server dropped {} from the node's ResourceSlices (its {} feature gate is off); {}",
-                    match (dropped.taints, dropped.shares) {
-                        (true, true) => "device taints and allowMultipleAllocations",
-                        (true, false) => "device taints",
-                        _ => "allowMultipleAllocations",
-                    },
-                    match (dropped.taints, dropped.shares) {
-                        (true, true) => "DRADeviceTaints and DRAConsumableCapacity",
-                        (true, false) => "DRADeviceTaints",
-                        _ => "DRAConsumableCapacity",
-                    },
-                    features_line(server, features)
-                );
+                tracing::warn!("{}", dropped_line(dropped, server, features));
                 continue;
             }
             Some(Synced::Rejected(why)) => {

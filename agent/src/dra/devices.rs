@@ -417,20 +417,34 @@ impl Situation<'_> {
         }
     }
 
-    /// Whether a DRA claim holds `device` (for a shared device: a slot of its GPU, the form a
-    /// share is held in; a claim of the whole GPU is another device's).
+    /// Whether a DRA claim's allocation names `device`: one of the claim's devices has its
+    /// name (a share of a shared device, too). A claim's hold of the same bcd device under
+    /// another name (a slot a share holds, met as a slot device after the server stopped
+    /// keeping consumable capacity; the whole GPU claimed before `--gpu-slots`) is another
+    /// device's, which the scheduler does not count against this one.
     fn claims(&self, device: &DraDevice) -> bool {
-        self.holds.iter().any(|h| {
-            h.owner() == HoldOwner::Dra
-                && h.devices.iter().any(|d| {
-                    if device.is_shared() {
-                        matches!(d, DeviceId::Slot { gpu, .. } if gpu == &device.gpu)
-                    } else {
-                        d == &device.id
-                    }
+        self.holds
+            .iter()
+            .filter(|h| h.owner() == HoldOwner::Dra)
+            .any(|h| {
+                named(h).any(|(d, name)| match name {
+                    Some(name) => name == device.name,
+                    // A hold without a record: by bcd's device, never a share's.
+                    None => !device.is_shared() && d == &device.id,
                 })
-        })
+            })
     }
+}
+
+/// Each device of a DRA hold with the pool device name its claim's record gives it (`None`
+/// for a hold without a record).
+fn named(h: &Hold) -> impl Iterator<Item = (&DeviceId, Option<&str>)> {
+    let names = h
+        .claim
+        .iter()
+        .flat_map(|c| &c.devices)
+        .map(|p| Some(p.device.as_str()));
+    h.devices.iter().zip(names.chain(std::iter::repeat(None)))
 }
 
 /// Whether `device` is offered now, and why not. A device a DRA claim holds itself is
@@ -472,24 +486,32 @@ pub fn offered(device: &DraDevice, now: &Situation<'_>) -> Result<(), NotOffered
     Ok(())
 }
 
-/// The slots of a shared device's GPU that no owner but a DRA claim holds: its capacity
-/// `slots` (the scheduler counts the claims' shares against it).
+/// The slots of a shared device's GPU that nothing but its own shares holds: its capacity
+/// `slots` (the scheduler counts the shares against it; an operator's, a device plugin's or a
+/// slot device's claim it does not know of, so they are taken off).
 fn free_shares(device: &DraDevice, now: &Situation<'_>) -> u32 {
     let total = device.shares.unwrap_or(0);
+    let on_gpu = |d: &DeviceId| matches!(d, DeviceId::Slot { gpu, .. } if gpu == &device.gpu);
     let others: BTreeSet<&DeviceId> = now
         .holds
         .iter()
-        .filter(|h| h.owner() != HoldOwner::Dra)
-        .flat_map(|h| &h.devices)
-        .filter(|d| matches!(d, DeviceId::Slot { gpu, .. } if gpu == &device.gpu))
+        .flat_map(|h| {
+            let dra = h.owner() == HoldOwner::Dra;
+            named(h).filter_map(move |(d, name)| {
+                let a_share = dra && name == Some(device.name.as_str());
+                (!a_share).then_some(d)
+            })
+        })
+        .filter(|d| on_gpu(d))
         .collect();
     total.saturating_sub(u32::try_from(others.len()).unwrap_or(u32::MAX))
 }
 
 /// The devices of `all` (see [`publishable`]) as the slices show them now: those offered
 /// (see [`offered`]), a shared one with its free slots; those not offered left out, or, with
-/// [`Features::taints`], kept with their taint. A device a claim holds stays, tainted when
-/// its GPU takes no work and the server keeps taints. In their order.
+/// [`Features::taints`], kept with their taint. A device a claim's allocation names stays,
+/// tainted when its GPU takes no work, is under a step or passed through and the server keeps
+/// taints. In their order.
 pub fn offer(all: &[DraDevice], now: &Situation<'_>, features: Features) -> Vec<Offered> {
     publishable(all, features)
         .into_iter()
@@ -701,6 +723,27 @@ mod tests {
         }
     }
 
+    /// A DRA claim's hold of `devices`, each (bcd device, the pool device its allocation
+    /// names).
+    fn claim_hold(id: &str, devices: &[(&str, &str)]) -> Hold {
+        let mut h = hold(id, &devices.iter().map(|(d, _)| *d).collect::<Vec<_>>());
+        h.claim = Some(crate::device::DraClaim {
+            uid: id.trim_start_matches("dra-").into(),
+            namespace: "ml".into(),
+            name: "c".into(),
+            devices: devices
+                .iter()
+                .map(|(_, name)| crate::device::PoolDevice {
+                    pool: "node-a".into(),
+                    device: (*name).into(),
+                    ..Default::default()
+                })
+                .collect(),
+            spec: None,
+        });
+        h
+    }
+
     fn verdicts(sick: &[&str]) -> BTreeMap<GpuUuid, Option<String>> {
         [G0, G1]
             .into_iter()
@@ -879,9 +922,32 @@ mod tests {
         // An operator holds one slot: one share left.
         let got = shown(&all, &t, &[hold("job", &[&slot0])], &healthy, &[], shares);
         assert_eq!(got[0], ("gpu-0-shared".to_owned(), None, Some(1)));
-        // A claim's share does not lower the capacity (the scheduler counts it).
-        let got = shown(&all, &t, &[hold("dra-u", &[&slot0])], &healthy, &[], shares);
-        assert_eq!(got[0].2, Some(2));
+        // A claim's share does not lower the capacity (the scheduler counts it); a claim of
+        // the slot device (before shares) does, as the scheduler does not know of it.
+        let share = claim_hold("dra-u", &[(&slot0, "gpu-0-shared")]);
+        let got = shown(
+            &all,
+            &t,
+            std::slice::from_ref(&share),
+            &healthy,
+            &[],
+            shares,
+        );
+        assert_eq!(got[0], ("gpu-0-shared".to_owned(), None, Some(2)));
+        let slot_device = claim_hold("dra-v", &[(&slot0, "gpu-0-slot-0")]);
+        let got = shown(&all, &t, &[slot_device], &healthy, &[], shares);
+        assert_eq!(got[0], ("gpu-0-shared".to_owned(), None, Some(1)));
+        // Back to slot devices (the server stopped keeping consumable capacity): a slot a
+        // share holds is another claim's device, not offered.
+        let got = shown(
+            &all,
+            &t,
+            std::slice::from_ref(&share),
+            &healthy,
+            &[],
+            Features::default(),
+        );
+        assert_eq!(names_of(&got), ["gpu-0-slot-1", "gpu-3-mig-2-0"]);
         // Both slots held by operators: not offered; the whole GPU held: not offered.
         let both = [hold("job", &[&slot0]), hold("job2", &[&slot1])];
         assert_eq!(
@@ -895,13 +961,14 @@ mod tests {
         );
         // A claim of the whole GPU (made before --gpu-slots) is another device's: the shared
         // device is not offered beside it.
-        let got = shown(&all, &t, &[hold("dra-w", &[G0])], &healthy, &[], shares);
+        let whole_claim = claim_hold("dra-w", &[(G0, "gpu-0")]);
+        let got = shown(&all, &t, &[whole_claim], &healthy, &[], shares);
         assert_eq!(names_of(&got), ["gpu-3-mig-2-0"]);
         // A claim's share keeps it on a sick GPU.
         let got = shown(
             &all,
             &t,
-            &[hold("dra-u", &[&slot1])],
+            &[claim_hold("dra-u", &[(&slot1, "gpu-0-shared")])],
             &verdicts(&[G0]),
             &[],
             shares,

@@ -1,7 +1,10 @@
 //! Which of the slices' newer fields the API server keeps: first from its version
 //! (`GET /version`), then from the objects it returns. A field behind a feature gate that is
 //! off is dropped silently by the server on a write; [`super::slices::dropped`] sees that in
-//! the answer, and [`Features::without`] stops using it for the rest of the run.
+//! the answer, and [`Features::without`] stops using it for the rest of the run. The
+//! controller asks first with a dry run of [`super::slices::probe`] (nothing is stored), so
+//! the first real write already leaves out what the server would drop; every real write's
+//! answer is read the same way after.
 //!
 //! | feature | tried from | gate | without it |
 //! | --- | --- | --- | --- |
@@ -9,8 +12,7 @@
 //! | shared devices (consumable capacity) | Kubernetes 1.36 | `DRAConsumableCapacity` | a GPU's slots are slot devices |
 //!
 //! Both are alpha before 1.36 and off unless the cluster turned them on; bcd does not try
-//! them there (a try costs a write that the server strips and a second that undoes it, and
-//! between the two a device not offered would look free).
+//! them there (alpha fields may change shape from one release to the next).
 
 use super::devices::Features;
 use super::slices::Dropped;

@@ -278,21 +278,7 @@ fn wire(offered: &Offered) -> Device {
         .map(|(k, v)| (k.clone(), Capacity::plain(*v)))
         .collect();
     if let Some(slots) = device.shares {
-        // Each allocation (each shareID) is one slot: bcd gives it one when it is prepared.
-        let one = || Some("1".to_owned());
-        capacity.insert(
-            SLOTS_CAPACITY.to_owned(),
-            Capacity {
-                value: quantity(u64::from(slots)),
-                request_policy: Some(RequestPolicy {
-                    default: one(),
-                    valid_range: Some(ValidRange {
-                        min: "1".to_owned(),
-                        max: one(),
-                    }),
-                }),
-            },
-        );
+        capacity.insert(SLOTS_CAPACITY.to_owned(), one_a_share(slots));
     }
     Device {
         name: device.name.clone(),
@@ -348,6 +334,63 @@ pub fn desired(devices: &[Offered], features: Features) -> Vec<Vec<Device>> {
         MAX_DEVICES_PER_SLICE
     };
     all.chunks(per_slice).map(<[Device]>::to_vec).collect()
+}
+
+/// A slice that uses every newer field of `features` (a tainted device, a shared one), to be
+/// sent as a dry run: what the server returns says what it keeps before any real write.
+pub fn probe(node: &NodeRef, features: Features) -> ResourceSlice {
+    let device = |name: &str| Device {
+        name: name.into(),
+        attributes: BTreeMap::new(),
+        capacity: BTreeMap::new(),
+        allow_multiple_allocations: None,
+        taints: Vec::new(),
+    };
+    let mut devices = Vec::new();
+    if features.taints {
+        devices.push(Device {
+            taints: vec![DeviceTaint {
+                key: format!("{DRIVER}/probe"),
+                value: Some("probe".into()),
+                effect: TAINT_EFFECT.into(),
+                time_added: None,
+            }],
+            ..device("probe-taint")
+        });
+    }
+    if features.shares {
+        devices.push(Device {
+            capacity: [(SLOTS_CAPACITY.to_owned(), one_a_share(1))].into(),
+            allow_multiple_allocations: Some(true),
+            ..device("probe-shared")
+        });
+    }
+    ResourceSlice {
+        api_version: API_VERSION.into(),
+        kind: "ResourceSlice".into(),
+        metadata: ObjectMeta {
+            generate_name: Some(format!("{}-{DRIVER}-", node.name)),
+            owner_references: vec![node.owner()],
+            ..ObjectMeta::default()
+        },
+        spec: node.spec(devices, 1, 1),
+    }
+}
+
+/// The capacity `slots` of a shared device with `slots` slots, each allocation (each
+/// shareID) consuming exactly one: bcd gives it one when it is prepared.
+fn one_a_share(slots: u32) -> Capacity {
+    let one = || Some("1".to_owned());
+    Capacity {
+        value: quantity(u64::from(slots)),
+        request_policy: Some(RequestPolicy {
+            default: one(),
+            valid_range: Some(ValidRange {
+                min: "1".to_owned(),
+                max: one(),
+            }),
+        }),
+    }
 }
 
 /// What the server dropped of what a write sent: the features to stop using.

@@ -120,6 +120,7 @@ class State:
             (NEWER_GATES if MINOR < 36 else set())
         self.sent = []  # every device bcd wrote, as sent (before any field was dropped)
         self.stored_log = []  # (wall time, device names, tainted device names) per write
+        self.dry_runs = []  # what bcd sent as dry runs, and what it got back
 
     def bump(self):
         self.rv += 1
@@ -269,6 +270,18 @@ class Api(BaseHTTPRequestHandler):
         except (BrokenPipeError, ConnectionResetError):
             pass
 
+    def kept(self, obj):
+        """`obj` less the fields of the gates that are off, as a server of SERVER_VERSION
+        stores and returns it."""
+        for d in obj["spec"].get("devices", []):
+            if "DRADeviceTaints" in STATE.gates_off:
+                d.pop("taints", None)
+            if "DRAConsumableCapacity" in STATE.gates_off:
+                d.pop("allowMultipleAllocations", None)
+                for c in d.get("capacity", {}).values():
+                    c.pop("requestPolicy", None)
+        return obj
+
     def stored(self, obj, old=None):
         """What a server of SERVER_VERSION keeps of `obj`: the fields of the gates off dropped,
         a new taint's timeAdded set (an unchanged one keeps the stored time)."""
@@ -276,12 +289,8 @@ class Api(BaseHTTPRequestHandler):
         before = {d["name"]: d for d in (old or {}).get("spec", {}).get("devices", [])}
         for d in obj["spec"].get("devices", []):
             STATE.sent.append(json.loads(json.dumps(d)))
-            if "DRADeviceTaints" in STATE.gates_off:
-                d.pop("taints", None)
-            if "DRAConsumableCapacity" in STATE.gates_off:
-                d.pop("allowMultipleAllocations", None)
-                for c in d.get("capacity", {}).values():
-                    c.pop("requestPolicy", None)
+        self.kept(obj)
+        for d in obj["spec"].get("devices", []):
             for t in d.get("taints", []):
                 if "timeAdded" not in t:
                     same = [o for o in before.get(d["name"], {}).get("taints", [])
@@ -309,6 +318,14 @@ class Api(BaseHTTPRequestHandler):
             return self.status(404, "NotFound", self.path)
         if not self.validated(obj, "create"):
             return
+        query = dict(urllib.parse.parse_qsl(urllib.parse.urlparse(self.path).query))
+        if query.get("dryRun") == "All":
+            sent = json.loads(json.dumps(obj))
+            obj["metadata"]["name"] = obj["metadata"].pop("generateName") + "dryrun"
+            back = self.kept(obj)
+            with STATE.lock:
+                STATE.dry_runs.append((sent, back))
+            return self.answer(201, back)
         with STATE.lock:
             STATE.n += 1
             meta = obj["metadata"]
@@ -732,6 +749,8 @@ def shares(start, node):
           f"its capacity: 2 slots, one a share: {one['capacity']}")
     check("memory" not in one["capacity"], "no memory capacity on a shared device (all of it would be consumed)")
     check(all(len(s["spec"]["devices"]) <= 64 for s in STATE.ours()), "at most 64 devices a slice")
+    check(len(STATE.dry_runs) == 1 and {d["name"] for d in STATE.dry_runs[0][0]["spec"]["devices"]}
+          == {"probe-taint", "probe-shared"}, "one dry run asked what the server keeps before any write")
 
     # Two claims, one share each of the same GPU: two slots, the shareIDs answered.
     a, b, c = "5a0c2f7e-8a6b-4c1d-9e2f-0a1b2c3d4e5a", "5b0c2f7e-8a6b-4c1d-9e2f-0a1b2c3d4e5b", \
@@ -755,11 +774,14 @@ def shares(start, node):
     third = plugin.NodePrepareResources(dra.NodePrepareResourcesRequest(claims=[
         dra.Claim(namespace="ml", uid=c, name="c")]), timeout=45).claims[c]
     check("every slot of it is held" in third.error, f"a third share of two slots is refused: {third.error}")
-    held = bcd("--json", "hold", "list").stdout
-    check(f"dra-{a}" in held and "::0" in held and "::1" in held, "the shares hold slots 0 and 1")
+    held = {h["id"]: h["devices"] for h in json.loads(bcd("--json", "hold", "list").stdout)["holds"]}
+    gpu0 = STATE.devices()[shared[0]]["attributes"]["parentUUID"]["string"]
+    check(held.get(f"dra-{a}") == [f"{gpu0}::0"] and held.get(f"dra-{b}") == [f"{gpu0}::1"],
+          f"the shares hold slots 0 and 1 of their GPU: {held}")
     time.sleep(1)
-    check(shared[0] in STATE.devices() and "taints" not in STATE.devices()[shared[0]],
-          "a shared device whose slots claims have stays offered, its capacity unchanged")
+    kept = STATE.devices().get(shared[0], {})
+    check("taints" not in kept and kept.get("capacity", {}).get("slots", {}).get("value") == "2",
+          f"a shared device whose slots shares have stays offered, its capacity unchanged: {kept}")
 
     # An operator hold of another GPU (not the one the XID below hits): its shared device
     # stays, tainted, with one write.
@@ -807,6 +829,7 @@ def shares(start, node):
     node.stop()
     STATE.gates_off = set(NEWER_GATES)
     STATE.wipe()
+    mark = len(STATE.sent)
     node.start()
     register()
     wait("slot devices instead of shared ones", lambda: any("-slot-" in n for n in STATE.devices())
@@ -816,6 +839,10 @@ def shares(start, node):
     wait("the held GPU's slots left out", lambda: not any(gpu_of(d) == uuid for d in STATE.devices().values()),
          timeout=5)
     check(not any("taints" in d for d in STATE.devices().values()), "no taint stays where the server drops them")
+    check(not any("taints" in d or "allowMultipleAllocations" in d for d in STATE.sent[mark:]),
+          "the dry run told bcd: no real write carried a field the server drops")
+    slots0 = {n for n, d in STATE.devices().items() if gpu_of(d) == gpu0 and "-slot-" in n}
+    check(not slots0, f"the slots the shares hold are not offered as slot devices: {sorted(slots0)}")
     with open(os.path.join(WORK, "node.log")) as f:
         log = f.read()
     check("dropped" in log and "DRADeviceTaints" in log, "the log says which gate is off")

@@ -413,7 +413,7 @@ async fn the_cdi_names_of_an_allocation_give_exactly_the_allocated_devices() {
 }
 
 // A prepared DRA claim's transient spec, in /var/run/cdi, gives the container exactly the
-// claim's device nodes through its CDI id, and NVIDIA_VISIBLE_DEVICES=void (podman 4.3 reads
+// claim's device nodes through its CDI id (a share of a shared GPU too, through its slot), and NVIDIA_VISIBLE_DEVICES=void (podman 4.3 reads
 // the spec's cdiVersion 0.5.0 and the class without dots).
 #[tokio::test]
 async fn a_prepared_dra_claims_cdi_id_gives_exactly_its_device() {
@@ -427,9 +427,14 @@ async fn a_prepared_dra_claims_cdi_id_gives_exactly_its_device() {
     let catalog = catalog("hgx-h100").await;
     let uid = "0b6f3c1e-2d4a-4e8b-9c1d-5e6f7a8b9c0d";
     let hold = bcd::dra::prepare::hold_id(uid).unwrap();
+    // A share of a shared GPU is held as a slot and named by it (`<device>-<slot>`).
     let devices = [
         (H100[6].parse().unwrap(), "gpu-6".to_owned()),
         (H100_MIG[1].parse().unwrap(), "gpu-3-mig-2-0".to_owned()),
+        (
+            format!("{}::1", H100[5]).parse().unwrap(),
+            "gpu-5-shared-1".to_owned(),
+        ),
     ];
     let spec = bcd::dra::prepare::claim_spec(uid, &hold, &devices, &vendor, &catalog);
     let path = bcd::dra::prepare::spec_path(&podman.run_cdi(), uid);
@@ -448,6 +453,13 @@ async fn a_prepared_dra_claims_cdi_id_gives_exactly_its_device() {
         "{:?}",
         inside.env
     );
+    let share = podman.run_names(&[bcd::dra::prepare::cdi_id(uid, "gpu-5-shared-1")]);
+    let gpus: Vec<&String> = share
+        .nodes
+        .iter()
+        .filter(|n| n.trim_start_matches("/dev/nvidia").parse::<u32>().is_ok())
+        .collect();
+    assert_eq!(gpus, ["/dev/nvidia5"], "a share's slot: {:?}", share.nodes);
     let mig = podman.run_names(&[bcd::dra::prepare::cdi_id(uid, "gpu-3-mig-2-0")]);
     assert!(
         mig.nodes.contains(&"/dev/nvidia3".to_owned()),
