@@ -324,6 +324,47 @@ async fn server_version(client: &kube::Client) -> Option<ServerVersion> {
     ServerVersion::parse(&info.major, &info.minor)
 }
 
+/// `features` less what the server drops of a dry run of [`slices::probe`]: a server whose
+/// gates are off says so before any real write, so nothing not offered ever looks free in
+/// between. A server that refuses the dry run leaves `features` as they are (the first real
+/// write tells).
+async fn dry_run(
+    api: &Api<resource::ResourceSlice>,
+    owner: &NodeRef,
+    features: devices::Features,
+    server: Option<ServerVersion>,
+) -> devices::Features {
+    let probe = slices::probe(owner, features);
+    let dry = PostParams {
+        dry_run: true,
+        ..PostParams::default()
+    };
+    let Ok(theirs) = to_theirs(&probe) else {
+        return features;
+    };
+    match timed(api.create(&dry, &theirs)).await {
+        Ok(back) => {
+            let Ok(back) = to_ours(back) else {
+                return features;
+            };
+            let dropped = slices::dropped(&probe, &back);
+            if dropped.is_empty() {
+                return features;
+            }
+            let left = features.without(dropped);
+            tracing::warn!("{}", dropped_line(dropped, server, left));
+            left
+        }
+        Err(Synced::Rejected(why) | Synced::Retry(why)) => {
+            tracing::info!(
+                "the API server did not take a dry run of a ResourceSlice ({why}); the first real write tells what it keeps"
+            );
+            features
+        }
+        Err(Synced::Done | Synced::Dropped(_)) => features,
+    }
+}
+
 /// The log line that says which fields the server dropped, which gates are off, and what the
 /// slices use from now on (`features`).
 fn dropped_line(
@@ -401,31 +442,7 @@ pub async fn publish<S: DeviceSource>(
     let server = server_version(&client).await;
     let mut features = devices::Features::for_server(server, node.gpu_slots());
     if features != devices::Features::default() {
-        // A dry run first: a server whose gates are off says so before any real write, so
-        // nothing not offered ever looks free in between.
-        let probe = slices::probe(&owner, features);
-        let dry = PostParams {
-            dry_run: true,
-            ..PostParams::default()
-        };
-        match to_theirs(&probe) {
-            Ok(theirs) => match timed(api.create(&dry, &theirs)).await {
-                Ok(back) => {
-                    if let Ok(back) = to_ours(back) {
-                        let dropped = slices::dropped(&probe, &back);
-                        if !dropped.is_empty() {
-                            features = features.without(dropped);
-                            tracing::warn!("{}", dropped_line(dropped, server, features));
-                        }
-                    }
-                }
-                Err(Synced::Rejected(why) | Synced::Retry(why)) => tracing::info!(
-                    "the API server did not take a dry run of a ResourceSlice ({why}); the first real write tells what it keeps"
-                ),
-                Err(Synced::Done | Synced::Dropped(_)) => {}
-            },
-            Err(_) => {}
-        }
+        features = dry_run(&api, &owner, features, server).await;
     }
     state.set_features(features);
     tracing::info!("{}", features_line(server, features));
