@@ -6,13 +6,14 @@
 //! the first real write already leaves out what the server would drop; every real write's
 //! answer is read the same way after.
 //!
-//! | feature | tried from | gate | without it |
+//! | feature | tried on | gate | without it |
 //! | --- | --- | --- | --- |
-//! | device taints | Kubernetes 1.36 (beta) | `DRADeviceTaints` | a device not offered is left out of the slice |
-//! | shared devices (consumable capacity) | Kubernetes 1.36 | `DRAConsumableCapacity` | a GPU's slots are slot devices |
+//! | device taints | every server (alpha in 1.34 and 1.35, beta from 1.36) | `DRADeviceTaints` | a device not offered is left out of the slice |
+//! | shared devices (consumable capacity) | Kubernetes 1.36 and later | `DRAConsumableCapacity` | a GPU's slots are slot devices |
 //!
-//! Both are alpha before 1.36 and off unless the cluster turned them on; bcd does not try
-//! them there (alpha fields may change shape from one release to the next).
+//! Taints have kept their shape since their alpha, and the dry run costs nothing visible, so
+//! a cluster that turned the alpha gate on gets them. Consumable capacity is tried from 1.36
+//! only: its alpha (1.34, 1.35) is not the API bcd was written against.
 
 use super::devices::Features;
 use super::slices::Dropped;
@@ -48,16 +49,18 @@ impl std::fmt::Display for ServerVersion {
     }
 }
 
-/// The first server version bcd tries taints and shared devices on.
-pub const NEWER_FIELDS_FROM: (u32, u32) = (1, 36);
+/// The first server version bcd tries shared devices (consumable capacity) on.
+pub const SHARES_FROM: (u32, u32) = (1, 36);
 
 impl Features {
     /// What to try on a server of `version` (`None`: it did not say; taken as the oldest
-    /// supported, 1.34), for a node with `slots` slots a GPU.
+    /// supported, 1.34), for a node with `slots` slots a GPU: taints everywhere, shared devices
+    /// from [`SHARES_FROM`]. The dry run and the writes' answers then take off what the
+    /// server drops.
     pub fn for_server(version: Option<ServerVersion>, slots: u32) -> Self {
-        let newer = version.is_some_and(|v| v.at_least(NEWER_FIELDS_FROM.0, NEWER_FIELDS_FROM.1));
+        let newer = version.is_some_and(|v| v.at_least(SHARES_FROM.0, SHARES_FROM.1));
         Self {
-            taints: newer,
+            taints: true,
             shares: newer && slots > 0,
         }
     }
@@ -99,16 +102,16 @@ mod tests {
     }
 
     #[test]
-    fn newer_fields_are_tried_from_1_36_and_given_up_when_dropped() {
+    fn taints_are_tried_everywhere_shares_from_1_36_and_both_given_up_when_dropped() {
         let v = |minor| ServerVersion::parse("1", minor);
         // (version, slots) → (taints, shares)
         for (version, slots, want) in [
-            (v("34"), 2, (false, false)),
-            (v("35"), 2, (false, false)),
+            (v("34"), 2, (true, false)),
+            (v("35"), 2, (true, false)),
             (v("36"), 0, (true, false)),
             (v("36"), 2, (true, true)),
             (v("37+"), 4, (true, true)),
-            (None, 2, (false, false)),
+            (None, 2, (true, false)),
         ] {
             let f = Features::for_server(version, slots);
             assert_eq!((f.taints, f.shares), want, "{version:?} {slots}");
