@@ -2,11 +2,13 @@
 //! account, chosen explicitly), the ResourceClaim reader, and the one work loop that keeps
 //! the node's pool of ResourceSlices as [`super::slices::plan`] says.
 //!
-//! The loop: find the Node (its uid for the owner reference), then for ever: compute the
-//! devices offered now, list the driver's slices of this node, write what the plan says,
-//! and wait for a change of the node's devices, an event on those slices (the kubelet
-//! deletes them when it starts and 30 s after the plugin vanishes; someone may change them)
-//! or [`RESYNC_EVERY`]. A write refused with 409, 5xx, a timeout or no answer is tried again
+//! The loop: find the Node (its uid for the owner reference), ask the server's version and,
+//! with a dry run, which newer slice fields it keeps ([`super::server`]), then for ever:
+//! compute the devices offered now, list the driver's slices of this node, write what the
+//! plan says (a write whose answer lacks a field sent gives that field up and is written
+//! again at once), and wait for a change of the node's devices, an event on those slices
+//! (the kubelet deletes them when it starts and 30 s after the plugin vanishes; someone may
+//! change them) or [`RESYNC_EVERY`]. A write refused with 409, 5xx, a timeout or no answer is tried again
 //! after a backoff doubling from [`BACKOFF_FIRST`] to [`BACKOFF_CAP`]; a slice refused with
 //! 422 is not written again until the desired slices change, and is said in `status`. The API
 //! server being away never stops the node: `status` says so, and the loop catches up when
