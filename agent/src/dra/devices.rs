@@ -723,6 +723,15 @@ mod tests {
         }
     }
 
+    /// The test inventory's devices with two slots a GPU, and its topology.
+    fn two_slots() -> (Vec<DraDevice>, Topology) {
+        let inv = inventory();
+        (
+            devices(&inv, &minors(), 2),
+            Topology::from_inventory(&inv, 2),
+        )
+    }
+
     /// A DRA claim's hold of `devices`, each (bcd device, the pool device its allocation
     /// names).
     fn claim_hold(id: &str, devices: &[(&str, &str)]) -> Hold {
@@ -787,9 +796,7 @@ mod tests {
 
     #[test]
     fn the_offer_drops_what_another_owner_has_or_what_takes_no_work_but_never_a_claims_own() {
-        let inv = inventory();
-        let all = devices(&inv, &minors(), 2);
-        let t = Topology::from_inventory(&inv, 2);
+        let (all, t) = two_slots();
         let healthy = verdicts(&[]);
         let slot0 = format!("{G0}::0");
         let plain = Features::default();
@@ -841,23 +848,18 @@ mod tests {
     // NoSchedule taint whose key says why and whose value names the reason.
     #[test]
     fn with_taints_a_device_not_offered_stays_tainted_with_its_reason() {
-        let inv = inventory();
-        let all = devices(&inv, &minors(), 2);
-        let t = Topology::from_inventory(&inv, 2);
+        let (all, t) = two_slots();
         let taints = Features {
             taints: true,
             shares: false,
         };
         let slot0 = format!("{G0}::0");
         let key = |k: &str, v: &str| Some((format!("gpu.bcd.dev/{k}"), v.to_owned()));
-        let got = shown(
-            &all,
-            &t,
-            &[hold("job", &[&slot0])],
-            &verdicts(&[G1]),
-            &[],
-            taints,
-        );
+        let tainted =
+            |holds: &[Hold], v: &BTreeMap<GpuUuid, Option<String>>, claimed: &[DeviceId]| {
+                shown(&all, &t, holds, v, claimed, taints)
+            };
+        let got = tainted(&[hold("job", &[&slot0])], &verdicts(&[G1]), &[]);
         assert_eq!(
             got,
             [
@@ -867,37 +869,16 @@ mod tests {
             ]
         );
         // A claim's own device on a GPU gone bad is tainted too (never dropped).
-        let got = shown(
-            &all,
-            &t,
-            &[hold("dra-u", &[&slot0])],
-            &verdicts(&[G0]),
-            &[],
-            taints,
-        );
+        let got = tainted(&[hold("dra-u", &[&slot0])], &verdicts(&[G0]), &[]);
         assert_eq!(
             got[0],
             ("gpu-0-slot-0".to_owned(), key("unhealthy", "Xid79"), None)
         );
         // A step of the node's, a GPU on vfio-pci, no verdict yet.
-        let got = shown(
-            &all,
-            &t,
-            &[],
-            &BTreeMap::new(),
-            &[G1.parse().unwrap()],
-            taints,
-        );
+        let got = tainted(&[], &BTreeMap::new(), &[G1.parse().unwrap()]);
         assert_eq!(got[2].1, key("node-step", "reset-or-vfio"));
         assert_eq!(got[0].1, key("unhealthy", "NoSample"));
-        let got = shown(
-            &all,
-            &t,
-            &[hold("k8s-a", &[G0])],
-            &verdicts(&[]),
-            &[],
-            taints,
-        );
+        let got = tainted(&[hold("k8s-a", &[G0])], &verdicts(&[]), &[]);
         assert_eq!(got[0].1, key("held", "device-plugin"));
         assert_eq!(label_value("Xid 79: bad!"), "Xid-79--bad");
         assert_eq!(label_value(&"a".repeat(80)).len(), 63);
@@ -907,9 +888,7 @@ mod tests {
     // free of other owners, its capacity the slots they leave, kept while a claim has a share.
     #[test]
     fn with_shares_a_gpus_slots_are_one_device_whose_capacity_is_what_other_owners_leave() {
-        let inv = inventory();
-        let all = devices(&inv, &minors(), 2);
-        let t = Topology::from_inventory(&inv, 2);
+        let (all, t) = two_slots();
         let shares = Features {
             taints: false,
             shares: true,

@@ -42,6 +42,16 @@ struct Inside {
     env: Vec<String>,
 }
 
+impl Inside {
+    /// The GPUs' device nodes the container has (`/dev/nvidia<N>`).
+    fn gpus(&self) -> Vec<&String> {
+        self.nodes
+            .iter()
+            .filter(|n| n.trim_start_matches("/dev/nvidia").parse::<u32>().is_ok())
+            .collect()
+    }
+}
+
 /// The folders of the host that the sandbox covers; its own folder must be outside them.
 const COVERED: [&str; 3] = ["/etc", "/var", "/run"];
 
@@ -389,11 +399,7 @@ async fn the_cdi_names_of_an_allocation_give_exactly_the_allocated_devices() {
     let two = names(&[H100[1], H100[6]]);
     assert_eq!(two[0], format!("nvidia.com/gpu={}", H100[1]));
     let inside = podman.run_names(&two);
-    let gpus: Vec<&String> = inside
-        .nodes
-        .iter()
-        .filter(|n| n.trim_start_matches("/dev/nvidia").parse::<u32>().is_ok())
-        .collect();
+    let gpus = inside.gpus();
     assert_eq!(gpus, ["/dev/nvidia1", "/dev/nvidia6"], "{:?}", inside.nodes);
     let mig = podman.run_names(&names(&[H100_MIG[1]]));
     assert!(
@@ -404,11 +410,7 @@ async fn the_cdi_names_of_an_allocation_give_exactly_the_allocated_devices() {
     assert!(mig.nodes.iter().any(|n| n.starts_with("/dev/nvidia-caps/")));
     assert!(!mig.nodes.contains(&"/dev/nvidia0".to_owned()));
     let slot = podman.run_names(&names(&[&format!("{}::1", H100[4])]));
-    let gpus: Vec<&String> = slot
-        .nodes
-        .iter()
-        .filter(|n| n.trim_start_matches("/dev/nvidia").parse::<u32>().is_ok())
-        .collect();
+    let gpus = slot.gpus();
     assert_eq!(gpus, ["/dev/nvidia4"], "{:?}", slot.nodes);
 }
 
@@ -440,11 +442,7 @@ async fn a_prepared_dra_claims_cdi_id_gives_exactly_its_device() {
     let path = bcd::dra::prepare::spec_path(&podman.run_cdi(), uid);
     fs::write(&path, serde_json::to_vec_pretty(&spec).unwrap()).unwrap();
     let inside = podman.run_names(&[bcd::dra::prepare::cdi_id(uid, "gpu-6")]);
-    let gpus: Vec<&String> = inside
-        .nodes
-        .iter()
-        .filter(|n| n.trim_start_matches("/dev/nvidia").parse::<u32>().is_ok())
-        .collect();
+    let gpus = inside.gpus();
     assert_eq!(gpus, ["/dev/nvidia6"], "{:?}", inside.nodes);
     assert!(
         inside
@@ -454,11 +452,7 @@ async fn a_prepared_dra_claims_cdi_id_gives_exactly_its_device() {
         inside.env
     );
     let share = podman.run_names(&[bcd::dra::prepare::cdi_id(uid, "gpu-5-shared-1")]);
-    let gpus: Vec<&String> = share
-        .nodes
-        .iter()
-        .filter(|n| n.trim_start_matches("/dev/nvidia").parse::<u32>().is_ok())
-        .collect();
+    let gpus = share.gpus();
     assert_eq!(gpus, ["/dev/nvidia5"], "a share's slot: {:?}", share.nodes);
     let mig = podman.run_names(&[bcd::dra::prepare::cdi_id(uid, "gpu-3-mig-2-0")]);
     assert!(
