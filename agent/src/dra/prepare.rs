@@ -445,7 +445,6 @@ impl<S: DeviceSource, R: ClaimReader> Driver<S, R> {
         let table = all_devices(self.node.as_ref(), &self.config).await;
         let verdicts = self.node.verdicts().await;
         let topology = self.node.topology().await;
-        let holds = self.node.holds_now().await;
         let claimed = self.node.claimed();
         // Per device of the claim: bcd's device, its pool name, its requests.
         let mut chosen: Vec<(DeviceId, PoolDevice)> = Vec::new();
