@@ -326,10 +326,14 @@ async fn server_version(client: &kube::Client) -> Option<ServerVersion> {
     ServerVersion::parse(&info.major, &info.minor)
 }
 
+/// How many times the dry run is tried before bcd gives up on the newer fields.
+pub const DRY_RUN_TRIES: u32 = 4;
+
 /// `features` less what the server drops of a dry run of [`slices::probe`]: a server whose
 /// gates are off says so before any real write, so nothing not offered ever looks free in
-/// between. A server that refuses the dry run leaves `features` as they are (the first real
-/// write tells).
+/// between. A dry run not answered is tried again ([`DRY_RUN_TRIES`] in all, with the loop's
+/// backoff); a server that refuses it, or never answers, gets no newer field for the run (a
+/// real write of them would not be checked first).
 async fn dry_run(
     api: &Api<resource::ResourceSlice>,
     owner: &NodeRef,
@@ -342,29 +346,41 @@ async fn dry_run(
         ..PostParams::default()
     };
     let Ok(theirs) = to_theirs(&probe) else {
-        return features;
+        return devices::Features::default();
     };
-    match timed(api.create(&dry, &theirs)).await {
-        Ok(back) => {
-            let Ok(back) = to_ours(back) else {
-                return features;
-            };
-            let dropped = slices::dropped(&probe, &back);
-            if dropped.is_empty() {
-                return features;
+    let mut backoff = Backoff::new();
+    let mut why = String::new();
+    for _ in 0..DRY_RUN_TRIES {
+        match timed(api.create(&dry, &theirs)).await {
+            Ok(back) => {
+                let Ok(back) = to_ours(back) else {
+                    break;
+                };
+                let dropped = slices::dropped(&probe, &back);
+                if dropped.is_empty() {
+                    return features;
+                }
+                let left = features.without(dropped);
+                tracing::warn!("{}", dropped_line(dropped, server, left));
+                return left;
             }
-            let left = features.without(dropped);
-            tracing::warn!("{}", dropped_line(dropped, server, left));
-            left
+            Err(Synced::Rejected(said)) => {
+                why = said;
+                break;
+            }
+            Err(Synced::Retry(said)) => {
+                why = said;
+                tokio::time::sleep(backoff.next()).await;
+            }
+            Err(Synced::Done | Synced::Dropped(_)) => break,
         }
-        Err(Synced::Rejected(why) | Synced::Retry(why)) => {
-            tracing::info!(
-                "the API server did not take a dry run of a ResourceSlice ({why}); the first real write tells what it keeps"
-            );
-            features
-        }
-        Err(Synced::Done | Synced::Dropped(_)) => features,
     }
+    let none = devices::Features::default();
+    tracing::warn!(
+        "the API server did not answer a dry run of a ResourceSlice ({why}); {}",
+        features_line(server, none)
+    );
+    none
 }
 
 /// The log line that says which fields the server dropped, which gates are off, and what the
@@ -447,6 +463,8 @@ pub async fn publish<S: DeviceSource>(
         features = dry_run(&api, &owner, features, server).await;
     }
     state.set_features(features);
+    // The health stream lists the devices in the form the slices use: it is told.
+    node.touch();
     tracing::info!("{}", features_line(server, features));
     let mut rejected: Option<Vec<Vec<slices::Device>>> = None;
     loop {
@@ -488,9 +506,16 @@ pub async fn publish<S: DeviceSource>(
                 rejected = None;
                 state.set_api_problem(None);
             }
+            Some(Synced::Dropped(dropped)) if features.without(dropped) == features => {
+                // Nothing left to give up: written again at once it would be dropped again.
+                backoff = Backoff::new();
+                rejected = None;
+                state.set_api_problem(None);
+            }
             Some(Synced::Dropped(dropped)) => {
                 features = features.without(dropped);
                 state.set_features(features);
+                node.touch();
                 tracing::warn!("{}", dropped_line(dropped, server, features));
                 continue;
             }

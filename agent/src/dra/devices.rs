@@ -507,14 +507,33 @@ fn free_shares(device: &DraDevice, now: &Situation<'_>) -> u32 {
     total.saturating_sub(u32::try_from(others.len()).unwrap_or(u32::MAX))
 }
 
-/// The devices of `all` (see [`publishable`]) as the slices show them now: those offered
-/// (see [`offered`]), a shared one with its free slots; those not offered left out, or, with
-/// [`Features::taints`], kept with their taint. A device a claim's allocation names stays,
-/// tainted when its GPU takes no work, is under a step or passed through and the server keeps
-/// taints. In their order.
+/// The slots of a shared device's GPU its own shares hold: the capacity that leaves the
+/// scheduler nothing to hand out.
+fn shares_in_use(device: &DraDevice, now: &Situation<'_>) -> u32 {
+    let n = now
+        .holds
+        .iter()
+        .filter(|h| h.owner() == HoldOwner::Dra)
+        .flat_map(named)
+        .filter(|(_, name)| *name == Some(device.name.as_str()))
+        .count();
+    u32::try_from(n).unwrap_or(u32::MAX)
+}
+
+/// The devices of `all` in the form the slices use (see [`publishable`]), and any other a
+/// claim's allocation names (a slot device claimed before the server kept consumable
+/// capacity), as the slices show them now: those offered (see [`offered`]), a shared one with
+/// its free slots; those not offered left out, or, with [`Features::taints`], kept with their
+/// taint. A device a claim's allocation names stays, tainted when its GPU takes no work, is
+/// under a step or passed through and the server keeps taints; without taints a shared one
+/// stays with no share left to hand out. In their order.
 pub fn offer(all: &[DraDevice], now: &Situation<'_>, features: Features) -> Vec<Offered> {
-    publishable(all, features)
-        .into_iter()
+    let form = publishable(all, features);
+    all.iter()
+        // A shared device only where the server keeps it: elsewhere it would be stored
+        // without allowMultipleAllocations and never match what was sent.
+        .filter(|d| form.contains(d) || (now.claims(d) && (features.shares || !d.is_shared())))
+        .cloned()
         .filter_map(|mut device| {
             let verdict = offered(&device, now);
             if device.is_shared() {
@@ -530,10 +549,16 @@ pub fn offer(all: &[DraDevice], now: &Situation<'_>, features: Features) -> Vec<
                     device,
                     taint: Some(why.taint()),
                 }),
-                Err(_) if now.claims(&device) => Some(Offered {
-                    device,
-                    taint: None,
-                }),
+                Err(_) if now.claims(&device) => {
+                    if device.is_shared() {
+                        // Kept for the claims' sake, full: no new share on this GPU.
+                        device.shares = Some(shares_in_use(&device, now).max(1));
+                    }
+                    Some(Offered {
+                        device,
+                        taint: None,
+                    })
+                }
                 Err(_) => None,
             }
         })
@@ -943,7 +968,19 @@ mod tests {
         let whole_claim = claim_hold("dra-w", &[(G0, "gpu-0")]);
         let got = shown(&all, &t, &[whole_claim], &healthy, &[], shares);
         assert_eq!(names_of(&got), ["gpu-3-mig-2-0"]);
-        // A claim's share keeps it on a sick GPU.
+        // A slot device a claim has (made before shares) stays beside the shared device.
+        let slot_device = claim_hold("dra-v", &[(&slot1, "gpu-0-slot-1")]);
+        let got = shown(&all, &t, &[slot_device], &healthy, &[], shares);
+        assert_eq!(
+            got,
+            [
+                ("gpu-0-shared".to_owned(), None, Some(1)),
+                ("gpu-0-slot-1".to_owned(), None, None),
+                ("gpu-3-mig-2-0".to_owned(), None, None),
+            ]
+        );
+        // A claim's share keeps it on a sick GPU: without taints, full, so no new share is
+        // handed out where prepare would refuse it.
         let got = shown(
             &all,
             &t,
@@ -953,5 +990,6 @@ mod tests {
             shares,
         );
         assert_eq!(names_of(&got), ["gpu-0-shared", "gpu-3-mig-2-0"]);
+        assert_eq!(got[0].2, Some(1), "its capacity is the one share in use");
     }
 }

@@ -3,8 +3,9 @@
 //! off is dropped silently by the server on a write; [`super::slices::dropped`] sees that in
 //! the answer, and [`Features::without`] stops using it for the rest of the run. The
 //! controller asks first with a dry run of [`super::slices::probe`] (nothing is stored), so
-//! the first real write already leaves out what the server would drop; every real write's
-//! answer is read the same way after.
+//! the first real write already leaves out what the server would drop; a server that does
+//! not answer the dry run gets no newer field for the run. Every real write's answer is read
+//! the same way after.
 //!
 //! | feature | tried on | gate | without it |
 //! | --- | --- | --- | --- |

@@ -20,8 +20,8 @@
 //! capacity) with two shares of one GPU prepared on two slots and a third refused, an operator
 //! hold and an XID tainting their devices instead of dropping them (one write, the server's
 //! timeAdded kept), then the same server with DRADeviceTaints and DRAConsumableCapacity off:
-//! bcd sees the fields dropped from what the server returns and falls back to slot devices and
-//! to leaving out what it does not offer.
+//! bcd's dry run sees the fields dropped and it falls back to slot devices and to leaving out
+//! what it does not offer; then a server that fails every dry run, which gets neither field.
 //!
 //! Needs the DRA stand-ins' Python (run-tests installs it) and openssl; skipped, saying so,
 //! without them (a failure under `CI`).

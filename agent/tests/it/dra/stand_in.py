@@ -121,6 +121,7 @@ class State:
         self.sent = []  # every device bcd wrote, as sent (before any field was dropped)
         self.stored_log = []  # (wall time, device names, tainted device names) per write
         self.dry_runs = []  # what bcd sent as dry runs, and what it got back
+        self.dry_run_fails = False  # answer every dry run with a 500
 
     def bump(self):
         self.rv += 1
@@ -320,6 +321,8 @@ class Api(BaseHTTPRequestHandler):
             return
         query = dict(urllib.parse.parse_qsl(urllib.parse.urlparse(self.path).query))
         if query.get("dryRun") == "All":
+            if STATE.dry_run_fails:
+                return self.status(500, "InternalError", "the stand-in fails dry runs")
             sent = json.loads(json.dumps(obj))
             obj["metadata"]["name"] = obj["metadata"].pop("generateName") + "dryrun"
             back = self.kept(obj)
@@ -853,6 +856,25 @@ def shares(start, node):
         log = f.read()
     check("dropped" in log and "DRADeviceTaints" in log, "the log says which gate is off")
     check(not STATE.invalid, f"every object written passed the {SERVER_VERSION} schema: {STATE.invalid}")
+
+    # The gates on again, but the dry run never answered: bcd uses neither newer field (a real
+    # write of them would not have been checked first), and says why.
+    check(bcd("hold", "release", "job").returncode == 0, "released")
+    node.stop()
+    STATE.gates_off = set()
+    STATE.dry_run_fails = True
+    STATE.wipe()
+    mark = len(STATE.sent)
+    node.start()
+    register()
+    wait("slot devices after a dry run that failed", lambda: any("-slot-" in n for n in STATE.devices()), timeout=20)
+    check(bcd("hold", "apply", "job", uuid).returncode == 0, "an operator hold")
+    wait("the held GPU's slots left out, not tainted",
+         lambda: not any(gpu_of(d) == uuid for d in STATE.devices().values()), timeout=5)
+    check(not any("taints" in d or "allowMultipleAllocations" in d for d in STATE.sent[mark:]),
+          "no real write carried a newer field after the dry run failed")
+    with open(os.path.join(WORK, "node.log")) as f:
+        check("did not answer a dry run" in f.read(), "the log says the dry run was not answered")
 
 
 if __name__ == "__main__":
