@@ -2,8 +2,8 @@
 //! server and a stand-in kubelet (`tests/it/dra/stand_in.py`). No kube-apiserver or kubelet
 //! binary can be installed here: the API server is a small HTTPS server of the script's own
 //! (a certificate for 127.0.0.1 made with openssl, a bearer token) that validates every
-//! ResourceSlice bcd writes against the resource.k8s.io/v1 schema of Kubernetes 1.34 (PyPI
-//! kubernetes-validate), and the kubelet is Python's grpcio speaking the real wire API from
+//! ResourceSlice bcd writes against the resource.k8s.io/v1 schema of the Kubernetes version it
+//! plays (PyPI kubernetes-validate; 1.34 unless a scenario says), and the kubelet is Python's grpcio speaking the real wire API from
 //! stubs generated from bcd's .proto files at test time.
 //!
 //! It checks the registration (sockets, GetInfo, the version the kubelet takes), the first
@@ -13,8 +13,9 @@
 //! again after the kubelet's restart (its wipe, a new registration on the socket that stayed, the
 //! same answer to the claim), a 409 storm, the API server away and back, a 422 not tried
 //! again until the content changes, the health stream turning an XID's GPU UNHEALTHY, bcd node
-//! restarted between prepare and unprepare (the same answer, the claim object gone), and the
-//! registration socket made anew.
+//! restarted between prepare and unprepare (the same answer, the claim object gone), the
+//! registration socket made anew, and, 1.34 keeping no taints by default, one dry run a start
+//! and no real write with a taint.
 //!
 //! A second scenario plays Kubernetes 1.36: GPU slots offered as shared devices (consumable
 //! capacity) with two shares of one GPU prepared on two slots and a third refused, an operator
