@@ -111,13 +111,7 @@ fn the_dra_drop_in_verifies_and_keeps_the_units_rating() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
-    let bcd = env!("CARGO_BIN_EXE_bcd");
-    let packaged = repo().join("packaging/systemd");
-    let staged = |name: &str| {
-        std::fs::read_to_string(packaged.join(name))
-            .unwrap()
-            .replace("/usr/bin/bcd ", &format!("{bcd} "))
-    };
+    let staged = crate::common::processes::packaged_unit;
     let unit = dir.path().join("bcd.service");
     std::fs::write(&unit, staged("bcd.service")).unwrap();
     let without = exposure(&analyze, &unit);

@@ -22,3 +22,11 @@ pub const H100_MIG: [&str; 2] = [
     "MIG-65db3e42-f991-a575-c20e-8350d31e437c",
     "MIG-0c50056c-bc70-320a-5ed7-3d189e36173c",
 ];
+
+/// The packaged systemd unit (or drop-in) `name` of `packaging/systemd`, its `ExecStart=`
+/// pointed at the `bcd` this build made.
+pub fn packaged_unit(name: &str) -> String {
+    std::fs::read_to_string(repo().join("packaging/systemd").join(name))
+        .unwrap()
+        .replace("/usr/bin/bcd ", &format!("{} ", env!("CARGO_BIN_EXE_bcd")))
+}

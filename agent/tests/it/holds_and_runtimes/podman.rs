@@ -130,6 +130,14 @@ impl PodmanSandbox {
         Some(p)
     }
 
+    /// Writes a runnable NVIDIA spec (its device nodes made under `dev`) in the sandbox's
+    /// `/etc/cdi`, and the vendor specs bcd reads from there.
+    fn nvidia(&self, dev: &Path) -> Vec<bcd::cdi::VendorSpec> {
+        let cdi = self.cdi();
+        runnable_vendor_spec(dev, &cdi.join("nvidia.json"));
+        read_vendor_specs(std::slice::from_ref(&cdi)).specs
+    }
+
     /// The folder the containers see as `/etc/cdi`.
     fn cdi(&self) -> PathBuf {
         self.dir.join("etc-cdi")
@@ -386,9 +394,7 @@ async fn the_cdi_names_of_an_allocation_give_exactly_the_allocated_devices() {
     let Some(podman) = PodmanSandbox::new(tmp.path()) else {
         return;
     };
-    let cdi = podman.cdi();
-    runnable_vendor_spec(&tmp.path().join("dev"), &cdi.join("nvidia.json"));
-    let vendor = read_vendor_specs(std::slice::from_ref(&cdi)).specs;
+    let vendor = podman.nvidia(&tmp.path().join("dev"));
     let catalog = catalog("hgx-h100").await;
     let names = |devices: &[&str]| -> Vec<String> {
         devices
@@ -415,17 +421,16 @@ async fn the_cdi_names_of_an_allocation_give_exactly_the_allocated_devices() {
 }
 
 // A prepared DRA claim's transient spec, in /var/run/cdi, gives the container exactly the
-// claim's device nodes through its CDI id (a share of a shared GPU too, through its slot), and NVIDIA_VISIBLE_DEVICES=void (podman 4.3 reads
-// the spec's cdiVersion 0.5.0 and the class without dots).
+// claim's device nodes through its CDI id (a share of a shared GPU too, through its slot),
+// and NVIDIA_VISIBLE_DEVICES=void (podman 4.3 reads the spec's cdiVersion 0.5.0 and the class
+// without dots).
 #[tokio::test]
 async fn a_prepared_dra_claims_cdi_id_gives_exactly_its_device() {
     let tmp = tempfile::tempdir().unwrap();
     let Some(podman) = PodmanSandbox::new(tmp.path()) else {
         return;
     };
-    let cdi = podman.cdi();
-    runnable_vendor_spec(&tmp.path().join("dev"), &cdi.join("nvidia.json"));
-    let vendor = read_vendor_specs(std::slice::from_ref(&cdi)).specs;
+    let vendor = podman.nvidia(&tmp.path().join("dev"));
     let catalog = catalog("hgx-h100").await;
     let uid = "0b6f3c1e-2d4a-4e8b-9c1d-5e6f7a8b9c0d";
     let hold = bcd::dra::prepare::hold_id(uid).unwrap();
