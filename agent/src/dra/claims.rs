@@ -149,6 +149,17 @@ pub trait ClaimReader: Send + Sync + 'static {
         namespace: &str,
         name: &str,
     ) -> impl Future<Output = Result<ResourceClaim, ReadError>> + Send;
+
+    /// Whether the API server has the Node `name` (the node whose pool the driver publishes):
+    /// `Ok(false)` only when the server said it has no such Node. A reader that cannot tell
+    /// (a fake of claims alone) says `Ok(true)`.
+    ///
+    /// # Errors
+    /// Why the server could not be asked, as a few words.
+    fn node_exists(&self, name: &str) -> impl Future<Output = Result<bool, String>> + Send {
+        let _ = name;
+        async { Ok(true) }
+    }
 }
 
 #[cfg(test)]

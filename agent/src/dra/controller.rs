@@ -127,13 +127,37 @@ impl ClaimReader for ApiClaims {
             Ok(claim) => serde_json::to_value(claim)
                 .and_then(serde_json::from_value)
                 .map_err(|e| failed(e.to_string())),
-            Err(kube::Error::Api(s)) if s.code == 404 => Err(ReadError::NotFound {
-                namespace: namespace.to_owned(),
-                name: name.to_owned(),
-            }),
+            Err(kube::Error::Api(s)) if names_missing(&s, "resourceclaims", name) => {
+                Err(ReadError::NotFound {
+                    namespace: namespace.to_owned(),
+                    name: name.to_owned(),
+                })
+            }
             Err(e) => Err(failed(sentence(&e))),
         }
     }
+
+    async fn node_exists(&self, name: &str) -> Result<bool, String> {
+        let nodes: Api<Node> = Api::all(self.client.clone());
+        match nodes.get(name).await {
+            Ok(_) => Ok(true),
+            Err(kube::Error::Api(s)) if names_missing(&s, "nodes", name) => Ok(false),
+            Err(e) => Err(sentence(&e)),
+        }
+    }
+}
+
+/// Whether the API server's answer `status` says that the object `name` of `kind` (the
+/// resource's plural, `resourceclaims`) does not exist: a `Status` with reason `NotFound`
+/// whose details name that object. Any other 404 (a proxy's page, a resource the server does
+/// not serve) says nothing of the object, so a claim is never taken for gone on it. Pure.
+pub fn names_missing(status: &kube::core::Status, kind: &str, name: &str) -> bool {
+    status.code == 404
+        && status.reason == "NotFound"
+        && status
+            .details
+            .as_ref()
+            .is_some_and(|d| d.kind == kind && d.name == name)
 }
 
 /// The most of a server's message a problem sentence carries.
@@ -586,6 +610,44 @@ mod tests {
         assert!(said.len() <= MAX_MESSAGE + 3, "{}", said.len());
         assert!(said.starts_with("HTTP 400: <html>"));
         assert!(said.ends_with("..."));
+    }
+
+    // What broke: a proxy's HTML 404, and the API server's own 404 for a resource it does not
+    // serve, counted as "the claim is gone" and released two live claims.
+    #[test]
+    fn only_a_not_found_status_naming_the_claim_says_it_is_gone() {
+        let status = |reason: &str, details: Option<(&str, &str)>| kube::core::Status {
+            code: 404,
+            reason: reason.into(),
+            details: details.map(|(kind, name)| kube::core::response::StatusDetails {
+                kind: kind.into(),
+                name: name.into(),
+                group: "resource.k8s.io".into(),
+                uid: String::new(),
+                causes: Vec::new(),
+                retry_after_seconds: 0,
+            }),
+            ..kube::core::Status::default()
+        };
+        let gone = status("NotFound", Some(("resourceclaims", "a")));
+        assert!(names_missing(&gone, "resourceclaims", "a"));
+        for (case, s) in [
+            ("a proxy's page (kube's reconstruction)", status("", None)),
+            (
+                "a resource the server does not serve",
+                status("NotFound", None),
+            ),
+            (
+                "another claim",
+                status("NotFound", Some(("resourceclaims", "b"))),
+            ),
+            ("another kind", status("NotFound", Some(("nodes", "a")))),
+        ] {
+            assert!(!names_missing(&s, "resourceclaims", "a"), "{case}");
+        }
+        let mut not_404 = gone.clone();
+        not_404.code = 410;
+        assert!(!names_missing(&not_404, "resourceclaims", "a"));
     }
 
     #[test]

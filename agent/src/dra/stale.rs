@@ -1,8 +1,10 @@
 //! Claims the kubelet never unprepared (it crashed, or the node was drained while bcd was
 //! down): a periodic pass asks the API server for each DRA hold's claim and releases the hold
 //! (with its spec, as `NodeUnprepareResources` does) once the claim has been gone, replaced
-//! or no longer allocated to this node's pool for a grace. A claim the API server says is
-//! still allocated here is never released; a read that fails changes nothing.
+//! or no longer allocated to the pool its hold recorded for a grace. A claim the API server
+//! says is still allocated there is never released (a node renamed since, or started with
+//! another `--node-name`, keeps its claims); a read that fails changes nothing, and while
+//! the API server does not give bcd its own Node the pass releases nothing at all.
 //!
 //! [`decide`] is the pure decision; [`Driver::stale_pass`] and [`run`] wire it.
 
@@ -31,10 +33,11 @@ pub enum Stale {
         /// The uid the API server has.
         found: String,
     },
-    /// The claim is no longer allocated any device of this driver in this node's pool.
+    /// The claim is no longer allocated any device of this driver in the pool its hold
+    /// recorded.
     #[error("the ResourceClaim is no longer allocated a device of {DRIVER} in pool {pool}")]
     NotHere {
-        /// The node's pool.
+        /// The pool (or pools, joined by a comma) the hold recorded.
         pool: String,
     },
 }
@@ -42,6 +45,14 @@ pub enum Stale {
 /// What the pass could not find out. `Display` is the sentence of the DRA report's problem.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum CheckError {
+    /// The API server does not give the node's own Node: nothing is released.
+    #[error("the DRA claims held on this node are not checked for release while the API server does not give the Node {node} ({why}); no hold is released meanwhile")]
+    NoNode {
+        /// The node's name.
+        node: String,
+        /// What the server said.
+        why: String,
+    },
     /// Some claims could not be read, so their holds stay as they are.
     #[error("{count} DRA claim(s) held on this node could not be checked against the API server, so their holds stay until it answers: {first}")]
     Unread {
@@ -72,7 +83,20 @@ pub struct Decision {
     pub unread: Option<CheckError>,
 }
 
-/// How `claim` stands by the API server's `answer`: `Ok(None)` still allocated here,
+/// The pools `claim`'s hold recorded (each device's), or `pool` (the node's now) for a
+/// record that names none.
+fn pools_of<'a>(claim: &'a DraClaim, pool: &'a str) -> Vec<&'a str> {
+    let mut pools: Vec<&str> = claim.devices.iter().map(|d| d.pool.as_str()).collect();
+    pools.sort_unstable();
+    pools.dedup();
+    if pools.is_empty() {
+        pools.push(pool);
+    }
+    pools
+}
+
+/// How `claim` stands by the API server's `answer`: `Ok(None)` still allocated in the pool
+/// its hold recorded (`pool`, the node's now, only for a record that names none),
 /// `Ok(Some(why))` stale, `Err` not known. Pure.
 pub fn judge(
     claim: &DraClaim,
@@ -89,14 +113,15 @@ pub fn judge(
             found: found.metadata.uid.clone(),
         }));
     }
+    let pools = pools_of(claim, pool);
     let here = found.status.allocation.as_ref().is_some_and(|a| {
         a.devices
             .results
             .iter()
-            .any(|r| r.driver == DRIVER && r.pool == pool)
+            .any(|r| r.driver == DRIVER && pools.contains(&r.pool.as_str()))
     });
     Ok((!here).then(|| Stale::NotHere {
-        pool: pool.to_owned(),
+        pool: pools.join(","),
     }))
 }
 
@@ -160,14 +185,42 @@ pub fn decide(
 }
 
 impl<S: DeviceSource, R: ClaimReader> Driver<S, R> {
-    /// One pass: reads every DRA hold's claim, releases those [`decide`] says (through
-    /// [`Driver::unprepare`]), says what could not be read in the report's problem, and
-    /// returns what the next pass needs.
+    /// One pass: asks for the node's own Node (without it nothing is released, and the
+    /// sightings stay as they were), reads every DRA hold's claim, releases those [`decide`]
+    /// says (through [`Driver::unprepare`]), says what could not be read in the report's
+    /// problem, and returns what the next pass needs.
     pub async fn stale_pass(
         &self,
         last: &BTreeMap<String, Sighting>,
         now: Instant,
     ) -> BTreeMap<String, Sighting> {
+        let node = &self.config().node_name;
+        let found = tokio::time::timeout(
+            super::prepare::CLAIM_READ_TIMEOUT,
+            self.reader().node_exists(node),
+        )
+        .await
+        .unwrap_or_else(|_| {
+            Err(format!(
+                "no answer within {}s",
+                super::prepare::CLAIM_READ_TIMEOUT.as_secs()
+            ))
+        });
+        let missing = match found {
+            Ok(true) => None,
+            Ok(false) => Some(
+                "it has no Node of that name: is --node-name the kubelet's node name?".to_owned(),
+            ),
+            Err(why) => Some(why),
+        };
+        if let Some(why) = missing {
+            let problem = CheckError::NoNode {
+                node: node.clone(),
+                why,
+            };
+            self.state().set_stale_problem(Some(problem.to_string()));
+            return last.clone();
+        }
         let claims: Vec<DraClaim> = self
             .node()
             .holds_now()
@@ -263,6 +316,39 @@ mod tests {
             devices: Vec::new(),
             spec: None,
         }
+    }
+
+    /// A claim held with its device recorded in `pool`.
+    fn held_in(uid: &str, pool: &str) -> DraClaim {
+        DraClaim {
+            devices: vec![crate::device::PoolDevice {
+                pool: pool.into(),
+                device: "gpu-0".into(),
+                ..crate::device::PoolDevice::default()
+            }],
+            ..held(uid)
+        }
+    }
+
+    // What broke: bcd restarted with another --node-name (a renamed host) judged every held
+    // claim against the new pool and released them all while their pods ran.
+    #[test]
+    fn a_claim_is_judged_against_the_pool_its_hold_recorded_not_the_nodes_name_now() {
+        let claims = [held_in("u", "node-a")];
+        let answers =
+            BTreeMap::from([("u".to_owned(), Ok(on_api("u", "claim-u", DRIVER, "node-a")))]);
+        let t0 = Instant::now();
+        let first = decide(&claims, &answers, &BTreeMap::new(), "node-b", t0, GRACE);
+        assert!(first.seen.is_empty(), "{:?}", first.seen);
+        let moved =
+            BTreeMap::from([("u".to_owned(), Ok(on_api("u", "claim-u", DRIVER, "node-c")))]);
+        let first = decide(&claims, &moved, &BTreeMap::new(), "node-b", t0, GRACE);
+        assert_eq!(
+            first.seen["u"].why,
+            Stale::NotHere {
+                pool: "node-a".into()
+            }
+        );
     }
 
     fn on_api(uid: &str, name: &str, driver: &str, pool: &str) -> ResourceClaim {

@@ -828,3 +828,63 @@ fn the_registration_and_the_slices_features_are_in_the_metrics() {
     );
     assert_eq!(state.problem(), None);
 }
+
+// What broke: bcd restarted with another --node-name (a renamed host) released every prepared
+// claim a minute later, judging them against the new pool, while their pods ran; and the pass
+// released claims while the API server did not give bcd its own Node.
+#[tokio::test]
+async fn a_renamed_node_releases_no_claim_and_nothing_is_released_without_the_node() {
+    #[derive(Debug)]
+    struct NoNode(Arc<Claims>);
+    impl ClaimReader for NoNode {
+        async fn get(&self, namespace: &str, name: &str) -> Result<ResourceClaim, ReadError> {
+            self.0.get(namespace, name).await
+        }
+        async fn node_exists(&self, _: &str) -> Result<bool, String> {
+            Ok(false)
+        }
+    }
+    use crate::device::Report;
+    let rig = Rig::new();
+    rig.claims.put(allocated(UID, "a", &[("gpu", "gpu-0")]));
+    rig.prepare(vec![claim(UID, "a")]).await;
+    let renamed = Driver::new(
+        rig.source.clone(),
+        rig.claims.clone(),
+        DraConfig {
+            node_name: "node-b".into(),
+            ..rig.config.clone()
+        },
+        rig.state.clone(),
+    );
+    let t0 = std::time::Instant::now();
+    let mut seen = BTreeMap::new();
+    for pass in 0..3 {
+        seen = renamed
+            .stale_pass(&seen, t0 + rig.config.stale_pass * pass)
+            .await;
+    }
+    assert!(seen.is_empty(), "{seen:?}");
+    assert_eq!(rig.holds().await.len(), 1, "still allocated in pool node-a");
+    // The claim is deleted, but the API server has no Node of bcd's name: nothing goes.
+    rig.claims.0.lock().unwrap().clear();
+    let blind = Driver::new(
+        rig.source.clone(),
+        Arc::new(NoNode(rig.claims.clone())),
+        rig.config.clone(),
+        rig.state.clone(),
+    );
+    for pass in 0..3 {
+        seen = blind
+            .stale_pass(&seen, t0 + rig.config.stale_pass * pass)
+            .await;
+    }
+    assert_eq!(rig.holds().await.len(), 1);
+    assert!(spec_path(&rig.config.cdi_runtime_dir, UID).exists());
+    let problem = rig.state.problem().unwrap();
+    assert!(
+        problem.contains("while the API server does not give the Node node-a")
+            && problem.contains("no hold is released meanwhile"),
+        "{problem}"
+    );
+}
