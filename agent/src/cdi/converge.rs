@@ -12,7 +12,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use crate::state::{self, StateError, PUBLIC_MODE};
 
 use super::holds::{hold_of_file_name, HoldError, Holds};
-use super::render::{render, HoldRequest, COMMON_RUNTIMES_CDI_VERSION};
+use super::render::{record_claim, render, HoldRequest, COMMON_RUNTIMES_CDI_VERSION};
 use super::vendor::{DeviceCatalog, VendorSpec};
 use crate::device::id::{DeviceId, HoldId};
 
@@ -109,7 +109,7 @@ fn pass(
             out.unchanged.push(path);
             continue;
         }
-        let rendered = render(
+        let mut rendered = render(
             HoldRequest {
                 hold: &hold.id,
                 devices: &hold.devices,
@@ -118,6 +118,9 @@ fn pass(
             vendor,
             catalog,
         );
+        if let Some(claim) = &hold.claim {
+            record_claim(&mut rendered.spec, &hold.id, claim);
+        }
         if !rendered.unnamed.is_empty() {
             warn_unnamed(&hold.id, &rendered.unnamed, rendered.vendor.as_deref());
             out.unnamed

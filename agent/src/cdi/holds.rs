@@ -525,7 +525,10 @@ pub fn hold_of_file_name(name: &str) -> Option<HoldId> {
 /// The holds the `bcd-<id>.json` specs of `cdi_dir` record, and what could not be read.
 /// A spec's devices are those its device names stand for (the device named after the hold
 /// stands for the whole hold and is skipped); a spec without common edits is a Kubernetes
-/// binding's (every other hold's spec sets `NVIDIA_VISIBLE_DEVICES=void` there).
+/// binding's (every other hold's spec sets `NVIDIA_VISIBLE_DEVICES=void` there). A DRA
+/// claim's hold gets back the claim its spec records ([`super::render::record_claim`]); one
+/// whose spec records none (written before bcd recorded claims) is a claim's by its id alone,
+/// and stays held until the kubelet unprepares that uid or an operator forces its release.
 pub fn rebuild_from_specs(cdi_dir: &Path) -> (Vec<Hold>, Vec<String>) {
     let mut holds = Vec::new();
     let mut problems = Vec::new();
@@ -570,14 +573,15 @@ pub fn rebuild_from_specs(cdi_dir: &Path) -> (Vec<Hold>, Vec<String>) {
             ));
             continue;
         }
+        let claim = super::render::recorded_claim(&spec, &id);
         holds.push(Hold {
+            owner: claim.as_ref().map(|_| HoldOwner::Dra),
             id,
             devices,
             kubernetes: spec.container_edits.is_empty(),
-            owner: None,
             gpus: BTreeMap::new(),
             unassigned_since: None,
-            claim: None,
+            claim,
         });
     }
     (holds, problems)
@@ -677,6 +681,45 @@ mod tests {
         let v: serde_json::Value = serde_json::from_str(&text).unwrap();
         assert_eq!(v["holds"][0]["owner"], "dra", "{text}");
         assert_eq!(v["holds"][0]["claim"]["devices"][0]["device"], "gpu-0");
+    }
+
+    // What broke: a DRA hold rebuilt from its spec after holds.json was lost came back
+    // without its claim, so the claim's deletion never released it. The spec records the claim.
+    #[test]
+    fn a_dra_hold_rebuilt_from_its_spec_is_its_claims_again() {
+        let dir = tempfile::tempdir().unwrap();
+        let cdi = dir.path().join("cdi");
+        std::fs::create_dir_all(&cdi).unwrap();
+        let mut claim = a_claim();
+        claim.uid = "3f0c".into();
+        let mut holds = Holds::load(dir.path()).unwrap();
+        holds
+            .apply_claim(id("dra-3f0c"), on(&[GPU0]), claim.clone(), &none())
+            .unwrap();
+        let catalog = crate::cdi::DeviceCatalog::default();
+        let done = super::super::converge(&mut holds, &[], &catalog, &cdi);
+        assert!(done.errors.is_empty(), "{:?}", done.errors);
+        let text = std::fs::read_to_string(cdi.join("bcd-dra-3f0c.json")).unwrap();
+        let version: super::super::spec::CdiVersion = parse_spec(text.as_bytes(), Format::Json)
+            .unwrap()
+            .cdi_version
+            .parse()
+            .unwrap();
+        assert!(
+            version <= super::super::render::COMMON_RUNTIMES_CDI_VERSION,
+            "the record keeps the spec readable by common runtimes: {text}"
+        );
+        drop(holds);
+        std::fs::remove_file(dir.path().join(HOLDS_FILE)).unwrap();
+        let opened = Holds::open(dir.path(), &cdi);
+        let hold = opened.holds.get(&id("dra-3f0c")).unwrap();
+        assert_eq!(hold.owner(), HoldOwner::Dra);
+        assert_eq!(hold.claim.as_ref(), Some(&claim));
+        // A record naming another uid than the hold's id is not believed.
+        let mut spec = parse_spec(text.as_bytes(), Format::Json).unwrap();
+        assert!(super::super::render::recorded_claim(&spec, &id("dra-other")).is_none());
+        spec.devices.retain(|d| d.name != "dra-3f0c");
+        assert!(super::super::render::recorded_claim(&spec, &id("dra-3f0c")).is_none());
     }
 
     // A holds.json written before DRA claims were recorded (no `claim`), and one written by a

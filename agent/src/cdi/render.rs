@@ -46,6 +46,39 @@ pub const VISIBLE_NONE: &str = "void";
 /// value on every device of a hold, so which one a runtime applies last does not matter.
 pub const HOLD_ENV: &str = "BCD_HOLD";
 
+/// Set, on the device named after a DRA claim's hold, to the claim's record (its uid,
+/// namespace, name and pool devices, as compact JSON): the second record of the claim, from
+/// which a hold rebuilt after `holds.json` was lost is the claim's again. An environment
+/// variable, not an annotation, so the spec keeps the `cdiVersion` common runtimes read; no
+/// container is given the hold's own device of a DRA hold (it gets the claim's spec).
+pub const CLAIM_ENV: &str = "BCD_DRA_CLAIM";
+
+/// Records `claim` in the hold spec `spec` of `hold` ([`CLAIM_ENV`] on the hold's device).
+pub fn record_claim(spec: &mut Spec, hold: &HoldId, claim: &crate::device::DraClaim) {
+    // Serialising plain data cannot fail.
+    let json = serde_json::to_string(claim).unwrap_or_default();
+    if let Some(d) = spec.devices.iter_mut().find(|d| d.name == hold.as_str()) {
+        d.container_edits.env.retain(|e| env_key(e) != CLAIM_ENV);
+        d.container_edits.env.push(format!("{CLAIM_ENV}={json}"));
+    }
+}
+
+/// The DRA claim a hold spec of `hold` records ([`record_claim`]), when it records one whose
+/// uid is the one the hold's id names. Pure.
+pub fn recorded_claim(spec: &Spec, hold: &HoldId) -> Option<crate::device::DraClaim> {
+    let device = spec.devices.iter().find(|d| d.name == hold.as_str())?;
+    let json = device
+        .container_edits
+        .env
+        .iter()
+        .find_map(|e| e.strip_prefix(CLAIM_ENV)?.strip_prefix('='))?;
+    let claim: crate::device::DraClaim = serde_json::from_str(json).ok()?;
+    let uid = hold
+        .as_str()
+        .strip_prefix(crate::device::HoldOwner::Dra.id_prefix()?)?;
+    (claim.uid == uid).then_some(claim)
+}
+
 /// What a hold is, as rendering needs it.
 #[derive(Debug, Clone, Copy)]
 pub struct HoldRequest<'a> {

@@ -422,17 +422,14 @@ impl Situation<'_> {
     /// another name (a slot a share holds, met as a slot device after the server stopped
     /// keeping consumable capacity; the whole GPU claimed before `--gpu-slots`) is another
     /// device's, which the scheduler does not count against this one.
+    ///
+    /// A DRA hold without its claim's record (rebuilt from a spec that recorded none) names
+    /// no claim: its devices are another owner's, never offered as free.
     fn claims(&self, device: &DraDevice) -> bool {
         self.holds
             .iter()
-            .filter(|h| h.owner() == HoldOwner::Dra)
-            .any(|h| {
-                named(h).any(|(d, name)| match name {
-                    Some(name) => name == device.name,
-                    // A hold without a record: by bcd's device, never a share's.
-                    None => !device.is_shared() && d == &device.id,
-                })
-            })
+            .filter(|h| h.owner() == HoldOwner::Dra && h.claim.is_some())
+            .any(|h| named(h).any(|(_, name)| name == Some(device.name.as_str())))
     }
 }
 
@@ -844,14 +841,23 @@ mod tests {
         );
         // A DRA claim holds slot 0: it stays (allocated from the claim), and so does slot 1.
         assert_eq!(
-            offered_names(&[hold("dra-u", &[&slot0])], &healthy, &[]).len(),
+            offered_names(
+                &[claim_hold("dra-u", &[(&slot0, "gpu-0-slot-0")])],
+                &healthy,
+                &[]
+            )
+            .len(),
             3
         );
         // GPU 0 goes unhealthy: its slots go, except the one a claim has.
         let sick = verdicts(&[G0]);
         assert_eq!(offered_names(&[], &sick, &[]), ["gpu-3-mig-2-0"]);
         assert_eq!(
-            offered_names(&[hold("dra-u", &[&slot0])], &sick, &[]),
+            offered_names(
+                &[claim_hold("dra-u", &[(&slot0, "gpu-0-slot-0")])],
+                &sick,
+                &[]
+            ),
             ["gpu-0-slot-0", "gpu-3-mig-2-0"]
         );
         // No verdict yet: nothing of that GPU is offered.
@@ -861,6 +867,13 @@ mod tests {
         assert_eq!(
             offered_names(&[], &healthy, &[G1.parse().unwrap()]),
             ["gpu-0-slot-0", "gpu-0-slot-1"]
+        );
+        // What broke: a DRA hold rebuilt without its claim's record was offered as the
+        // claim's own, untainted, after the claim was deleted. It names no claim: its slot is
+        // held, not offered (slot 1 stays, slots share).
+        assert_eq!(
+            offered_names(&[hold("dra-u", &[&slot0])], &healthy, &[]),
+            ["gpu-0-slot-1", "gpu-3-mig-2-0"]
         );
         // The whole GPU held by the device plugins: every slot of it goes.
         assert_eq!(
@@ -894,10 +907,20 @@ mod tests {
             ]
         );
         // A claim's own device on a GPU gone bad is tainted too (never dropped).
-        let got = tainted(&[hold("dra-u", &[&slot0])], &verdicts(&[G0]), &[]);
+        let got = tainted(
+            &[claim_hold("dra-u", &[(&slot0, "gpu-0-slot-0")])],
+            &verdicts(&[G0]),
+            &[],
+        );
         assert_eq!(
             got[0],
             ("gpu-0-slot-0".to_owned(), key("unhealthy", "Xid79"), None)
+        );
+        // A DRA hold that lost its claim's record keeps its device tainted, never free.
+        let got = tainted(&[hold("dra-u", &[&slot0])], &verdicts(&[]), &[]);
+        assert_eq!(
+            got[0],
+            ("gpu-0-slot-0".to_owned(), key("held", "dra-claim"), None)
         );
         // A step of the node's, a GPU on vfio-pci, no verdict yet.
         let got = tainted(&[], &BTreeMap::new(), &[G1.parse().unwrap()]);

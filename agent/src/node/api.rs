@@ -663,22 +663,27 @@ async fn apply_hold(node: &Node, id: HoldId, devices: &[DeviceId]) -> Result<Hol
 
 /// `DELETE /v1/holds/ID[?force=1]`. A Kubernetes hold a pod still has (its release is not
 /// pending) is refused, naming the pod, unless `force` is given; a prepared DRA claim's hold
-/// is always refused, naming the claim.
+/// is always refused, naming the claim, but one that lost its claim's record (rebuilt from a
+/// spec that recorded none) is released with `force`.
 async fn release_hold(node: &Node, id: HoldId, force: bool) -> Result<HoldView, ApiError> {
     let pods = node.pods_now();
     let released = node
         .with_holds(|holds| match holds.get(&id) {
             // Only the kubelet's NodeUnprepareResources ends a prepared claim's hold: released
             // here, its devices would be handed out while the claim's pods still run.
-            Some(hold) if hold.owner() == HoldOwner::Dra => {
-                let claim = hold.claim.as_ref().map_or_else(
-                    || "a DRA claim".to_owned(),
-                    |c| format!("DRA claim {}/{} (uid {})", c.namespace, c.name, c.uid),
-                );
-                Err(ApiError::HoldInUse(format!(
-                    "hold {id} is {claim}'s, prepared by the kubelet; it is released when the kubelet unprepares the claim (delete the pods that use it), never through the API, --force or not"
-                )))
-            }
+            Some(hold) if hold.owner() == HoldOwner::Dra => match &hold.claim {
+                Some(c) => Err(ApiError::HoldInUse(format!(
+                    "hold {id} is DRA claim {}/{} (uid {})'s, prepared by the kubelet; it is released when the kubelet unprepares the claim (delete the pods that use it), never through the API, --force or not",
+                    c.namespace, c.name, c.uid
+                ))),
+                // Rebuilt from a spec that recorded no claim: bcd cannot ask the API server
+                // about it, so only the kubelet's unprepare or an operator who checked ends it.
+                None if !force => Err(ApiError::HoldInUse(format!(
+                    "hold {id} is a DRA claim's whose record was lost (it was rebuilt from its CDI spec, which names only the claim's uid {}); it is released when the kubelet unprepares that claim, or, once you have checked that no pod uses the claim (kubectl get resourceclaims -A -o wide), with bcd hold release --force {id}",
+                    id.as_str().strip_prefix("dra-").unwrap_or_default()
+                ))),
+                None => Ok(holds.release(&id)?),
+            },
             Some(hold)
                 if !force && hold.owner().is_kubernetes() && hold.unassigned_since.is_none() =>
             {

@@ -651,3 +651,45 @@ async fn status_says_the_first_collection_is_running_until_it_is_in() {
         problems(&node)
     );
 }
+
+// What broke: a DRA hold rebuilt without its claim's record (holds.json lost, a spec written
+// before claims were recorded) could never be released: unprepare aside, DELETE answered 409
+// with --force too. It is refused without --force, saying why, and released with it.
+#[tokio::test]
+async fn a_dra_hold_that_lost_its_claims_record_is_released_only_with_force() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(dir.path().join("data")).unwrap();
+    std::fs::write(
+        dir.path().join("data/holds.json"),
+        format!(
+            r#"{{"holds": [{{"id": "dra-3f0c2f7e", "devices": ["{GPU0}"], "kubernetes": true, "owner": "dra"}}]}}"#
+        ),
+    )
+    .unwrap();
+    let answer = |(status, body): (u16, Vec<u8>)| {
+        let v: Value = serde_json::from_slice(&body).unwrap();
+        (status, v)
+    };
+    let node = node(dir.path());
+    node.collect_now().await;
+    let delete = |query: &str| Request {
+        query: query.to_owned(),
+        ..request("DELETE", "/v1/holds/dra-3f0c2f7e")
+    };
+    let (status, v) = answer(handle(&node, &delete("")).await);
+    assert_eq!(
+        (status, v["code"].as_str()),
+        (409, Some("hold-in-use")),
+        "{v}"
+    );
+    let message = v["message"].as_str().unwrap();
+    assert!(
+        message.contains("whose record was lost")
+            && message.contains("claim's uid 3f0c2f7e")
+            && message.contains("bcd hold release --force dra-3f0c2f7e"),
+        "{message}"
+    );
+    let (status, v) = answer(handle(&node, &delete("force=1")).await);
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(held(&node).await, serde_json::json!([]));
+}
