@@ -13,8 +13,17 @@ fn main() -> ExitCode {
     } else {
         "warn"
     };
-    let filter = tracing_subscriber::EnvFilter::try_from_env("BCD_LOG")
+    let asked = std::env::var("BCD_LOG").ok();
+    let mut filter = tracing_subscriber::EnvFilter::try_from_env("BCD_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_level));
+    // kube's client logs every failed call at ERROR (every few seconds while the API server is
+    // away); the DRA driver says what fails itself, once, in one sentence. Named in BCD_LOG, it
+    // is logged as asked.
+    if !asked.is_some_and(|a| a.contains("kube")) {
+        if let Ok(quiet) = "kube_client=off".parse() {
+            filter = filter.add_directive(quiet);
+        }
+    }
     let logs = tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
         .with_env_filter(filter)

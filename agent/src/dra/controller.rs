@@ -14,7 +14,6 @@
 //! server being away never stops the node: `status` says so, and the loop catches up when
 //! it answers again.
 
-use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -24,6 +23,7 @@ use kube::api::{Api, DeleteParams, ListParams, PostParams, Preconditions, WatchP
 use tokio_stream::StreamExt;
 
 use super::claims::{ClaimReader, ReadError, ResourceClaim};
+use super::client::{unauthorized, ApiClient};
 use super::devices;
 use super::prepare::all_devices;
 use super::server::ServerVersion;
@@ -42,64 +42,10 @@ pub const CALL_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long a watch of the slices lasts before it is made anew.
 pub const WATCH_SECONDS: u32 = 290;
 
-/// Why the API server's client could not be made. `Display` is the operator's sentence.
-#[derive(Debug, thiserror::Error)]
-pub enum ConnectError {
-    /// The kubeconfig file could not be read or used.
-    #[error("the kubeconfig {} cannot be used: {why}", path.display())]
-    Kubeconfig {
-        /// The file.
-        path: PathBuf,
-        /// Why.
-        why: String,
-    },
-    /// No kubeconfig was given and the process has no in-cluster service account.
-    #[error("no --kubeconfig was given and there is no in-cluster service account ({why}); give bcd node --kubeconfig FILE")]
-    InCluster {
-        /// Why.
-        why: String,
-    },
-    /// The client could not be built from the configuration.
-    #[error("the API server's client cannot be made: {0}")]
-    Client(String),
-}
-
-/// A client of the API server: from `kubeconfig` when given (its current context), else the
-/// in-cluster service account. `$KUBECONFIG` and `~/.kube/config` are never read.
-///
-/// # Errors
-/// [`ConnectError`].
-pub async fn connect(kubeconfig: Option<&Path>) -> Result<kube::Client, ConnectError> {
-    let config = match kubeconfig {
-        Some(path) => {
-            let file = kube::config::Kubeconfig::read_from(path).map_err(|e| {
-                ConnectError::Kubeconfig {
-                    path: path.to_path_buf(),
-                    why: e.to_string(),
-                }
-            })?;
-            kube::Config::from_custom_kubeconfig(file, &kube::config::KubeConfigOptions::default())
-                .await
-                .map_err(|e| ConnectError::Kubeconfig {
-                    path: path.to_path_buf(),
-                    why: e.to_string(),
-                })?
-        }
-        None => {
-            kube::Config::incluster().map_err(|e| ConnectError::InCluster { why: e.to_string() })?
-        }
-    };
-    let mut config = config;
-    // The work loop's own backoff (capped at 10 s) decides when to try again; kube's retry
-    // of 503s would hold one call past the loop's timeout and say nothing meanwhile.
-    config.default_retry = false;
-    kube::Client::try_from(config).map_err(|e| ConnectError::Client(e.to_string()))
-}
-
 /// Reads ResourceClaims from the API server.
 #[derive(Clone)]
 pub struct ApiClaims {
-    client: kube::Client,
+    client: ApiClient,
 }
 
 impl std::fmt::Debug for ApiClaims {
@@ -110,8 +56,22 @@ impl std::fmt::Debug for ApiClaims {
 
 impl ApiClaims {
     /// The reader on `client`.
-    pub fn new(client: kube::Client) -> Self {
+    pub fn new(client: ApiClient) -> Self {
         Self { client }
+    }
+
+    /// `call` on the client now; after a 401, once more on the credentials read again when
+    /// they changed.
+    async fn twice<T, F>(&self, call: impl Fn(kube::Client) -> F) -> Result<T, kube::Error>
+    where
+        F: std::future::Future<Output = Result<T, kube::Error>>,
+    {
+        match call(self.client.client()).await {
+            Err(e) if unauthorized(&e) && matches!(self.client.renew().await, Ok(true)) => {
+                call(self.client.client()).await
+            }
+            other => other,
+        }
     }
 }
 
@@ -122,8 +82,14 @@ impl ClaimReader for ApiClaims {
             name: name.to_owned(),
             why,
         };
-        let api: Api<resource::ResourceClaim> = Api::namespaced(self.client.clone(), namespace);
-        match api.get(name).await {
+        let answer = self
+            .twice(|c| async move {
+                Api::<resource::ResourceClaim>::namespaced(c, namespace)
+                    .get(name)
+                    .await
+            })
+            .await;
+        match answer {
             Ok(claim) => serde_json::to_value(claim)
                 .and_then(serde_json::from_value)
                 .map_err(|e| failed(e.to_string())),
@@ -138,8 +104,10 @@ impl ClaimReader for ApiClaims {
     }
 
     async fn node_exists(&self, name: &str) -> Result<bool, String> {
-        let nodes: Api<Node> = Api::all(self.client.clone());
-        match nodes.get(name).await {
+        let answer = self
+            .twice(|c| async move { Api::<Node>::all(c).get(name).await })
+            .await;
+        match answer {
             Ok(_) => Ok(true),
             Err(kube::Error::Api(s)) if names_missing(&s, "nodes", name) => Ok(false),
             Err(e) => Err(sentence(&e)),
@@ -452,36 +420,122 @@ fn features_line(version: Option<ServerVersion>, f: devices::Features) -> String
     )
 }
 
+/// A watch that ends sooner than this without delivering an event has failed: the loop
+/// waits its backoff before it lists again (an empty watch or a lone ERROR event would
+/// otherwise make it list and watch several times a second for ever).
+pub const WATCH_MIN_LASTING: Duration = Duration::from_secs(10);
+
+/// How one wait on the slices' watch ended.
+#[derive(Debug, PartialEq, Eq)]
+enum WatchEnd {
+    /// An event came (bcd's own writes among them), or the watch lasted
+    /// [`WATCH_MIN_LASTING`]: the server watches well.
+    Good,
+    /// The node's devices changed first: says nothing of the watch.
+    Changed,
+    /// The watch ended, or could not be opened, without an event within
+    /// [`WATCH_MIN_LASTING`]: why.
+    Failed(String),
+}
+
+/// What `status` says of a watch that keeps failing.
+fn watch_problem(why: &str, wait: Duration) -> String {
+    format!(
+        "the watch of the node's ResourceSlices ends without an event ({why}); bcd lists them again every {}s meanwhile",
+        wait.as_secs_f64().ceil()
+    )
+}
+
+/// Waits on the slices' `watch` (when one is open; `opened` says why not) for an event, a
+/// change of the node's devices (`None` when the node stopped) or the resync.
+async fn wait_on<S>(
+    watch: Option<Result<S, String>>,
+    changes: &mut crate::device::Changes,
+) -> Option<WatchEnd>
+where
+    S: tokio_stream::Stream<
+        Item = Result<kube::api::WatchEvent<resource::ResourceSlice>, kube::Error>,
+    >,
+{
+    let started = tokio::time::Instant::now();
+    let resync = tokio::time::sleep(RESYNC_EVERY);
+    tokio::pin!(resync);
+    let end = match watch {
+        Some(Ok(events)) => {
+            let mut events = Box::pin(events);
+            tokio::select! {
+                alive = changes.changed() => return alive.then_some(WatchEnd::Changed),
+                event = events.next() => match event {
+                    Some(Ok(kube::api::WatchEvent::Error(status))) => WatchEnd::Failed(format!(
+                        "an ERROR event: HTTP {}: {}",
+                        status.code,
+                        cut(&status.message, MAX_MESSAGE)
+                    )),
+                    Some(Ok(_)) => {
+                        // A burst of events (bcd's own writes among them) is one sync.
+                        tokio::time::sleep(Duration::from_millis(100)).await;
+                        return Some(WatchEnd::Good);
+                    }
+                    Some(Err(e)) => WatchEnd::Failed(sentence(&e)),
+                    None => WatchEnd::Failed("the server ended it".to_owned()),
+                },
+                () = &mut resync => WatchEnd::Good,
+            }
+        }
+        Some(Err(why)) => WatchEnd::Failed(why),
+        None => tokio::select! {
+            alive = changes.changed() => return alive.then_some(WatchEnd::Changed),
+            () = &mut resync => WatchEnd::Good,
+        },
+    };
+    Some(match end {
+        WatchEnd::Failed(_) if started.elapsed() >= WATCH_MIN_LASTING => WatchEnd::Good,
+        other => other,
+    })
+}
+
 /// Runs the pool's work loop for ever (until its task is aborted).
 pub async fn publish<S: DeviceSource>(
     node: Arc<S>,
-    client: kube::Client,
+    client: ApiClient,
     state: Arc<DraState>,
     config: DraConfig,
 ) {
-    let api: Api<resource::ResourceSlice> = Api::all(client.clone());
-    let nodes: Api<Node> = Api::all(client.clone());
     let mut backoff = Backoff::new();
     let mut changes = node.changes();
     let owner = loop {
-        match timed(nodes.get(&config.node_name)).await {
-            Ok(n) => {
+        let nodes: Api<Node> = Api::all(client.client());
+        let why = match tokio::time::timeout(CALL_TIMEOUT, nodes.get(&config.node_name)).await {
+            Ok(Ok(n)) => {
                 break NodeRef {
                     name: config.node_name.clone(),
                     uid: n.metadata.uid.unwrap_or_default(),
                 }
             }
-            Err(Synced::Rejected(why) | Synced::Retry(why)) => {
-                state.set_api_problem(Some(format!(
-                    "the API server does not give the Node {} ({why}); no ResourceSlice is published until it does (is --node-name the kubelet's node name?)",
+            Ok(Err(kube::Error::Api(s))) if names_missing(&s, "nodes", &config.node_name) => {
+                format!(
+                    "the API server has no Node {}: is --node-name the kubelet's node name?",
                     config.node_name
-                )));
+                )
             }
-            Err(Synced::Done | Synced::Dropped(_)) => {}
-        }
+            Ok(Err(e)) => format!(
+                "the API server does not give the Node {}: {}",
+                config.node_name,
+                sentence(&e)
+            ),
+            Err(_) => format!(
+                "the API server did not answer within {}s when asked for the Node {}",
+                CALL_TIMEOUT.as_secs(),
+                config.node_name
+            ),
+        };
+        state.set_api_problem(Some(format!(
+            "{why}; no ResourceSlice is published until it does"
+        )));
         tokio::time::sleep(backoff.next()).await;
     };
-    let server = server_version(&client).await;
+    let api: Api<resource::ResourceSlice> = Api::all(client.client());
+    let server = server_version(&client.client()).await;
     let mut features = devices::Features::for_server(server, node.gpu_slots());
     if features != devices::Features::default() {
         features = dry_run(&api, &owner, features, server).await;
@@ -491,7 +545,11 @@ pub async fn publish<S: DeviceSource>(
     node.touch();
     tracing::info!("{}", features_line(server, features));
     let mut rejected: Option<Vec<Vec<slices::Device>>> = None;
+    // Why the watch keeps failing, while it does: said in `status` until a watch works.
+    let mut watch_trouble: Option<String> = None;
     loop {
+        // The client of the credentials now (renewed meanwhile, maybe).
+        let api: Api<resource::ResourceSlice> = Api::all(client.client());
         let desired = desired_now(node.as_ref(), &config, features).await;
         let mut version = None;
         let outcome = if rejected.as_ref() == Some(&desired) {
@@ -526,15 +584,13 @@ pub async fn publish<S: DeviceSource>(
         match outcome {
             None => {}
             Some(Synced::Done) => {
-                backoff = Backoff::new();
                 rejected = None;
-                state.set_api_problem(None);
+                state.set_api_problem(watch_trouble.clone());
             }
             Some(Synced::Dropped(dropped)) if features.without(dropped) == features => {
                 // Nothing left to give up: written again at once it would be dropped again.
-                backoff = Backoff::new();
                 rejected = None;
-                state.set_api_problem(None);
+                state.set_api_problem(watch_trouble.clone());
             }
             Some(Synced::Dropped(dropped)) => {
                 features = features.without(dropped);
@@ -563,32 +619,34 @@ pub async fn publish<S: DeviceSource>(
                 let params = WatchParams::default()
                     .fields(&selector(&config))
                     .timeout(WATCH_SECONDS);
-                tokio::time::timeout(CALL_TIMEOUT, api.watch(&params, &v))
-                    .await
-                    .ok()
-                    .and_then(Result::ok)
+                Some(
+                    match tokio::time::timeout(CALL_TIMEOUT, api.watch(&params, &v)).await {
+                        Ok(Ok(events)) => Ok(events),
+                        Ok(Err(e)) => Err(format!("it cannot be opened: {}", sentence(&e))),
+                        Err(_) => Err(format!(
+                            "it was not opened within {}s",
+                            CALL_TIMEOUT.as_secs()
+                        )),
+                    },
+                )
             }
             None => None,
         };
-        let resync = tokio::time::sleep(RESYNC_EVERY);
-        tokio::pin!(resync);
-        match watch {
-            Some(events) => {
-                let mut events = Box::pin(events);
-                tokio::select! {
-                    alive = changes.changed() => if !alive { return },
-                    _ = events.next() => {
-                        // A burst of events (bcd's own writes among them) is one sync.
-                        tokio::time::sleep(Duration::from_millis(100)).await;
-                    }
-                    () = &mut resync => {}
+        match wait_on(watch, &mut changes).await {
+            None => return,
+            Some(WatchEnd::Changed) => {}
+            Some(WatchEnd::Good) => {
+                backoff = Backoff::new();
+                if watch_trouble.take().is_some() && rejected.is_none() {
+                    state.set_api_problem(None);
                 }
             }
-            None => {
-                tokio::select! {
-                    alive = changes.changed() => if !alive { return },
-                    () = &mut resync => {}
-                }
+            Some(WatchEnd::Failed(why)) => {
+                let wait = backoff.next();
+                let problem = watch_problem(&why, wait);
+                state.set_api_problem(Some(problem.clone()));
+                watch_trouble = Some(problem);
+                tokio::time::sleep(wait).await;
             }
         }
     }

@@ -24,8 +24,11 @@
 //! nothing but holds and its claims' CDI specs.
 
 pub mod claims;
+pub mod client;
 pub mod controller;
 pub mod devices;
+#[cfg(test)]
+mod fake_api;
 pub mod plugin;
 pub mod prepare;
 pub mod server;
@@ -176,9 +179,27 @@ impl DraState {
         set(&self.problem, sentence);
     }
 
-    /// Sets or clears what is degraded on the API server's side (logged when it changes).
+    /// Sets or clears what is degraded on the API server's side: one WARN when it starts,
+    /// one INFO when it ends (a sentence that changes meanwhile is only shown in `status`).
     pub fn set_api_problem(&self, sentence: Option<String>) {
-        set(&self.api_problem, sentence);
+        if let Ok(mut p) = self.api_problem.lock() {
+            match (p.as_ref(), sentence.as_ref()) {
+                (None, Some(now)) => tracing::warn!("{now}"),
+                (Some(was), None) => {
+                    tracing::info!(
+                        "the API server side of the DRA driver works again (it was: {was})"
+                    );
+                }
+                (Some(was), Some(now)) if was != now => tracing::debug!("{now}"),
+                _ => {}
+            }
+            *p = sentence;
+        }
+    }
+
+    /// What is degraded on the API server's side now.
+    pub fn api_problem(&self) -> Option<String> {
+        self.api_problem.lock().ok().and_then(|p| p.clone())
     }
 
     /// Sets or clears what the stale claims' pass could not check (logged when it changes).
@@ -279,7 +300,7 @@ pub async fn run<S: crate::device::DeviceSource>(
     kubeconfig: Option<PathBuf>,
 ) {
     let client = loop {
-        match controller::connect(kubeconfig.as_deref()).await {
+        match client::ApiClient::connect(kubeconfig.as_deref()).await {
             Ok(c) => break c,
             Err(e) => {
                 state.set_api_problem(Some(format!(
@@ -298,6 +319,7 @@ pub async fn run<S: crate::device::DeviceSource>(
         state.clone(),
     ));
     tokio::join!(
+        client.clone().renew_every(client::RENEW_EVERY),
         plugin::run(driver.clone(), state.clone()),
         stale::run(driver),
         controller::publish(node, client, state, config),
