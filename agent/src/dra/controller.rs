@@ -718,3 +718,153 @@ mod tests {
         );
     }
 }
+
+#[cfg(test)]
+mod loop_tests {
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use super::*;
+    use crate::dra::fake_api::{FakeApi, Reply};
+    use crate::kubelet::fake_source::FakeSource;
+
+    /// An API server that has the Node and no slice, keeps what is written, and answers
+    /// every watch with `watch`.
+    async fn server(watch: Reply) -> FakeApi {
+        FakeApi::start(move |asked| {
+            let t = asked.target.as_str();
+            if t.starts_with("/api/v1/nodes/node-a") {
+                Reply::json(
+                    200,
+                    &serde_json::json!({"apiVersion": "v1", "kind": "Node",
+                        "metadata": {"name": "node-a", "uid": "n-1"}}),
+                )
+            } else if t.contains("watch=") {
+                watch.clone()
+            } else if asked.method != "GET" {
+                Reply::Echo
+            } else if t.starts_with("/apis/resource.k8s.io/v1/resourceslices") {
+                Reply::json(
+                    200,
+                    &serde_json::json!({"apiVersion": "resource.k8s.io/v1",
+                        "kind": "ResourceSliceList", "metadata": {"resourceVersion": "5"},
+                        "items": []}),
+                )
+            } else {
+                Reply::json(404, &serde_json::json!({}))
+            }
+        })
+        .await
+    }
+
+    /// `publish` against the server at `url` for `run`; the driver's state after it.
+    async fn publish_for(url_config: String, run: Duration) -> Arc<DraState> {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("kubeconfig");
+        std::fs::write(&file, url_config).unwrap();
+        let client = ApiClient::connect(Some(&file)).await.unwrap();
+        let state = Arc::new(DraState::default());
+        let config = DraConfig {
+            kubelet_dir: dir.path().join("kubelet"),
+            cdi_runtime_dir: dir.path().join("run-cdi"),
+            node_name: "node-a".into(),
+            host: crate::sys::host::Host::fake(dir.path().join("host")),
+            stale_pass: crate::dra::stale::STALE_PASS,
+        };
+        let task = tokio::spawn(publish(
+            Arc::new(FakeSource::new()),
+            client,
+            state.clone(),
+            config,
+        ));
+        tokio::time::sleep(run).await;
+        task.abort();
+        state
+    }
+
+    // What broke: an empty watch, or one ERROR event, made every node list and watch its
+    // slices 7.4 times a second for ever (a successful list reset the backoff), and status
+    // said nothing. The backoff is reset only by a watch that delivered an event or lasted.
+    #[tokio::test]
+    async fn a_watch_that_ends_at_once_backs_off_and_is_named_in_status() {
+        let error_event = b"{\"type\":\"ERROR\",\"object\":{\"kind\":\"Status\",\"apiVersion\":\"v1\",\"code\":410,\"message\":\"too old resource version\",\"reason\":\"Expired\"}}\n";
+        for (case, watch, said) in [
+            (
+                "an empty watch",
+                Reply::Full(200, Vec::new()),
+                "the server ended it",
+            ),
+            (
+                "one ERROR event",
+                Reply::Full(200, error_event.to_vec()),
+                "an ERROR event: HTTP 410: too old resource version",
+            ),
+        ] {
+            let api = server(watch).await;
+            let state = publish_for(api.kubeconfig("token: t"), Duration::from_secs(3)).await;
+            let lists = api
+                .asked
+                .lock()
+                .unwrap()
+                .iter()
+                .filter(|a| {
+                    a.method == "GET"
+                        && a.target.contains("/resourceslices?")
+                        && !a.target.contains("watch=")
+                })
+                .count();
+            let watches = api.count("watch=");
+            assert!(
+                (2..=8).contains(&lists) && watches <= 8,
+                "{case}: {lists} lists and {watches} watches in 3 s"
+            );
+            let problem = state.api_problem().unwrap_or_default();
+            assert!(
+                problem.contains("the watch of the node's ResourceSlices ends without an event")
+                    && problem.contains(said),
+                "{case}: {problem}"
+            );
+        }
+    }
+
+    // What broke: a refused connection was said as "is --node-name the kubelet's node name?".
+    #[tokio::test]
+    async fn an_unreachable_server_is_said_as_it_is_not_as_a_wrong_node_name() {
+        let port = {
+            let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+            l.local_addr().unwrap().port()
+        };
+        let api = server(Reply::Full(200, Vec::new())).await;
+        let config = api
+            .kubeconfig("token: t")
+            .replace(&api.url, &format!("http://127.0.0.1:{port}"));
+        let state = publish_for(config, Duration::from_millis(500)).await;
+        let problem = state.api_problem().unwrap();
+        assert!(
+            problem.starts_with("the API server does not give the Node node-a:")
+                && !problem.contains("--node-name"),
+            "{problem}"
+        );
+    }
+
+    // What broke: ERROR lines every 10 s for as long as the API server was away. One WARN
+    // when the problem starts, one INFO when it ends; changes between are in status only.
+    #[test]
+    fn an_api_problem_is_logged_once_when_it_starts_and_once_when_it_ends() {
+        let state = DraState::default();
+        let lines = crate::test_log::logged(|| {
+            for _ in 0..3 {
+                state.set_api_problem(Some("away: connection refused".into()));
+                state.set_api_problem(Some("away: no answer within 10s".into()));
+            }
+            state.set_api_problem(None);
+            state.set_api_problem(None);
+        });
+        let at = |level: &str| lines.iter().filter(|l| l.contains(level)).count();
+        assert_eq!(
+            (at("WARN"), at("INFO"), at("ERROR")),
+            (1, 1, 0),
+            "{lines:#?}"
+        );
+    }
+}
