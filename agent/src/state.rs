@@ -129,16 +129,8 @@ pub fn write_atomic(path: &Path, bytes: &[u8], mode: u32) -> Result<(), StateErr
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_default();
-    let tmp = dir.join(temp_name(&name, std::process::id()));
+    let (mut file, tmp) = create_temp(dir, &name, mode)?;
     let result = (|| {
-        let mut file = OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .mode(mode)
-            .custom_flags(libc::O_NOFOLLOW)
-            .open(&tmp)
-            .map_err(io_error(&tmp))?;
         // The umask may have narrowed the mode; the file's mode is a promise, so set it.
         file.set_permissions(fs::Permissions::from_mode(mode))
             .map_err(io_error(&tmp))?;
@@ -155,9 +147,51 @@ pub fn write_atomic(path: &Path, bytes: &[u8], mode: u32) -> Result<(), StateErr
     result
 }
 
-/// The temporary file [`write_atomic`] writes `name` through: `.<name>.tmp-<pid>`.
+/// The temporary file [`write_atomic`] writes `name` through: `.<name>.tmp-<pid>-<n>`, `n`
+/// a number no one can guess ahead (the clock's nanoseconds and a count of this process).
 fn temp_name(name: &str, pid: u32) -> String {
-    format!(".{name}{TEMP_MARK}{pid}")
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static COUNT: AtomicU64 = AtomicU64::new(0);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.subsec_nanos());
+    let n = COUNT.fetch_add(1, Ordering::Relaxed);
+    format!(".{name}{TEMP_MARK}{pid}-{n}{nanos:09}")
+}
+
+/// How many names [`create_temp`] tries before it gives up.
+const TEMP_TRIES: u32 = 8;
+
+/// Creates a new temporary file for `name` in `dir`, never opening anything already there
+/// (`O_EXCL`), never following a link (`O_NOFOLLOW`), never waiting on a FIFO or a device
+/// (`O_NONBLOCK`, cleared once the file is ours): the file and its path.
+fn create_temp(dir: &Path, name: &str, mode: u32) -> Result<(File, PathBuf), StateError> {
+    let mut last = None;
+    for _ in 0..TEMP_TRIES {
+        let tmp = dir.join(temp_name(name, std::process::id()));
+        match OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(mode)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+            .open(&tmp)
+        {
+            Ok(file) => {
+                // A regular file of its own: blocking writes from now on.
+                use nix::fcntl::{fcntl, FcntlArg, OFlag};
+                let fd = std::os::fd::AsRawFd::as_raw_fd(&file);
+                if let Ok(flags) = fcntl(fd, FcntlArg::F_GETFL) {
+                    let flags = OFlag::from_bits_truncate(flags) - OFlag::O_NONBLOCK;
+                    let _ = fcntl(fd, FcntlArg::F_SETFL(flags));
+                }
+                return Ok((file, tmp));
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => last = Some((e, tmp)),
+            Err(e) => return Err(io_error(&tmp)(e)),
+        }
+    }
+    let (e, tmp) = last.expect("TEMP_TRIES is not zero");
+    Err(io_error(&tmp)(e))
 }
 
 const TEMP_MARK: &str = ".tmp-";
@@ -165,8 +199,11 @@ const TEMP_MARK: &str = ".tmp-";
 /// The file a temporary file of [`write_atomic`] was for, when `name` is one.
 pub fn temp_target(name: &str) -> Option<&str> {
     let (target, pid) = name.strip_prefix('.')?.rsplit_once(TEMP_MARK)?;
-    (!target.is_empty() && !pid.is_empty() && pid.bytes().all(|b| b.is_ascii_digit()))
-        .then_some(target)
+    let ours = |b: u8| b.is_ascii_digit() || b == b'-';
+    (!target.is_empty()
+        && pid.bytes().next().is_some_and(|b| b.is_ascii_digit())
+        && pid.bytes().all(ours))
+    .then_some(target)
 }
 
 /// Removes from `dir` the temporary files a crash left behind: those of bcd's own naming
@@ -562,6 +599,32 @@ mod tests {
         assert_eq!(fs::read_dir(dir.path()).unwrap().count(), 1);
     }
 
+    // What broke: a FIFO at the predictable temporary name of a claim's spec made the write
+    // wait for a reader for ever, and every DRA call waited behind it. Temporary names are
+    // unguessable now, and nothing already there is ever opened.
+    #[test]
+    fn a_fifo_at_the_old_temporary_name_never_stalls_a_write() {
+        use std::os::unix::fs::FileTypeExt;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("spec.json");
+        let fifo = dir
+            .path()
+            .join(format!(".spec.json{TEMP_MARK}{}", std::process::id()));
+        nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
+        let (done, wait) = std::sync::mpsc::channel();
+        let target = path.clone();
+        std::thread::spawn(move || {
+            let _ = done.send(write_atomic(&target, b"{}", 0o644).map_err(|e| e.to_string()));
+        });
+        let written = wait
+            .recv_timeout(std::time::Duration::from_secs(5))
+            .expect("the write returned within 5 s");
+        assert_eq!(written, Ok(()));
+        assert_eq!(fs::read(&path).unwrap(), b"{}");
+        // The FIFO is left as it is (not ours to remove).
+        assert!(fs::symlink_metadata(&fifo).unwrap().file_type().is_fifo());
+    }
+
     #[test]
     fn only_bcds_own_crash_temps_are_removed() {
         let dir = tempfile::tempdir().unwrap();
@@ -588,6 +651,12 @@ mod tests {
         assert!(dir.path().join("holds.json").exists());
         assert!(fs::symlink_metadata(dir.path().join(".faults.json.tmp-2")).is_ok());
         assert_eq!(temp_target(&temp_name("holds.json", 7)), Some("holds.json"));
+        assert_eq!(
+            temp_target(".holds.json.tmp-7"),
+            Some("holds.json"),
+            "an older bcd's"
+        );
+        assert_ne!(temp_name("holds.json", 7), temp_name("holds.json", 7));
     }
 
     #[test]

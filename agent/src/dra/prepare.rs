@@ -89,6 +89,16 @@ pub enum Refusal {
         /// The uid given.
         uid: String,
     },
+    /// A name longer than Kubernetes allows, or more devices than a claim may be allocated.
+    #[error("ResourceClaim {namespace}/{name} is refused: {what}; Kubernetes allows no such claim, so bcd keeps nothing of it")]
+    Oversized {
+        /// The namespace (cut).
+        namespace: String,
+        /// The name (cut).
+        name: String,
+        /// What is too long or too many.
+        what: String,
+    },
     /// The claim could not be read.
     #[error(transparent)]
     Read(#[from] ReadError),
@@ -188,6 +198,54 @@ pub enum Refusal {
         /// Why.
         source: StateError,
     },
+}
+
+/// The most devices of one claim: Kubernetes allocates at most 32 results a claim.
+pub const MAX_CLAIM_DEVICES: usize = 32;
+/// The longest namespace (a DNS label), claim name and pool name (DNS subdomains), request
+/// (`request/subrequest`, two DNS labels), device name (a DNS label) and share id (a UUID)
+/// Kubernetes accepts, in bytes.
+const MAX_NAMESPACE: usize = 63;
+const MAX_NAME: usize = 253;
+const MAX_REQUEST: usize = 127;
+const MAX_DEVICE: usize = 63;
+const MAX_SHARE: usize = 64;
+
+/// What in `c` and the claim's devices of this driver `ours` is larger than Kubernetes
+/// allows, in words; `None` when nothing is. Checked before anything is kept, so a hostile
+/// claim can make neither `holds.json` nor the kubelet's answer large. Pure.
+fn oversized(c: &ClaimRef, ours: &[&super::claims::AllocationResult]) -> Option<String> {
+    let long = |what: &str, value: &str, max: usize| {
+        (value.len() > max)
+            .then(|| format!("its {what} is {} bytes long (at most {max})", value.len()))
+    };
+    if ours.len() > MAX_CLAIM_DEVICES {
+        return Some(format!(
+            "it is allocated {} devices of {DRIVER} (at most {MAX_CLAIM_DEVICES})",
+            ours.len()
+        ));
+    }
+    long("namespace", &c.namespace, MAX_NAMESPACE)
+        .or_else(|| long("name", &c.name, MAX_NAME))
+        .or_else(|| {
+            ours.iter().find_map(|r| {
+                long("request name", &r.request, MAX_REQUEST)
+                    .or_else(|| long("device name", &r.device, MAX_DEVICE))
+                    .or_else(|| long("pool name", &r.pool, MAX_NAME))
+                    .or_else(|| {
+                        long(
+                            "share id",
+                            r.share_id.as_deref().unwrap_or_default(),
+                            MAX_SHARE,
+                        )
+                    })
+            })
+        })
+}
+
+/// `s` cut to at most `max` characters, for a sentence.
+fn cut(s: &str, max: usize) -> String {
+    s.chars().take(max).collect()
 }
 
 /// The hold id of the claim with `uid`: `dra-<uid>`, when the uid is a safe name.
@@ -429,12 +487,30 @@ impl<S: DeviceSource, R: ClaimReader> Driver<S, R> {
             });
         }
         let pool = &self.config.node_name;
-        let ours: Vec<_> = allocation
+        let mut ours: Vec<_> = allocation
             .devices
             .results
             .iter()
             .filter(|r| r.driver == DRIVER && &r.pool == pool)
             .collect();
+        if let Some(what) = oversized(c, &ours) {
+            return Err(Refusal::Oversized {
+                namespace: cut(&c.namespace, MAX_NAMESPACE),
+                name: cut(&c.name, MAX_NAME),
+                what,
+            });
+        }
+        let table = all_devices(self.node.as_ref(), &self.config).await;
+        // Every plain device first, then the shares: a share then takes a slot none of the
+        // claim's own slot devices is, whatever order the results came in (a slot device
+        // after a share of its GPU was once taken for that share).
+        let shared = |r: &&super::claims::AllocationResult| {
+            table
+                .iter()
+                .find(|d| d.name == r.device)
+                .is_some_and(DraDevice::is_shared)
+        };
+        ours.sort_by_key(|r| shared(r));
         if let Some(r) = ours.iter().find(|r| r.admin_access == Some(true)) {
             return Err(Refusal::AdminAccess {
                 namespace: c.namespace.clone(),
@@ -442,7 +518,6 @@ impl<S: DeviceSource, R: ClaimReader> Driver<S, R> {
                 device: format!("{}/{}", r.pool, r.device),
             });
         }
-        let table = all_devices(self.node.as_ref(), &self.config).await;
         let verdicts = self.node.verdicts().await;
         let topology = self.node.topology().await;
         let claimed = self.node.claimed();
@@ -457,10 +532,9 @@ impl<S: DeviceSource, R: ClaimReader> Driver<S, R> {
             let same_share = |p: &PoolDevice| {
                 p.device == r.device && p.share.as_ref().map(|s| &s.id) == Some(&r.share_id)
             };
-            if let Some((_, seen)) = chosen
-                .iter_mut()
-                .find(|(id, p)| (!d.is_shared() && id == &d.id) || (d.is_shared() && same_share(p)))
-            {
+            if let Some((_, seen)) = chosen.iter_mut().find(|(_, p)| {
+                (!d.is_shared() && p.device == r.device) || (d.is_shared() && same_share(p))
+            }) {
                 let base = r.base_request().to_owned();
                 if !seen.requests.contains(&base) {
                     seen.requests.push(base);
@@ -593,17 +667,31 @@ impl<S: DeviceSource, R: ClaimReader> Driver<S, R> {
         // Serialising plain data to a Vec cannot fail.
         let mut bytes = serde_json::to_vec_pretty(&spec).unwrap_or_default();
         bytes.push(b'\n');
-        if let Err(e) = std::fs::create_dir_all(&self.config.cdi_runtime_dir) {
-            return Err(Refusal::Spec {
-                path,
+        let dir = self.config.cdi_runtime_dir.clone();
+        // File I/O off the async workers: a slow or hostile folder never stalls the others.
+        let written = tokio::task::spawn_blocking(move || {
+            if let Err(e) = std::fs::create_dir_all(&dir) {
+                return Err(Refusal::Spec {
+                    path,
+                    source: StateError::Io {
+                        path: dir,
+                        source: e,
+                    },
+                });
+            }
+            state::write_atomic(&path, &bytes, PUBLIC_MODE)
+                .map_err(|source| Refusal::Spec { path, source })
+        })
+        .await;
+        written.unwrap_or_else(|e| {
+            Err(Refusal::Spec {
+                path: self.config.cdi_runtime_dir.clone(),
                 source: StateError::Io {
                     path: self.config.cdi_runtime_dir.clone(),
-                    source: e,
+                    source: std::io::Error::other(e.to_string()),
                 },
-            });
-        }
-        state::write_atomic(&path, &bytes, PUBLIC_MODE)
-            .map_err(|source| Refusal::Spec { path, source })
+            })
+        })
     }
 
     /// Unprepares each of `claims`: one answer per claim, keyed by uid. A claim bcd does not
@@ -633,7 +721,16 @@ impl<S: DeviceSource, R: ClaimReader> Driver<S, R> {
     }
 
     async fn unprepare_one(&self, c: &ClaimRef, changed: &mut bool) -> Result<(), Refusal> {
-        let id = hold_id(&c.uid);
+        // The uid names a file below: checked as prepare checks it, whether bcd knows the
+        // claim or not.
+        let id = hold_id(&c.uid)
+            .filter(|_| !c.uid.is_empty())
+            .ok_or_else(|| Refusal::BadUid {
+                namespace: c.namespace.chars().take(80).collect(),
+                name: c.name.chars().take(80).collect(),
+                uid: c.uid.chars().take(80).collect(),
+            })?;
+        let id = Some(id);
         let hold = self.node.holds_now().await.into_iter().find(|h| {
             h.owner() == HoldOwner::Dra
                 && (h.claim.as_ref().is_some_and(|k| k.uid == c.uid) || Some(&h.id) == id.as_ref())

@@ -888,3 +888,111 @@ async fn a_renamed_node_releases_no_claim_and_nothing_is_released_without_the_no
         "{problem}"
     );
 }
+
+// What broke: a claim of 32 results with 1 MiB request names made a 33.6 MB holds.json and a
+// 33.5 MB answer the kubelet refused for ever. Names and the number of devices are bounded
+// as Kubernetes bounds them, and an oversized claim is refused alone, keeping nothing.
+#[tokio::test]
+async fn an_oversized_claim_is_refused_alone_keeping_nothing() {
+    let rig = Rig::new();
+    let huge = "r".repeat(1 << 20);
+    let mut big = allocated(UID, "big", &[("gpu", "gpu-0")]);
+    big.status.allocation.as_mut().unwrap().devices.results[0].request = huge;
+    rig.claims.put(big);
+    let many: Vec<(String, String)> = (0..33)
+        .map(|i| (format!("r{i}"), "gpu-1".to_owned()))
+        .collect();
+    let many: Vec<(&str, &str)> = many.iter().map(|(r, d)| (r.as_str(), d.as_str())).collect();
+    rig.claims.put(allocated("u-many", "many", &many));
+    rig.claims.put(allocated("u-ok", "ok", &[("gpu", "gpu-1")]));
+    let answer = rig
+        .prepare(vec![
+            claim(UID, "big"),
+            claim("u-many", "many"),
+            claim("u-ok", "ok"),
+        ])
+        .await;
+    let big = error_of(&answer, UID);
+    assert!(
+        big.contains("its request name is 1048576 bytes long (at most 127)") && big.len() < 400,
+        "{}",
+        &big[..big.len().min(400)]
+    );
+    assert!(
+        error_of(&answer, "u-many").contains("allocated 33 devices of gpu.bcd.dev (at most 32)"),
+        "{}",
+        error_of(&answer, "u-many")
+    );
+    assert_eq!(error_of(&answer, "u-ok"), "", "the other claim is prepared");
+    let holds = rig.holds().await;
+    assert_eq!(holds.len(), 1);
+    assert!(!spec_path(&rig.config.cdi_runtime_dir, UID).exists());
+}
+
+// What broke: a share of gpu-0-shared and the slot device gpu-0-slot-0 in one claim became
+// one device carrying both requests when the share came first. They are two devices, on two
+// slots, in either order.
+#[tokio::test]
+async fn a_share_and_a_slot_device_of_one_gpu_in_one_claim_are_two_devices() {
+    for share_first in [true, false] {
+        let rig = Rig::with_source(FakeSource::with_slots(2));
+        let mut c = shared_claim(UID, "mixed", &["share-a"], None);
+        let results = &mut c.status.allocation.as_mut().unwrap().devices.results;
+        let slot = AllocationResult {
+            request: "plain".into(),
+            driver: DRIVER.into(),
+            pool: NODE.into(),
+            device: "gpu-0-slot-0".into(),
+            ..AllocationResult::default()
+        };
+        if share_first {
+            results.push(slot);
+        } else {
+            results.insert(0, slot);
+        }
+        rig.claims.put(c);
+        let answer = rig.prepare(vec![claim(UID, "mixed")]).await;
+        let one = &answer.claims[UID];
+        assert_eq!(one.error, "", "share first: {share_first}");
+        let mut got: Vec<(String, Vec<String>)> = one
+            .devices
+            .iter()
+            .map(|d| (d.device_name.clone(), d.cdi_device_ids.clone()))
+            .collect();
+        got.sort();
+        assert_eq!(
+            got,
+            [
+                (
+                    "gpu-0-shared".to_owned(),
+                    vec![format!("k8s.gpu.bcd.dev/claim={UID}-gpu-0-shared-1")]
+                ),
+                (
+                    "gpu-0-slot-0".to_owned(),
+                    vec![format!("k8s.gpu.bcd.dev/claim={UID}-gpu-0-slot-0")]
+                ),
+            ],
+            "share first: {share_first}"
+        );
+        let holds = rig.holds().await;
+        assert_eq!(holds[0].devices.len(), 2, "share first: {share_first}");
+    }
+}
+
+// What broke: unpreparing a claim bcd did not know joined the kubelet's uid into a path
+// unchecked (`../` included). It is checked as prepare checks it.
+#[tokio::test]
+async fn unprepare_of_an_unknown_claim_checks_its_uid_before_any_path() {
+    let rig = Rig::new();
+    let outside = rig
+        .config
+        .cdi_runtime_dir
+        .parent()
+        .unwrap()
+        .join("victim.json");
+    std::fs::write(&outside, "{}").unwrap();
+    let answer = rig.unprepare(vec![claim("x/../../victim", "a")]).await;
+    let error = &answer.claims["x/../../victim"].error;
+    assert!(error.contains("which is not a Kubernetes uid"), "{error}");
+    assert!(outside.exists());
+}
