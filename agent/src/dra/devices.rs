@@ -84,6 +84,10 @@ pub struct DraDevice {
     /// For a GPU's shared device, how many slots its allocations may take now (its
     /// capacity `slots`); `None` for every other device.
     pub shares: Option<u32>,
+    /// A device a prepared claim holds that the node's inventory does not show now
+    /// (`nvidia-smi -q -x` failed, the MIG layout or `--gpu-slots` changed): kept for its
+    /// claim, never offered, reported unhealthy ([`kept_for_claims`]).
+    pub missing: bool,
 }
 
 impl DraDevice {
@@ -245,6 +249,7 @@ pub fn devices(
                     attributes,
                     capacity: memory(mig.memory_total_mib),
                     shares: None,
+                    missing: false,
                 });
             }
         } else if slots > 0 {
@@ -270,6 +275,7 @@ pub fn devices(
                     attributes,
                     capacity: memory(gpu.memory_total_mib),
                     shares: None,
+                    missing: false,
                 });
             }
             let mut attributes = common.clone();
@@ -285,6 +291,7 @@ pub fn devices(
                 attributes,
                 capacity: BTreeMap::new(),
                 shares: Some(slots.min(MAX_SLOTS)),
+                missing: false,
             });
         } else {
             common.insert("type".into(), Attribute::String("gpu".into()));
@@ -296,6 +303,7 @@ pub fn devices(
                 attributes: common,
                 capacity: memory(gpu.memory_total_mib),
                 shares: None,
+                missing: false,
             });
         }
     }
@@ -306,6 +314,64 @@ pub fn devices(
     out.sort_by(|a, b| a.name.cmp(&b.name));
     let mut seen = BTreeSet::new();
     out.retain(|d| seen.insert(d.name.clone()));
+    out
+}
+
+/// The devices that DRA claims' holds (`holds`) name and `all` lacks, each as its claim's
+/// record names it, described by what the hold knows (its type, its uuid, its GPU), with
+/// [`DraDevice::missing`] set: a claimed device is never left out of the slices or the health
+/// stream because one collection failed. A hold without its claim's record names no device
+/// of the pool and adds none. Pure.
+pub fn kept_for_claims(all: &[DraDevice], holds: &[Hold]) -> Vec<DraDevice> {
+    let mut out: Vec<DraDevice> = Vec::new();
+    for hold in holds.iter().filter(|h| h.owner() == HoldOwner::Dra) {
+        let Some(claim) = &hold.claim else { continue };
+        for (id, pool) in hold.devices.iter().zip(&claim.devices) {
+            let shared = pool.share.is_some();
+            if all.iter().any(|d| d.name == pool.device)
+                || out.iter().any(|d| d.name == pool.device)
+                || !is_dns_label(&pool.device)
+            {
+                continue;
+            }
+            let Some(gpu) = hold.gpu_of(id).and_then(|g| g.gpu_uuid().cloned()) else {
+                continue;
+            };
+            let mut attributes = BTreeMap::new();
+            let kind = match id {
+                _ if shared => "slot",
+                DeviceId::Slot { .. } => "slot",
+                DeviceId::Gpu(_) => "gpu",
+                _ => "mig",
+            };
+            attributes.insert("type".to_owned(), Attribute::String(kind.to_owned()));
+            match id {
+                DeviceId::Gpu(uuid) if !shared => {
+                    attributes.insert("uuid".into(), Attribute::String(uuid.as_str().into()));
+                }
+                DeviceId::Gpu(_) | DeviceId::Slot { .. } => {}
+                other => {
+                    attributes.insert("uuid".into(), Attribute::String(other.to_string()));
+                }
+            }
+            if kind != "gpu" {
+                attributes.insert("parentUUID".into(), Attribute::String(gpu.as_str().into()));
+            }
+            out.push(DraDevice {
+                name: pool.device.clone(),
+                id: if shared {
+                    DeviceId::from(&gpu)
+                } else {
+                    id.clone()
+                },
+                gpu,
+                attributes,
+                capacity: BTreeMap::new(),
+                shares: shared.then_some(1),
+                missing: true,
+            });
+        }
+    }
     out
 }
 
@@ -337,6 +403,8 @@ pub enum NotOffered {
     /// Another owner's hold (an operator, a device plugin, another claim's device on the same
     /// GPU) conflicts with it.
     Held(HoldOwner),
+    /// The node's inventory does not show it now (a claim keeps it).
+    Missing,
 }
 
 /// `s` as a label value: at most 63 of `A-Z a-z 0-9 - _ .`, starting and ending with a letter
@@ -368,6 +436,7 @@ impl NotOffered {
             Self::NotSchedulable(reason) => ("unhealthy", label_value(reason)),
             Self::Claimed => ("node-step", "reset-or-vfio".to_owned()),
             Self::PassedThrough => ("passed-through", "vfio-pci".to_owned()),
+            Self::Missing => ("unhealthy", "NotInInventory".to_owned()),
             Self::Held(owner) => (
                 "held",
                 match owner {
@@ -449,6 +518,9 @@ fn named(h: &Hold) -> impl Iterator<Item = (&DeviceId, Option<&str>)> {
 /// dropping it would make the claim's allocation dangle (its GPU's health still counts, for
 /// the taint). A shared device is offered while its GPU has a slot no other owner holds.
 pub fn offered(device: &DraDevice, now: &Situation<'_>) -> Result<(), NotOffered> {
+    if device.missing {
+        return Err(NotOffered::Missing);
+    }
     if let Some(why) = now.unschedulable(device) {
         return Err(why);
     }

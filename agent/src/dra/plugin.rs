@@ -252,6 +252,10 @@ pub async fn health_now<S: DeviceSource>(
         .into_iter()
         .map(|d| {
             let (health, message) = match verdicts.get(&d.gpu) {
+                _ if d.missing => (
+                    hpb::HealthStatus::Unhealthy,
+                    "the node's inventory does not show this device now (nvidia-smi -q -x failed, or the GPU's MIG layout or bcd's --gpu-slots changed); its claim keeps it".to_owned(),
+                ),
                 Some(v) if v.healthy() => (hpb::HealthStatus::Healthy, String::new()),
                 Some(v) if v.health == HealthState::Unhealthy => {
                     let why: Vec<String> = v

@@ -323,10 +323,15 @@ pub fn minors(host: &crate::sys::host::Host) -> BTreeMap<GpuUuid, u32> {
 }
 
 /// Every device the driver publishes for the node's latest inventory (before health and
-/// holds are looked at).
+/// holds are looked at), and every device a prepared claim holds that the inventory lacks
+/// now ([`devices::kept_for_claims`]).
 pub async fn all_devices<S: DeviceSource>(node: &S, config: &DraConfig) -> Vec<DraDevice> {
     let inventory = node.inventory().await;
-    devices::devices(&inventory, &minors(&config.host), node.gpu_slots())
+    let mut all = devices::devices(&inventory, &minors(&config.host), node.gpu_slots());
+    let kept = devices::kept_for_claims(&all, &node.holds_now().await);
+    all.extend(kept);
+    all.sort_by(|a, b| a.name.cmp(&b.name));
+    all
 }
 
 /// The driver's claims side: prepares and unprepares claims on the node `S`, reading them
@@ -526,7 +531,7 @@ impl<S: DeviceSource, R: ClaimReader> Driver<S, R> {
         let mut placed = Vec::new();
         for r in &ours {
             let named = format!("{}/{}", r.pool, r.device);
-            let Some(d) = table.iter().find(|d| d.name == r.device) else {
+            let Some(d) = table.iter().find(|d| d.name == r.device && !d.missing) else {
                 return Err(Refusal::UnknownDevice { device: named });
             };
             let same_share = |p: &PoolDevice| {

@@ -705,6 +705,7 @@ mod tests {
                 .collect(),
             capacity: [("memory".to_owned(), memory)].into_iter().collect(),
             shares: None,
+            missing: false,
         }
     }
 

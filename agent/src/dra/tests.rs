@@ -996,3 +996,74 @@ async fn unprepare_of_an_unknown_claim_checks_its_uid_before_any_path() {
     assert!(error.contains("which is not a Kubernetes uid"), "{error}");
     assert!(outside.exists());
 }
+
+// What broke: when `nvidia-smi -q -x` failed, a prepared MIG device vanished from the
+// inventory, so from the slice and the health stream, while its claim's pod ran on it. A
+// claimed device is kept in both, and the health stream reports it UNHEALTHY.
+#[tokio::test]
+async fn a_claimed_mig_device_the_inventory_lost_stays_in_the_slice_and_is_unhealthy() {
+    use crate::inventory::document::{Mig, MigDevice};
+    const MIG: &str = "MIG-65db3e42-f991-a575-c20e-8350d31e437c";
+    let rig = Rig::new();
+    let mig_of = |on: bool| {
+        move |inventory: &mut crate::inventory::document::Inventory| {
+            inventory.gpu.gpus[1].mig = on.then(|| Mig {
+                mode: Some(true),
+                devices: vec![MigDevice {
+                    uuid: Some(MIG.parse().unwrap()),
+                    profile: Some("3g.40gb".into()),
+                    gi: Some(2),
+                    ci: Some(0),
+                    memory_total_mib: Some(40192),
+                }],
+                ..Mig::default()
+            });
+        }
+    };
+    rig.source.reshape(mig_of(true));
+    rig.claims
+        .put(allocated(UID, "a", &[("gpu", "gpu-1-mig-2-0")]));
+    let answer = rig.prepare(vec![claim(UID, "a")]).await;
+    assert_eq!(error_of(&answer, UID), "");
+    // The next collection's -q -x fails: the GPU shows without its MIG section.
+    rig.source.reshape(mig_of(false));
+    let health = plugin::health_now(
+        rig.source.as_ref(),
+        &rig.config,
+        super::devices::Features::default(),
+    )
+    .await;
+    let mig = health
+        .iter()
+        .find(|h| h.device.as_ref().unwrap().device_name == "gpu-1-mig-2-0")
+        .expect("the claimed device is still in the health stream");
+    assert_eq!(mig.health, hpb::HealthStatus::Unhealthy as i32);
+    assert!(
+        mig.message.contains("does not show this device now"),
+        "{}",
+        mig.message
+    );
+    for taints in [false, true] {
+        let features = super::devices::Features {
+            taints,
+            shares: false,
+        };
+        let slices =
+            super::controller::desired_now(rig.source.as_ref(), &rig.config, features).await;
+        let kept: Vec<_> = slices
+            .iter()
+            .flatten()
+            .filter(|d| d.name == "gpu-1-mig-2-0")
+            .collect();
+        assert_eq!(kept.len(), 1, "taints: {taints}: {slices:?}");
+    }
+    // Another claim of it is refused: it is not a device the node shows.
+    rig.claims
+        .put(allocated("u-b", "b", &[("gpu", "gpu-1-mig-2-0")]));
+    let refused = rig.prepare(vec![claim("u-b", "b")]).await;
+    assert!(
+        error_of(&refused, "u-b").contains("is not a device"),
+        "{}",
+        error_of(&refused, "u-b")
+    );
+}

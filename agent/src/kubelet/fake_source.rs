@@ -25,7 +25,7 @@ pub(crate) const GPU1: &str = "GPU-22222222-2222-2222-2222-222222222222";
 
 /// Two GPUs, a hold store in a temporary folder, and what the test says of them.
 pub(crate) struct FakeSource {
-    inventory: Inventory,
+    inventory: Mutex<Inventory>,
     holds: tokio::sync::Mutex<Holds>,
     verdicts: Mutex<BTreeMap<GpuUuid, Verdict>>,
     pub(crate) claimed: Mutex<Vec<DeviceId>>,
@@ -67,10 +67,10 @@ impl FakeSource {
         let cdi_dir = dir.path().join("cdi");
         std::fs::create_dir_all(&cdi_dir).unwrap();
         Self {
-            inventory: Inventory::new(GpuSection {
+            inventory: Mutex::new(Inventory::new(GpuSection {
                 gpus,
                 ..GpuSection::default()
-            }),
+            })),
             holds: tokio::sync::Mutex::new(Holds::load(dir.path()).unwrap()),
             verdicts: Mutex::new(
                 [GPU0, GPU1]
@@ -96,6 +96,12 @@ impl FakeSource {
         }
     }
 
+    /// Changes the inventory the node shows (a collection that failed, a new MIG layout).
+    pub(crate) fn reshape(&self, f: impl FnOnce(&mut Inventory)) {
+        f(&mut self.inventory.lock().unwrap());
+        self.touch();
+    }
+
     pub(crate) fn judge(&self, gpu: &str, verdict: Verdict) {
         self.verdicts
             .lock()
@@ -106,7 +112,7 @@ impl FakeSource {
 
 impl DeviceSource for FakeSource {
     async fn inventory(&self) -> Inventory {
-        self.inventory.clone()
+        self.inventory.lock().unwrap().clone()
     }
 
     async fn holds_now(&self) -> Vec<Hold> {
@@ -114,7 +120,7 @@ impl DeviceSource for FakeSource {
     }
 
     async fn topology(&self) -> Topology {
-        Topology::from_inventory(&self.inventory, self.slots)
+        Topology::from_inventory(&self.inventory.lock().unwrap(), self.slots)
     }
 
     async fn verdicts(&self) -> BTreeMap<GpuUuid, Verdict> {
@@ -136,7 +142,7 @@ impl DeviceSource for FakeSource {
     async fn cdi_context(&self) -> (VendorSpecs, DeviceCatalog) {
         (
             VendorSpecs::default(),
-            DeviceCatalog::from_inventory(&self.inventory),
+            DeviceCatalog::from_inventory(&self.inventory.lock().unwrap()),
         )
     }
 
@@ -158,7 +164,7 @@ impl DeviceSource for FakeSource {
             cdi::converge(
                 &mut holds,
                 &[],
-                &DeviceCatalog::from_inventory(&self.inventory),
+                &DeviceCatalog::from_inventory(&self.inventory.lock().unwrap()),
                 &self.cdi_dir,
             );
         }
