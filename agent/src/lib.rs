@@ -18,9 +18,11 @@ pub mod inventory;
 pub mod kubelet;
 pub mod labels;
 pub mod node;
+pub mod plugin_socket;
 pub(crate) mod prometheus;
 pub mod runtime;
 pub mod smi;
+pub mod source;
 pub(crate) mod state;
 pub mod sys;
 #[cfg(test)]

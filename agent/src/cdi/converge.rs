@@ -11,10 +11,11 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use crate::state::{self, StateError, PUBLIC_MODE};
 
-use super::holds::{hold_of_file_name, HoldError, Holds};
+use super::holds::hold_of_file_name;
 use super::render::{record_claim, render, HoldRequest, COMMON_RUNTIMES_CDI_VERSION};
 use super::vendor::{DeviceCatalog, VendorSpec};
 use crate::device::id::{DeviceId, HoldId};
+use crate::device::store::{HoldError, Holds};
 
 /// A spec the converger could not write or remove. `Display` is the operator's sentence.
 #[derive(Debug, thiserror::Error)]

@@ -1,7 +1,8 @@
 //! Holds and their CDI specs, built from NVIDIA's own spec.
 //!
-//! A hold reserves GPUs, MIG devices or slots ([`holds`], with [`crate::device::policy`] deciding
-//! what may be held together); for each hold bcd writes `<cdi>/bcd-<hold>.json` (kind
+//! A hold reserves GPUs, MIG devices or slots (kept by [`crate::device::store`], with
+//! [`crate::device::policy`] deciding what may be held together; the specs are its second
+//! record, [`holds`]); for each hold bcd writes `<cdi>/bcd-<hold>.json` (kind
 //! `bcd.dev/gpu`, one device per held device named by its id, and one named after the hold
 //! for all of them), so `bcd.dev/gpu=<uuid>` is all a container needs. With the NVIDIA
 //! Container Toolkit in CDI mode `NVIDIA_VISIBLE_DEVICES` alone grants nothing, so each held
@@ -9,8 +10,8 @@
 //! its device nodes, never another GPU's. [`render`] builds a spec without I/O; [`converge`]
 //! writes them all and removes those of released holds.
 //!
-//! This module never runs a privileged step and never writes a file other than `holds.json`
-//! and `bcd-<hold>.json`.
+//! This module never runs a privileged step and never writes a file other than
+//! `bcd-<hold>.json` (the store writes `holds.json`).
 
 pub(crate) mod converge;
 pub(crate) mod holds;
@@ -20,11 +21,12 @@ pub mod vendor;
 
 pub(crate) use crate::device::id::IdError;
 pub use crate::device::id::{DeviceId, HoldId};
+pub use crate::device::store::Holds;
+pub(crate) use crate::device::store::{Before, HoldError};
 pub use crate::device::{Hold, HoldOwner};
 pub use converge::converge;
 pub(crate) use converge::{write_missing, ConvergeError, Convergence};
-pub use holds::Holds;
-pub(crate) use holds::{Before, HoldError};
+pub use holds::open_holds;
 pub use render::{render, HoldRequest, Rendered};
 pub use vendor::{read_vendor_specs, DeviceCatalog, VendorSpec};
 

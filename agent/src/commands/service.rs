@@ -312,7 +312,7 @@ fn dra_config(global: &Global, args: &NodeArgs) -> Result<Option<DraFlags>, DraF
 }
 
 /// The consumers of the node's devices `bcd node` was asked for, each a task on the node that
-/// reaches it through [`crate::device::DeviceSource`] alone: the kubelet device plugins (with
+/// reaches it through [`crate::source::DeviceSource`] alone: the kubelet device plugins (with
 /// `--device-plugin-dir`) and the node labels' feature file (with `--nfd-features-dir`), their
 /// state shown in the node's status and metrics, and the DRA driver (with `--dra`).
 fn consumers(

@@ -1,5 +1,5 @@
 //! Who has a device: one hold (its id, its devices, who made it) and the owners a hold may
-//! have. The store that keeps holds is `cdi::holds`; what may be held together is
+//! have. The store that keeps holds is [`super::store`]; what may be held together is
 //! [`super::policy`]'s decision.
 
 use std::collections::BTreeMap;

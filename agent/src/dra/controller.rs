@@ -29,7 +29,7 @@ use super::prepare::all_devices;
 use super::server::ServerVersion;
 use super::slices::{self, Dropped, NodeRef, Plan, ResourceSlice};
 use super::{DraConfig, DraState, DRIVER};
-use crate::device::DeviceSource;
+use crate::source::DeviceSource;
 
 /// The first wait after a failed write.
 pub const BACKOFF_FIRST: Duration = Duration::from_millis(100);
@@ -450,7 +450,7 @@ fn watch_problem(why: &str, wait: Duration) -> String {
 /// change of the node's devices (`None` when the node stopped) or the resync.
 async fn wait_on<S>(
     watch: Option<Result<S, String>>,
-    changes: &mut crate::device::Changes,
+    changes: &mut crate::source::Changes,
 ) -> Option<WatchEnd>
 where
     S: tokio_stream::Stream<

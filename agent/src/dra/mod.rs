@@ -18,9 +18,9 @@
 //! Which newer slice fields the API server keeps (taints, consumable capacity) is learnt from
 //! its version and from what it returns ([`server`]).
 //!
-//! It reaches the node through [`crate::device::DeviceSource`] alone (tested against a fake
+//! It reaches the node through [`crate::source::DeviceSource`] alone (tested against a fake
 //! source), keeps its own counters and problems in [`DraState`] (shown in the node's status
-//! and metrics as a [`crate::device::Report`]), never runs a privileged step and changes
+//! and metrics as a [`crate::source::Report`]), never runs a privileged step and changes
 //! nothing but holds and its claims' CDI specs.
 
 pub mod claims;
@@ -219,7 +219,7 @@ fn set(slot: &Mutex<Option<String>>, sentence: Option<String>) {
     }
 }
 
-impl crate::device::Report for DraState {
+impl crate::source::Report for DraState {
     fn problem(&self) -> Option<String> {
         let mut parts: Vec<String> = Vec::new();
         for slot in [&self.problem, &self.api_problem, &self.stale_problem] {
@@ -293,7 +293,7 @@ pub const CONNECT_RETRY: std::time::Duration = std::time::Duration::from_secs(10
 /// [`CONNECT_RETRY`] while it cannot, saying why in `status`), then serves the kubelet's
 /// sockets, publishes the node's ResourceSlices and releases the claims the kubelet never
 /// unprepared ([`stale`]), until the node stops.
-pub async fn run<S: crate::device::DeviceSource>(
+pub async fn run<S: crate::source::DeviceSource>(
     node: std::sync::Arc<S>,
     state: std::sync::Arc<DraState>,
     config: DraConfig,

@@ -29,9 +29,9 @@ use super::proto::health as hpb;
 use super::proto::registration as rpb;
 use super::proto::{v1, v1beta1};
 use super::{DraConfig, DraState, DRIVER};
-use crate::device::DeviceSource;
 use crate::health::verdict::HealthState;
-use crate::kubelet::plugin::{bind, identity, incoming, SocketFile};
+use crate::plugin_socket::{bind, identity, incoming, SocketFile};
+use crate::source::DeviceSource;
 
 /// How often the sockets are looked at.
 pub const WATCH_EVERY: Duration = Duration::from_millis(250);

@@ -38,7 +38,8 @@ use crate::cdi::spec::{version_needs, CdiVersion, Spec};
 use crate::cdi::{DeviceCatalog, DeviceId, HoldError, HoldId, VendorSpec};
 use crate::device::id::SlotIndex;
 use crate::device::policy::{conflict, Topology};
-use crate::device::{DeviceSource, DraClaim, Hold, HoldOwner, PoolDevice, Share};
+use crate::device::{DraClaim, Hold, HoldOwner, PoolDevice, Share};
+use crate::source::DeviceSource;
 use crate::state::{self, StateError, PUBLIC_MODE};
 
 /// The CDI kind of the claims' specs: vendor `k8s.gpu.bcd.dev`, class `claim` (a class

@@ -15,7 +15,8 @@ use std::time::{Duration, Instant};
 use super::claims::{ClaimReader, ReadError, ResourceClaim};
 use super::prepare::{ClaimRef, Driver};
 use super::DRIVER;
-use crate::device::{DeviceSource, DraClaim};
+use crate::device::DraClaim;
+use crate::source::DeviceSource;
 
 /// How often the pass runs, and the grace a claim must have been stale for: a stale claim is
 /// released at the second pass that finds it so, at least this long after the first.

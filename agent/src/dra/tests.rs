@@ -20,8 +20,9 @@ use super::proto::registration as rpb;
 use super::proto::{v1, v1beta1};
 use super::{plugin, DraConfig, DraState, DRIVER};
 use crate::cdi::spec::{parse_spec, Format};
-use crate::device::{DeviceSource, HoldOwner};
+use crate::device::HoldOwner;
 use crate::kubelet::fake_source::{unhealthy, FakeSource, GPU0, GPU1};
+use crate::source::DeviceSource;
 
 const NODE: &str = "node-a";
 const UID: &str = "3f0c2f7e-8a6b-4c1d-9e2f-0a1b2c3d4e5f";
@@ -512,7 +513,7 @@ async fn registration_follows_the_dra_socket_says_what_the_kubelet_needs_and_com
         .await
         .unwrap();
     assert_eq!(
-        crate::device::Report::problem(rig.state.as_ref()).as_deref(),
+        crate::source::Report::problem(rig.state.as_ref()).as_deref(),
         Some("the kubelet did not register the DRA driver gpu.bcd.dev: version not supported")
     );
 
@@ -530,15 +531,15 @@ async fn registration_follows_the_dra_socket_says_what_the_kubelet_needs_and_com
     assert_eq!(answer.claims[UID].error, "");
 
     // The registration socket removed (its folder too): made anew, the DRA socket kept.
-    let dra_inode = crate::kubelet::plugin::identity(&dra);
+    let dra_inode = crate::plugin_socket::identity(&dra);
     std::fs::remove_dir_all(rig.config.registry_dir()).unwrap();
     wait_for("the registration socket again", || reg.exists()).await;
-    assert_eq!(crate::kubelet::plugin::identity(&dra), dra_inode);
+    assert_eq!(crate::plugin_socket::identity(&dra), dra_inode);
     // The DRA socket removed: both anew.
-    let reg_inode = crate::kubelet::plugin::identity(&reg);
+    let reg_inode = crate::plugin_socket::identity(&reg);
     std::fs::remove_file(&dra).unwrap();
     wait_for("both sockets anew", || {
-        dra.exists() && reg.exists() && crate::kubelet::plugin::identity(&reg) != reg_inode
+        dra.exists() && reg.exists() && crate::plugin_socket::identity(&reg) != reg_inode
     })
     .await;
     task.abort();
@@ -618,7 +619,7 @@ async fn a_claim_deleted_without_unprepare_is_released_after_the_grace() {
     assert!(!path.exists(), "its spec goes as unprepare removes it");
     assert!(spec_path(&rig.config.cdi_runtime_dir, "u-b").exists());
     assert_eq!(rig.state.counters().unprepared, 1);
-    use crate::device::Report;
+    use crate::source::Report;
     assert_eq!(rig.state.problem(), None);
 }
 
@@ -635,7 +636,7 @@ async fn a_claim_the_api_server_cannot_be_asked_about_keeps_its_hold_and_is_said
             })
         }
     }
-    use crate::device::Report;
+    use crate::source::Report;
     let rig = Rig::new();
     rig.claims.put(allocated(UID, "a", &[("gpu", "gpu-0")]));
     rig.prepare(vec![claim(UID, "a")]).await;
@@ -803,7 +804,7 @@ async fn each_share_of_a_shared_gpu_gets_its_own_slot_and_its_own_cdi_device() {
 // the metrics, not only a refusal in status.
 #[test]
 fn the_registration_and_the_slices_features_are_in_the_metrics() {
-    use crate::device::Report;
+    use crate::source::Report;
     let state = DraState::default();
     let text = state.metrics_text();
     assert!(text.contains("bcd_dra_registered 0\n"), "{text}");
@@ -844,7 +845,7 @@ async fn a_renamed_node_releases_no_claim_and_nothing_is_released_without_the_no
             Ok(false)
         }
     }
-    use crate::device::Report;
+    use crate::source::Report;
     let rig = Rig::new();
     rig.claims.put(allocated(UID, "a", &[("gpu", "gpu-0")]));
     rig.prepare(vec![claim(UID, "a")]).await;

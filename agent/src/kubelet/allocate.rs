@@ -13,7 +13,7 @@ use sha2::{Digest, Sha256};
 use super::KubeState;
 use crate::cdi::{self, Before, DeviceId, HoldError, HoldId, HoldOwner};
 use crate::device::policy::PolicyError;
-use crate::device::DeviceSource;
+use crate::source::DeviceSource;
 
 use super::devices::{cdi_name, Resource};
 

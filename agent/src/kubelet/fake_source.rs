@@ -14,10 +14,11 @@ use super::KubeState;
 use crate::cdi::vendor::VendorSpecs;
 use crate::cdi::{self, Before, DeviceCatalog, DeviceId, Hold, HoldId, Holds};
 use crate::device::policy::Topology;
-use crate::device::{Changes, DeviceSource, PodAllocation};
+use crate::device::PodAllocation;
 use crate::health::verdict::{HealthState, Reason, Verdict};
 use crate::inventory::document::{Gpu, GpuSection, Inventory};
 use crate::smi::samples::GpuSample;
+use crate::source::{Changes, DeviceSource};
 use bcd_protocol::GpuUuid;
 
 pub(crate) const GPU0: &str = "GPU-11111111-1111-1111-1111-111111111111";

@@ -11,9 +11,9 @@
 //!   spec before it answers, and answers CDI device names ([`allocate`]).
 //! - Releases come from the kubelet's PodResources API ([`release`]).
 //!
-//! It reaches the node through [`crate::device::DeviceSource`] alone (tested against a fake
+//! It reaches the node through [`crate::source::DeviceSource`] alone (tested against a fake
 //! source), keeps its own counters and problem in [`KubeState`] (shown in the node's status
-//! and metrics as a [`crate::device::Report`]), never runs a privileged step and changes
+//! and metrics as a [`crate::source::Report`]), never runs a privileged step and changes
 //! nothing but holds.
 
 pub(crate) mod allocate;
@@ -28,7 +28,7 @@ use std::path::PathBuf;
 use std::sync::Mutex;
 use std::time::Duration;
 
-use crate::device::DeviceSource;
+use crate::source::DeviceSource;
 
 /// The generated gRPC code of the kubelet's APIs (`agent/proto/`).
 pub(crate) mod proto {
@@ -79,7 +79,7 @@ pub(crate) struct ResourceCounters {
 }
 
 /// The Kubernetes side's own state: the counters and what is degraded, shown in the node's
-/// status and metrics through [`crate::device::Report`].
+/// status and metrics through [`crate::source::Report`].
 #[derive(Debug)]
 pub(crate) struct KubeState {
     counters: Mutex<BTreeMap<String, ResourceCounters>>,
@@ -216,7 +216,7 @@ impl KubeState {
     }
 }
 
-impl crate::device::Report for KubeState {
+impl crate::source::Report for KubeState {
     fn problem(&self) -> Option<String> {
         KubeState::problem(self)
     }

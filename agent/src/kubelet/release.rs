@@ -17,8 +17,8 @@ use super::proto::podresources::{
 use super::KubeState;
 use super::{grpc, names, KubeletConfig};
 use crate::cdi::{DeviceId, Hold, HoldOwner};
-use crate::device::DeviceSource;
 use crate::device::{PodAllocation, PodRef};
+use crate::source::DeviceSource;
 
 /// How often PodResources is read while a Kubernetes hold exists.
 pub const POLL_EVERY: Duration = Duration::from_secs(1);

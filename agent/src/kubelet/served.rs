@@ -249,9 +249,9 @@ async fn a_plugin_socket_is_0600_and_refuses_a_peer_of_another_uid() {
     use tokio_stream::StreamExt;
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("bcd-gpu.sock");
-    let listener = super::plugin::bind(&path).unwrap();
+    let listener = crate::plugin_socket::bind(&path).unwrap();
     let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o777;
-    assert_eq!(mode, super::plugin::SOCKET_MODE, "{mode:o}");
+    assert_eq!(mode, crate::plugin_socket::SOCKET_MODE, "{mode:o}");
     assert_eq!(mode, 0o600);
     if !nix::unistd::geteuid().is_root() {
         bcd_testkit::skip("connecting as another uid needs root");
@@ -263,7 +263,7 @@ async fn a_plugin_socket_is_0600_and_refuses_a_peer_of_another_uid() {
     // Open to everyone, so that only the peer check stands in the way; the folder too.
     std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o666)).unwrap();
     std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
-    let mut incoming = Box::pin(super::plugin::incoming(listener, "bcd.dev/gpu"));
+    let mut incoming = Box::pin(crate::plugin_socket::incoming(listener, "bcd.dev/gpu"));
     tokio::spawn(async move {
         while let Some(Ok(mut stream)) = incoming.next().await {
             let _ = stream.write_all(b"served").await;

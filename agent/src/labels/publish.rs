@@ -12,7 +12,7 @@ use tokio::sync::watch;
 
 use super::nfd::{keep, FeatureFile};
 use super::{hold_while_silent, node_labels, nvidia_smi_answered, HostFacts, LabelConfig, Labels};
-use crate::device::{DeviceSource, Report};
+use crate::source::{DeviceSource, Report};
 use crate::sys::host::Host;
 
 /// How often the labels are computed again without a change signal: a net under the signals

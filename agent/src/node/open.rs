@@ -81,7 +81,7 @@ fn open_state(config: &NodeConfig, problems: &mut Vec<String>) -> (String, Healt
             temp.display()
         );
     }
-    let opened = Holds::open(&config.data_dir, &config.cdi_dir);
+    let opened = cdi::open_holds(&config.data_dir, &config.cdi_dir);
     problems.extend(opened.notes);
     (boot_id, Health::new(store), opened.holds)
 }

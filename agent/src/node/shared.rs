@@ -22,7 +22,7 @@ use crate::cdi::{
     self, converge, DeviceCatalog, DeviceId, Hold, HoldError, HoldId, HoldOwner, Holds,
 };
 use crate::device::policy::{Busy, ClaimKind, ClaimSet, Placed, Topology};
-use crate::device::{Changes, DeviceSource, PodAllocation, Report};
+use crate::device::PodAllocation;
 use crate::health::faults::Health;
 use crate::health::verdict::{judge, Evidence, Verdict};
 use crate::health::watcher::WatcherStats;
@@ -42,6 +42,7 @@ use crate::runtime::Passthrough;
 use crate::smi::list::ListedGpu;
 use crate::smi::samples::GpuSample;
 use crate::smi::snapshot::QueryRecord;
+use crate::source::{Changes, DeviceSource, Report};
 use crate::sys::host::Host;
 use bcd_protocol::{GpuUuid, PciAddress};
 

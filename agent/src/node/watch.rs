@@ -17,9 +17,9 @@ use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
-use crate::device::DeviceSource;
 use crate::node::schema::NodeStatus;
 use crate::node::shared::Node;
+use crate::source::DeviceSource;
 
 /// Watchers served at once.
 pub const MAX_WATCHERS: usize = 8;

@@ -5,7 +5,9 @@
 //! DRA driver the second; each keeps its own state (counters, problems) and shows it in the
 //! node's status and metrics through [`Report`].
 //!
-//! The node implements [`DeviceSource`]; tests implement it with a fake.
+//! The node implements [`DeviceSource`]; tests implement it with a fake. It sits above the
+//! device vocabulary and the CDI specs (a consumer renders specs from what it gives) and
+//! below the node and its consumers.
 
 use std::collections::BTreeMap;
 use std::future::Future;
@@ -13,12 +15,11 @@ use std::path::PathBuf;
 
 use tokio::sync::watch;
 
-use super::hold::Hold;
-use super::id::{DeviceId, HoldId};
-use super::pods::PodAllocation;
-use super::policy::Topology;
 use crate::cdi::vendor::VendorSpecs;
-use crate::cdi::{Before, DeviceCatalog, Holds};
+use crate::cdi::DeviceCatalog;
+use crate::device::policy::Topology;
+use crate::device::store::{Before, Holds};
+use crate::device::{DeviceId, Hold, HoldId, PodAllocation};
 use crate::health::verdict::Verdict;
 use crate::health::Condition;
 use crate::inventory::document::Inventory;
