@@ -146,7 +146,7 @@ impl Cli {
 /// JSON" in the command's own terms. Every command: 2 is a usage error.
 pub fn exit_statuses(command: &str) -> &'static str {
     match command {
-        "hardware" => "0 the inventory (or the labels) printed; 3 nvidia-smi failed or timed out (what procfs and sysfs show is printed all the same)",
+        "hardware" => "0 the inventory (or the labels) printed; 3 nvidia-smi failed or timed out (what procfs and sysfs show is printed all the same), or no driver for the NVIDIA GPUs on the PCI bus",
         "status" => "0 every GPU healthy or degraded; 1 a GPU unhealthy or unknown; 3 no sample (no driver, nvidia-smi failed or timed out)",
         "doctor" => "0 no check failed (warnings pass); 1 a check failed; 3 the report could not be printed",
         "diag" => "0 every check passed (warnings pass); 1 a check failed; 3 the report could not be printed",
