@@ -150,7 +150,7 @@ pub fn exit_statuses(command: &str) -> &'static str {
         "status" => "0 every GPU healthy or degraded; 1 a GPU unhealthy or unknown; 3 no sample (no driver, nvidia-smi failed or timed out)",
         "doctor" => "0 no check failed (warnings pass); 1 a check failed; 3 the report could not be printed",
         "diag" => "0 every check passed (warnings pass); 1 a check failed; 3 the report could not be printed",
-        "reset" => "0 every GPU reset and healthy; 1 a GPU reset but still not healthy; 3 a reset failed or was refused, or the node could not be reached",
+        "reset" => "0 every GPU reset and, by its verdict after the reset, healthy or degraded; 1 a GPU reset but still unhealthy or unknown; 3 a reset failed or was refused, or the node could not be reached",
         "ping" => "0 the helper answered; 3 it did not",
         "render" => "0 the spec printed",
         "node" => "0 stopped by SIGTERM or SIGINT; 3 it could not start or had to stop",

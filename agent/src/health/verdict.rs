@@ -558,14 +558,8 @@ pub(crate) const ROW_REMAP_FAILED: &str = "row remapping failed";
 /// The message of a [`kind::ROW_REMAP`] reason for a remap that waits for a reset.
 pub(crate) const ROW_REMAP_PENDING: &str = "a row remap waits for a GPU reset";
 
-/// The reasons the GPU's own counters give (row remapping, uncorrectable volatile ECC errors):
-/// what a reset must clear. The one place their sentences are written.
-pub(crate) fn counter_reasons(gpu: &Gpu) -> Vec<Reason> {
-    let mut out = Vec::new();
-    counters(gpu, &mut out);
-    out
-}
-
+/// The reasons the GPU's own counters give (row remapping, uncorrectable volatile ECC errors).
+/// The one place their sentences are written.
 fn counters(gpu: &Gpu, out: &mut Vec<Reason>) {
     let uuid = &gpu.uuid;
     if let Some(rr) = &gpu.row_remap {
