@@ -146,12 +146,12 @@ impl Cli {
 /// JSON" in the command's own terms. Every command: 2 is a usage error.
 pub fn exit_statuses(command: &str) -> &'static str {
     match command {
-        "hardware" => "0 the inventory (or the labels) printed; 3 nvidia-smi failed or timed out (what procfs and sysfs show is printed all the same)",
+        "hardware" => "0 the inventory (or the labels) printed; 3 nvidia-smi failed or timed out (what procfs and sysfs show is printed all the same), or no driver for the NVIDIA GPUs on the PCI bus",
         "status" => "0 every GPU healthy or degraded; 1 a GPU unhealthy or unknown; 3 no sample (no driver, nvidia-smi failed or timed out)",
         "doctor" => "0 no check failed (warnings pass); 1 a check failed; 3 the report could not be printed",
         "diag" => "0 every check passed (warnings pass); 1 a check failed; 3 the report could not be printed",
-        "reset" => "0 every GPU reset and healthy; 1 a GPU reset but still not healthy; 3 a reset failed or was refused, or the node could not be reached",
-        "ping" => "0 the helper answered; 3 it did not",
+        "reset" => "0 every GPU reset and, by its verdict after the reset, healthy or degraded; 1 a GPU reset but still unhealthy or unknown; 3 a reset failed or was refused, or the node could not be reached",
+        "ping" => "0 the helper answered, able to run every operation; 1 it answered but cannot run operations on devices (its lock folder is unusable, or it serves only Ping); 3 it did not answer",
         "render" => "0 the spec printed",
         "node" => "0 stopped by SIGTERM or SIGINT; 3 it could not start or had to stop",
         _ => "0 done; 3 refused by the node service, or it could not be reached",

@@ -229,6 +229,16 @@ pub struct Pong {
     pub operations: Vec<OperationKind>,
 }
 
+impl Pong {
+    /// Why the helper runs no operation on a device (its `Hello` offers none of them: it
+    /// serves only `Ping`, or cannot lock devices), in its own words; `None` when it offers
+    /// them. Asked of the whole set rather than of one kind, so that a kind a newer bcd adds
+    /// and an older helper lacks is not read as a broken helper.
+    pub fn no_device_operations(&self) -> Option<&str> {
+        (!self.operations.iter().any(|k| k.acts_on_devices())).then_some(self.sandbox.as_str())
+    }
+}
+
 /// A function moved between drivers by `vfio.bind` or `vfio.release`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct VfioMove {

@@ -135,6 +135,18 @@ impl LockDir {
         }
     }
 
+    /// Why no operation on a device can run, when the folder was refused at start-up: the
+    /// sentence `Ping` carries, so that an operator learns it before the first reset does.
+    pub fn unusable(&self) -> Option<String> {
+        self.dir.as_ref().err().map(|reason| {
+            format!(
+                "no operation on a device runs: the lock folder {} cannot be used: {reason} (fix \
+                 it, or give another with --lock-dir, and restart bcd-helper)",
+                self.path.display()
+            )
+        })
+    }
+
     /// The lock file of `device`, locked exclusively; tried again for [`HELD_ELSEWHERE_GRACE`]
     /// while another process holds it.
     ///

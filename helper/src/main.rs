@@ -286,6 +286,7 @@ fn start(config: &Config, activation: &Activation) -> Result<(), StartError> {
     }
     // Made and checked before the sandbox, which allows only opening files in it.
     let lock_files = lockfile::LockDir::open(&config.lock_dir);
+    let no_device_locks = lock_files.unusable();
     let late_audit = audit.clone();
     let sysfs = sysfs::Sysfs::new(&config.sysfs_root).on_late_write(Arc::new(
         move |device: &bcd_protocol::PciAddress, sentence: String| {
@@ -363,7 +364,16 @@ fn start(config: &Config, activation: &Activation) -> Result<(), StartError> {
         lock_wait: config.lock_wait,
         confined,
         restart_needed,
-        sandbox: ping_only.clone().unwrap_or(sandbox_words),
+        // What `Ping` says: how the helper is confined, or why it serves only `Ping`, then
+        // why it runs nothing on a device.
+        sandbox: [
+            Some(ping_only.clone().unwrap_or(sandbox_words)),
+            no_device_locks,
+        ]
+        .into_iter()
+        .flatten()
+        .collect::<Vec<_>>()
+        .join("; "),
     };
     let shared = Arc::new(server::Shared::new(
         ops,

@@ -136,6 +136,11 @@ impl Held {
 }
 
 impl DeviceLocks {
+    /// Why no operation on a device can run (the lock folder's refusal), when so.
+    pub fn unusable(&self) -> Option<String> {
+        self.files.unusable()
+    }
+
     /// No lock taken yet; PCI functions' lock files in `files`.
     pub fn new(files: LockDir) -> Self {
         Self {

@@ -59,6 +59,17 @@ impl Allow {
     }
 }
 
+/// The operations a helper offers: only `Ping` when it serves only `Ping`, none that acts on a
+/// device when it cannot lock devices, else every one. What it leaves out it refuses anyway;
+/// saying so in `Hello` lets `bcd helper ping` and doctor tell before the first reset does.
+fn offered(ping_only: bool, no_device_locks: bool) -> Vec<OperationKind> {
+    OperationKind::ALL
+        .into_iter()
+        .filter(|k| !ping_only || *k == OperationKind::Ping)
+        .filter(|k| !no_device_locks || !k.acts_on_devices())
+        .collect()
+}
+
 /// What every connection shares.
 #[derive(Debug)]
 pub struct Shared {
@@ -74,6 +85,8 @@ pub struct Shared {
     pub frame_timeout: Duration,
     /// Why only `Ping` is served (the sandbox could not confine the helper), when so.
     pub ping_only: Option<String>,
+    /// What `Hello` says this helper offers: see [`offered`].
+    offered: Vec<OperationKind>,
     in_flight: AtomicUsize,
     shutting_down: AtomicBool,
     last_activity: Mutex<Instant>,
@@ -89,6 +102,7 @@ impl Shared {
         frame_timeout: Duration,
         ping_only: Option<String>,
     ) -> Self {
+        let offered = offered(ping_only.is_some(), ops.locks.unusable().is_some());
         Self {
             ops,
             audit,
@@ -96,6 +110,7 @@ impl Shared {
             budget: Arc::new(budget),
             frame_timeout,
             ping_only,
+            offered,
             in_flight: AtomicUsize::new(0),
             shutting_down: AtomicBool::new(false),
             last_activity: Mutex::new(Instant::now()),
@@ -405,7 +420,7 @@ async fn handle(stream: &mut UnixStream, shared: &Shared, peer: &Peer, slot: &Sl
             let answer = HelloAnswer {
                 version: PROTOCOL_VERSION,
                 helper_version: env!("CARGO_PKG_VERSION").to_owned(),
-                operations: OperationKind::ALL.to_vec(),
+                operations: shared.offered.clone(),
             };
             if !send(stream, &ServerFrame::Hello(Ok(answer))).await {
                 return;
@@ -583,4 +598,22 @@ async fn run_request(shared: &Shared, peer: &Peer, request: Request, started: In
         duration: started.elapsed(),
     });
     Response { id, result }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // A helper that serves only Ping listed every operation in its Hello, as one whose lock
+    // folder is unusable did: what it refuses whatever the arguments is left out.
+    #[test]
+    fn hello_offers_only_what_the_helper_can_run() {
+        assert_eq!(offered(false, false), OperationKind::ALL.to_vec());
+        assert_eq!(offered(true, false), [OperationKind::Ping]);
+        assert_eq!(offered(true, true), [OperationKind::Ping]);
+        assert_eq!(
+            offered(false, true),
+            [OperationKind::Ping, OperationKind::LibvirtGpus]
+        );
+    }
 }

@@ -156,6 +156,14 @@ impl OperationKind {
         OperationKind::LibvirtGpus,
     ];
 
+    /// Whether the operation acts on PCI functions (a GPU, or the GPUs of a domain or save
+    /// image), so that it runs only under each one's lock: what a helper that cannot lock
+    /// devices leaves out of the operations it offers in its `Hello` answer. `Ping` and
+    /// `libvirt.gpus` touch nothing.
+    pub fn acts_on_devices(self) -> bool {
+        !matches!(self, OperationKind::Ping | OperationKind::LibvirtGpus)
+    }
+
     /// The audit name: `persistence`, `gpu.reset`, `vfio.bind`, ...
     pub fn name(self) -> &'static str {
         match self {
@@ -197,7 +205,11 @@ pub struct HelloAnswer {
     pub version: u32,
     /// The helper's package version, for operators.
     pub helper_version: String,
-    /// What this helper offers.
+    /// What this helper offers now: every kind, less those it would refuse whatever the
+    /// arguments (all but `Ping` when it serves only `Ping`; those that
+    /// [act on devices](OperationKind::acts_on_devices) when its lock folder is unusable).
+    /// An agent reads a kind left out as "cannot be done here"; the `Pong`'s `sandbox` words
+    /// say why.
     pub operations: Vec<OperationKind>,
 }
 
@@ -218,7 +230,8 @@ pub enum Outcome {
         /// The helper's package version.
         helper_version: String,
         /// How the helper is confined, in words ("landlock full; capabilities [...]"), or why
-        /// it serves only `Ping`.
+        /// it serves only `Ping`; followed by why it runs no operation on a device, when its
+        /// lock folder is unusable.
         sandbox: String,
     },
     /// Persistence mode was set.

@@ -2,20 +2,34 @@
 
 use std::process::ExitCode;
 
-use super::output::{print, print_json, saying_what_it_waits_for, FAILED};
+use super::output::{code, fail, print, print_json, saying_what_it_waits_for, FAILED};
 use crate::cli::Global;
+use crate::doctor::checks::{gpu_bus, SmiView};
+use crate::doctor::Status;
 use crate::inventory::collect::collect;
 use crate::inventory::document::{Gpu, Inventory};
 
 /// `bcd hardware`: exit 0 with the inventory; 3 when `nvidia-smi` failed or timed out (what
-/// procfs and sysfs show is printed all the same). A host without the driver is no failure:
-/// its inventory is what it is.
+/// procfs and sysfs show is printed all the same), and 3 when there is no NVIDIA driver but
+/// NVIDIA GPUs on the PCI bus that want one (doctor's `gpu-bus` judge says which and what to
+/// do): bcd cannot inventory them. A host without the driver and without such GPUs (none on
+/// the bus, or all on `vfio-pci` for VMs) is no failure: its inventory is what it is.
 pub async fn hardware(global: &Global) -> ExitCode {
     let host = global.host();
     let collection = saying_what_it_waits_for(global.json, collect(&host, None)).await;
+    // What the PCI bus holds, judged as doctor judges it: the line shown for an empty
+    // inventory, and the failure when the driver is missing for GPUs that are there.
+    let view = SmiView::of(&collection);
+    let bus = gpu_bus(&crate::sys::pci::functions(&host), view);
     let mut status = ExitCode::SUCCESS;
     if let Some(e) = &collection.snapshot_error {
-        if e.is_no_driver() {
+        if e.is_no_driver() && bus.status != Status::Ok {
+            eprintln!("bcd: {e}; showing what procfs and sysfs show");
+            if global.json && collection.inventory.gpu.gpus.is_empty() {
+                return fail(global.json, code::NO_DRIVER, &bus.message);
+            }
+            status = ExitCode::from(FAILED);
+        } else if e.is_no_driver() {
             eprintln!("bcd: {e}; showing what procfs and sysfs show");
         } else {
             // The error names nvidia-smi and what it did; the hint says what to do.
@@ -37,6 +51,12 @@ pub async fn hardware(global: &Global) -> ExitCode {
         print(&render_inventory(
             &collection.inventory,
             collection.snapshot.is_some(),
+            if view == SmiView::Failed {
+                // The failure is said above; the judge's advice names doctor's checks.
+                "no NVIDIA GPU found in procfs"
+            } else {
+                &bus.message
+            },
         ));
     }
     status
@@ -45,8 +65,10 @@ pub async fn hardware(global: &Global) -> ExitCode {
 /// The inventory as an operator reads it: one header line, then one line per GPU, each with
 /// its control characters escaped (names and versions are what `nvidia-smi` printed), as
 /// `bcd status` and `bcd doctor` show them. `answered`: whether `nvidia-smi` answered the
-/// collection (a driver before R410 answers without a CUDA version).
-pub(crate) fn render_inventory(inv: &Inventory, answered: bool) -> String {
+/// collection (a driver before R410 answers without a CUDA version). `bus`: what the PCI bus
+/// holds, said when the inventory has no GPU (`no NVIDIA GPU on the PCI bus`, or GPUs there
+/// with no driver and what to do).
+pub(crate) fn render_inventory(inv: &Inventory, answered: bool, bus: &str) -> String {
     let s = &inv.gpu;
     let mut lines = vec![format!(
         "driver {}, CUDA {}, {} GPU(s), inventory {}",
@@ -60,7 +82,7 @@ pub(crate) fn render_inventory(inv: &Inventory, answered: bool) -> String {
         inv.hash
     )];
     if s.gpus.is_empty() {
-        lines.push("no NVIDIA GPU found on this host".to_owned());
+        lines.push(bus.to_owned());
     }
     lines.extend(s.gpus.iter().map(render_gpu));
     lines

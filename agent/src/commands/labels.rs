@@ -32,7 +32,7 @@ pub async fn labels(global: &Global, gpu_slots: u32) -> ExitCode {
         eprintln!("bcd: {note}");
     }
     if looked.labels.is_empty() {
-        eprintln!("bcd: no NVIDIA GPU found on this host, so no labels");
+        eprintln!("bcd: no NVIDIA GPU in the inventory, so no labels");
     }
     if global.json {
         if !print_json(

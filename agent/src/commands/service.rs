@@ -63,24 +63,36 @@ async fn through_service<T: DeserializeOwned>(
 }
 
 /// The lines `bcd gpu reset` prints for `report`, and its exit status: 3 when a reset
-/// failed, 1 when every reset happened but a GPU is still not healthy, else 0.
+/// failed, 1 when every reset happened but a GPU is still not healthy (its verdict after the
+/// reset, the one `bcd status` shows, lets it take no work), else 0 (healthy, or degraded:
+/// it may take work, as in `bcd status`).
 pub fn render_reset(report: &ResetReport) -> (String, u8) {
+    use crate::health::verdict::HealthState;
     let mut out = String::new();
     let mut status = 0;
     for g in &report.gpus {
         let uuid = &g.uuid;
+        let cleared = g.conditions_cleared;
         if let Some(e) = &g.error {
             status = FAILED;
             out.push_str(&format!("{uuid}: reset failed: {e}\n"));
+        } else if g.healthy && g.health == Some(HealthState::Degraded) {
+            out.push_str(&format!(
+                "{uuid}: reset, degraded ({cleared} condition(s) cleared; {})\n",
+                g.reasons.join("; ")
+            ));
         } else if g.healthy {
             out.push_str(&format!(
-                "{uuid}: reset, healthy ({} XID condition(s) cleared)\n",
-                g.conditions_cleared
+                "{uuid}: reset, healthy ({cleared} condition(s) cleared)\n"
             ));
         } else {
             status = status.max(PROBLEM);
+            let state = match g.health {
+                Some(HealthState::Unknown) => "UNKNOWN",
+                _ => "UNHEALTHY",
+            };
             out.push_str(&format!(
-                "{uuid}: reset, still UNHEALTHY ({})\n",
+                "{uuid}: reset, still {state} ({cleared} condition(s) cleared; {})\n",
                 g.reasons.join("; ")
             ));
         }

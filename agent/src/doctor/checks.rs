@@ -547,25 +547,30 @@ pub(crate) fn helper(location: &str, ping: &Result<String, PingError>) -> Check 
     }
 }
 
-/// `gpu-binding`, only with GPUs: `warn` when the helper did not answer (bcd runs as the
-/// unprivileged `bcd` user, so the privileged steps would fail), `ok` when it did.
-pub(crate) fn gpu_binding(gpus: usize, helper_answers: bool) -> Option<Check> {
+/// `gpu-binding`, only with GPUs: `warn` when the helper did not answer or cannot act on
+/// devices (bcd runs as the unprivileged `bcd` user, so the privileged steps would fail), `ok`
+/// when it answered able to.
+pub(crate) fn gpu_binding(gpus: usize, ping: &Result<String, PingError>) -> Option<Check> {
     if gpus == 0 {
         return None;
     }
     let gpus = plural(gpus, "GPU", "GPUs");
-    Some(if helper_answers {
-        Check::new(
+    Some(match ping {
+        Ok(_) => Check::new(
             Status::Ok,
             name::GPU_BINDING,
             format!("{gpus}, and bcd-helper answers for their privileged steps"),
-        )
-    } else {
-        Check::new(
+        ),
+        Err(PingError::NoDeviceOperations { .. }) => Check::new(
+            Status::Warn,
+            name::GPU_BINDING,
+            format!("{gpus}, but bcd-helper cannot run operations on devices (the helper line says why): gpu.reset, persistence changes and VFIO passthrough will fail until it can"),
+        ),
+        Err(_) => Check::new(
             Status::Warn,
             name::GPU_BINDING,
             format!("{gpus}, but bcd runs as an unprivileged user and bcd-helper does not answer: gpu.reset, persistence changes and VFIO passthrough will fail until bcd-helper.socket is active (systemctl enable --now bcd-helper.socket)"),
-        )
+        ),
     })
 }
 
@@ -981,13 +986,37 @@ mod tests {
 
     #[test]
     fn gpu_binding_each_status() {
-        assert_eq!(gpu_binding(0, false), None);
-        assert_eq!(gpu_binding(2, true).unwrap().status, Status::Ok);
-        let c = gpu_binding(1, false).unwrap();
+        let none = || {
+            Err(PingError::NoSocket {
+                path: "/run/bcd-helper/helper.sock".into(),
+            })
+        };
+        assert_eq!(gpu_binding(0, &none()), None);
+        assert_eq!(
+            gpu_binding(2, &Ok("0.1.0".into())).unwrap().status,
+            Status::Ok
+        );
+        let c = gpu_binding(1, &none()).unwrap();
         assert_eq!(c.status, Status::Warn);
         assert!(c
             .message
             .starts_with("1 GPU, but bcd runs as an unprivileged user"));
+        let locked_out = Err(PingError::NoDeviceOperations {
+            path: "/run/bcd-helper/helper.sock".into(),
+            version: "0.1.0".into(),
+            why: "no operation on a device runs: the lock folder ...".into(),
+        });
+        let c = gpu_binding(1, &locked_out).unwrap();
+        assert_eq!(c.status, Status::Warn);
+        assert!(
+            c.message.contains("cannot run operations on devices"),
+            "{}",
+            c.message
+        );
+        assert_eq!(
+            helper("/run/bcd-helper/helper.sock", &locked_out).status,
+            Status::Fail
+        );
     }
 
     #[test]

@@ -58,6 +58,17 @@ pub enum PingError {
     /// The helper refused, in its own words.
     #[error("{0}")]
     Helper(HelperError),
+    /// The helper answers but offers no operation on a device (it cannot lock devices, or it
+    /// serves only `Ping`): every reset, persistence change and passthrough step is refused.
+    #[error("bcd-helper {version} answers at {} but cannot run operations on devices, so gpu.reset, persistence changes and VFIO passthrough are refused; its Ping says: {why}", path.display())]
+    NoDeviceOperations {
+        /// The socket's path.
+        path: PathBuf,
+        /// The helper's package version.
+        version: String,
+        /// Why, in the helper's words.
+        why: String,
+    },
     /// Frames that are not the protocol's answers.
     #[error("bcd-helper at {} answered outside the protocol ({what}): install matching versions of bcd and bcd-helper", path.display())]
     Protocol {
@@ -115,7 +126,14 @@ impl PingError {
 pub async fn ping(helper: &dyn Helper, bound: Duration) -> Result<String, PingError> {
     let path = helper.socket();
     match tokio::time::timeout(bound, helper.ping()).await {
-        Ok(Ok(pong)) => Ok(pong.helper_version),
+        Ok(Ok(pong)) => match pong.no_device_operations() {
+            None => Ok(pong.helper_version),
+            Some(why) => Err(PingError::NoDeviceOperations {
+                path: path.to_path_buf(),
+                version: pong.helper_version.clone(),
+                why: why.to_owned(),
+            }),
+        },
         Ok(Err(e)) => Err(PingError::client(path, e, bound)),
         Err(_) => Err(PingError::Timeout {
             path: path.to_path_buf(),

@@ -259,7 +259,7 @@ pub async fn run(env: &DoctorEnv) -> Report {
         let location = env.helper.socket().display().to_string();
         out.push(checks::helper(&location, &ping));
         let gpus = checks::gpu_count(&pci, seen);
-        out.extend(checks::gpu_binding(gpus, ping.is_ok()));
+        out.extend(checks::gpu_binding(gpus, &ping));
     }
     report
 }

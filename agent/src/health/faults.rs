@@ -27,6 +27,7 @@ use bcd_protocol::GpuUuid;
 use serde::{Deserialize, Serialize};
 use tokio::sync::watch;
 
+use super::xid::XidPolicy;
 use super::{Condition, ConditionDevice, ConditionKind};
 use crate::state::{self, StateError, PRIVATE_MODE};
 use crate::sys::host::Host;
@@ -464,16 +465,22 @@ impl FaultStore {
         Ok(changed)
     }
 
-    /// Drops the XID conditions of `uuid` last seen at or before `since` (Unix seconds: when
-    /// the reset that left it healthy began) and writes the file; one seen again after it,
-    /// during the reset or the collection after it, stays. Returns how many were dropped.
+    /// Drops the conditions a reset of `uuid` ends ([`Condition::cleared_by_reset_of`] under
+    /// `policy`) last seen at or before `since` (Unix seconds: when the reset began) and writes
+    /// the file; one seen again after it, during the reset or the collection after it, stays,
+    /// and so does what only a reboot clears. Returns how many were dropped.
     ///
     /// # Errors
     /// [`FaultsError::State`] when the write failed; memory is cleared anyway.
-    pub fn clear_gpu(&mut self, uuid: &GpuUuid, since: u64) -> Result<usize, FaultsError> {
+    pub fn clear_after_reset(
+        &mut self,
+        uuid: &GpuUuid,
+        since: u64,
+        policy: &XidPolicy,
+    ) -> Result<usize, FaultsError> {
         let before = self.conditions.len();
         self.conditions
-            .retain(|c| !(c.is_xid_of(uuid) && c.last_seen <= since));
+            .retain(|c| !(c.cleared_by_reset_of(uuid, policy) && c.last_seen <= since));
         let dropped = before - self.conditions.len();
         if dropped > 0 {
             self.save()?;
@@ -765,13 +772,18 @@ impl Health {
             .kmsg_sequence()
     }
 
-    /// Drops `uuid`'s XID conditions last seen at or before `since`, writes the file and
-    /// publishes; see [`FaultStore::clear_gpu`].
+    /// Drops the conditions a reset of `uuid` that began at `since` ended, writes the file and
+    /// publishes; see [`FaultStore::clear_after_reset`].
     ///
     /// # Errors
     /// The write's error; memory and readers are cleared anyway.
-    pub fn clear_gpu(&self, uuid: &GpuUuid, since: u64) -> Result<usize, FaultsError> {
-        self.change(|s| s.clear_gpu(uuid, since))
+    pub fn clear_after_reset(
+        &self,
+        uuid: &GpuUuid,
+        since: u64,
+        policy: &XidPolicy,
+    ) -> Result<usize, FaultsError> {
+        self.change(|s| s.clear_after_reset(uuid, since, policy))
     }
 
     /// Applies `f` and publishes the conditions once they are on disk (group commit): a change
@@ -903,13 +915,15 @@ mod tests {
             .unwrap()
             .with_fallback(&dir.path().join("run"));
         store
-            .raise(&ConditionKind::Xid(79), dev(GPU_A), "x")
+            .raise(&ConditionKind::Xid(48), dev(GPU_A), "x")
             .unwrap();
         let gpu: GpuUuid = GPU_A.parse().unwrap();
         let moved = dir.path().join("data.away");
         std::fs::rename(&data, &moved).unwrap();
         std::fs::write(&data, "").unwrap();
-        assert!(store.clear_gpu(&gpu, crate::state::unix_now()).is_err());
+        assert!(store
+            .clear_after_reset(&gpu, crate::state::unix_now(), &XidPolicy::default())
+            .is_err());
         assert!(store.pending_write().is_some(), "the clearing stays due");
         std::fs::remove_file(&data).unwrap();
         std::fs::rename(&moved, &data).unwrap();
@@ -1143,8 +1157,10 @@ mod tests {
         assert_eq!(store.history().last().unwrap().boot_id, "boot-19");
     }
 
+    // What broke: a reset dropped every XID of its GPU, an Xid 79 whose remedy is a reboot
+    // included, so the GPU read healthy although only a reboot brings it back.
     #[test]
-    fn clearing_a_gpu_drops_only_its_xids() {
+    fn a_reset_clears_only_its_gpus_reset_xids_and_never_a_reboots() {
         let dir = tempfile::tempdir().unwrap();
         let health = Health::new(FaultStore::open(dir.path(), "b").unwrap());
         let mut rx = health.subscribe();
@@ -1159,13 +1175,50 @@ mod tests {
         health
             .raise(&ConditionKind::Xid(13), dev(GPU_A), "c")
             .unwrap();
+        health
+            .raise(&ConditionKind::Xid(119), dev(GPU_A), "d")
+            .unwrap();
+        health
+            .raise(&ConditionKind::FellOffTheBus, dev(GPU_A), "e")
+            .unwrap();
+        health.flush().unwrap();
         let after = crate::state::unix_now();
-        assert_eq!(health.clear_gpu(&uuid(GPU_A), after).unwrap(), 2);
-        assert_eq!(health.clear_gpu(&uuid(GPU_A), after).unwrap(), 0);
+        let policy = XidPolicy::default();
+        assert_eq!(
+            health
+                .clear_after_reset(&uuid(GPU_A), after, &policy)
+                .unwrap(),
+            2,
+            "Xid 13 and Xid 119"
+        );
+        assert_eq!(
+            health
+                .clear_after_reset(&uuid(GPU_A), after, &policy)
+                .unwrap(),
+            0
+        );
         let left = read_this_boot(dir.path(), "b").unwrap();
-        assert_eq!(left.len(), 1);
-        assert_eq!(left[0].device_id, dev(GPU_B));
+        let kept: Vec<(String, String)> = left
+            .iter()
+            .map(|c| (c.kind.to_string(), c.device_id.to_string()))
+            .collect();
+        assert_eq!(
+            kept,
+            [
+                ("Xid79".to_owned(), GPU_A.to_owned()),
+                ("Xid48".to_owned(), GPU_B.to_owned()),
+                ("FellOffTheBus".to_owned(), GPU_A.to_owned()),
+            ]
+        );
         assert_eq!(health.conditions(), left);
+        // An override that ignores 79 leaves nothing for a reboot to clear.
+        let ignore_79 = XidPolicy::new([79].into(), Default::default()).unwrap();
+        assert_eq!(
+            health
+                .clear_after_reset(&uuid(GPU_A), after, &ignore_79)
+                .unwrap(),
+            1
+        );
     }
 
     // What changed: kinds and devices were strings; typed, a file an earlier bcd wrote must

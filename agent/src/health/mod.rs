@@ -191,6 +191,21 @@ impl Condition {
     pub(crate) fn is_xid_of(&self, uuid: &GpuUuid) -> bool {
         self.status && self.device_id.gpu() == Some(uuid) && self.kind.xid().is_some()
     }
+
+    /// Whether a reset of GPU `uuid` ends this condition: the one rule of what `gpu.reset`
+    /// may clear, and so of what only a reboot clears. A reset ends the GPU's live XID
+    /// conditions whose remedy on this node (`policy`: NVIDIA's catalog and the node's
+    /// overrides) is no more than a reset. Everything else stays until the next boot drops it
+    /// (`faults.json` is per boot): an XID whose remedy is a reboot (79), a GPU that fell off
+    /// the bus, an NVSwitch's SXid (resetting a GPU does not reset the switch) and a kind
+    /// this version does not know.
+    pub(crate) fn cleared_by_reset_of(&self, uuid: &GpuUuid, policy: &xid::XidPolicy) -> bool {
+        self.is_xid_of(uuid)
+            && self
+                .kind
+                .xid()
+                .is_some_and(|n| policy.judge(n).remedy != xid::Remedy::RebootNode)
+    }
 }
 
 /// Raises `kind` for `device_id` in `conditions`: a new condition, or the existing one with

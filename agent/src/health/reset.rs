@@ -1,19 +1,22 @@
 //! `gpu.reset`'s policy, ready for the node service: which GPUs may be reset, the resets
-//! themselves through the [`Helper`] (its `ResetGpu`), a collection
-//! afterwards, and the health verdict that drops a GPU's XID conditions when it came back
-//! healthy.
+//! themselves through the [`Helper`] (its `ResetGpu`), a collection afterwards, the conditions
+//! a reset ends dropped ([`crate::health::Condition::cleared_by_reset_of`], the one rule of
+//! what a reset clears), and the verdict after it, from the node's own judge.
 //!
 //! The whole command is refused before anything is reset when any listed GPU is unknown or
 //! busy, as [`crate::device::policy`] decides: a hold on it, on one of its MIG devices or slots, a
 //! pending Kubernetes release of it, or passthrough to a VM. UUIDs are compared in their normal form, whatever case they were
 //! given in. A reset that fails does not stop the others; its GPU keeps its conditions.
 
+use std::collections::BTreeMap;
 use std::future::Future;
 
 use bcd_protocol::{GpuUuid, PciAddress};
 use serde::{Deserialize, Serialize};
 
 use super::faults::Health;
+use super::verdict::{HealthState, Verdict};
+use super::xid::XidPolicy;
 use crate::cdi::{DeviceId, Hold};
 use crate::device::policy::Topology;
 use crate::helper_client::Helper;
@@ -55,13 +58,18 @@ pub struct GpuResetOutcome {
     /// Why the reset itself failed; `None` when it succeeded.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
-    /// Healthy after the reset: it succeeded, and the new collection shows no uncorrectable
-    /// volatile ECC errors and no pending or failed row remap.
+    /// The reset succeeded and the verdict after it lets the GPU take work (healthy or
+    /// degraded): the scheduling answer `/v1/status` gives for it now.
     pub healthy: bool,
-    /// Why it is not healthy, in words.
+    /// The verdict's state after the reset (`None` from a node before this field, or for a
+    /// GPU the collection after the reset no longer lists).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub health: Option<HealthState>,
+    /// The verdict's reasons after the reset, each `message -> action`, and why the reset
+    /// failed.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub reasons: Vec<String>,
-    /// XID conditions dropped because it came back healthy.
+    /// Conditions the reset ended (those last seen before it began that a reset may clear).
     pub conditions_cleared: usize,
 }
 
@@ -73,25 +81,31 @@ pub struct ResetReport {
 }
 
 /// Resets `uuids`: refuses the whole command when any is unknown or busy, else resets each
-/// through `helper` (by PCI address, the key of the helper's per-device lock), collects again with `recollect`, and marks each healthy unless the new
-/// inventory shows uncorrectable volatile ECC errors or a pending or failed row remap; a
-/// healthy GPU's XID conditions are dropped from `health` (faults.json rewritten).
+/// through `helper` (by PCI address, the key of the helper's per-device lock), collects again
+/// with `recollect`, drops from `health` the conditions each GPU whose reset succeeded had
+/// that a reset ends under `policy` (faults.json rewritten), and answers each GPU's verdict as
+/// `judge` gives it then: the node's verdicts, the ones `/v1/status` shows.
 ///
 /// # Errors
 /// [`ResetError`] when the command is refused; nothing was reset then. A failed reset or a
 /// failed write of faults.json is reported in the outcome or logged, not as an error, since
 /// other GPUs may have been reset already.
-pub async fn reset_gpus<F, Fut>(
+#[allow(clippy::too_many_arguments)]
+pub async fn reset_gpus<F, Fut, J, JFut>(
     uuids: &[GpuUuid],
     inventory: &Inventory,
     holds: &[Hold],
     helper: &dyn Helper,
     recollect: F,
     health: &Health,
+    policy: &XidPolicy,
+    judge: J,
 ) -> Result<ResetReport, ResetError>
 where
     F: FnOnce() -> Fut,
     Fut: Future<Output = Inventory>,
+    J: FnOnce() -> JFut,
+    JFut: Future<Output = BTreeMap<GpuUuid, Verdict>>,
 {
     if uuids.is_empty() {
         return Err(ResetError::NoGpu);
@@ -135,46 +149,52 @@ where
         }
         errors.push(result);
     }
-    let after = recollect().await;
+    // The collection first: the verdict after it reads the counters the reset cleared.
+    recollect().await;
+    let mut cleared = Vec::with_capacity(targets.len());
+    for ((gpu, _, _), error) in targets.iter().zip(&errors) {
+        cleared.push(if error.is_some() {
+            0
+        } else {
+            health
+                .clear_after_reset(&gpu.uuid, started, policy)
+                .unwrap_or_else(|e| {
+                    tracing::error!("{e}");
+                    0
+                })
+        });
+    }
+    let verdicts = judge().await;
+    let conditions = health.conditions();
     let mut outcomes = Vec::with_capacity(targets.len());
-    for ((gpu, _, _), error) in targets.iter().zip(errors) {
+    for (((gpu, _, _), error), conditions_cleared) in targets.iter().zip(errors).zip(cleared) {
         let mut reasons = Vec::new();
         if let Some(e) = &error {
             reasons.push(format!("the reset failed: {e}"));
         }
-        match after.gpu.gpus.iter().find(|g| g.uuid == gpu.uuid) {
-            Some(now) => reasons.extend(
-                super::verdict::counter_reasons(now)
-                    .into_iter()
-                    .map(|r| r.message),
-            ),
+        let verdict = verdicts.get(&gpu.uuid);
+        match verdict {
+            Some(v) => reasons.extend(v.reasons.iter().map(|r| {
+                // A condition raised again during the reset or the collection says so.
+                let again = conditions.iter().any(|c| {
+                    c.device_id.gpu() == Some(&gpu.uuid)
+                        && c.last_seen > started
+                        && r.kind == super::verdict::ReasonKind::Condition(c.kind.clone())
+                });
+                let prefix = if again {
+                    format!("{} seen again since the reset began: ", r.kind)
+                } else {
+                    String::new()
+                };
+                format!("{prefix}{} -> {}", r.message, r.action)
+            })),
             None => reasons.push("the inventory no longer lists it after the reset".to_owned()),
-        }
-        reasons.extend(
-            health
-                .conditions()
-                .iter()
-                .filter(|c| c.is_xid_of(&gpu.uuid) && c.last_seen > started)
-                .map(|c| {
-                    format!(
-                        "{} seen again since the reset began: {}",
-                        c.kind,
-                        crate::smi::escape_control(&c.message)
-                    )
-                }),
-        );
-        let healthy = reasons.is_empty();
-        let mut conditions_cleared = 0;
-        if healthy {
-            conditions_cleared = health.clear_gpu(&gpu.uuid, started).unwrap_or_else(|e| {
-                tracing::error!("{e}");
-                0
-            });
         }
         outcomes.push(GpuResetOutcome {
             uuid: gpu.uuid.clone(),
+            healthy: error.is_none() && verdict.is_some_and(Verdict::healthy),
+            health: verdict.map(|v| v.health),
             error,
-            healthy,
             reasons,
             conditions_cleared,
         });
@@ -186,7 +206,8 @@ where
 mod tests {
     use super::*;
     use crate::health::faults::{read_this_boot, FaultStore};
-    use crate::health::ConditionKind;
+    use crate::health::verdict::{judge, Evidence};
+    use crate::health::{Condition, ConditionDevice, ConditionKind};
     use crate::helper_client::fake::{succeeded, RecordingHelper};
     use crate::helper_client::ClientError;
     use crate::inventory::document::{Ecc, EccCounts, Gpu, GpuSection, Mig, MigDevice, RowRemap};
@@ -244,11 +265,12 @@ mod tests {
         })
     }
 
-    fn health(dir: &std::path::Path) -> Health {
+    /// A store with `xid` raised on each of A, B and C.
+    fn health_with(dir: &std::path::Path, xid: u32) -> Health {
         let h = Health::new(FaultStore::open(dir, "boot").unwrap());
         for uuid in [A, B, C] {
             h.raise(
-                &ConditionKind::Xid(79),
+                &ConditionKind::Xid(xid),
                 uuid.parse().unwrap(),
                 "NVRM: Xid ...",
             )
@@ -257,6 +279,31 @@ mod tests {
         // Raised within a second, the last two wait for the burst's write: written now.
         h.flush().unwrap();
         h
+    }
+
+    /// Xid 48 (double-bit ECC error, a reset XID) on A, B and C.
+    fn health(dir: &std::path::Path) -> Health {
+        health_with(dir, 48)
+    }
+
+    /// The node's judge in small: the verdicts of `after`'s GPUs from `h`'s conditions as
+    /// they are when it is asked (after the reset's clearing).
+    fn verdicts_of<'a>(
+        h: &'a Health,
+        after: &'a Inventory,
+    ) -> impl FnOnce() -> std::future::Ready<BTreeMap<GpuUuid, Verdict>> + 'a {
+        move || {
+            let conditions = h.conditions();
+            let ev = Evidence::new(&conditions).with_board(&after.gpu.gpus);
+            std::future::ready(
+                after
+                    .gpu
+                    .gpus
+                    .iter()
+                    .map(|g| (g.uuid.clone(), judge(g, &ev)))
+                    .collect(),
+            )
+        }
     }
 
     fn hold(id: &str, device: &str) -> Hold {
@@ -292,9 +339,18 @@ mod tests {
         let h = health(dir.path());
         let r = recording(Vec::new());
         let uuids: Vec<GpuUuid> = uuids.iter().map(|s| s.parse().unwrap()).collect();
-        let err = reset_gpus(&uuids, inv, holds, &r, || async { unreachable!() }, &h)
-            .await
-            .unwrap_err();
+        let err = reset_gpus(
+            &uuids,
+            inv,
+            holds,
+            &r,
+            || async { unreachable!() },
+            &h,
+            &XidPolicy::default(),
+            verdicts_of(&h, inv),
+        )
+        .await
+        .unwrap_err();
         assert!(r.calls().is_empty(), "nothing may be reset");
         assert_eq!(h.conditions().len(), 3);
         err
@@ -354,7 +410,7 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn resets_clear_xids_only_for_gpus_that_came_back_healthy() {
+    async fn a_reset_clears_the_reset_xids_of_the_gpus_it_reset_and_answers_their_verdict() {
         let dir = tempfile::tempdir().unwrap();
         let h = health(dir.path());
         let r = recording(vec![address(2)]);
@@ -369,9 +425,18 @@ mod tests {
             .unwrap()
             .uncorrectable = Some(1);
         let uuids: Vec<GpuUuid> = [A, B, C].iter().map(|s| s.parse().unwrap()).collect();
-        let report = reset_gpus(&uuids, &inventory(), &[], &r, || async { after }, &h)
-            .await
-            .unwrap();
+        let report = reset_gpus(
+            &uuids,
+            &inventory(),
+            &[],
+            &r,
+            || async { after.clone() },
+            &h,
+            &XidPolicy::default(),
+            verdicts_of(&h, &after),
+        )
+        .await
+        .unwrap();
         let reset: Vec<Operation> = (0..3)
             .map(|i| Operation::ResetGpu { gpu: address(i) })
             .collect();
@@ -381,18 +446,112 @@ mod tests {
             .iter()
             .map(|g| (g.healthy, g.conditions_cleared))
             .collect();
-        assert_eq!(verdict, [(true, 1), (false, 0), (false, 0)]);
+        // B's reset ran (its Xid 48 is answered) but its counters still say reset it; C's
+        // reset failed, so it keeps its XID.
+        assert_eq!(verdict, [(true, 1), (false, 1), (false, 0)]);
         assert_eq!(
             report.gpus[1].reasons,
-            ["1 uncorrectable volatile ECC error(s) since the driver loaded"]
+            [format!("1 uncorrectable volatile ECC error(s) since the driver loaded -> reset the GPU: bcd gpu reset {B}")]
         );
+        assert_eq!(report.gpus[1].health, Some(HealthState::Unhealthy));
         assert!(report.gpus[2].error.is_some());
+        assert!(report.gpus[2].reasons[0].starts_with("the reset failed: "));
         let left: Vec<String> = read_this_boot(dir.path(), "boot")
             .unwrap()
             .into_iter()
             .map(|c| c.device_id.to_string())
             .collect();
-        assert_eq!(left, [B, C]);
+        assert_eq!(left, [C]);
+    }
+
+    // What broke: after a fatal SXid, gpu.reset of a GPU its switch reaches answered "reset,
+    // healthy" while status said NvSwitchFatal, and a reset cleared an Xid 79 whose action is
+    // "reboot the node".
+    #[tokio::test]
+    async fn a_reset_answers_the_verdict_after_it_and_clears_nothing_only_a_reboot_clears() {
+        let dir = tempfile::tempdir().unwrap();
+        let h = Health::new(FaultStore::open(dir.path(), "boot").unwrap());
+        h.raise(&ConditionKind::Xid(79), B.parse().unwrap(), "NVRM: Xid 79")
+            .unwrap();
+        h.raise(
+            &ConditionKind::FellOffTheBus,
+            C.parse().unwrap(),
+            "NVRM: GPU has fallen off the bus",
+        )
+        .unwrap();
+        h.flush().unwrap();
+        // A fatal SXid on the NVSwitch A's NVLink reaches.
+        let sxid = Condition {
+            kind: ConditionKind::SXid(20034),
+            status: true,
+            device_id: ConditionDevice::Switch("0000:05:00.0".parse().unwrap()),
+            message:
+                "nvidia-nvswitch0: SXid (PCI:0000:05:00.0): 20034, Fatal, Link 30 LTSSM Fault Up"
+                    .into(),
+            first_seen: 1,
+            last_seen: 1,
+            count: 1,
+        };
+        let mut after = inventory();
+        after.gpu.gpus[0].nvlinks = vec![crate::inventory::document::NvLink {
+            link: 0,
+            state: "active".into(),
+            remote: Some("nvswitch:00000000:05:00.0".to_owned().into()),
+        }];
+        let judge_now = || {
+            let mut conditions = h.conditions();
+            conditions.push(sxid.clone());
+            let ev = Evidence::new(&conditions).with_board(&after.gpu.gpus);
+            let verdicts: BTreeMap<GpuUuid, Verdict> = after
+                .gpu
+                .gpus
+                .iter()
+                .map(|g| (g.uuid.clone(), judge(g, &ev)))
+                .collect();
+            std::future::ready(verdicts)
+        };
+        let r = recording(Vec::new());
+        let uuids: Vec<GpuUuid> = [A, B, C].iter().map(|s| s.parse().unwrap()).collect();
+        let report = reset_gpus(
+            &uuids,
+            &inventory(),
+            &[],
+            &r,
+            || async { after.clone() },
+            &h,
+            &XidPolicy::default(),
+            judge_now,
+        )
+        .await
+        .unwrap();
+        for g in &report.gpus {
+            assert!(g.error.is_none(), "{g:?}");
+            assert!(!g.healthy, "{g:?}");
+            assert_eq!(g.health, Some(HealthState::Unhealthy), "{g:?}");
+            assert_eq!(g.conditions_cleared, 0, "{g:?}");
+        }
+        assert!(
+            report.gpus[0].reasons[0].starts_with("fatal SXid 20034 on NVSwitch 0000:05:00.0"),
+            "{:?}",
+            report.gpus[0].reasons
+        );
+        assert!(
+            report.gpus[1].reasons[0].starts_with("Xid 79 (GPU has fallen off the bus")
+                && report.gpus[1].reasons[0].ends_with("-> reboot the node"),
+            "{:?}",
+            report.gpus[1].reasons
+        );
+        assert!(
+            report.gpus[2].reasons[0].ends_with("-> reboot the node"),
+            "{:?}",
+            report.gpus[2].reasons
+        );
+        let kept: Vec<String> = h.conditions().iter().map(|c| c.kind.to_string()).collect();
+        assert_eq!(
+            kept,
+            ["Xid79", "FellOffTheBus"],
+            "only a reboot clears them"
+        );
     }
 
     // What broke: a healthy reset dropped every XID condition of the GPU, those the GPU raised
@@ -414,14 +573,25 @@ mod tests {
             .unwrap();
             inventory()
         };
-        let report = reset_gpus(&uuids, &inventory(), &[], &r, recollect, &h)
-            .await
-            .unwrap();
+        let after = inventory();
+        let report = reset_gpus(
+            &uuids,
+            &inventory(),
+            &[],
+            &r,
+            recollect,
+            &h,
+            &XidPolicy::default(),
+            verdicts_of(&h, &after),
+        )
+        .await
+        .unwrap();
         let a = &report.gpus[0];
         assert!(!a.healthy);
-        assert_eq!(a.conditions_cleared, 0);
+        assert_eq!(a.conditions_cleared, 1, "the Xid 48 from before the reset");
         assert!(
-            a.reasons[0].starts_with("Xid119 seen again since the reset began: NVRM: Xid"),
+            a.reasons[0]
+                .starts_with("Xid119 seen again since the reset began: Xid 119 (GSP RPC timeout"),
             "{:?}",
             a.reasons
         );
@@ -431,6 +601,6 @@ mod tests {
             .filter(|c| c.device_id.to_string() == A)
             .map(|c| c.kind.to_string())
             .collect();
-        assert_eq!(kinds, ["Xid79", "Xid119"], "nothing of A was dropped");
+        assert_eq!(kinds, ["Xid119"], "the XID raised during the reset stays");
     }
 }

@@ -148,7 +148,9 @@ pub fn gpu_statuses(
     let gpus = inventory.map_or(&[][..], |inv| inv.gpu.gpus.as_slice());
     for gpu in gpus {
         if gpu.passed_through {
-            let mut line = line(gpu.uuid.clone(), None, HealthState::Unknown, Vec::new());
+            // The verdict every reader gives it (`unknown`), without a sample.
+            let v = judge(gpu, evidence);
+            let mut line = line(gpu.uuid.clone(), None, v.health, v.reasons);
             line.index = Some(gpu.index);
             line.name.clone_from(&gpu.name);
             line.passed_through = true;

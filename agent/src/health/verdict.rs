@@ -7,7 +7,7 @@
 //! | `healthy` | nothing to report | yes |
 //! | `degraded` | may take work, watch it: throttling, application XIDs, a degraded fabric, correctable ECC errors above [`CORRECTABLE_PER_HOUR`], a PCIe link below its width | yes |
 //! | `unhealthy` | no new work until the action is taken | no |
-//! | `unknown` | nothing answered (`nvidia-smi` silent or not reporting the GPU) | no |
+//! | `unknown` | nothing answered (`nvidia-smi` silent or not reporting the GPU), or passed through to a VM (the host cannot see it) | no |
 //!
 //! `unhealthy` wins over `unknown` (an XID 79 says more than a silent `nvidia-smi`), which wins
 //! over `degraded`.
@@ -446,8 +446,16 @@ pub(crate) fn recovery_action(value: &str, uuid: &str) -> Option<(String, String
     Some((format!("the driver's recovery action is {value:?}"), action))
 }
 
-/// Judges `gpu`.
+/// Judges `gpu`. A GPU passed through to a VM is `unknown`, without reasons: the host cannot
+/// see it (no sample, no `-q -x`, no counters newer than the passthrough memory), and what a VM
+/// has takes no work from the host.
 pub(crate) fn judge(gpu: &Gpu, ev: &Evidence<'_>) -> Verdict {
+    if gpu.passed_through {
+        return Verdict {
+            health: HealthState::Unknown,
+            reasons: Vec::new(),
+        };
+    }
     let uuid = &gpu.uuid;
     let mut out = Vec::new();
     counters(gpu, &mut out);
@@ -465,42 +473,40 @@ pub(crate) fn judge(gpu: &Gpu, ev: &Evidence<'_>) -> Verdict {
     }
     xids(gpu, ev, &mut out);
     switch_fault(gpu, ev, &mut out);
-    if !gpu.passed_through {
-        match (ev.silent, ev.driver) {
-            (Some(why), _) => out.push(reason(
+    match (ev.silent, ev.driver) {
+        (Some(why), _) => out.push(reason(
+            HealthState::Unknown,
+            kind::NVIDIA_SMI_SILENT,
+            format!("nvidia-smi -q -x did not answer: {why}"),
+            crate::smi::hint::gpu_action(why, uuid.as_str()),
+        )),
+        (None, Some(map)) => match map.get(uuid) {
+            Some(d) => driver(d, uuid, &mut out),
+            None => out.push(reason(
                 HealthState::Unknown,
-                kind::NVIDIA_SMI_SILENT,
-                format!("nvidia-smi -q -x did not answer: {why}"),
-                crate::smi::hint::gpu_action(why, uuid.as_str()),
+                kind::NOT_REPORTED,
+                "the driver lists this GPU but nvidia-smi -q -x does not report it".into(),
+                "check the GPU: it may have fallen off the bus (dmesg: Xid 79); reboot the node if it did".into(),
             )),
-            (None, Some(map)) => match map.get(uuid) {
-                Some(d) => driver(d, uuid, &mut out),
-                None => out.push(reason(
-                    HealthState::Unknown,
-                    kind::NOT_REPORTED,
-                    "the driver lists this GPU but nvidia-smi -q -x does not report it".into(),
-                    "check the GPU: it may have fallen off the bus (dmesg: Xid 79); reboot the node if it did".into(),
-                )),
-            },
-            (None, None) => {}
-        }
-        throttling(uuid, ev, &mut out);
-        if let Some(l) = ev.links.and_then(|m| m.get(uuid)).filter(|l| l.narrowed()) {
-            out.push(reason(
-                HealthState::Degraded,
-                kind::PCIE_LINK,
-                format!("the PCIe link runs at x{} of x{}", l.current, l.max),
-                PCIE_LINK_ACTION.into(),
-            ));
-        }
-        if let Some(n) = ev.fabric_manager_down {
-            out.push(reason(
-                HealthState::Unhealthy,
-                kind::FABRIC_MANAGER,
-                format!("{n} NVSwitch(es) on the bus but nvidia-fabricmanager is not active: CUDA fails on every GPU of the board"),
-                "start the fabric manager: systemctl enable --now nvidia-fabricmanager".into(),
-            ));
-        }
+        },
+        (None, None) => {}
+    }
+    throttling(uuid, ev, &mut out);
+    if let Some(l) = ev.links.and_then(|m| m.get(uuid)).filter(|l| l.narrowed()) {
+        out.push(reason(
+            HealthState::Degraded,
+            kind::PCIE_LINK,
+            format!("the PCIe link runs at x{} of x{}", l.current, l.max),
+            PCIE_LINK_ACTION.into(),
+        ));
+    }
+    if let Some(n) = ev.fabric_manager_down {
+        out.push(reason(
+            HealthState::Unhealthy,
+            kind::FABRIC_MANAGER,
+            format!("{n} NVSwitch(es) on the bus but nvidia-fabricmanager is not active: CUDA fails on every GPU of the board"),
+            "start the fabric manager: systemctl enable --now nvidia-fabricmanager".into(),
+        ));
     }
     Verdict::of(out)
 }
@@ -558,14 +564,8 @@ pub(crate) const ROW_REMAP_FAILED: &str = "row remapping failed";
 /// The message of a [`kind::ROW_REMAP`] reason for a remap that waits for a reset.
 pub(crate) const ROW_REMAP_PENDING: &str = "a row remap waits for a GPU reset";
 
-/// The reasons the GPU's own counters give (row remapping, uncorrectable volatile ECC errors):
-/// what a reset must clear. The one place their sentences are written.
-pub(crate) fn counter_reasons(gpu: &Gpu) -> Vec<Reason> {
-    let mut out = Vec::new();
-    counters(gpu, &mut out);
-    out
-}
-
+/// The reasons the GPU's own counters give (row remapping, uncorrectable volatile ECC errors).
+/// The one place their sentences are written.
 fn counters(gpu: &Gpu, out: &mut Vec<Reason>) {
     let uuid = &gpu.uuid;
     if let Some(rr) = &gpu.row_remap {

@@ -14,7 +14,9 @@
 //! | reset the GPU | [`Remedy::ResetGpu`] | unhealthy until a reset |
 //! | reboot the node | [`Remedy::RebootNode`] | unhealthy until a reboot |
 //!
-//! An XID the catalog does not know is unhealthy until a reset: the safe default.
+//! An XID the catalog does not know is unhealthy until a reset: the safe default. Which
+//! conditions a reset ends is decided in one place, [`super::Condition::cleared_by_reset_of`],
+//! from the remedy above.
 
 use std::collections::BTreeSet;
 

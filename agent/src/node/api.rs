@@ -631,6 +631,8 @@ async fn reset(
         node.helper(),
         || node.collect_now(),
         node.health(),
+        &node.config().xid_policy,
+        || node.verdicts(),
     )
     .await?)
 }

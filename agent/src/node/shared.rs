@@ -888,6 +888,54 @@ mod tests {
         assert!(node.responsive(Duration::from_millis(200)).await);
     }
 
+    // What broke: a GPU passed through to a VM was `unknown` in /v1/status but
+    // `bcd_gpu_healthy 1` and `state="healthy"` in /metrics, with no sample taken too.
+    #[tokio::test]
+    async fn a_passed_through_gpu_is_unknown_in_the_metrics_as_in_status() {
+        const VM_GPU: &str = "GPU-0badc0de-0000-4000-8000-000000000061";
+        let dir = tempfile::tempdir().unwrap();
+        let host = Host::fake(
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../testdata/hosts/passthrough"),
+        );
+        // The passthrough memory, as a collection that listed GPU 1 before the VM took it.
+        let plain = crate::inventory::collect::collect(&host, None)
+            .await
+            .inventory;
+        let mut remembered = plain.gpu.gpus[0].clone();
+        remembered.uuid = VM_GPU.parse().unwrap();
+        remembered.bus_id = Some("00000000:61:00.0".parse().unwrap());
+        let data = dir.path().join("data");
+        std::fs::create_dir_all(&data).unwrap();
+        crate::inventory::memory::GpuMemory::new(&data)
+            .remember(&[plain.gpu.gpus[0].clone(), remembered])
+            .unwrap();
+        let node = test_node_on(dir.path(), host);
+        node.collect_now().await;
+        let line = node
+            .gpu_statuses()
+            .await
+            .into_iter()
+            .find(|g| g.uuid == VM_GPU)
+            .unwrap();
+        assert!(line.passed_through);
+        assert_eq!((line.health, line.healthy), (HealthState::Unknown, false));
+        let text = node.metrics_text().await;
+        assert!(
+            text.contains(&format!("bcd_gpu_healthy{{uuid=\"{VM_GPU}\"}} 0\n")),
+            "{text}"
+        );
+        assert!(
+            text.contains(&format!(
+                "bcd_gpu_health_state{{uuid=\"{VM_GPU}\",state=\"unknown\"}} 1\n"
+            )),
+            "{text}"
+        );
+        assert_eq!(
+            node.verdicts().await[&VM_GPU.parse().unwrap()].health,
+            HealthState::Unknown
+        );
+    }
+
     const GPU0: &str = "GPU-ff1dacfa-2e1a-0504-a88b-76a3118ee48b";
 
     /// One collection of `node`'s host with `nvidia-smi` bounded to half a second (the

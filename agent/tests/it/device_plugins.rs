@@ -3,8 +3,8 @@
 //! stubs generated from bcd's .proto files at test time) on the 8-GPU demo host, with the
 //! real `bcd-helper` for the reset: registration of every resource, preferred allocation,
 //! allocation of GPUs and MIG devices with NVIDIA's CDI names, a GPU held outside Kubernetes
-//! never allocatable, two allocations never sharing a GPU, an Xid 79 turning exactly its GPU
-//! Unhealthy and a healthy reset turning it Healthy, a pod gone from PodResources released
+//! never allocatable, two allocations never sharing a GPU, an Xid 119 (a reset XID) turning exactly
+//! its GPU Unhealthy and a healthy reset turning it Healthy, a pod gone from PodResources released
 //! after the grace period (gpu.reset refused while the release is pending), and a kubelet
 //! restart answered by registering again within 2 s.
 //!

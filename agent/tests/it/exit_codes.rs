@@ -104,6 +104,31 @@ fn hardware_and_status_exit_3_when_nvidia_smi_fails() {
         .contains("no NVIDIA driver"));
 }
 
+// What broke: bcd hardware on a host with two NVIDIA GPUs on the bus and no driver said "no
+// NVIDIA GPU found on this host" and exited 0.
+#[test]
+fn hardware_without_a_driver_names_the_gpus_on_the_bus_and_exits_3() {
+    let out = bcd("no-driver", &["hardware"]);
+    assert_eq!(out.status.code(), Some(3), "{out:?}");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(!text.contains("no NVIDIA GPU"), "{text}");
+    assert!(
+        text.contains("2 NVIDIA GPUs on the PCI bus (2 with no driver bound) but no NVIDIA driver answers: install the NVIDIA driver"),
+        "{text}"
+    );
+    let out = bcd("no-driver", &["hardware", "--json"]);
+    assert_eq!(out.status.code(), Some(3), "{out:?}");
+    let doc = json(&out);
+    assert_eq!(doc["error"]["code"], "no-driver", "{doc}");
+    assert!(
+        doc["error"]["message"]
+            .as_str()
+            .unwrap()
+            .starts_with("2 NVIDIA GPUs on the PCI bus"),
+        "{doc}"
+    );
+}
+
 // What broke: with --json a refusal or an unreachable node came as plain text on stderr, and
 // scripts reading stdout got nothing to parse.
 #[test]

@@ -82,3 +82,101 @@ fn ping_without_a_helper_says_what_to_do() {
         "{err}"
     );
 }
+
+// What broke: with the helper's lock folder unusable, `bcd helper ping` listed every operation
+// and exited 0, and doctor's helper line passed; the first reset was where the operator found
+// out.
+#[test]
+fn a_helper_whose_lock_folder_is_unusable_fails_ping_and_doctor() {
+    let Some(helper) = helper_binary() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let socket = dir.path().join("helper.sock");
+    // A file where the lock folder should be.
+    let locks = dir.path().join("locks");
+    std::fs::write(&locks, "").unwrap();
+    let mut child = Command::new(helper)
+        .arg("--listen")
+        .arg(&socket)
+        .arg("--no-sandbox")
+        .arg("--lock-dir")
+        .arg(&locks)
+        .arg("--allow-uid")
+        .arg(nix::unistd::getuid().as_raw().to_string())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let started = Instant::now();
+    while !socket.exists() && started.elapsed() < Duration::from_secs(10) {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let bcd = |args: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_bcd"))
+            .arg("--helper-socket")
+            .arg(&socket)
+            .args(args)
+            .output()
+            .unwrap()
+    };
+    let text = bcd(&["helper", "ping"]);
+    let json = bcd(&["helper", "ping", "--json"]);
+    let doctor = bcd(&[
+        "--host",
+        &bcd_testkit::hosts_dir()
+            .join("hgx-h100")
+            .display()
+            .to_string(),
+        "doctor",
+        "--json",
+    ]);
+    child.kill().unwrap();
+    child.wait().unwrap();
+
+    assert_eq!(text.status.code(), Some(1), "a problem found: {text:?}");
+    let said = String::from_utf8_lossy(&text.stdout);
+    assert!(
+        said.contains("bcd-helper cannot run operations on devices")
+            && said.contains(&format!(
+                "the lock folder {} cannot be used",
+                locks.display()
+            )),
+        "{said}"
+    );
+    assert!(
+        said.lines()
+            .next()
+            .unwrap()
+            .ends_with("(protocol 2): ping, libvirt.gpus"),
+        "gpu.reset is not offered: {said}"
+    );
+    assert_eq!(json.status.code(), Some(1));
+    let doc: serde_json::Value = serde_json::from_slice(&json.stdout).unwrap();
+    assert_eq!(doc["device_operations"], false, "{doc}");
+    assert_eq!(
+        doc["operations"],
+        serde_json::json!(["ping", "libvirt.gpus"])
+    );
+
+    let report: serde_json::Value = serde_json::from_slice(&doctor.stdout).unwrap();
+    let check = |name: &str| {
+        report["checks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["name"] == name)
+            .unwrap_or_else(|| panic!("no {name} line: {report}"))
+            .clone()
+    };
+    let line = check("helper");
+    assert_eq!(line["status"], "fail", "{line}");
+    assert!(
+        line["message"]
+            .as_str()
+            .unwrap()
+            .contains("cannot run operations on devices"),
+        "{line}"
+    );
+    assert_eq!(check("gpu-binding")["status"], "warn");
+    assert_eq!(doctor.status.code(), Some(1), "{doctor:?}");
+}

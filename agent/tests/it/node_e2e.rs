@@ -145,19 +145,20 @@ fn the_node_service_end_to_end() {
         "the node service keeps the passthrough memory"
     );
 
-    // An XID makes GPU 0 unhealthy and a collection follows.
+    // An XID a reset clears (119, GSP RPC timeout) makes GPU 0 unhealthy and a collection
+    // follows.
     let before = status["collections"].as_u64().unwrap();
     std::fs::OpenOptions::new()
         .append(true)
         .open(host.join("root/dev/kmsg"))
         .unwrap()
-        .write_all(b"4,9001,9000000000,-;NVRM: Xid (PCI:0000:18:00): 79, pid=1234, name=python, GPU has fallen off the bus.\n")
+        .write_all(b"4,9001,9000000000,-;NVRM: Xid (PCI:0000:18:00): 119, pid=1234, name=python, Timeout after 6s of waiting for RPC response from GPU0 GSP!\n")
         .unwrap();
     wait_for("the XID condition", Duration::from_secs(10), || {
         api(&api_sock, "GET", "/v1/conditions", None).is_ok_and(|c| {
             c["conditions"].as_array().is_some_and(|a| {
                 a.iter()
-                    .any(|c| c["kind"] == "Xid79" && c["device_id"] == gpu0.as_str())
+                    .any(|c| c["kind"] == "Xid119" && c["device_id"] == gpu0.as_str())
             })
         })
     });

@@ -48,6 +48,49 @@ fn listen_creates_a_0660_socket_and_answers_hello_and_ping() {
     assert_eq!(mode, 0o600);
 }
 
+// What broke: with its lock folder unusable the helper listed every operation in its Hello and
+// said nothing in its Ping, and the first reset was where the operator found out.
+#[test]
+fn an_unusable_lock_folder_leaves_the_device_operations_out_of_hello_and_says_why_in_ping() {
+    let dir = tempfile::tempdir().unwrap();
+    // A file where the folder should be.
+    let locks = dir.path().join("locks-file");
+    std::fs::write(&locks, "").unwrap();
+    let locks = locks.display().to_string();
+    let h = Helper::start_in(dir, &["--lock-dir", &locks]);
+    let mut c = h.connect();
+    c.send(&ClientFrame::Hello {
+        version: PROTOCOL_VERSION,
+    });
+    let Some(ServerFrame::Hello(Ok(answer))) = c.recv() else {
+        panic!("no hello")
+    };
+    assert_eq!(
+        answer.operations,
+        [OperationKind::Ping, OperationKind::LibvirtGpus],
+        "only what acts on no device"
+    );
+    let Ok(Outcome::Pong { sandbox, .. }) = c.request(1, Operation::Ping) else {
+        panic!("no pong")
+    };
+    assert!(
+        sandbox.contains(&format!(
+            "no operation on a device runs: the lock folder {locks} cannot be used: it is not a folder"
+        )),
+        "{sandbox}"
+    );
+    // What it leaves out it refuses, naming the folder.
+    let refused = c
+        .request(
+            2,
+            Operation::ResetGpu {
+                gpu: "0000:18:00.0".parse().unwrap(),
+            },
+        )
+        .unwrap_err();
+    assert!(refused.to_string().contains(&locks), "{refused}");
+}
+
 #[test]
 fn a_stale_socket_is_replaced_but_another_file_is_not() {
     let dir = tempfile::tempdir().unwrap();

@@ -542,6 +542,91 @@ async fn a_reset_through_the_api_asks_the_helper_for_that_gpu_alone() {
     );
 }
 
+// What broke: after a fatal SXid, a reset answered "healthy" for a GPU /v1/status showed
+// unhealthy (NvSwitchFatal), and the same reset cleared an Xid 79 whose action is a reboot.
+#[tokio::test]
+async fn a_reset_answers_the_verdict_status_shows_after_it() {
+    use crate::health::{ConditionDevice, ConditionKind};
+    use crate::helper_client::fake::RecordingHelper;
+    let dir = tempfile::tempdir().unwrap();
+    let helper = std::sync::Arc::new(RecordingHelper::new());
+    let node = crate::node::shared::test_node(dir.path()).with_helper(helper.clone());
+    node.collect_now().await;
+    let health = node.health();
+    health
+        .raise(
+            &ConditionKind::Xid(79),
+            GPU1.parse::<bcd_protocol::GpuUuid>().unwrap().into(),
+            "NVRM: Xid (PCI:0000:2a:00): 79, pid=1, name=x, GPU has fallen off the bus.",
+        )
+        .unwrap();
+    let reset = |gpu: &str| {
+        let mut r = request("POST", "/v1/gpus/reset");
+        r.body = serde_json::to_vec(&serde_json::json!({ "gpus": [gpu] })).unwrap();
+        r
+    };
+    let status_of = |v: &Value, gpu: &str| {
+        v["gpus"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|g| g["uuid"] == gpu)
+            .unwrap()
+            .clone()
+    };
+    let (status, body) = handle(&node, &reset(GPU1)).await;
+    assert_eq!(status, 200, "{}", String::from_utf8_lossy(&body));
+    let answer: Value = serde_json::from_slice(&body).unwrap();
+    let g = &answer["gpus"][0];
+    assert_eq!(
+        (g["healthy"].as_bool(), g["health"].as_str()),
+        (Some(false), Some("unhealthy")),
+        "{g}"
+    );
+    assert_eq!(g["conditions_cleared"], 0, "{g}");
+    assert!(
+        g["reasons"][0]
+            .as_str()
+            .unwrap()
+            .ends_with("-> reboot the node"),
+        "{g}"
+    );
+    let (_, body) = handle(&node, &request("GET", "/v1/status")).await;
+    let now = status_of(&serde_json::from_slice(&body).unwrap(), GPU1);
+    assert_eq!(
+        (now["healthy"].as_bool(), now["health"].as_str()),
+        (Some(false), Some("unhealthy")),
+        "{now}"
+    );
+
+    // A fatal SXid on the NVSwitch every GPU's NVLinks reach.
+    health
+        .raise(
+            &ConditionKind::SXid(20034),
+            ConditionDevice::Switch("0000:05:00.0".parse().unwrap()),
+            "nvidia-nvswitch0: SXid (PCI:0000:05:00.0): 20034, Fatal, Link 30 LTSSM Fault Up",
+        )
+        .unwrap();
+    // Raised within a second of the first, it waits for the burst's write: written now.
+    health.flush().unwrap();
+    let (status, body) = handle(&node, &reset(GPU0)).await;
+    assert_eq!(status, 200, "{}", String::from_utf8_lossy(&body));
+    let answer: Value = serde_json::from_slice(&body).unwrap();
+    let g = &answer["gpus"][0];
+    assert_eq!(g["healthy"], false, "{g}");
+    assert!(
+        g["reasons"][0]
+            .as_str()
+            .unwrap()
+            .starts_with("fatal SXid 20034 on NVSwitch"),
+        "{g}"
+    );
+    let (_, body) = handle(&node, &request("GET", "/v1/status")).await;
+    let now = status_of(&serde_json::from_slice(&body).unwrap(), GPU0);
+    assert_eq!(now["healthy"], false, "{now}");
+    assert_eq!(now["health"], g["health"], "{now}");
+}
+
 // Everything refusable without the node is refused by the parse, each with its status and
 // code from the one table; nothing reaches a handler.
 #[test]

@@ -236,11 +236,12 @@ def main():
     why = refused(kubelet, "bcd.dev/gpu", [GPU[1]])
     check(why is not None and "job1" in why, f"Allocate of a held GPU is refused naming its holder: {why}")
 
-    # An Xid 79 on GPU 2 turns exactly that GPU Unhealthy.
+    # An Xid 119 (GSP RPC timeout: a reset clears it, where an Xid 79 waits for a reboot) on
+    # GPU 2 turns exactly that GPU Unhealthy.
     before = dict(kubelet.devices["bcd.dev/gpu"])
     with open(os.environ["KMSG"], "a") as kmsg:
         t0 = time.monotonic()
-        kmsg.write("4,9101,9100000000,-;NVRM: Xid (PCI:0000:3a:00): 79, pid=1, name=x, GPU has fallen off the bus.\n")
+        kmsg.write("4,9101,9100000000,-;NVRM: Xid (PCI:0000:3a:00): 119, pid=1, name=x, Timeout after 6s of waiting for RPC response from GPU0 GSP!\n")
     t1 = kubelet.wait("GPU 2 Unhealthy after its XID", lambda: kubelet.health("bcd.dev/gpu", GPU[2]) == "Unhealthy")
     print(f"figure xid_to_unhealthy_ms {(t1 - t0) * 1000:.1f}")
     after = kubelet.devices["bcd.dev/gpu"]
@@ -340,7 +341,7 @@ def bench():
         i = 5 + n % 3
         was = identity()
         with open(os.environ["KMSG"], "a") as kmsg:
-            kmsg.write(f"4,{20000 + n},{n}000000,-;NVRM: Xid (PCI:0000:{buses[i]}:00): 79, pid=1, name=x, GPU has fallen off the bus.\n")
+            kmsg.write(f"4,{20000 + n},{n}000000,-;NVRM: Xid (PCI:0000:{buses[i]}:00): 119, pid=1, name=x, Timeout after 6s of waiting for RPC response from GPU0 GSP!\n")
             kmsg.flush()
             t0 = time.monotonic()
         # The XID recorded: faults.json is written anew (renamed into place) as it is published.
