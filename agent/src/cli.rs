@@ -125,20 +125,62 @@ impl Cli {
     /// subcommand alike.
     ///
     /// # Errors
-    /// A clap usage error (exit status 2), clap's own or the XID conflict in words.
-    pub fn try_parse_checked<I, T>(args: I) -> Result<Self, clap::Error>
+    /// A [`UsageError`] (exit status 2): clap's own, or the XID conflict in words.
+    pub fn try_parse_checked<I, T>(args: I) -> Result<Self, UsageError>
     where
         I: IntoIterator<Item = T>,
         T: Into<std::ffi::OsString> + Clone,
     {
-        let matches = command().try_get_matches_from(args)?;
-        let mut cli = <Self as clap::FromArgMatches>::from_arg_matches(&matches)?;
+        let clap = |error| UsageError { error, json: false };
+        let matches = command().try_get_matches_from(args).map_err(clap)?;
+        let mut cli = <Self as clap::FromArgMatches>::from_arg_matches(&matches).map_err(clap)?;
         cli.global.xid_policy = crate::health::xid::XidPolicy::new(
             cli.global.xid_ignore.0.clone(),
             cli.global.xid_unhealthy.0.clone(),
         )
-        .map_err(|e| Self::command().error(clap::error::ErrorKind::ArgumentConflict, e))?;
+        .map_err(|e| UsageError {
+            error: Self::command().error(clap::error::ErrorKind::ArgumentConflict, e),
+            json: cli.global.json,
+        })?;
         Ok(cli)
+    }
+}
+
+/// A usage error (exit status 2), and whether `--json` was known to be asked for when it was
+/// found: clap's own parse errors come before any option is known (`json` false); one bcd
+/// finds in the parsed options (an XID in both XID lists) knows.
+#[derive(Debug)]
+pub struct UsageError {
+    /// The error, as clap prints it.
+    pub error: clap::Error,
+    /// `--json` was given and parsed.
+    pub json: bool,
+}
+
+/// The error document's code of a usage error.
+pub const USAGE_CODE: &str = "usage";
+
+impl UsageError {
+    /// The error document of it (`{"schema_version", "error": {"code": "usage", "message"}}`):
+    /// what stdout carries under `--json`. `None` when `--json` was not known.
+    pub fn document(&self) -> Option<String> {
+        if !self.json {
+            return None;
+        }
+        // clap's text is "error: <what>\n\nUsage: ...": the first line's words are the sentence.
+        let text = self.error.to_string();
+        let first = text.lines().next().unwrap_or_default();
+        let message = first.strip_prefix("error: ").unwrap_or(first);
+        serde_json::to_string_pretty(&crate::document::ErrorDocument::new(USAGE_CODE, message)).ok()
+    }
+
+    /// Prints the error document on stdout when `--json` was known, clap's text on stderr, and
+    /// exits with status 2.
+    pub fn exit(self) -> ! {
+        if let Some(doc) = self.document() {
+            println!("{doc}");
+        }
+        self.error.exit()
     }
 }
 
@@ -498,6 +540,7 @@ mod tests {
 
     fn parse(args: &[&str]) -> Result<Cli, clap::Error> {
         Cli::try_parse_checked(std::iter::once("bcd").chain(args.iter().copied()))
+            .map_err(|u| u.error)
     }
 
     // What broke: no command's --help said what its exit status means, and 3 (could not do

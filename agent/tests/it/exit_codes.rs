@@ -282,3 +282,43 @@ fn futures_lite<F: std::future::Future>(f: F) -> F::Output {
         .unwrap()
         .block_on(f)
 }
+
+// What broke: a usage error bcd finds itself (an XID in both XID lists) printed nothing on
+// stdout under --json, although a script reads one JSON document whatever happened. clap's
+// own parse errors, found before --json is known, print none (exit 2 all the same).
+#[test]
+fn a_usage_error_bcd_finds_is_an_error_document_under_json_with_exit_2() {
+    let out = bcd(
+        "hgx-h100",
+        &[
+            "--json",
+            "--xid-ignore",
+            "13",
+            "--xid-unhealthy",
+            "13",
+            "status",
+        ],
+    );
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    let doc = json(&out);
+    assert_eq!(doc["error"]["code"], "usage", "{doc}");
+    assert!(
+        doc["error"]["message"].as_str().unwrap().contains("13"),
+        "{doc}"
+    );
+    assert!(doc["schema_version"].is_u64());
+    assert!(!out.stderr.is_empty(), "clap's text stays on stderr");
+    let without = bcd(
+        "hgx-h100",
+        &["--xid-ignore", "13", "--xid-unhealthy", "13", "status"],
+    );
+    assert_eq!(
+        (without.status.code(), without.stdout.is_empty()),
+        (Some(2), true)
+    );
+    let clap_own = bcd("hgx-h100", &["--json", "status", "--no-such-flag"]);
+    assert_eq!(
+        (clap_own.status.code(), clap_own.stdout.is_empty()),
+        (Some(2), true)
+    );
+}
