@@ -137,7 +137,8 @@ impl std::fmt::Debug for NodeTask {
 ///
 /// # Errors
 /// [`NodeError`] when another node runs on the data folder, or the API socket or the metrics
-/// address cannot be bound.
+/// address cannot be bound; all three are checked before any state is read or written, so a
+/// refused start has changed nothing but its data folder's lock file.
 pub async fn run(config: NodeConfig, extra: Vec<NodeTask>) -> Result<(), NodeError> {
     let mut signals = Signals::install();
     let mut problems = Vec::new();
@@ -154,6 +155,19 @@ pub async fn run(config: NodeConfig, extra: Vec<NodeTask>) -> Result<(), NodeErr
             None
         }
     };
+    // Everything else that can refuse the start, before any state is read, made or rebuilt
+    // (a second node on another data folder but the same CDI folder must not rebuild the
+    // first's holds and then fail on its socket): the metrics address first, which leaves
+    // nothing behind when the API socket then fails.
+    let metrics_listener = match config.metrics_listen {
+        Some(addr) => Some(
+            TcpListener::bind(addr)
+                .await
+                .map_err(|source| NodeError::Metrics { addr, source })?,
+        ),
+        None => None,
+    };
+    let (api_listener, api_identity) = bind_api(&config)?;
     // Hold specs go there; a hold whose spec cannot be written is refused, so a missing
     // folder is made (the package makes /etc/cdi, group-writable for bcd) or said at once.
     if let Err(e) = std::fs::create_dir_all(&config.cdi_dir) {
@@ -166,15 +180,6 @@ pub async fn run(config: NodeConfig, extra: Vec<NodeTask>) -> Result<(), NodeErr
         config.clone(),
         Arc::new(SocketHelper::new(config.helper_socket.clone())),
     );
-    let (api_listener, api_identity) = bind_api(&config)?;
-    let metrics_listener = match config.metrics_listen {
-        Some(addr) => Some(
-            TcpListener::bind(addr)
-                .await
-                .map_err(|source| NodeError::Metrics { addr, source })?,
-        ),
-        None => None,
-    };
     let node = Arc::new(opened.node);
     let scheduler = opened.scheduler;
     // XIDs: the watcher asks for collections; the scheduler debounces them.

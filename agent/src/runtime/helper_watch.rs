@@ -1,11 +1,15 @@
 //! The helper watch: the node pings `bcd-helper` through the [`Helper`](crate::helper_client::Helper)
-//! seam, notes whether it answers, and settles the journal's open entries when it answers
-//! again after it did not, the way the start-up does ([`Passthrough::reconcile`]).
+//! seam, notes whether it answers, and settles the journal's open entries the way the start-up
+//! does ([`Passthrough::reconcile`]) at the first ping answered after the helper was away (or
+//! the first ping at all), and at any answered ping that finds an open entry no settling has
+//! tried yet: an entry left open while the helper was down between two pings that both found
+//! it answering (a socket-activated helper is back at the next connection) is settled at the
+//! next one.
 //!
 //! Pings come every [`PING_WHILE_OPEN`] while an entry is open (a stranded GPU is given back
-//! within seconds of the helper's return) and every [`PING_IDLE`] otherwise: longer than a
-//! socket-activated helper's idle exit (30 s by default), so the watch does not keep an idle
-//! helper running.
+//! within seconds of the helper's return; a step that leaves an entry open wakes the watch at
+//! once) and every [`PING_IDLE`] otherwise: longer than a socket-activated helper's idle exit
+//! (30 s by default), so the watch does not keep an idle helper running.
 
 use std::time::Duration;
 
@@ -34,8 +38,9 @@ impl Passthrough {
         self.seen.lock().map(|s| s.clone()).unwrap_or_default()
     }
 
-    /// Pings the helper once and notes the answer. When it answers and the one before did
-    /// not (or there was none), and a journal entry is open, settles the open entries
+    /// Pings the helper once and notes the answer. When it answers and an open journal entry
+    /// has not been tried since the helper last came back (every entry, after a ping that
+    /// failed or at the first ping; else one a step left open since), settles the open entries
     /// ([`Passthrough::reconcile`], after the step in flight, if any) and returns what that
     /// did; `None` when nothing was settled. An entry that still cannot be settled waits for
     /// the helper's next return (or the next start): a helper that answers is not asked again
@@ -59,13 +64,18 @@ impl Passthrough {
             }
             _ => {}
         }
-        if now != HelperSeen::Answering
-            || before == HelperSeen::Answering
-            || self.open_entries().is_empty()
-        {
+        if before != HelperSeen::Answering {
+            // Away, or never asked: at its return every open entry is tried again.
+            self.set_tried(Vec::new());
+        }
+        if now != HelperSeen::Answering {
             return None;
         }
-        match self.reconcile().await {
+        let tried = self.tried.lock().map(|t| t.clone()).unwrap_or_default();
+        if self.open_entries().iter().all(|e| tried.contains(e)) {
+            return None;
+        }
+        let settled = match self.reconcile().await {
             Ok(report) => {
                 for sentence in &report.sentences {
                     tracing::warn!("passthrough journal: {sentence}");
@@ -76,6 +86,15 @@ impl Passthrough {
                 tracing::error!("passthrough journal: {e}");
                 None
             }
+        };
+        // What is open now was tried while the helper answered.
+        self.set_tried(self.open_entries());
+        settled
+    }
+
+    fn set_tried(&self, entries: Vec<super::journal::Entry>) {
+        if let Ok(mut tried) = self.tried.lock() {
+            *tried = entries;
         }
     }
 
@@ -92,7 +111,12 @@ impl Passthrough {
             } else {
                 while_open
             };
-            tokio::time::sleep(pause).await;
+            // A step that leaves an entry open ends an idle pause: its GPU may be on no
+            // driver, and the helper may be back already.
+            tokio::select! {
+                () = tokio::time::sleep(pause) => {}
+                () = self.opened.notified(), if pause == idle => {}
+            }
         }
     }
 }

@@ -253,6 +253,12 @@ pub struct Passthrough {
     open: std::sync::Mutex<Vec<journal::Entry>>,
     /// What the helper watch last learned.
     seen: std::sync::Mutex<helper_watch::HelperSeen>,
+    /// The open entries a settling tried while the helper answered, as they were left: not
+    /// tried again until the helper has been away (see [`helper_watch`]).
+    tried: std::sync::Mutex<Vec<journal::Entry>>,
+    /// Woken when a step or settling leaves entries open, so the watch pings at once rather
+    /// than at the end of an idle pause.
+    opened: tokio::sync::Notify,
 }
 
 impl fmt::Debug for Passthrough {
@@ -279,6 +285,8 @@ impl Passthrough {
             one_at_a_time: tokio::sync::Mutex::new(()),
             open: std::sync::Mutex::new(Vec::new()),
             seen: std::sync::Mutex::new(helper_watch::HelperSeen::NotYet),
+            tried: std::sync::Mutex::new(Vec::new()),
+            opened: tokio::sync::Notify::new(),
         }
     }
 
@@ -301,13 +309,17 @@ impl Passthrough {
     /// settling ends. A journal that cannot be read counts as holding none (start-up reported
     /// why).
     fn note_open(&self) {
-        let open = self
+        let open: Vec<journal::Entry> = self
             .journal
             .load()
             .map(|entries| entries.into_values().filter(|e| e.open).collect())
             .unwrap_or_default();
+        let any = !open.is_empty();
         if let Ok(mut kept) = self.open.lock() {
             *kept = open;
+        }
+        if any {
+            self.opened.notify_one();
         }
     }
 
@@ -528,6 +540,82 @@ mod tests {
         assert_eq!(helper.calls().len(), calls_before + 3);
         // A new bind is no longer refused.
         runtime.bind(&GpuRef::Pci(gpu), &not_held).await.unwrap();
+    }
+
+    // What broke: an entry left open while the helper was down, between two pings that both
+    // found it answering (a socket-activated helper is back at the next connection), was
+    // never settled by the running node, only by its next start.
+    #[tokio::test]
+    async fn an_entry_left_open_between_two_answered_pings_is_settled_at_the_next() {
+        let dir = tempfile::tempdir().unwrap();
+        let down = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let helper = Arc::new(helper_down_while(down.clone()));
+        let node = crate::node::shared::test_node_on(dir.path(), passthrough_host())
+            .with_helper(helper.clone());
+        let gpu: PciAddress = "0000:4a:00.0".parse().unwrap();
+        let runtime = node.passthrough();
+        assert_eq!(runtime.check_helper().await, None, "nothing open");
+        assert_eq!(runtime.helper_seen(), helper_watch::HelperSeen::Answering);
+        // The helper goes away during a bind and is back before the watch pings again.
+        down.store(true, Ordering::SeqCst);
+        runtime
+            .bind(&GpuRef::Pci(gpu), &not_held)
+            .await
+            .unwrap_err();
+        down.store(false, Ordering::SeqCst);
+        assert!(runtime.journal.load().unwrap()[&gpu].open);
+        let report = runtime.check_helper().await.expect("settled");
+        assert!(report.settled, "{report}");
+        assert!(!runtime.journal.load().unwrap()[&gpu].open);
+        assert!(runtime.unsettled().is_empty());
+    }
+
+    // An entry the helper answered for but could not settle is not asked about at every
+    // ping while the helper keeps answering; it is at its next return.
+    #[tokio::test]
+    async fn an_entry_that_could_not_be_settled_waits_for_the_helpers_next_return() {
+        let data = tempfile::tempdir().unwrap();
+        let down = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let refuse = Arc::new(std::sync::atomic::AtomicBool::new(true));
+        let (d, r) = (down.clone(), refuse.clone());
+        let helper = Arc::new(RecordingHelper::answering(move |op| {
+            if d.load(Ordering::SeqCst) {
+                Err(ClientError::Connect {
+                    path: "/run/bcd-helper/helper.sock".into(),
+                    reason: "connection refused".into(),
+                    kind: std::io::ErrorKind::ConnectionRefused,
+                })
+            } else if r.load(Ordering::SeqCst) && !matches!(op, Operation::Ping) {
+                Err(ClientError::Helper(HelperError::Failed {
+                    exit_code: Some(1),
+                    message: "the kernel will not probe it".into(),
+                }))
+            } else {
+                Ok(crate::helper_client::fake::succeeded(op))
+            }
+        }));
+        // A GPU left on no driver, which the helper answers for but cannot give back.
+        let host = Host::fake(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../testdata/hosts/no-driver"
+        ));
+        let runtime = Passthrough::new(host, data.path(), helper.clone());
+        runtime.check_helper().await;
+        let mut open = open_rollback("0000:41:00.0", &["0000:41:00.0"]);
+        runtime.journal.put(&mut open).unwrap();
+        runtime.note_open();
+        let report = runtime.check_helper().await.expect("tried");
+        assert!(!report.settled, "{report}");
+        let asked = helper.calls().len();
+        assert_eq!(runtime.check_helper().await, None);
+        assert_eq!(helper.calls().len(), asked + 1, "only the ping");
+        // Away and back: tried again.
+        down.store(true, Ordering::SeqCst);
+        assert_eq!(runtime.check_helper().await, None);
+        down.store(false, Ordering::SeqCst);
+        refuse.store(false, Ordering::SeqCst);
+        let again = runtime.check_helper().await.expect("tried again");
+        assert!(helper.calls().len() > asked + 3, "{again}");
     }
 
     #[tokio::test]

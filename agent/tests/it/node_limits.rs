@@ -390,6 +390,71 @@ fn a_second_node_on_the_same_data_folder_is_refused_naming_the_first() {
     assert!(!rig.api.exists(), "a node removes the socket it made");
 }
 
+// What broke: a second node with its own data folder but the first's CDI folder rebuilt the
+// first node's holds into its own holds.json before it failed on the taken API socket.
+#[test]
+fn a_node_refused_for_a_taken_socket_changes_no_state_first() {
+    let rig = Rig::new("hgx-h100");
+    let _first = rig.start(&[], None);
+    let apply = Command::new(env!("CARGO_BIN_EXE_bcd"))
+        .arg("--api-socket")
+        .arg(&rig.api)
+        .args([
+            "hold",
+            "apply",
+            "job1",
+            "GPU-ff1dacfa-2e1a-0504-a88b-76a3118ee48b",
+        ])
+        .output()
+        .unwrap();
+    assert!(apply.status.success(), "{apply:?}");
+    let specs_before: Vec<_> = std::fs::read_dir(&rig.cdi)
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert!(!specs_before.is_empty());
+
+    let other_data = rig.data.with_file_name("other-data");
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_bcd"));
+    cmd.arg("--host")
+        .arg(&rig.host)
+        .arg("--data-dir")
+        .arg(&other_data)
+        .arg("--cdi-dir")
+        .arg(&rig.cdi)
+        .arg("--api-socket")
+        .arg(&rig.api)
+        .arg("--helper-socket")
+        .arg(rig.host.join("no-helper.sock"))
+        .args(["node", "--api-group", "root"])
+        .stderr(Stdio::piped());
+    let mut second = cmd.spawn().unwrap();
+    let status = wait_exit(&mut second, Duration::from_secs(30));
+    let mut stderr = String::new();
+    second
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut stderr)
+        .unwrap();
+    assert_eq!(status.code(), Some(3), "{stderr}");
+    assert!(stderr.contains("another process listens on it"), "{stderr}");
+    // Nothing but its instance lock was made.
+    let kept: Vec<String> = std::fs::read_dir(&other_data)
+        .map(|d| {
+            d.map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+                .collect()
+        })
+        .unwrap_or_default();
+    assert!(kept.iter().all(|n| n == ".lock"), "{kept:?}");
+    let specs_after: Vec<_> = std::fs::read_dir(&rig.cdi)
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert_eq!(specs_after, specs_before);
+    assert!(status_ok(&rig.api), "the first node's socket is untouched");
+}
+
 fn status_ok(socket: &Path) -> bool {
     status(socket).is_some()
 }
