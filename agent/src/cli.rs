@@ -1,4 +1,4 @@
-//! The operator's command line: global options and subcommands, as the README lists them.
+//! The operator's command line: global options and subcommands, as docs/ lists them.
 
 use std::path::PathBuf;
 
@@ -184,8 +184,8 @@ impl UsageError {
     }
 }
 
-/// What each command's exit status means, as its `--help` ends: the README's "Exit status and
-/// JSON" in the command's own terms. Every command: 2 is a usage error.
+/// What each command's exit status means, as its `--help` ends: docs/exit-status-and-json.md
+/// in the command's own terms. Every command: 2 is a usage error.
 pub fn exit_statuses(command: &str) -> &'static str {
     match command {
         "hardware" => "0 the inventory (or the labels) printed; 3 nvidia-smi failed or timed out (what procfs and sysfs show is printed all the same), or no driver for the NVIDIA GPUs on the PCI bus",

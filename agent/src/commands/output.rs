@@ -31,7 +31,7 @@ pub const PROBLEM: u8 = 1;
 pub const FAILED: u8 = 3;
 
 /// The error codes of the failures bcd finds itself (a refusal of the node service carries
-/// the service's own code, see the README's API table).
+/// the service's own code, see the API's table in docs/node-service.md).
 pub mod code {
     /// nvidia-smi failed, timed out or is missing while the GPUs need it.
     pub const NVIDIA_SMI_FAILED: &str = "nvidia-smi-failed";

@@ -139,7 +139,7 @@ pub(crate) fn unexpired(text: &str, now: SystemTime) -> Result<Labels, ParseErro
 #[derive(Debug, thiserror::Error)]
 pub(crate) enum NfdError {
     /// The write failed; the file there (if any) is as it was.
-    #[error("the node labels could not be written ({0}): Node Feature Discovery keeps the labels last written until they expire, and bcd node tries again every minute; check that the folder (--nfd-features-dir) exists and that user bcd may write it (see README: Node labels)")]
+    #[error("the node labels could not be written ({0}): Node Feature Discovery keeps the labels last written until they expire, and bcd node tries again every minute; check that the folder (--nfd-features-dir) exists and that user bcd may write it (see docs/labels.md)")]
     Write(StateError),
     /// The file there could not be read back.
     #[error("the node feature file {path} could not be read back: {reason}")]

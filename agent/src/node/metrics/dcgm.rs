@@ -1,7 +1,7 @@
 //! NVIDIA dcgm-exporter's series (`bcd node --metrics-compat`): one table, [`DCGM_FIELDS`],
 //! from each dcgm-exporter name to the bcd reading that fills it (a sample's, the last XID, or
 //! an inventory counter), in dcgm-exporter's units and with its labels, and the renderer that
-//! walks it. What bcd cannot provide, and why, the README lists.
+//! walks it. What bcd cannot provide, and why, docs/node-service.md lists.
 
 use std::collections::BTreeMap;
 
