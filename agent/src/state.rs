@@ -166,9 +166,18 @@ const TEMP_TRIES: u32 = 8;
 /// (`O_EXCL`), never following a link (`O_NOFOLLOW`), never waiting on a FIFO or a device
 /// (`O_NONBLOCK`, cleared once the file is ours): the file and its path.
 fn create_temp(dir: &Path, name: &str, mode: u32) -> Result<(File, PathBuf), StateError> {
+    create_temp_named(dir, mode, || temp_name(name, std::process::id()))
+}
+
+/// [`create_temp`] with the names `names` gives, tried in turn.
+fn create_temp_named(
+    dir: &Path,
+    mode: u32,
+    mut names: impl FnMut() -> String,
+) -> Result<(File, PathBuf), StateError> {
     let mut last = None;
     for _ in 0..TEMP_TRIES {
-        let tmp = dir.join(temp_name(name, std::process::id()));
+        let tmp = dir.join(names());
         match OpenOptions::new()
             .write(true)
             .create_new(true)
@@ -603,26 +612,30 @@ mod tests {
     // wait for a reader for ever, and every DRA call waited behind it. Temporary names are
     // unguessable now, and nothing already there is ever opened.
     #[test]
-    fn a_fifo_at_the_old_temporary_name_never_stalls_a_write() {
+    fn a_fifo_at_the_temporary_name_never_stalls_a_write() {
         use std::os::unix::fs::FileTypeExt;
         let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("spec.json");
-        let fifo = dir
-            .path()
-            .join(format!(".spec.json{TEMP_MARK}{}", std::process::id()));
+        let fifo = dir.path().join(".spec.json.tmp-1-1");
         nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
         let (done, wait) = std::sync::mpsc::channel();
-        let target = path.clone();
+        let at = dir.path().to_path_buf();
         std::thread::spawn(move || {
-            let _ = done.send(write_atomic(&target, b"{}", 0o644).map_err(|e| e.to_string()));
+            let mut names = [".spec.json.tmp-1-1", ".spec.json.tmp-1-2"].into_iter();
+            let made = create_temp_named(&at, 0o644, || names.next().unwrap().to_owned())
+                .map(|(_, path)| path)
+                .map_err(|e| e.to_string());
+            let _ = done.send(made);
         });
-        let written = wait
+        let made = wait
             .recv_timeout(std::time::Duration::from_secs(5))
-            .expect("the write returned within 5 s");
-        assert_eq!(written, Ok(()));
-        assert_eq!(fs::read(&path).unwrap(), b"{}");
+            .expect("the temporary file was made within 5 s");
+        assert_eq!(made, Ok(dir.path().join(".spec.json.tmp-1-2")));
         // The FIFO is left as it is (not ours to remove).
         assert!(fs::symlink_metadata(&fifo).unwrap().file_type().is_fifo());
+        // And a whole write never meets a name already there.
+        let path = dir.path().join("spec.json");
+        write_atomic(&path, b"{}", 0o644).unwrap();
+        assert_eq!(fs::read(&path).unwrap(), b"{}");
     }
 
     #[test]

@@ -4,11 +4,12 @@
 //!
 //! - Credentials: the kubeconfig (or the service account's files) is read again every
 //!   [`RENEW_EVERY`] and after any 401; a new client replaces the old one when what it would
-//!   send or trust changed (the file, the token a `tokenFile` holds, the CA). A token read
+//!   send or trust changed (the file, the token a `tokenFile` holds, a client certificate or
+//!   key named by path, the CA). A token read
 //!   from a file is trimmed of the white space around it (`kubectl create token ... > file`
 //!   ends it with a newline, which kube would send); the file itself is never written.
-//! - Bounds: no answer of the server, and no line of a watch, is read past [`MAX_READ`]
-//!   bytes; a longer one ends that call (or that watch) with [`TooLong`]'s sentence, so a
+//! - Bounds: no answer of the server, and no line of a watch (a watch's error answer: none
+//!   of it), is read past [`MAX_READ`] bytes; a longer one ends that call (or that watch) with [`TooLong`]'s sentence, so a
 //!   broken or hostile server costs at most that much memory per call.
 
 use std::path::{Path, PathBuf};
@@ -204,6 +205,18 @@ async fn load(kubeconfig: Option<&Path>) -> Result<(kube::Config, [u8; 32]), Con
         print.update(b"\0token\0");
         print.update(token.expose_secret().as_bytes());
     }
+    // A client certificate and key named by path are read by kube from their files: their
+    // contents count, so a rotated pair is used.
+    for file in [
+        &config.auth_info.client_certificate,
+        &config.auth_info.client_key,
+    ]
+    .into_iter()
+    .flatten()
+    {
+        print.update(b"\0file\0");
+        print.update(std::fs::read(file).unwrap_or_default());
+    }
     for cert in config.root_cert.iter().flatten() {
         print.update(b"\0ca\0");
         print.update(cert);
@@ -276,7 +289,10 @@ where
             if res.status() == http::StatusCode::UNAUTHORIZED {
                 unauthorized.notify_one();
             }
-            Ok(res.map(|body| Bounded::new(body, watch)))
+            // A watch's answer is read by line only when it is one: an error's body is read
+            // whole by kube, so it is bounded whole.
+            let by_line = watch && res.status().is_success();
+            Ok(res.map(|body| Bounded::new(body, by_line)))
         })
     }
 }

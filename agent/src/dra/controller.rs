@@ -218,6 +218,7 @@ pub async fn desired_now<S: DeviceSource>(
         holds: &holds,
         verdicts: &verdicts,
         claimed: &claimed,
+        pool: &config.node_name,
     };
     slices::desired(&devices::offer(&all, &now, features), features)
 }
@@ -422,7 +423,10 @@ fn features_line(version: Option<ServerVersion>, f: devices::Features) -> String
 
 /// A watch that ends sooner than this without delivering an event has failed: the loop
 /// waits its backoff before it lists again (an empty watch or a lone ERROR event would
-/// otherwise make it list and watch several times a second for ever).
+/// otherwise make it list and watch several times a second for ever). The backoff is reset
+/// only by a watch that delivered an event or lasted this long after a sync that wrote
+/// nothing; after a sync that wrote, the loop waits the backoff too (the event is likely its
+/// own write).
 pub const WATCH_MIN_LASTING: Duration = Duration::from_secs(10);
 
 /// How one wait on the slices' watch ended.
@@ -552,6 +556,7 @@ pub async fn publish<S: DeviceSource>(
         let api: Api<resource::ResourceSlice> = Api::all(client.client());
         let desired = desired_now(node.as_ref(), &config, features).await;
         let mut version = None;
+        let mut wrote = false;
         let outcome = if rejected.as_ref() == Some(&desired) {
             None
         } else {
@@ -562,6 +567,7 @@ pub async fn publish<S: DeviceSource>(
                     let writes = plan.create.len() + plan.update.len() + plan.delete.len();
                     match carry_out(&api, plan).await {
                         Ok(dropped) => {
+                            wrote = writes > 0;
                             if writes > 0 {
                                 tracing::debug!(
                                     "ResourceSlices of {}: {writes} write(s)",
@@ -635,6 +641,10 @@ pub async fn publish<S: DeviceSource>(
         match wait_on(watch, &mut changes).await {
             None => return,
             Some(WatchEnd::Changed) => {}
+            // After a sync that wrote, the event is likely bcd's own write: the backoff goes
+            // on, so a server that changes what bcd writes cannot make the loop write for ever
+            // at the speed of its events.
+            Some(WatchEnd::Good) if wrote => tokio::time::sleep(backoff.next()).await,
             Some(WatchEnd::Good) => {
                 backoff = Backoff::new();
                 if watch_trouble.take().is_some() && rejected.is_none() {
@@ -825,6 +835,28 @@ mod loop_tests {
                 "{case}: {problem}"
             );
         }
+    }
+
+    // What broke (a review): a server that keeps something other than what bcd writes made
+    // every sync write, and the write's own event reset the backoff: list and write at the
+    // speed of the events for ever. After a sync that wrote, the loop waits the backoff.
+    #[tokio::test]
+    async fn a_server_that_never_keeps_the_slices_is_written_with_a_growing_wait() {
+        let event = serde_json::json!({"type": "ADDED", "object": {
+            "apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice",
+            "metadata": {"name": "node-a-gpu.bcd.dev-x", "resourceVersion": "6"},
+            "spec": {"driver": "gpu.bcd.dev", "nodeName": "node-a",
+                     "pool": {"name": "node-a", "generation": 1, "resourceSliceCount": 1}}}});
+        let api = server(Reply::Full(200, format!("{event}\n").into_bytes())).await;
+        publish_for(api.kubeconfig("token: t"), Duration::from_secs(3)).await;
+        let writes = api
+            .asked
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|a| a.method == "POST" && !a.target.contains("dryRun"))
+            .count();
+        assert!((2..=8).contains(&writes), "{writes} writes in 3 s");
     }
 
     // What broke: a refused connection was said as "is --node-name the kubelet's node name?".

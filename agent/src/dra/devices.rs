@@ -321,14 +321,15 @@ pub fn devices(
 /// record names it, described by what the hold knows (its type, its uuid, its GPU), with
 /// [`DraDevice::missing`] set: a claimed device is never left out of the slices or the health
 /// stream because one collection failed. A hold without its claim's record names no device
-/// of the pool and adds none. Pure.
-pub fn kept_for_claims(all: &[DraDevice], holds: &[Hold]) -> Vec<DraDevice> {
+/// of the pool and adds none, nor does a device recorded in another pool than `pool`. Pure.
+pub fn kept_for_claims(all: &[DraDevice], holds: &[Hold], this_pool: &str) -> Vec<DraDevice> {
     let mut out: Vec<DraDevice> = Vec::new();
     for hold in holds.iter().filter(|h| h.owner() == HoldOwner::Dra) {
         let Some(claim) = &hold.claim else { continue };
         for (id, pool) in hold.devices.iter().zip(&claim.devices) {
             let shared = pool.share.is_some();
-            if all.iter().any(|d| d.name == pool.device)
+            if pool.pool != this_pool
+                || all.iter().any(|d| d.name == pool.device)
                 || out.iter().any(|d| d.name == pool.device)
                 || !is_dns_label(&pool.device)
             {
@@ -467,6 +468,9 @@ pub struct Situation<'a> {
     pub verdicts: &'a BTreeMap<GpuUuid, Option<String>>,
     /// The GPUs a step of the node's runs on.
     pub claimed: &'a [DeviceId],
+    /// The pool the slices publish (the node's name now): a claim's device recorded in
+    /// another pool (the node was renamed) is not one of this pool's.
+    pub pool: &'a str,
 }
 
 impl Situation<'_> {
@@ -498,18 +502,18 @@ impl Situation<'_> {
         self.holds
             .iter()
             .filter(|h| h.owner() == HoldOwner::Dra && h.claim.is_some())
-            .any(|h| named(h).any(|(_, name)| name == Some(device.name.as_str())))
+            .any(|h| named(h, self.pool).any(|(_, name)| name == Some(device.name.as_str())))
     }
 }
 
-/// Each device of a DRA hold with the pool device name its claim's record gives it (`None`
-/// for a hold without a record).
-fn named(h: &Hold) -> impl Iterator<Item = (&DeviceId, Option<&str>)> {
+/// Each device of a DRA hold with the device name its claim's record gives it in `pool`
+/// (`None` for a hold without a record, or a device recorded in another pool).
+fn named<'h>(h: &'h Hold, pool: &'h str) -> impl Iterator<Item = (&'h DeviceId, Option<&'h str>)> {
     let names = h
         .claim
         .iter()
         .flat_map(|c| &c.devices)
-        .map(|p| Some(p.device.as_str()));
+        .map(move |p| (p.pool == pool).then_some(p.device.as_str()));
     h.devices.iter().zip(names.chain(std::iter::repeat(None)))
 }
 
@@ -566,7 +570,7 @@ fn free_shares(device: &DraDevice, now: &Situation<'_>) -> u32 {
         .iter()
         .flat_map(|h| {
             let dra = h.owner() == HoldOwner::Dra;
-            named(h).filter_map(move |(d, name)| {
+            named(h, now.pool).filter_map(move |(d, name)| {
                 let a_share = dra && name == Some(device.name.as_str());
                 (!a_share).then_some(d)
             })
@@ -583,7 +587,7 @@ fn shares_in_use(device: &DraDevice, now: &Situation<'_>) -> u32 {
         .holds
         .iter()
         .filter(|h| h.owner() == HoldOwner::Dra)
-        .flat_map(named)
+        .flat_map(|h| named(h, now.pool))
         .filter(|(_, name)| *name == Some(device.name.as_str()))
         .count();
     u32::try_from(n).unwrap_or(u32::MAX)
@@ -871,6 +875,7 @@ mod tests {
             holds,
             verdicts,
             claimed,
+            pool: "node-a",
         };
         offer(all, &now, features)
             .into_iter()
@@ -951,6 +956,30 @@ mod tests {
         assert_eq!(
             offered_names(&[hold("k8s-a", &[G0])], &healthy, &[]),
             ["gpu-3-mig-2-0"]
+        );
+    }
+
+    // What broke (a review): after a rename, a claim's device recorded in the old pool was
+    // taken for the new pool's device of the same name and offered free; the scheduler then
+    // handed it to claims that prepare refused for ever. It is held, tainted, in the new pool.
+    #[test]
+    fn a_claims_device_recorded_in_another_pool_is_held_not_offered() {
+        let (all, t) = two_slots();
+        let slot0 = format!("{G0}::0");
+        let mut old = claim_hold("dra-u", &[(&slot0, "gpu-0-slot-0")]);
+        old.claim.as_mut().unwrap().devices[0].pool = "node-old".into();
+        let taints = Features {
+            taints: true,
+            shares: false,
+        };
+        let got = shown(&all, &t, &[old], &verdicts(&[]), &[], taints);
+        assert_eq!(
+            got[0],
+            (
+                "gpu-0-slot-0".to_owned(),
+                Some(("gpu.bcd.dev/held".to_owned(), "dra-claim".to_owned())),
+                None
+            )
         );
     }
 

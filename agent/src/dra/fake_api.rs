@@ -25,8 +25,12 @@ pub enum Reply {
     Full(u16, Vec<u8>),
     /// A 201 whose body is the request's (a write's answer: the object as stored).
     Echo,
-    /// A 200 whose chunked body repeats `chunk` until `limit` bytes were written.
-    Endless { chunk: Vec<u8>, limit: usize },
+    /// A `status` whose chunked body repeats `chunk` until `limit` bytes were written.
+    Endless {
+        status: u16,
+        chunk: Vec<u8>,
+        limit: usize,
+    },
 }
 
 impl Reply {
@@ -175,11 +179,15 @@ async fn serve(
                 conn.write_all(&bytes).await?;
                 written.fetch_add(bytes.len(), Ordering::Relaxed);
             }
-            Reply::Endless { chunk, limit } => {
-                conn.write_all(
-                    b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n",
-                )
-                .await?;
+            Reply::Endless {
+                status,
+                chunk,
+                limit,
+            } => {
+                let head = format!(
+                    "HTTP/1.1 {status} X\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n"
+                );
+                conn.write_all(head.as_bytes()).await?;
                 let mut sent = 0;
                 while sent < limit {
                     conn.write_all(format!("{:x}\r\n", chunk.len()).as_bytes())

@@ -174,7 +174,7 @@ impl DraState {
         }
     }
 
-    /// Sets or clears what is degraded on the kubelet's side (logged when it changes).
+    /// Sets or clears what is degraded on the kubelet's side (logged as [`set`] says).
     pub fn set_problem(&self, sentence: Option<String>) {
         set(&self.problem, sentence);
     }
@@ -182,19 +182,7 @@ impl DraState {
     /// Sets or clears what is degraded on the API server's side: one WARN when it starts,
     /// one INFO when it ends (a sentence that changes meanwhile is only shown in `status`).
     pub fn set_api_problem(&self, sentence: Option<String>) {
-        if let Ok(mut p) = self.api_problem.lock() {
-            match (p.as_ref(), sentence.as_ref()) {
-                (None, Some(now)) => tracing::warn!("{now}"),
-                (Some(was), None) => {
-                    tracing::info!(
-                        "the API server side of the DRA driver works again (it was: {was})"
-                    );
-                }
-                (Some(was), Some(now)) if was != now => tracing::debug!("{now}"),
-                _ => {}
-            }
-            *p = sentence;
-        }
+        set(&self.api_problem, sentence);
     }
 
     /// What is degraded on the API server's side now.
@@ -202,18 +190,22 @@ impl DraState {
         self.api_problem.lock().ok().and_then(|p| p.clone())
     }
 
-    /// Sets or clears what the stale claims' pass could not check (logged when it changes).
+    /// Sets or clears what the stale claims' pass could not check or release (logged as
+    /// [`set`] says).
     pub fn set_stale_problem(&self, sentence: Option<String>) {
         set(&self.stale_problem, sentence);
     }
 }
 
+/// Sets or clears `slot`: one WARN when a problem starts, one INFO when it ends; a sentence
+/// that changes meanwhile (an error's words) is only shown in `status` (and at debug).
 fn set(slot: &Mutex<Option<String>>, sentence: Option<String>) {
     if let Ok(mut p) = slot.lock() {
-        if let Some(s) = &sentence {
-            if p.as_ref() != Some(s) {
-                tracing::warn!("{s}");
-            }
+        match (p.as_ref(), sentence.as_ref()) {
+            (None, Some(now)) => tracing::warn!("{now}"),
+            (Some(was), None) => tracing::info!("resolved: {was}"),
+            (Some(was), Some(now)) if was != now => tracing::debug!("{now}"),
+            _ => {}
         }
         *p = sentence;
     }
@@ -299,6 +291,17 @@ pub async fn run<S: crate::source::DeviceSource>(
     config: DraConfig,
     kubeconfig: Option<PathBuf>,
 ) {
+    // The claims' specs' temporary files a crash left (bcd's own naming only).
+    let left = crate::state::remove_crash_temps(&config.cdi_runtime_dir, |name| {
+        name.starts_with("k8s.gpu.bcd.dev-claim_")
+    });
+    if !left.is_empty() {
+        tracing::info!(
+            "removed {} temporary file(s) of claims' specs a crash left in {}",
+            left.len(),
+            config.cdi_runtime_dir.display()
+        );
+    }
     let client = loop {
         match client::ApiClient::connect(kubeconfig.as_deref()).await {
             Ok(c) => break c,

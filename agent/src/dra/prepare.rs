@@ -329,7 +329,7 @@ pub fn minors(host: &crate::sys::host::Host) -> BTreeMap<GpuUuid, u32> {
 pub async fn all_devices<S: DeviceSource>(node: &S, config: &DraConfig) -> Vec<DraDevice> {
     let inventory = node.inventory().await;
     let mut all = devices::devices(&inventory, &minors(&config.host), node.gpu_slots());
-    let kept = devices::kept_for_claims(&all, &node.holds_now().await);
+    let kept = devices::kept_for_claims(&all, &node.holds_now().await, &config.node_name);
     all.extend(kept);
     all.sort_by(|a, b| a.name.cmp(&b.name));
     all
@@ -623,18 +623,24 @@ impl<S: DeviceSource, R: ClaimReader> Driver<S, R> {
             // Nothing of this driver on this node: nothing to hold or write.
             return Ok(Vec::new());
         }
-        let applied = self
+        let (before, applied) = self
             .node
             .with_holds({
                 let (id, record) = (id.clone(), record.clone());
-                move |h| h.apply_claim(id, placed, record, &topology).cloned()
+                move |h| {
+                    let before = h.before(&id);
+                    h.apply_claim(id, placed, record, &topology)
+                        .cloned()
+                        .map(|applied| (before, applied))
+                }
             })
             .await
             .ok_or(Refusal::HoldsUnavailable)??;
         *changed = true;
         if let Err(e) = self.write_spec(&applied).await {
-            let id = id.clone();
-            if let Some(Err(undo)) = self.node.with_holds(move |h| h.release(&id)).await {
+            // Undone to what it was: a hold that was there before (rebuilt without its
+            // claim's record) stays, one made now is released.
+            if let Some(Err(undo)) = self.node.with_holds(move |h| h.restore(before)).await {
                 tracing::error!("the hold of a claim whose spec failed stays: {undo}");
             }
             return Err(e);
@@ -724,6 +730,36 @@ impl<S: DeviceSource, R: ClaimReader> Driver<S, R> {
             self.node.converge_holds().await;
         }
         out
+    }
+
+    /// Unprepares the held `claim` as [`Driver::unprepare`] does when, read again from the API
+    /// server under the driver's lock, `still` says it is still to go: a claim prepared again
+    /// meanwhile keeps its hold. `None` when it was kept.
+    pub(super) async fn unprepare_if(
+        &self,
+        claim: &DraClaim,
+        still: impl FnOnce(&Result<ResourceClaim, ReadError>) -> bool,
+    ) -> Option<Result<(), Refusal>> {
+        let _serial = self.lock.lock().await;
+        let answer = read_claim(self.reader.as_ref(), &claim.namespace, &claim.name).await;
+        if !still(&answer) {
+            return None;
+        }
+        let c = ClaimRef {
+            namespace: claim.namespace.clone(),
+            uid: claim.uid.clone(),
+            name: claim.name.clone(),
+        };
+        let mut changed = false;
+        let out = self.unprepare_one(&c, &mut changed).await;
+        if out.is_ok() {
+            self.state.count(|n| n.unprepared += 1);
+        }
+        if changed {
+            self.node.touch();
+            self.node.converge_holds().await;
+        }
+        Some(out)
     }
 
     async fn unprepare_one(&self, c: &ClaimRef, changed: &mut bool) -> Result<(), Refusal> {

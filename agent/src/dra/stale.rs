@@ -13,7 +13,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::claims::{ClaimReader, ReadError, ResourceClaim};
-use super::prepare::{ClaimRef, Driver};
+use super::prepare::Driver;
 use super::DRIVER;
 use crate::device::DraClaim;
 use crate::source::DeviceSource;
@@ -255,37 +255,44 @@ impl<S: DeviceSource, R: ClaimReader> Driver<S, R> {
             now,
             grace,
         );
-        self.state()
-            .set_stale_problem(decision.unread.as_ref().map(ToString::to_string));
+        let mut problem = decision.unread.as_ref().map(ToString::to_string);
         let mut seen = decision.seen;
         for (claim, why) in decision.release {
-            tracing::info!(
-                "releasing DRA claim {}/{} ({}) the kubelet never unprepared: {why}",
-                claim.namespace,
-                claim.name,
-                claim.uid
-            );
-            let c = ClaimRef {
-                namespace: claim.namespace,
-                uid: claim.uid.clone(),
-                name: claim.name,
+            // Read again under the driver's lock, so a claim prepared again since the reads
+            // above (allocated here anew) is never released.
+            let pool = node.clone();
+            let still = |answer: &Result<ResourceClaim, ReadError>| {
+                matches!(judge(&claim, answer, &pool), Ok(Some(_)))
             };
-            // `unprepare` logs a refusal; the hold stays, past its grace, for the next pass.
-            let refused = self
-                .unprepare(vec![c])
-                .await
-                .into_iter()
-                .any(|(_, answer)| answer.is_err());
-            if let (true, Some(first)) = (refused, last.get(&claim.uid)) {
-                seen.insert(
-                    claim.uid,
-                    Sighting {
-                        since: first.since,
-                        why,
-                    },
-                );
+            match self.unprepare_if(&claim, still).await {
+                None => {}
+                Some(Ok(())) => tracing::info!(
+                    "released DRA claim {}/{} ({}) the kubelet never unprepared: {why}",
+                    claim.namespace,
+                    claim.name,
+                    claim.uid
+                ),
+                Some(Err(e)) => {
+                    // The hold stays, past its grace, for the next pass; said in the problem.
+                    problem.get_or_insert_with(|| {
+                        format!(
+                            "DRA claim {}/{} ({}) the kubelet never unprepared is not released: {e}",
+                            claim.namespace, claim.name, claim.uid
+                        )
+                    });
+                    if let Some(first) = last.get(&claim.uid) {
+                        seen.insert(
+                            claim.uid.clone(),
+                            Sighting {
+                                since: first.since,
+                                why,
+                            },
+                        );
+                    }
+                }
             }
         }
+        self.state().set_stale_problem(problem);
         seen
     }
 }

@@ -992,6 +992,8 @@ async fn unprepare_of_an_unknown_claim_checks_its_uid_before_any_path() {
         .unwrap()
         .join("victim.json");
     std::fs::write(&outside, "{}").unwrap();
+    // The folder the uid's path would walk through is there, so `../` resolves.
+    std::fs::create_dir_all(rig.config.cdi_runtime_dir.join("k8s.gpu.bcd.dev-claim_x")).unwrap();
     let answer = rig.unprepare(vec![claim("x/../../victim", "a")]).await;
     let error = &answer.claims["x/../../victim"].error;
     assert!(error.contains("which is not a Kubernetes uid"), "{error}");
@@ -1067,4 +1069,40 @@ async fn a_claimed_mig_device_the_inventory_lost_stays_in_the_slice_and_is_unhea
         "{}",
         error_of(&refused, "u-b")
     );
+}
+
+// What broke (a review): the stale pass judged a claim from reads made without the driver's
+// lock; a claim allocated here again and prepared in between was released under its pod. The
+// claim is read again under the lock before its release.
+#[tokio::test]
+async fn a_claim_allocated_here_again_before_its_release_keeps_its_hold() {
+    #[derive(Debug)]
+    struct Flipping(Arc<Claims>, std::sync::atomic::AtomicUsize);
+    impl ClaimReader for Flipping {
+        async fn get(&self, namespace: &str, name: &str) -> Result<ResourceClaim, ReadError> {
+            let n = self.1.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            let mut claim = self.0.get(namespace, name).await?;
+            if n < 2 {
+                // The first two reads (one a pass) find it deallocated.
+                claim.status.allocation = None;
+            }
+            Ok(claim)
+        }
+    }
+    let rig = Rig::new();
+    rig.claims.put(allocated(UID, "a", &[("gpu", "gpu-0")]));
+    rig.prepare(vec![claim(UID, "a")]).await;
+    let flipping = Driver::new(
+        rig.source.clone(),
+        Arc::new(Flipping(rig.claims.clone(), 0.into())),
+        rig.config.clone(),
+        rig.state.clone(),
+    );
+    let t0 = std::time::Instant::now();
+    let seen = flipping.stale_pass(&BTreeMap::new(), t0).await;
+    assert_eq!(seen.len(), 1, "stale at the first pass");
+    let seen = flipping.stale_pass(&seen, t0 + rig.config.stale_pass).await;
+    assert!(seen.is_empty(), "{seen:?}");
+    assert_eq!(rig.holds().await.len(), 1, "allocated here again: kept");
+    assert!(spec_path(&rig.config.cdi_runtime_dir, UID).exists());
 }

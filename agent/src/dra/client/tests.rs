@@ -38,6 +38,7 @@ async fn a_watch_line_past_the_bound_ends_the_watch_with_a_sentence_not_memory()
     let api = FakeApi::start(|asked| {
         if asked.target.contains("watch=") {
             Reply::Endless {
+                status: 200,
                 chunk: vec![b'a'; 64 << 10],
                 limit: 1 << 30,
             }
@@ -162,4 +163,38 @@ async fn a_token_file_is_trimmed_and_read_again_periodically() {
         "the new token was used at the first try"
     );
     renewal.abort();
+}
+
+// What broke (a review): a watch answered with an error status was bounded by line, but kube
+// reads an error's body whole, so an endless body of short lines grew without a bound.
+#[tokio::test]
+async fn a_watchs_error_answer_is_bounded_whole() {
+    use k8s_openapi::api::resource::v1::ResourceSlice;
+    use kube::api::{Api, WatchParams};
+    let api = FakeApi::start(|_| Reply::Endless {
+        status: 500,
+        chunk: vec![b'\n'; 64 << 10],
+        limit: 1 << 30,
+    })
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("kubeconfig");
+    std::fs::write(&file, api.kubeconfig("token: t")).unwrap();
+    let client = ApiClient::connect(Some(&file)).await.unwrap();
+    let slices: Api<ResourceSlice> = Api::all(client.client());
+    let opened = tokio::time::timeout(
+        Duration::from_secs(20),
+        slices.watch(&WatchParams::default(), "0"),
+    )
+    .await
+    .expect("the watch's error was read within 20 s");
+    let e = opened.err().expect("an error");
+    let text = format!("{e} {:?}", std::error::Error::source(&e));
+    assert!(text.contains("longer than 4 MiB"), "{text}");
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let written = api.written.load(Ordering::Relaxed);
+    assert!(
+        written < 64 << 20,
+        "the server got to write {written} bytes"
+    );
 }
