@@ -34,6 +34,16 @@ pub fn write_docs(dir: &Path) -> Result<Vec<PathBuf>, String> {
     // `bcd helper` (one subcommand, `ping`) has no page of its own: bcd-helper is the root
     // helper's name, and its page is bcd-helper(8).
     let _ = std::fs::remove_file(man.join("bcd-helper.1"));
+    // bcd.1's list of subcommands names bcd-helper(1) as clap makes it: it names the page that
+    // is there, bcd-helper-ping(1), instead.
+    let top = man.join("bcd.1");
+    let text =
+        std::fs::read_to_string(&top).map_err(|e| format!("cannot read {}: {e}", top.display()))?;
+    std::fs::write(
+        &top,
+        text.replace("\nbcd\\-helper(1)\n", "\nbcd\\-helper\\-ping(1)\n"),
+    )
+    .map_err(|e| format!("cannot write {}: {e}", top.display()))?;
     let mut written: Vec<PathBuf> = std::fs::read_dir(&man)
         .map_err(|e| format!("cannot list {}: {e}", man.display()))?
         .filter_map(|e| e.ok().map(|e| e.path()))

@@ -51,6 +51,12 @@ fn the_packaged_man_pages_and_completions_are_what_the_command_line_makes() {
     }
     let man = files(&packaging().join("man"));
     assert!(man.contains_key("bcd-status.1") && man.contains_key("bcd-node.1"));
+    // What broke: bcd.1 named a bcd-helper(1) page that does not exist.
+    let top = String::from_utf8_lossy(&man["bcd.1"]);
+    assert!(
+        !top.contains("bcd\\-helper(1)") && top.contains("bcd\\-helper\\-ping(1)"),
+        "bcd.1 names the pages there are"
+    );
     let status = String::from_utf8_lossy(&man["bcd-status.1"]);
     assert!(
         status.contains("Exit status: 0"),
@@ -193,7 +199,10 @@ fn every_link_of_the_manual_resolves_and_every_page_is_reachable_from_the_index(
             if let Some(a) = anchor.filter(|a| !a.is_empty()) {
                 let there = std::fs::read_to_string(&file).unwrap_or_default();
                 if !anchors(&there).contains(&a) {
-                    broken.push(format!("{}: #{a} is no heading of {target}", page.display()));
+                    broken.push(format!(
+                        "{}: #{a} is no heading of {target}",
+                        page.display()
+                    ));
                 }
             }
             if file.extension().is_some_and(|e| e == "md") {
