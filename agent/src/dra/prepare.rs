@@ -762,6 +762,54 @@ impl<S: DeviceSource, R: ClaimReader> Driver<S, R> {
         Some(out)
     }
 
+    /// Removes the claims' specs in the CDI runtime folder whose claim has no hold (its hold
+    /// was released by `bcd hold release --force`, or lost): a container restarted from such a
+    /// spec would get a GPU nobody holds. Under the driver's lock, so a spec being written for
+    /// a hold being made is never taken for one. Returns the specs removed.
+    pub(super) async fn remove_orphan_specs(&self) -> Vec<PathBuf> {
+        let _serial = self.lock.lock().await;
+        // Without a store there is no knowing which claims are held: nothing is removed.
+        let Some(holds) = self
+            .node
+            .with_holds(|h| h.list().cloned().collect::<Vec<_>>())
+            .await
+        else {
+            return Vec::new();
+        };
+        let held: Vec<String> = holds
+            .into_iter()
+            .filter(|h| h.owner() == HoldOwner::Dra)
+            .filter_map(|h| h.id.as_str().strip_prefix(HOLD_PREFIX).map(str::to_owned))
+            .collect();
+        let dir = self.config.cdi_runtime_dir.clone();
+        tokio::task::spawn_blocking(move || {
+            let Ok(entries) = std::fs::read_dir(&dir) else {
+                return Vec::new();
+            };
+            let mut removed = Vec::new();
+            for entry in entries.filter_map(Result::ok) {
+                let name = entry.file_name();
+                let Some(uid) = name
+                    .to_str()
+                    .and_then(|n| n.strip_prefix("k8s.gpu.bcd.dev-claim_"))
+                    .and_then(|n| n.strip_suffix(".json"))
+                else {
+                    continue;
+                };
+                let regular = entry.file_type().is_ok_and(|t| t.is_file());
+                if regular && !held.iter().any(|h| h == uid) {
+                    let path = entry.path();
+                    if std::fs::remove_file(&path).is_ok() {
+                        removed.push(path);
+                    }
+                }
+            }
+            removed
+        })
+        .await
+        .unwrap_or_default()
+    }
+
     async fn unprepare_one(&self, c: &ClaimRef, changed: &mut bool) -> Result<(), Refusal> {
         // The uid names a file below: checked as prepare checks it, whether bcd knows the
         // claim or not.

@@ -6,6 +6,9 @@
 //! another `--node-name`, keeps its claims); a read that fails changes nothing, and while
 //! the API server does not give bcd its own Node the pass releases nothing at all.
 //!
+//! Each pass also removes the claims' specs whose claim has no hold any more (an operator
+//! forced the release of a hold that lost its claim's record).
+//!
 //! [`decide`] is the pure decision; [`Driver::stale_pass`] and [`run`] wire it.
 
 use std::collections::BTreeMap;
@@ -293,6 +296,12 @@ impl<S: DeviceSource, R: ClaimReader> Driver<S, R> {
             }
         }
         self.state().set_stale_problem(problem);
+        for spec in self.remove_orphan_specs().await {
+            tracing::info!(
+                "removed the claim spec {}: no hold has its claim any more",
+                spec.display()
+            );
+        }
         seen
     }
 }

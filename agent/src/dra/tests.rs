@@ -1106,3 +1106,26 @@ async fn a_claim_allocated_here_again_before_its_release_keeps_its_hold() {
     assert_eq!(rig.holds().await.len(), 1, "allocated here again: kept");
     assert!(spec_path(&rig.config.cdi_runtime_dir, UID).exists());
 }
+
+// What broke (a review): a DRA hold released with --force (it had lost its claim's record) left
+// the claim's spec in the CDI runtime folder, from which a restarted container would get a GPU
+// nobody holds. The stale pass removes a claim's spec that no hold has.
+#[tokio::test]
+async fn a_claim_spec_no_hold_has_is_removed_by_the_pass() {
+    let rig = Rig::new();
+    rig.claims.put(allocated(UID, "a", &[("gpu", "gpu-0")]));
+    rig.prepare(vec![claim(UID, "a")]).await;
+    let orphan = spec_path(&rig.config.cdi_runtime_dir, "u-gone");
+    std::fs::write(&orphan, "{}").unwrap();
+    let other = rig.config.cdi_runtime_dir.join("nvidia.yaml");
+    std::fs::write(&other, "x").unwrap();
+    rig.driver
+        .stale_pass(&BTreeMap::new(), std::time::Instant::now())
+        .await;
+    assert!(!orphan.exists(), "the spec no hold has is gone");
+    assert!(
+        spec_path(&rig.config.cdi_runtime_dir, UID).exists(),
+        "the held claim's stays"
+    );
+    assert!(other.exists(), "nothing else is touched");
+}
