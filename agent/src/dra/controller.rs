@@ -425,8 +425,8 @@ fn features_line(version: Option<ServerVersion>, f: devices::Features) -> String
 /// waits its backoff before it lists again (an empty watch or a lone ERROR event would
 /// otherwise make it list and watch several times a second for ever). The backoff is reset
 /// only by a watch that delivered an event or lasted this long after a sync that wrote
-/// nothing; after a sync that wrote, the loop waits the backoff too (the event is likely its
-/// own write).
+/// nothing; syncs that write one after another (the event is likely bcd's own write, and a
+/// server that keeps something else makes every sync write) wait a backoff of their own.
 pub const WATCH_MIN_LASTING: Duration = Duration::from_secs(10);
 
 /// How one wait on the slices' watch ended.
@@ -551,6 +551,9 @@ pub async fn publish<S: DeviceSource>(
     let mut rejected: Option<Vec<Vec<slices::Device>>> = None;
     // Why the watch keeps failing, while it does: said in `status` until a watch works.
     let mut watch_trouble: Option<String> = None;
+    // Syncs in a row that wrote, and the wait between them once there are two.
+    let mut writing = 0u32;
+    let mut rewrite = Backoff::new();
     loop {
         // The client of the credentials now (renewed meanwhile, maybe).
         let api: Api<resource::ResourceSlice> = Api::all(client.client());
@@ -641,12 +644,20 @@ pub async fn publish<S: DeviceSource>(
         match wait_on(watch, &mut changes).await {
             None => return,
             Some(WatchEnd::Changed) => {}
-            // After a sync that wrote, the event is likely bcd's own write: the backoff goes
-            // on, so a server that changes what bcd writes cannot make the loop write for ever
+            // After a sync that wrote, the event is likely bcd's own write. One such sync is a
+            // change; syncs that write one after another are a server that does not keep what
+            // bcd writes: they wait a backoff of their own, so the loop never writes for ever
             // at the speed of its events.
-            Some(WatchEnd::Good) if wrote => tokio::time::sleep(backoff.next()).await,
+            Some(WatchEnd::Good) if wrote => {
+                writing += 1;
+                if writing > 1 {
+                    tokio::time::sleep(rewrite.next()).await;
+                }
+            }
             Some(WatchEnd::Good) => {
                 backoff = Backoff::new();
+                writing = 0;
+                rewrite = Backoff::new();
                 if watch_trouble.take().is_some() && rejected.is_none() {
                     state.set_api_problem(None);
                 }

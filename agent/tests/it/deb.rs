@@ -90,6 +90,8 @@ fn the_package_installs_the_binaries_and_units() {
             "-rw-r--r--",
         ),
         ("/usr/share/doc/bcd/README.md", "-rw-r--r--"),
+        ("/usr/share/doc/bcd/docs/README.md", "-rw-r--r--"),
+        ("/usr/share/doc/bcd/docs/quick-start.md", "-rw-r--r--"),
         ("/usr/share/doc/bcd/copyright", "-rw-r--r--"),
     ] {
         let line = entry(path);
@@ -101,9 +103,32 @@ fn the_package_installs_the_binaries_and_units() {
     }
     let files = listing
         .lines()
-        .filter(|l| !l.starts_with('d') && !l.contains(" ./usr/share/man/"))
+        .filter(|l| {
+            !l.starts_with('d')
+                && !l.contains(" ./usr/share/man/")
+                && !l.contains(" ./usr/share/doc/bcd/docs/")
+        })
         .count();
     assert_eq!(files, 13, "unexpected files in the package:\n{listing}");
+    // Every page of the manual, beside the front page whose links name them.
+    let manual = std::fs::read_dir(Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs"))
+        .unwrap()
+        .filter(|e| {
+            e.as_ref()
+                .unwrap()
+                .path()
+                .extension()
+                .is_some_and(|x| x == "md")
+        })
+        .count();
+    let packaged = listing
+        .lines()
+        .filter(|l| !l.starts_with('d') && l.contains(" ./usr/share/doc/bcd/docs/"))
+        .count();
+    assert_eq!(
+        packaged, manual,
+        "the manual's pages in the package:\n{listing}"
+    );
     // Every man page, gzipped as Debian has them.
     let pages = std::fs::read_dir(Path::new(env!("CARGO_MANIFEST_DIR")).join("../packaging/man"))
         .unwrap()
