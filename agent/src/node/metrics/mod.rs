@@ -689,6 +689,7 @@ mod tests {
                 owner: None,
                 gpus: BTreeMap::new(),
                 unassigned_since: None,
+                created_at: None,
                 claim: None,
             }],
             &topology,
