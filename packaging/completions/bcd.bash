@@ -1798,7 +1798,7 @@ _bcd() {
             return 0
             ;;
         bcd__subcmd__status)
-            opts="-i -h -V --format --id --host --host-root --nvidia-smi --data-dir --cdi-dir --helper-socket --api-socket --json --color --log-format --xid-ignore --xid-unhealthy --help --version"
+            opts="-i -w -h -V --format --id --watch --host --host-root --nvidia-smi --data-dir --cdi-dir --helper-socket --api-socket --json --color --log-format --xid-ignore --xid-unhealthy --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0

@@ -18,6 +18,12 @@ use crate::term::colour::wanted_here;
 pub(crate) async fn status_from_node(socket: &std::path::Path) -> Option<StatusReport> {
     let answer: NodeStatus =
         ask_node::<(), _>(socket, "GET", "/v1/status", None, STATUS_WAIT).await?;
+    report_of(answer, socket)
+}
+
+/// A node's status document as `bcd status` shows it; `None` while the node has no
+/// inventory yet.
+fn report_of(answer: NodeStatus, socket: &std::path::Path) -> Option<StatusReport> {
     if answer.collections == 0 {
         return None;
     }
@@ -76,6 +82,19 @@ pub fn select(report: &mut StatusReport, ids: &[GpuSelector]) -> Result<(), NoSu
 /// GPU. A running `bcd node` is asked first; without one, `bcd status` reads the GPUs itself.
 pub async fn status(global: &Global, args: &StatusArgs) -> ExitCode {
     let json = global.json || args.format == StatusFormat::Json;
+    if args.watch {
+        if json || args.format != StatusFormat::Table {
+            crate::cli::UsageError {
+                error: crate::cli::command().error(
+                    clap::error::ErrorKind::ArgumentConflict,
+                    "--watch draws the table: it takes no --json or --format csv|json",
+                ),
+                json,
+            }
+            .exit();
+        }
+        return watch(global, args).await;
+    }
     let host = global.host();
     let report = match status_from_node(&global.api_socket).await {
         Some(report) => Ok(report),
@@ -118,5 +137,123 @@ pub async fn status(global: &Global, args: &StatusArgs) -> ExitCode {
         ExitCode::from(report_status(&report))
     } else {
         ExitCode::from(FAILED)
+    }
+}
+
+/// How often `--watch` redraws when the node reports no change: the shortest sample interval
+/// (a node sampling less often shows its last sample again).
+pub const WATCH_REDRAW: std::time::Duration = crate::node::shared::MIN_SAMPLE_INTERVAL;
+
+/// One screen of `--watch`: on a terminal (`terminal`) the screen cleared first, through a
+/// pipe a blank line between two; then a title saying what it follows and how to stop, and
+/// the table.
+pub fn watch_frame(report: &StatusReport, colour: bool, terminal: bool, first: bool) -> String {
+    let lead = match (terminal, first) {
+        (true, _) => "\x1b[H\x1b[2J",
+        (false, true) => "",
+        (false, false) => "\n",
+    };
+    format!(
+        "{lead}bcd status --watch: redrawn at every change and every {}s; Ctrl-C ends it\n{}",
+        WATCH_REDRAW.as_secs(),
+        render_status(report, colour)
+    )
+}
+
+/// `bcd status --watch`: redraws the table at every change a running node's status watch
+/// reports and every [`WATCH_REDRAW`] (a new sample), until Ctrl-C (exit 0). Without a node,
+/// it reads the GPUs itself every [`WATCH_REDRAW`]. Exit 3 when the node ends the watch.
+async fn watch(global: &Global, args: &StatusArgs) -> ExitCode {
+    use std::io::IsTerminal;
+    let socket = &global.api_socket;
+    let terminal = std::io::stdout().is_terminal();
+    let colour = wanted_here(global.color);
+    let mut lines = match crate::node::client::watch_status(socket).await {
+        Ok(lines) => Some(lines),
+        Err(crate::node::client::ApiError::Connect { .. }) => None,
+        Err(e) => return super::output::fail_api(false, &e),
+    };
+    // A node's watch sends its first document at once; without one, the first read is now.
+    let start = tokio::time::Instant::now();
+    let mut tick = tokio::time::interval_at(
+        if lines.is_some() {
+            start + WATCH_REDRAW
+        } else {
+            start
+        },
+        WATCH_REDRAW,
+    );
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut first = true;
+    let mut draw = |report: Option<StatusReport>| {
+        let Some(mut report) = report else { return };
+        if let Err(e) = select(&mut report, &args.id) {
+            no_such_gpu(&e, false).exit();
+        }
+        print(&watch_frame(&report, colour, terminal, first));
+        first = false;
+    };
+    loop {
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => return ExitCode::SUCCESS,
+            line = next_line(lines.as_mut()) => match line {
+                Some(text) => match serde_json::from_str::<NodeStatus>(&text) {
+                    Ok(answer) => draw(report_of(answer, socket)),
+                    Err(e) => eprintln!("bcd: a line of the status watch is not a status ({e})"),
+                },
+                None => {
+                    eprintln!("bcd: the bcd node service at {} ended the status watch", socket.display());
+                    return ExitCode::from(FAILED);
+                }
+            },
+            _ = tick.tick() => {
+                let report = if lines.is_some() {
+                    status_from_node(socket).await
+                } else {
+                    let host = global.host();
+                    status_within(&host, &global.data_dir, &global.xid_policy(), STATUS_WAIT)
+                        .await
+                        .ok()
+                };
+                draw(report);
+            }
+        }
+    }
+}
+
+/// The next line of the watch; never, without one; `None` when it ended or failed.
+async fn next_line(lines: Option<&mut crate::node::client::StatusLines>) -> Option<String> {
+    match lines {
+        Some(lines) => lines.next_line().await.ok().flatten(),
+        None => std::future::pending().await,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // On a terminal each frame replaces the last; through a pipe frames follow each other,
+    // a blank line between, with no control bytes.
+    #[test]
+    fn a_watch_frame_clears_the_screen_only_on_a_terminal() {
+        let report = StatusReport {
+            gpus: Vec::new(),
+            notes: vec!["n".into()],
+            nvidia_smi_error: None,
+        };
+        let on_tty = watch_frame(&report, false, true, false);
+        assert!(
+            on_tty.starts_with("\x1b[H\x1b[2Jbcd status --watch: "),
+            "{on_tty:?}"
+        );
+        let first = watch_frame(&report, false, false, true);
+        assert!(first.starts_with("bcd status --watch: redrawn at every change and every 5s"));
+        assert!(
+            first.contains("\nGPU  NAME") && first.ends_with("note: n\n"),
+            "{first:?}"
+        );
+        let next = watch_frame(&report, false, false, false);
+        assert_eq!(next, format!("\n{first}"));
     }
 }
