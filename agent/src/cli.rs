@@ -191,11 +191,28 @@ impl UsageError {
 
 /// The usage error of an `-i` that names no GPU of this node (exit status 2, the error
 /// document with code `usage` under `--json`).
-pub fn no_such_gpu(e: &NoSuchGpu, json: bool) -> UsageError {
-    UsageError {
-        error: command().error(clap::error::ErrorKind::InvalidValue, e),
-        json,
-    }
+/// `subcommand` names the command whose usage line the error shows.
+pub fn no_such_gpu(e: &NoSuchGpu, json: bool, subcommand: &str) -> UsageError {
+    usage_error(subcommand, clap::error::ErrorKind::InvalidValue, e, json)
+}
+
+/// A usage error bcd finds in `bcd <subcommand>`'s parsed options, with that command's usage
+/// line.
+pub fn usage_error(
+    subcommand: &str,
+    kind: clap::error::ErrorKind,
+    message: impl std::fmt::Display,
+    json: bool,
+) -> UsageError {
+    let mut cli = command();
+    let error = match cli.find_subcommand_mut(subcommand) {
+        Some(sub) => sub
+            .clone()
+            .bin_name(format!("bcd {subcommand}"))
+            .error(kind, message),
+        None => cli.error(kind, message),
+    };
+    UsageError { error, json }
 }
 
 /// What each command's exit status means, as its `--help` ends: docs/exit-status-and-json.md

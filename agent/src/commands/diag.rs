@@ -55,7 +55,7 @@ pub async fn diag(
                     }
                 }
             }
-            Err(e) => no_such_gpu(&e, global.json).exit(),
+            Err(e) => no_such_gpu(&e, global.json, "diag").exit(),
         }
     }
     let gpu_uuids = &gpu_uuids[..];

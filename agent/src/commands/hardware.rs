@@ -36,7 +36,7 @@ pub async fn hardware(global: &Global, ids: &[GpuSelector]) -> ExitCode {
                 keep.contains(&(i - 1))
             });
         }
-        Err(e) => no_such_gpu(&e, global.json).exit(),
+        Err(e) => no_such_gpu(&e, global.json, "hardware").exit(),
     }
     // What the PCI bus holds, judged as doctor judges it: the line shown for an empty
     // inventory, and the failure when the driver is missing for GPUs that are there.

@@ -84,13 +84,12 @@ pub async fn status(global: &Global, args: &StatusArgs) -> ExitCode {
     let json = global.json || args.format == StatusFormat::Json;
     if args.watch {
         if json || args.format != StatusFormat::Table {
-            crate::cli::UsageError {
-                error: crate::cli::command().error(
-                    clap::error::ErrorKind::ArgumentConflict,
-                    "--watch draws the table: it takes no --json or --format csv|json",
-                ),
+            crate::cli::usage_error(
+                "status",
+                clap::error::ErrorKind::ArgumentConflict,
+                "--watch draws the table: it takes no --json or --format csv|json",
                 json,
-            }
+            )
             .exit();
         }
         return watch(global, args).await;
@@ -118,7 +117,7 @@ pub async fn status(global: &Global, args: &StatusArgs) -> ExitCode {
         }
     };
     if let Err(e) = select(&mut report, &args.id) {
-        no_such_gpu(&e, json).exit();
+        no_such_gpu(&e, json, "status").exit();
     }
     let printed = match (json, args.format) {
         (true, _) => print_json(&report, "the result"),
@@ -188,7 +187,7 @@ async fn watch(global: &Global, args: &StatusArgs) -> ExitCode {
     let mut draw = |report: Option<StatusReport>| {
         let Some(mut report) = report else { return };
         if let Err(e) = select(&mut report, &args.id) {
-            no_such_gpu(&e, false).exit();
+            no_such_gpu(&e, false, "status").exit();
         }
         print(&watch_frame(&report, colour, terminal, first));
         first = false;
