@@ -392,8 +392,8 @@ pub struct StatusArgs {
     /// Show only these GPUs: an index, a UUID or a bus id; repeatable or comma-separated.
     #[arg(short = 'i', long = "id", value_name = "GPU", value_delimiter = ',')]
     pub id: Vec<GpuSelector>,
-    /// Keep the table on screen, redrawn at every change a running node reports and every
-    /// 5 s, until Ctrl-C (without a node, read again every 5 s).
+    /// Keep the table on screen, redrawn at every change a running node reports and once per
+    /// its sample interval, until Ctrl-C (without a node, read again every 5 s).
     #[arg(short = 'w', long)]
     pub watch: bool,
 }

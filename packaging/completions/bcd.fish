@@ -468,7 +468,7 @@ complete -c bcd -n "__fish_bcd_using_subcommand status" -l log-format -d 'How lo
 json\t'One JSON object per event (`timestamp`, `level`, `target`, `fields.message`)'"
 complete -c bcd -n "__fish_bcd_using_subcommand status" -l xid-ignore -d 'XIDs that never affect a GPU\'s health, overriding NVIDIA\'s catalog (e.g. 13,31)' -r
 complete -c bcd -n "__fish_bcd_using_subcommand status" -l xid-unhealthy -d 'XIDs that make a GPU unhealthy until a reset, overriding NVIDIA\'s catalog (e.g. 43)' -r
-complete -c bcd -n "__fish_bcd_using_subcommand status" -s w -l watch -d 'Keep the table on screen, redrawn at every change a running node reports and every 5 s, until Ctrl-C (without a node, read again every 5 s)'
+complete -c bcd -n "__fish_bcd_using_subcommand status" -s w -l watch -d 'Keep the table on screen, redrawn at every change a running node reports and once per its sample interval, until Ctrl-C (without a node, read again every 5 s)'
 complete -c bcd -n "__fish_bcd_using_subcommand status" -l json -d 'Machine-readable output where the command has it'
 complete -c bcd -n "__fish_bcd_using_subcommand status" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c bcd -n "__fish_bcd_using_subcommand status" -s V -l version -d 'Print version'

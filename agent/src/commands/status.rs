@@ -139,14 +139,29 @@ pub async fn status(global: &Global, args: &StatusArgs) -> ExitCode {
     }
 }
 
-/// How often `--watch` redraws when the node reports no change: the shortest sample interval
-/// (a node sampling less often shows its last sample again).
+/// How often `--watch` redraws when nothing changes, where the node does not say its sample
+/// interval (and without a node): the shortest sample interval.
 pub const WATCH_REDRAW: std::time::Duration = crate::node::shared::MIN_SAMPLE_INTERVAL;
+
+/// The redraw period for a node that samples every `interval_s` seconds (0: it does not say).
+pub fn redraw_every(interval_s: u64) -> std::time::Duration {
+    if interval_s == 0 {
+        WATCH_REDRAW
+    } else {
+        std::time::Duration::from_secs(interval_s).max(WATCH_REDRAW)
+    }
+}
 
 /// One screen of `--watch`: on a terminal (`terminal`) the screen cleared first, through a
 /// pipe a blank line between two; then a title saying what it follows and how to stop, and
 /// the table.
-pub fn watch_frame(report: &StatusReport, colour: bool, terminal: bool, first: bool) -> String {
+pub fn watch_frame(
+    report: &StatusReport,
+    every: std::time::Duration,
+    colour: bool,
+    terminal: bool,
+    first: bool,
+) -> String {
     let lead = match (terminal, first) {
         (true, _) => "\x1b[H\x1b[2J",
         (false, true) => "",
@@ -154,14 +169,15 @@ pub fn watch_frame(report: &StatusReport, colour: bool, terminal: bool, first: b
     };
     format!(
         "{lead}bcd status --watch: redrawn at every change and every {}s; Ctrl-C ends it\n{}",
-        WATCH_REDRAW.as_secs(),
+        every.as_secs(),
         render_status(report, colour)
     )
 }
 
 /// `bcd status --watch`: redraws the table at every change a running node's status watch
-/// reports and every [`WATCH_REDRAW`] (a new sample), until Ctrl-C (exit 0). Without a node,
-/// it reads the GPUs itself every [`WATCH_REDRAW`]. Exit 3 when the node ends the watch.
+/// reports and once per the node's sample interval (a new sample; [`redraw_every`]), until
+/// Ctrl-C (exit 0). Without a node, it reads the GPUs itself every [`WATCH_REDRAW`]. Exit 3
+/// when the node ends the watch.
 async fn watch(global: &Global, args: &StatusArgs) -> ExitCode {
     use std::io::IsTerminal;
     let socket = &global.api_socket;
@@ -183,13 +199,14 @@ async fn watch(global: &Global, args: &StatusArgs) -> ExitCode {
         WATCH_REDRAW,
     );
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut every = WATCH_REDRAW;
     let mut first = true;
-    let mut draw = |report: Option<StatusReport>| {
+    let mut draw = |report: Option<StatusReport>, every: std::time::Duration| {
         let Some(mut report) = report else { return };
         if let Err(e) = select(&mut report, &args.id) {
             no_such_gpu(&e, false, "status").exit();
         }
-        print(&watch_frame(&report, colour, terminal, first));
+        print(&watch_frame(&report, every, colour, terminal, first));
         first = false;
     };
     loop {
@@ -197,7 +214,15 @@ async fn watch(global: &Global, args: &StatusArgs) -> ExitCode {
             _ = tokio::signal::ctrl_c() => return ExitCode::SUCCESS,
             line = next_line(lines.as_mut()) => match line {
                 Some(text) => match serde_json::from_str::<NodeStatus>(&text) {
-                    Ok(answer) => draw(report_of(answer, socket)),
+                    Ok(answer) => {
+                        let now = redraw_every(answer.sampling.interval_s);
+                        if now != every {
+                            every = now;
+                            tick = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
+                            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+                        }
+                        draw(report_of(answer, socket), every);
+                    }
                     Err(e) => eprintln!("bcd: a line of the status watch is not a status ({e})"),
                 },
                 None => {
@@ -214,7 +239,7 @@ async fn watch(global: &Global, args: &StatusArgs) -> ExitCode {
                         .await
                         .ok()
                 };
-                draw(report);
+                draw(report, every);
             }
         }
     }
@@ -241,18 +266,23 @@ mod tests {
             notes: vec!["n".into()],
             nvidia_smi_error: None,
         };
-        let on_tty = watch_frame(&report, false, true, false);
+        let every = WATCH_REDRAW;
+        let on_tty = watch_frame(&report, every, false, true, false);
         assert!(
             on_tty.starts_with("\x1b[H\x1b[2Jbcd status --watch: "),
             "{on_tty:?}"
         );
-        let first = watch_frame(&report, false, false, true);
+        let first = watch_frame(&report, redraw_every(0), false, false, true);
         assert!(first.starts_with("bcd status --watch: redrawn at every change and every 5s"));
         assert!(
             first.contains("\nGPU  NAME") && first.ends_with("note: n\n"),
             "{first:?}"
         );
-        let next = watch_frame(&report, false, false, false);
+        let next = watch_frame(&report, every, false, false, false);
         assert_eq!(next, format!("\n{first}"));
+        // A node that samples every 30 s is redrawn every 30 s; none samples below 5 s.
+        assert_eq!(redraw_every(30), std::time::Duration::from_secs(30));
+        assert_eq!(redraw_every(2), WATCH_REDRAW);
+        assert!(watch_frame(&report, redraw_every(30), false, false, true).contains("every 30s"));
     }
 }
