@@ -5,6 +5,7 @@ use std::path::PathBuf;
 use bcd_protocol::GpuUuid;
 use clap::{Args, CommandFactory, Parser, Subcommand};
 
+use crate::inventory::select::{GpuSelector, NoSuchGpu};
 use crate::sys::host::Host;
 
 /// bcd manages the NVIDIA GPUs of this node: inventory, health, CDI specs and passthrough.
@@ -85,6 +86,10 @@ pub struct Global {
     /// Machine-readable output where the command has it.
     #[arg(long, global = true)]
     pub json: bool,
+    /// Colour the state words: `auto` on a terminal unless NO_COLOR is set, `always`, or
+    /// `never`.
+    #[arg(long, global = true, value_name = "WHEN", default_value = "auto")]
+    pub color: crate::term::colour::ColourChoice,
     /// How log lines are written to stderr: `text`, or `json` (one object per line, for the
     /// journal's and log shippers' sake). Which lines: BCD_LOG (e.g. `debug`,
     /// `warn,bcd::kubelet=debug`); `info` for bcd node, `warn` for the other commands.
@@ -182,6 +187,32 @@ impl UsageError {
         }
         self.error.exit()
     }
+}
+
+/// The usage error of an `-i` that names no GPU of this node (exit status 2, the error
+/// document with code `usage` under `--json`).
+/// `subcommand` names the command whose usage line the error shows.
+pub fn no_such_gpu(e: &NoSuchGpu, json: bool, subcommand: &str) -> UsageError {
+    usage_error(subcommand, clap::error::ErrorKind::InvalidValue, e, json)
+}
+
+/// A usage error bcd finds in `bcd <subcommand>`'s parsed options, with that command's usage
+/// line.
+pub fn usage_error(
+    subcommand: &str,
+    kind: clap::error::ErrorKind,
+    message: impl std::fmt::Display,
+    json: bool,
+) -> UsageError {
+    let mut cli = command();
+    let error = match cli.find_subcommand_mut(subcommand) {
+        Some(sub) => sub
+            .clone()
+            .bin_name(format!("bcd {subcommand}"))
+            .error(kind, message),
+        None => cli.error(kind, message),
+    };
+    UsageError { error, json }
 }
 
 /// What each command's exit status means, as its `--help` ends: docs/exit-status-and-json.md
@@ -289,6 +320,15 @@ pub enum Command {
     },
     /// Collect the inventory once (without the passthrough memory) and print it.
     Hardware {
+        /// Show only these GPUs: an index, a UUID or a bus id; repeatable or comma-separated.
+        #[arg(
+            short = 'i',
+            long = "id",
+            value_name = "GPU",
+            value_delimiter = ',',
+            conflicts_with = "labels"
+        )]
+        id: Vec<GpuSelector>,
         /// Print the node labels instead (GPU Feature Discovery's names and bcd.dev/ health,
         /// as bcd node --nfd-features-dir keeps them), writing nothing.
         #[arg(long)]
@@ -318,9 +358,9 @@ pub enum Command {
     Vm(VmCommand),
     /// The long-running node service.
     Node(NodeArgs),
-    /// One line per GPU from a live sample (waits at most 10 s), with UNHEALTHY where the
-    /// healthy rule fails.
-    Status,
+    /// A table of the GPUs from a live sample (waits at most 10 s), each with its state
+    /// (HEALTHY, DEGRADED, UNHEALTHY or UNKNOWN) and the reasons below it.
+    Status(StatusArgs),
     /// Write bcd's man pages (`DIR/man/*.1`) and shell completions (`DIR/completions/`: bash,
     /// zsh, fish) from this command line; the packaged ones are made so.
     #[command(hide = true)]
@@ -333,10 +373,41 @@ pub enum Command {
         /// Check only this GPU (UUID); repeatable.
         #[arg(long = "gpu", value_name = "UUID")]
         gpu: Vec<GpuUuid>,
+        /// Check only these GPUs: an index, a UUID or a bus id; repeatable or comma-separated.
+        #[arg(short = 'i', long = "id", value_name = "GPU", value_delimiter = ',')]
+        id: Vec<GpuSelector>,
         /// Fail gpu.count when fewer GPUs are visible.
         #[arg(long, value_name = "N")]
         expected_gpus: Option<usize>,
     },
+}
+
+/// `bcd status`'s options.
+#[derive(Debug, Clone, Args)]
+pub struct StatusArgs {
+    /// The output's shape: `table` (for a person), `csv` (one GPU a row, numbers without
+    /// units) or `json` (as --json).
+    #[arg(long, value_name = "FORMAT", default_value = "table")]
+    pub format: StatusFormat,
+    /// Show only these GPUs: an index, a UUID or a bus id; repeatable or comma-separated.
+    #[arg(short = 'i', long = "id", value_name = "GPU", value_delimiter = ',')]
+    pub id: Vec<GpuSelector>,
+    /// Keep the table on screen, redrawn at every change a running node reports and once per
+    /// its sample interval, until Ctrl-C (without a node, read again every 5 s).
+    #[arg(short = 'w', long)]
+    pub watch: bool,
+}
+
+/// `bcd status --format`'s shapes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+pub enum StatusFormat {
+    /// A header row and aligned columns, the reasons below each GPU, the notes below.
+    #[default]
+    Table,
+    /// A header row, one GPU a row, numbers without units.
+    Csv,
+    /// The JSON document, as --json.
+    Json,
 }
 
 /// `bcd node`'s own options: the one place they are declared. `commands::service` turns

@@ -25,6 +25,7 @@ pub mod smi;
 pub mod source;
 pub(crate) mod state;
 pub mod sys;
+pub mod term;
 #[cfg(test)]
 mod test_log;
 pub(crate) mod utc;

@@ -48,12 +48,13 @@ fn main() -> ExitCode {
     };
     runtime.block_on(async {
         match &cli.command {
-            Command::Hardware { labels: false, .. } => {
-                commands::hardware::hardware(&cli.global).await
-            }
+            Command::Hardware {
+                labels: false, id, ..
+            } => commands::hardware::hardware(&cli.global, id).await,
             Command::Hardware {
                 labels: true,
                 gpu_slots,
+                ..
             } => commands::labels::labels(&cli.global, *gpu_slots).await,
             Command::Helper {
                 command: HelperCommand::Ping,
@@ -69,11 +70,13 @@ fn main() -> ExitCode {
             Command::Vfio(cmd) => svc::vfio(&cli.global, cmd).await,
             Command::Vm(cmd) => svc::vm(&cli.global, cmd).await,
             Command::Node(args) => svc::node(&cli.global, args).await,
-            Command::Status => commands::status::status(&cli.global).await,
+            Command::Status(args) => commands::status::status(&cli.global, args).await,
             Command::GenerateDocs { dir } => commands::docs::generate(dir),
-            Command::Diag { gpu, expected_gpus } => {
-                commands::diag::diag(&cli.global, gpu, *expected_gpus).await
-            }
+            Command::Diag {
+                gpu,
+                id,
+                expected_gpus,
+            } => commands::diag::diag(&cli.global, gpu, id, *expected_gpus).await,
         }
     })
 }

@@ -236,7 +236,7 @@ _bcd() {
 
     case "${cmd}" in
         bcd)
-            opts="-h -V --host --host-root --nvidia-smi --data-dir --cdi-dir --helper-socket --api-socket --json --log-format --xid-ignore --xid-unhealthy --help --version helper hardware doctor cdi gpu hold vfio vm node status generate-docs diag help"
+            opts="-h -V --host --host-root --nvidia-smi --data-dir --cdi-dir --helper-socket --api-socket --json --color --log-format --xid-ignore --xid-unhealthy --help --version helper hardware doctor cdi gpu hold vfio vm node status generate-docs diag help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 1 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -270,6 +270,10 @@ _bcd() {
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
+                --color)
+                    COMPREPLY=($(compgen -W "auto always never" -- "${cur}"))
+                    return 0
+                    ;;
                 --log-format)
                     COMPREPLY=($(compgen -W "text json" -- "${cur}"))
                     return 0
@@ -290,7 +294,7 @@ _bcd() {
             return 0
             ;;
         bcd__subcmd__cdi)
-            opts="-h -V --host --host-root --nvidia-smi --data-dir --cdi-dir --helper-socket --api-socket --json --log-format --xid-ignore --xid-unhealthy --help --version render help"
+            opts="-h -V --host --host-root --nvidia-smi --data-dir --cdi-dir --helper-socket --api-socket --json --color --log-format --xid-ignore --xid-unhealthy --help --version render help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -322,6 +326,10 @@ _bcd() {
                     ;;
                 --api-socket)
                     COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --color)
+                    COMPREPLY=($(compgen -W "auto always never" -- "${cur}"))
                     return 0
                     ;;
                 --log-format)
@@ -386,7 +394,7 @@ _bcd() {
             return 0
             ;;
         bcd__subcmd__cdi__subcmd__render)
-            opts="-h -V --kubernetes --host --host-root --nvidia-smi --data-dir --cdi-dir --helper-socket --api-socket --json --log-format --xid-ignore --xid-unhealthy --help --version"
+            opts="-h -V --kubernetes --host --host-root --nvidia-smi --data-dir --cdi-dir --helper-socket --api-socket --json --color --log-format --xid-ignore --xid-unhealthy --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -420,6 +428,10 @@ _bcd() {
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
+                --color)
+                    COMPREPLY=($(compgen -W "auto always never" -- "${cur}"))
+                    return 0
+                    ;;
                 --log-format)
                     COMPREPLY=($(compgen -W "text json" -- "${cur}"))
                     return 0
@@ -440,13 +452,21 @@ _bcd() {
             return 0
             ;;
         bcd__subcmd__diag)
-            opts="-h -V --gpu --expected-gpus --host --host-root --nvidia-smi --data-dir --cdi-dir --helper-socket --api-socket --json --log-format --xid-ignore --xid-unhealthy --help --version"
+            opts="-i -h -V --gpu --id --expected-gpus --host --host-root --nvidia-smi --data-dir --cdi-dir --helper-socket --api-socket --json --color --log-format --xid-ignore --xid-unhealthy --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
             fi
             case "${prev}" in
                 --gpu)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --id)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                -i)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
@@ -482,6 +502,10 @@ _bcd() {
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
+                --color)
+                    COMPREPLY=($(compgen -W "auto always never" -- "${cur}"))
+                    return 0
+                    ;;
                 --log-format)
                     COMPREPLY=($(compgen -W "text json" -- "${cur}"))
                     return 0
@@ -502,7 +526,7 @@ _bcd() {
             return 0
             ;;
         bcd__subcmd__doctor)
-            opts="-h -V --host --host-root --nvidia-smi --data-dir --cdi-dir --helper-socket --api-socket --json --log-format --xid-ignore --xid-unhealthy --help --version"
+            opts="-h -V --host --host-root --nvidia-smi --data-dir --cdi-dir --helper-socket --api-socket --json --color --log-format --xid-ignore --xid-unhealthy --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -534,6 +558,10 @@ _bcd() {
                     ;;
                 --api-socket)
                     COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --color)
+                    COMPREPLY=($(compgen -W "auto always never" -- "${cur}"))
                     return 0
                     ;;
                 --log-format)
@@ -556,7 +584,7 @@ _bcd() {
             return 0
             ;;
         bcd__subcmd__generate__subcmd__docs)
-            opts="-h -V --host --host-root --nvidia-smi --data-dir --cdi-dir --helper-socket --api-socket --json --log-format --xid-ignore --xid-unhealthy --help --version"
+            opts="-h -V --host --host-root --nvidia-smi --data-dir --cdi-dir --helper-socket --api-socket --json --color --log-format --xid-ignore --xid-unhealthy --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -588,6 +616,10 @@ _bcd() {
                     ;;
                 --api-socket)
                     COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --color)
+                    COMPREPLY=($(compgen -W "auto always never" -- "${cur}"))
                     return 0
                     ;;
                 --log-format)
@@ -610,7 +642,7 @@ _bcd() {
             return 0
             ;;
         bcd__subcmd__gpu)
-            opts="-h -V --host --host-root --nvidia-smi --data-dir --cdi-dir --helper-socket --api-socket --json --log-format --xid-ignore --xid-unhealthy --help --version reset help"
+            opts="-h -V --host --host-root --nvidia-smi --data-dir --cdi-dir --helper-socket --api-socket --json --color --log-format --xid-ignore --xid-unhealthy --help --version reset help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -642,6 +674,10 @@ _bcd() {
                     ;;
                 --api-socket)
                     COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --color)
+                    COMPREPLY=($(compgen -W "auto always never" -- "${cur}"))
                     return 0
                     ;;
                 --log-format)
@@ -706,7 +742,7 @@ _bcd() {
             return 0
             ;;
         bcd__subcmd__gpu__subcmd__reset)
-            opts="-h -V --host --host-root --nvidia-smi --data-dir --cdi-dir --helper-socket --api-socket --json --log-format --xid-ignore --xid-unhealthy --help --version"
+            opts="-h -V --host --host-root --nvidia-smi --data-dir --cdi-dir --helper-socket --api-socket --json --color --log-format --xid-ignore --xid-unhealthy --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -740,6 +776,10 @@ _bcd() {
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
+                --color)
+                    COMPREPLY=($(compgen -W "auto always never" -- "${cur}"))
+                    return 0
+                    ;;
                 --log-format)
                     COMPREPLY=($(compgen -W "text json" -- "${cur}"))
                     return 0
@@ -760,12 +800,20 @@ _bcd() {
             return 0
             ;;
         bcd__subcmd__hardware)
-            opts="-h -V --labels --gpu-slots --host --host-root --nvidia-smi --data-dir --cdi-dir --helper-socket --api-socket --json --log-format --xid-ignore --xid-unhealthy --help --version"
+            opts="-i -h -V --id --labels --gpu-slots --host --host-root --nvidia-smi --data-dir --cdi-dir --helper-socket --api-socket --json --color --log-format --xid-ignore --xid-unhealthy --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
             fi
             case "${prev}" in
+                --id)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                -i)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
                 --gpu-slots)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
@@ -796,6 +844,10 @@ _bcd() {
                     ;;
                 --api-socket)
                     COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --color)
+                    COMPREPLY=($(compgen -W "auto always never" -- "${cur}"))
                     return 0
                     ;;
                 --log-format)
@@ -1168,7 +1220,7 @@ _bcd() {
             return 0
             ;;
         bcd__subcmd__helper)
-            opts="-h -V --host --host-root --nvidia-smi --data-dir --cdi-dir --helper-socket --api-socket --json --log-format --xid-ignore --xid-unhealthy --help --version ping help"
+            opts="-h -V --host --host-root --nvidia-smi --data-dir --cdi-dir --helper-socket --api-socket --json --color --log-format --xid-ignore --xid-unhealthy --help --version ping help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -1200,6 +1252,10 @@ _bcd() {
                     ;;
                 --api-socket)
                     COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --color)
+                    COMPREPLY=($(compgen -W "auto always never" -- "${cur}"))
                     return 0
                     ;;
                 --log-format)
@@ -1264,7 +1320,7 @@ _bcd() {
             return 0
             ;;
         bcd__subcmd__helper__subcmd__ping)
-            opts="-h -V --host --host-root --nvidia-smi --data-dir --cdi-dir --helper-socket --api-socket --json --log-format --xid-ignore --xid-unhealthy --help --version"
+            opts="-h -V --host --host-root --nvidia-smi --data-dir --cdi-dir --helper-socket --api-socket --json --color --log-format --xid-ignore --xid-unhealthy --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -1298,6 +1354,10 @@ _bcd() {
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
+                --color)
+                    COMPREPLY=($(compgen -W "auto always never" -- "${cur}"))
+                    return 0
+                    ;;
                 --log-format)
                     COMPREPLY=($(compgen -W "text json" -- "${cur}"))
                     return 0
@@ -1318,7 +1378,7 @@ _bcd() {
             return 0
             ;;
         bcd__subcmd__hold)
-            opts="-h -V --host --host-root --nvidia-smi --data-dir --cdi-dir --helper-socket --api-socket --json --log-format --xid-ignore --xid-unhealthy --help --version apply release list help"
+            opts="-h -V --host --host-root --nvidia-smi --data-dir --cdi-dir --helper-socket --api-socket --json --color --log-format --xid-ignore --xid-unhealthy --help --version apply release list help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -1352,6 +1412,10 @@ _bcd() {
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
+                --color)
+                    COMPREPLY=($(compgen -W "auto always never" -- "${cur}"))
+                    return 0
+                    ;;
                 --log-format)
                     COMPREPLY=($(compgen -W "text json" -- "${cur}"))
                     return 0
@@ -1372,7 +1436,7 @@ _bcd() {
             return 0
             ;;
         bcd__subcmd__hold__subcmd__apply)
-            opts="-h -V --host --host-root --nvidia-smi --data-dir --cdi-dir --helper-socket --api-socket --json --log-format --xid-ignore --xid-unhealthy --help --version"
+            opts="-h -V --host --host-root --nvidia-smi --data-dir --cdi-dir --helper-socket --api-socket --json --color --log-format --xid-ignore --xid-unhealthy --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -1404,6 +1468,10 @@ _bcd() {
                     ;;
                 --api-socket)
                     COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --color)
+                    COMPREPLY=($(compgen -W "auto always never" -- "${cur}"))
                     return 0
                     ;;
                 --log-format)
@@ -1496,7 +1564,7 @@ _bcd() {
             return 0
             ;;
         bcd__subcmd__hold__subcmd__list)
-            opts="-h -V --host --host-root --nvidia-smi --data-dir --cdi-dir --helper-socket --api-socket --json --log-format --xid-ignore --xid-unhealthy --help --version"
+            opts="-h -V --host --host-root --nvidia-smi --data-dir --cdi-dir --helper-socket --api-socket --json --color --log-format --xid-ignore --xid-unhealthy --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -1528,6 +1596,10 @@ _bcd() {
                     ;;
                 --api-socket)
                     COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --color)
+                    COMPREPLY=($(compgen -W "auto always never" -- "${cur}"))
                     return 0
                     ;;
                 --log-format)
@@ -1550,7 +1622,7 @@ _bcd() {
             return 0
             ;;
         bcd__subcmd__hold__subcmd__release)
-            opts="-h -V --force --host --host-root --nvidia-smi --data-dir --cdi-dir --helper-socket --api-socket --json --log-format --xid-ignore --xid-unhealthy --help --version"
+            opts="-h -V --force --host --host-root --nvidia-smi --data-dir --cdi-dir --helper-socket --api-socket --json --color --log-format --xid-ignore --xid-unhealthy --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -1584,6 +1656,10 @@ _bcd() {
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
+                --color)
+                    COMPREPLY=($(compgen -W "auto always never" -- "${cur}"))
+                    return 0
+                    ;;
                 --log-format)
                     COMPREPLY=($(compgen -W "text json" -- "${cur}"))
                     return 0
@@ -1604,7 +1680,7 @@ _bcd() {
             return 0
             ;;
         bcd__subcmd__node)
-            opts="-h -V --metrics-listen --otlp-endpoint --sample-interval --api-group --gpu-slots --metrics-compat --device-plugin-dir --pod-resources-socket --kubernetes-release-grace --runtime-dir --nfd-features-dir --dra --kubelet-dir --cdi-runtime-dir --kubeconfig --node-name --host --host-root --nvidia-smi --data-dir --cdi-dir --helper-socket --api-socket --json --log-format --xid-ignore --xid-unhealthy --help --version"
+            opts="-h -V --metrics-listen --otlp-endpoint --sample-interval --api-group --gpu-slots --metrics-compat --device-plugin-dir --pod-resources-socket --kubernetes-release-grace --runtime-dir --nfd-features-dir --dra --kubelet-dir --cdi-runtime-dir --kubeconfig --node-name --host --host-root --nvidia-smi --data-dir --cdi-dir --helper-socket --api-socket --json --color --log-format --xid-ignore --xid-unhealthy --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -1698,6 +1774,10 @@ _bcd() {
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
+                --color)
+                    COMPREPLY=($(compgen -W "auto always never" -- "${cur}"))
+                    return 0
+                    ;;
                 --log-format)
                     COMPREPLY=($(compgen -W "text json" -- "${cur}"))
                     return 0
@@ -1718,12 +1798,24 @@ _bcd() {
             return 0
             ;;
         bcd__subcmd__status)
-            opts="-h -V --host --host-root --nvidia-smi --data-dir --cdi-dir --helper-socket --api-socket --json --log-format --xid-ignore --xid-unhealthy --help --version"
+            opts="-i -w -h -V --format --id --watch --host --host-root --nvidia-smi --data-dir --cdi-dir --helper-socket --api-socket --json --color --log-format --xid-ignore --xid-unhealthy --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
             fi
             case "${prev}" in
+                --format)
+                    COMPREPLY=($(compgen -W "table csv json" -- "${cur}"))
+                    return 0
+                    ;;
+                --id)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                -i)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
                 --host)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
@@ -1750,6 +1842,10 @@ _bcd() {
                     ;;
                 --api-socket)
                     COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --color)
+                    COMPREPLY=($(compgen -W "auto always never" -- "${cur}"))
                     return 0
                     ;;
                 --log-format)
@@ -1772,7 +1868,7 @@ _bcd() {
             return 0
             ;;
         bcd__subcmd__vfio)
-            opts="-h -V --host --host-root --nvidia-smi --data-dir --cdi-dir --helper-socket --api-socket --json --log-format --xid-ignore --xid-unhealthy --help --version bind release help"
+            opts="-h -V --host --host-root --nvidia-smi --data-dir --cdi-dir --helper-socket --api-socket --json --color --log-format --xid-ignore --xid-unhealthy --help --version bind release help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -1806,6 +1902,10 @@ _bcd() {
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
+                --color)
+                    COMPREPLY=($(compgen -W "auto always never" -- "${cur}"))
+                    return 0
+                    ;;
                 --log-format)
                     COMPREPLY=($(compgen -W "text json" -- "${cur}"))
                     return 0
@@ -1826,7 +1926,7 @@ _bcd() {
             return 0
             ;;
         bcd__subcmd__vfio__subcmd__bind)
-            opts="-h -V --host --host-root --nvidia-smi --data-dir --cdi-dir --helper-socket --api-socket --json --log-format --xid-ignore --xid-unhealthy --help --version"
+            opts="-h -V --host --host-root --nvidia-smi --data-dir --cdi-dir --helper-socket --api-socket --json --color --log-format --xid-ignore --xid-unhealthy --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -1858,6 +1958,10 @@ _bcd() {
                     ;;
                 --api-socket)
                     COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --color)
+                    COMPREPLY=($(compgen -W "auto always never" -- "${cur}"))
                     return 0
                     ;;
                 --log-format)
@@ -1936,7 +2040,7 @@ _bcd() {
             return 0
             ;;
         bcd__subcmd__vfio__subcmd__release)
-            opts="-h -V --host --host-root --nvidia-smi --data-dir --cdi-dir --helper-socket --api-socket --json --log-format --xid-ignore --xid-unhealthy --help --version"
+            opts="-h -V --host --host-root --nvidia-smi --data-dir --cdi-dir --helper-socket --api-socket --json --color --log-format --xid-ignore --xid-unhealthy --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -1970,6 +2074,10 @@ _bcd() {
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
+                --color)
+                    COMPREPLY=($(compgen -W "auto always never" -- "${cur}"))
+                    return 0
+                    ;;
                 --log-format)
                     COMPREPLY=($(compgen -W "text json" -- "${cur}"))
                     return 0
@@ -1990,7 +2098,7 @@ _bcd() {
             return 0
             ;;
         bcd__subcmd__vm)
-            opts="-h -V --host --host-root --nvidia-smi --data-dir --cdi-dir --helper-socket --api-socket --json --log-format --xid-ignore --xid-unhealthy --help --version start restore destroy help"
+            opts="-h -V --host --host-root --nvidia-smi --data-dir --cdi-dir --helper-socket --api-socket --json --color --log-format --xid-ignore --xid-unhealthy --help --version start restore destroy help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -2024,6 +2132,10 @@ _bcd() {
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
+                --color)
+                    COMPREPLY=($(compgen -W "auto always never" -- "${cur}"))
+                    return 0
+                    ;;
                 --log-format)
                     COMPREPLY=($(compgen -W "text json" -- "${cur}"))
                     return 0
@@ -2044,7 +2156,7 @@ _bcd() {
             return 0
             ;;
         bcd__subcmd__vm__subcmd__destroy)
-            opts="-h -V --host --host-root --nvidia-smi --data-dir --cdi-dir --helper-socket --api-socket --json --log-format --xid-ignore --xid-unhealthy --help --version"
+            opts="-h -V --host --host-root --nvidia-smi --data-dir --cdi-dir --helper-socket --api-socket --json --color --log-format --xid-ignore --xid-unhealthy --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -2076,6 +2188,10 @@ _bcd() {
                     ;;
                 --api-socket)
                     COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --color)
+                    COMPREPLY=($(compgen -W "auto always never" -- "${cur}"))
                     return 0
                     ;;
                 --log-format)
@@ -2168,7 +2284,7 @@ _bcd() {
             return 0
             ;;
         bcd__subcmd__vm__subcmd__restore)
-            opts="-h -V --host --host-root --nvidia-smi --data-dir --cdi-dir --helper-socket --api-socket --json --log-format --xid-ignore --xid-unhealthy --help --version"
+            opts="-h -V --host --host-root --nvidia-smi --data-dir --cdi-dir --helper-socket --api-socket --json --color --log-format --xid-ignore --xid-unhealthy --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -2200,6 +2316,10 @@ _bcd() {
                     ;;
                 --api-socket)
                     COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --color)
+                    COMPREPLY=($(compgen -W "auto always never" -- "${cur}"))
                     return 0
                     ;;
                 --log-format)
@@ -2222,7 +2342,7 @@ _bcd() {
             return 0
             ;;
         bcd__subcmd__vm__subcmd__start)
-            opts="-h -V --host --host-root --nvidia-smi --data-dir --cdi-dir --helper-socket --api-socket --json --log-format --xid-ignore --xid-unhealthy --help --version"
+            opts="-h -V --host --host-root --nvidia-smi --data-dir --cdi-dir --helper-socket --api-socket --json --color --log-format --xid-ignore --xid-unhealthy --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -2254,6 +2374,10 @@ _bcd() {
                     ;;
                 --api-socket)
                     COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --color)
+                    COMPREPLY=($(compgen -W "auto always never" -- "${cur}"))
                     return 0
                     ;;
                 --log-format)

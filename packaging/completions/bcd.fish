@@ -1,6 +1,6 @@
 # Print an optspec for argparse to handle cmd's options that are independent of any subcommand.
 function __fish_bcd_global_optspecs
-    string join \n host= host-root= nvidia-smi= data-dir= cdi-dir= helper-socket= api-socket= json log-format= xid-ignore= xid-unhealthy= h/help V/version
+    string join \n host= host-root= nvidia-smi= data-dir= cdi-dir= helper-socket= api-socket= json color= log-format= xid-ignore= xid-unhealthy= h/help V/version
 end
 
 function __fish_bcd_needs_command
@@ -31,6 +31,9 @@ complete -c bcd -n "__fish_bcd_needs_command" -l data-dir -d 'Where the agent ke
 complete -c bcd -n "__fish_bcd_needs_command" -l cdi-dir -d 'Where hold CDI specs are written (vendor specs are read from here, then /var/run/cdi)' -r -F
 complete -c bcd -n "__fish_bcd_needs_command" -l helper-socket -d 'The root helper\'s socket' -r -F
 complete -c bcd -n "__fish_bcd_needs_command" -l api-socket -d 'The node service\'s API socket' -r -F
+complete -c bcd -n "__fish_bcd_needs_command" -l color -d 'Colour the state words: `auto` on a terminal unless NO_COLOR is set, `always`, or `never`' -r -f -a "auto\t'Colour when stdout is a terminal and `NO_COLOR` is unset or empty'
+always\t'Colour always, even through a pipe or with `NO_COLOR`'
+never\t'No colour'"
 complete -c bcd -n "__fish_bcd_needs_command" -l log-format -d 'How log lines are written to stderr: `text`, or `json` (one object per line, for the journal\'s and log shippers\' sake). Which lines: BCD_LOG (e.g. `debug`, `warn,bcd::kubelet=debug`); `info` for bcd node, `warn` for the other commands' -r -f -a "text\t'One line of text per event'
 json\t'One JSON object per event (`timestamp`, `level`, `target`, `fields.message`)'"
 complete -c bcd -n "__fish_bcd_needs_command" -l xid-ignore -d 'XIDs that never affect a GPU\'s health, overriding NVIDIA\'s catalog (e.g. 13,31)' -r
@@ -47,7 +50,7 @@ complete -c bcd -n "__fish_bcd_needs_command" -f -a "hold" -d 'Holds and their C
 complete -c bcd -n "__fish_bcd_needs_command" -f -a "vfio" -d 'GPUs to vfio-pci and back, through the node service'
 complete -c bcd -n "__fish_bcd_needs_command" -f -a "vm" -d 'libvirt domains with GPUs, through the node service'
 complete -c bcd -n "__fish_bcd_needs_command" -f -a "node" -d 'The long-running node service'
-complete -c bcd -n "__fish_bcd_needs_command" -f -a "status" -d 'One line per GPU from a live sample (waits at most 10 s), with UNHEALTHY where the healthy rule fails'
+complete -c bcd -n "__fish_bcd_needs_command" -f -a "status" -d 'A table of the GPUs from a live sample (waits at most 10 s), each with its state (HEALTHY, DEGRADED, UNHEALTHY or UNKNOWN) and the reasons below it'
 complete -c bcd -n "__fish_bcd_needs_command" -f -a "generate-docs" -d 'Write bcd\'s man pages (`DIR/man/*.1`) and shell completions (`DIR/completions/`: bash, zsh, fish) from this command line; the packaged ones are made so'
 complete -c bcd -n "__fish_bcd_needs_command" -f -a "diag" -d 'diag.nvml: collect again and check the GPUs; exit 1 unless every check passed'
 complete -c bcd -n "__fish_bcd_needs_command" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
@@ -58,6 +61,9 @@ complete -c bcd -n "__fish_bcd_using_subcommand helper; and not __fish_seen_subc
 complete -c bcd -n "__fish_bcd_using_subcommand helper; and not __fish_seen_subcommand_from ping help" -l cdi-dir -d 'Where hold CDI specs are written (vendor specs are read from here, then /var/run/cdi)' -r -F
 complete -c bcd -n "__fish_bcd_using_subcommand helper; and not __fish_seen_subcommand_from ping help" -l helper-socket -d 'The root helper\'s socket' -r -F
 complete -c bcd -n "__fish_bcd_using_subcommand helper; and not __fish_seen_subcommand_from ping help" -l api-socket -d 'The node service\'s API socket' -r -F
+complete -c bcd -n "__fish_bcd_using_subcommand helper; and not __fish_seen_subcommand_from ping help" -l color -d 'Colour the state words: `auto` on a terminal unless NO_COLOR is set, `always`, or `never`' -r -f -a "auto\t'Colour when stdout is a terminal and `NO_COLOR` is unset or empty'
+always\t'Colour always, even through a pipe or with `NO_COLOR`'
+never\t'No colour'"
 complete -c bcd -n "__fish_bcd_using_subcommand helper; and not __fish_seen_subcommand_from ping help" -l log-format -d 'How log lines are written to stderr: `text`, or `json` (one object per line, for the journal\'s and log shippers\' sake). Which lines: BCD_LOG (e.g. `debug`, `warn,bcd::kubelet=debug`); `info` for bcd node, `warn` for the other commands' -r -f -a "text\t'One line of text per event'
 json\t'One JSON object per event (`timestamp`, `level`, `target`, `fields.message`)'"
 complete -c bcd -n "__fish_bcd_using_subcommand helper; and not __fish_seen_subcommand_from ping help" -l xid-ignore -d 'XIDs that never affect a GPU\'s health, overriding NVIDIA\'s catalog (e.g. 13,31)' -r
@@ -74,6 +80,9 @@ complete -c bcd -n "__fish_bcd_using_subcommand helper; and __fish_seen_subcomma
 complete -c bcd -n "__fish_bcd_using_subcommand helper; and __fish_seen_subcommand_from ping" -l cdi-dir -d 'Where hold CDI specs are written (vendor specs are read from here, then /var/run/cdi)' -r -F
 complete -c bcd -n "__fish_bcd_using_subcommand helper; and __fish_seen_subcommand_from ping" -l helper-socket -d 'The root helper\'s socket' -r -F
 complete -c bcd -n "__fish_bcd_using_subcommand helper; and __fish_seen_subcommand_from ping" -l api-socket -d 'The node service\'s API socket' -r -F
+complete -c bcd -n "__fish_bcd_using_subcommand helper; and __fish_seen_subcommand_from ping" -l color -d 'Colour the state words: `auto` on a terminal unless NO_COLOR is set, `always`, or `never`' -r -f -a "auto\t'Colour when stdout is a terminal and `NO_COLOR` is unset or empty'
+always\t'Colour always, even through a pipe or with `NO_COLOR`'
+never\t'No colour'"
 complete -c bcd -n "__fish_bcd_using_subcommand helper; and __fish_seen_subcommand_from ping" -l log-format -d 'How log lines are written to stderr: `text`, or `json` (one object per line, for the journal\'s and log shippers\' sake). Which lines: BCD_LOG (e.g. `debug`, `warn,bcd::kubelet=debug`); `info` for bcd node, `warn` for the other commands' -r -f -a "text\t'One line of text per event'
 json\t'One JSON object per event (`timestamp`, `level`, `target`, `fields.message`)'"
 complete -c bcd -n "__fish_bcd_using_subcommand helper; and __fish_seen_subcommand_from ping" -l xid-ignore -d 'XIDs that never affect a GPU\'s health, overriding NVIDIA\'s catalog (e.g. 13,31)' -r
@@ -83,6 +92,7 @@ complete -c bcd -n "__fish_bcd_using_subcommand helper; and __fish_seen_subcomma
 complete -c bcd -n "__fish_bcd_using_subcommand helper; and __fish_seen_subcommand_from ping" -s V -l version -d 'Print version'
 complete -c bcd -n "__fish_bcd_using_subcommand helper; and __fish_seen_subcommand_from help" -f -a "ping" -d 'Ask bcd-helper for its version and the operations it offers'
 complete -c bcd -n "__fish_bcd_using_subcommand helper; and __fish_seen_subcommand_from help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
+complete -c bcd -n "__fish_bcd_using_subcommand hardware" -s i -l id -d 'Show only these GPUs: an index, a UUID or a bus id; repeatable or comma-separated' -r
 complete -c bcd -n "__fish_bcd_using_subcommand hardware" -l gpu-slots -d 'The slots per GPU the labels count (bcd node --gpu-slots)' -r
 complete -c bcd -n "__fish_bcd_using_subcommand hardware" -l host -d 'A fake host: DIR/root is the root for /proc, /sys and /dev, and DIR/bin/nvidia-smi the nvidia-smi to run (for demos and tests)' -r -F
 complete -c bcd -n "__fish_bcd_using_subcommand hardware" -l host-root -d 'The root under which /proc, /sys and /dev are read' -r -F
@@ -91,6 +101,9 @@ complete -c bcd -n "__fish_bcd_using_subcommand hardware" -l data-dir -d 'Where 
 complete -c bcd -n "__fish_bcd_using_subcommand hardware" -l cdi-dir -d 'Where hold CDI specs are written (vendor specs are read from here, then /var/run/cdi)' -r -F
 complete -c bcd -n "__fish_bcd_using_subcommand hardware" -l helper-socket -d 'The root helper\'s socket' -r -F
 complete -c bcd -n "__fish_bcd_using_subcommand hardware" -l api-socket -d 'The node service\'s API socket' -r -F
+complete -c bcd -n "__fish_bcd_using_subcommand hardware" -l color -d 'Colour the state words: `auto` on a terminal unless NO_COLOR is set, `always`, or `never`' -r -f -a "auto\t'Colour when stdout is a terminal and `NO_COLOR` is unset or empty'
+always\t'Colour always, even through a pipe or with `NO_COLOR`'
+never\t'No colour'"
 complete -c bcd -n "__fish_bcd_using_subcommand hardware" -l log-format -d 'How log lines are written to stderr: `text`, or `json` (one object per line, for the journal\'s and log shippers\' sake). Which lines: BCD_LOG (e.g. `debug`, `warn,bcd::kubelet=debug`); `info` for bcd node, `warn` for the other commands' -r -f -a "text\t'One line of text per event'
 json\t'One JSON object per event (`timestamp`, `level`, `target`, `fields.message`)'"
 complete -c bcd -n "__fish_bcd_using_subcommand hardware" -l xid-ignore -d 'XIDs that never affect a GPU\'s health, overriding NVIDIA\'s catalog (e.g. 13,31)' -r
@@ -106,6 +119,9 @@ complete -c bcd -n "__fish_bcd_using_subcommand doctor" -l data-dir -d 'Where th
 complete -c bcd -n "__fish_bcd_using_subcommand doctor" -l cdi-dir -d 'Where hold CDI specs are written (vendor specs are read from here, then /var/run/cdi)' -r -F
 complete -c bcd -n "__fish_bcd_using_subcommand doctor" -l helper-socket -d 'The root helper\'s socket' -r -F
 complete -c bcd -n "__fish_bcd_using_subcommand doctor" -l api-socket -d 'The node service\'s API socket' -r -F
+complete -c bcd -n "__fish_bcd_using_subcommand doctor" -l color -d 'Colour the state words: `auto` on a terminal unless NO_COLOR is set, `always`, or `never`' -r -f -a "auto\t'Colour when stdout is a terminal and `NO_COLOR` is unset or empty'
+always\t'Colour always, even through a pipe or with `NO_COLOR`'
+never\t'No colour'"
 complete -c bcd -n "__fish_bcd_using_subcommand doctor" -l log-format -d 'How log lines are written to stderr: `text`, or `json` (one object per line, for the journal\'s and log shippers\' sake). Which lines: BCD_LOG (e.g. `debug`, `warn,bcd::kubelet=debug`); `info` for bcd node, `warn` for the other commands' -r -f -a "text\t'One line of text per event'
 json\t'One JSON object per event (`timestamp`, `level`, `target`, `fields.message`)'"
 complete -c bcd -n "__fish_bcd_using_subcommand doctor" -l xid-ignore -d 'XIDs that never affect a GPU\'s health, overriding NVIDIA\'s catalog (e.g. 13,31)' -r
@@ -120,6 +136,9 @@ complete -c bcd -n "__fish_bcd_using_subcommand cdi; and not __fish_seen_subcomm
 complete -c bcd -n "__fish_bcd_using_subcommand cdi; and not __fish_seen_subcommand_from render help" -l cdi-dir -d 'Where hold CDI specs are written (vendor specs are read from here, then /var/run/cdi)' -r -F
 complete -c bcd -n "__fish_bcd_using_subcommand cdi; and not __fish_seen_subcommand_from render help" -l helper-socket -d 'The root helper\'s socket' -r -F
 complete -c bcd -n "__fish_bcd_using_subcommand cdi; and not __fish_seen_subcommand_from render help" -l api-socket -d 'The node service\'s API socket' -r -F
+complete -c bcd -n "__fish_bcd_using_subcommand cdi; and not __fish_seen_subcommand_from render help" -l color -d 'Colour the state words: `auto` on a terminal unless NO_COLOR is set, `always`, or `never`' -r -f -a "auto\t'Colour when stdout is a terminal and `NO_COLOR` is unset or empty'
+always\t'Colour always, even through a pipe or with `NO_COLOR`'
+never\t'No colour'"
 complete -c bcd -n "__fish_bcd_using_subcommand cdi; and not __fish_seen_subcommand_from render help" -l log-format -d 'How log lines are written to stderr: `text`, or `json` (one object per line, for the journal\'s and log shippers\' sake). Which lines: BCD_LOG (e.g. `debug`, `warn,bcd::kubelet=debug`); `info` for bcd node, `warn` for the other commands' -r -f -a "text\t'One line of text per event'
 json\t'One JSON object per event (`timestamp`, `level`, `target`, `fields.message`)'"
 complete -c bcd -n "__fish_bcd_using_subcommand cdi; and not __fish_seen_subcommand_from render help" -l xid-ignore -d 'XIDs that never affect a GPU\'s health, overriding NVIDIA\'s catalog (e.g. 13,31)' -r
@@ -136,6 +155,9 @@ complete -c bcd -n "__fish_bcd_using_subcommand cdi; and __fish_seen_subcommand_
 complete -c bcd -n "__fish_bcd_using_subcommand cdi; and __fish_seen_subcommand_from render" -l cdi-dir -d 'Where hold CDI specs are written (vendor specs are read from here, then /var/run/cdi)' -r -F
 complete -c bcd -n "__fish_bcd_using_subcommand cdi; and __fish_seen_subcommand_from render" -l helper-socket -d 'The root helper\'s socket' -r -F
 complete -c bcd -n "__fish_bcd_using_subcommand cdi; and __fish_seen_subcommand_from render" -l api-socket -d 'The node service\'s API socket' -r -F
+complete -c bcd -n "__fish_bcd_using_subcommand cdi; and __fish_seen_subcommand_from render" -l color -d 'Colour the state words: `auto` on a terminal unless NO_COLOR is set, `always`, or `never`' -r -f -a "auto\t'Colour when stdout is a terminal and `NO_COLOR` is unset or empty'
+always\t'Colour always, even through a pipe or with `NO_COLOR`'
+never\t'No colour'"
 complete -c bcd -n "__fish_bcd_using_subcommand cdi; and __fish_seen_subcommand_from render" -l log-format -d 'How log lines are written to stderr: `text`, or `json` (one object per line, for the journal\'s and log shippers\' sake). Which lines: BCD_LOG (e.g. `debug`, `warn,bcd::kubelet=debug`); `info` for bcd node, `warn` for the other commands' -r -f -a "text\t'One line of text per event'
 json\t'One JSON object per event (`timestamp`, `level`, `target`, `fields.message`)'"
 complete -c bcd -n "__fish_bcd_using_subcommand cdi; and __fish_seen_subcommand_from render" -l xid-ignore -d 'XIDs that never affect a GPU\'s health, overriding NVIDIA\'s catalog (e.g. 13,31)' -r
@@ -153,6 +175,9 @@ complete -c bcd -n "__fish_bcd_using_subcommand gpu; and not __fish_seen_subcomm
 complete -c bcd -n "__fish_bcd_using_subcommand gpu; and not __fish_seen_subcommand_from reset help" -l cdi-dir -d 'Where hold CDI specs are written (vendor specs are read from here, then /var/run/cdi)' -r -F
 complete -c bcd -n "__fish_bcd_using_subcommand gpu; and not __fish_seen_subcommand_from reset help" -l helper-socket -d 'The root helper\'s socket' -r -F
 complete -c bcd -n "__fish_bcd_using_subcommand gpu; and not __fish_seen_subcommand_from reset help" -l api-socket -d 'The node service\'s API socket' -r -F
+complete -c bcd -n "__fish_bcd_using_subcommand gpu; and not __fish_seen_subcommand_from reset help" -l color -d 'Colour the state words: `auto` on a terminal unless NO_COLOR is set, `always`, or `never`' -r -f -a "auto\t'Colour when stdout is a terminal and `NO_COLOR` is unset or empty'
+always\t'Colour always, even through a pipe or with `NO_COLOR`'
+never\t'No colour'"
 complete -c bcd -n "__fish_bcd_using_subcommand gpu; and not __fish_seen_subcommand_from reset help" -l log-format -d 'How log lines are written to stderr: `text`, or `json` (one object per line, for the journal\'s and log shippers\' sake). Which lines: BCD_LOG (e.g. `debug`, `warn,bcd::kubelet=debug`); `info` for bcd node, `warn` for the other commands' -r -f -a "text\t'One line of text per event'
 json\t'One JSON object per event (`timestamp`, `level`, `target`, `fields.message`)'"
 complete -c bcd -n "__fish_bcd_using_subcommand gpu; and not __fish_seen_subcommand_from reset help" -l xid-ignore -d 'XIDs that never affect a GPU\'s health, overriding NVIDIA\'s catalog (e.g. 13,31)' -r
@@ -169,6 +194,9 @@ complete -c bcd -n "__fish_bcd_using_subcommand gpu; and __fish_seen_subcommand_
 complete -c bcd -n "__fish_bcd_using_subcommand gpu; and __fish_seen_subcommand_from reset" -l cdi-dir -d 'Where hold CDI specs are written (vendor specs are read from here, then /var/run/cdi)' -r -F
 complete -c bcd -n "__fish_bcd_using_subcommand gpu; and __fish_seen_subcommand_from reset" -l helper-socket -d 'The root helper\'s socket' -r -F
 complete -c bcd -n "__fish_bcd_using_subcommand gpu; and __fish_seen_subcommand_from reset" -l api-socket -d 'The node service\'s API socket' -r -F
+complete -c bcd -n "__fish_bcd_using_subcommand gpu; and __fish_seen_subcommand_from reset" -l color -d 'Colour the state words: `auto` on a terminal unless NO_COLOR is set, `always`, or `never`' -r -f -a "auto\t'Colour when stdout is a terminal and `NO_COLOR` is unset or empty'
+always\t'Colour always, even through a pipe or with `NO_COLOR`'
+never\t'No colour'"
 complete -c bcd -n "__fish_bcd_using_subcommand gpu; and __fish_seen_subcommand_from reset" -l log-format -d 'How log lines are written to stderr: `text`, or `json` (one object per line, for the journal\'s and log shippers\' sake). Which lines: BCD_LOG (e.g. `debug`, `warn,bcd::kubelet=debug`); `info` for bcd node, `warn` for the other commands' -r -f -a "text\t'One line of text per event'
 json\t'One JSON object per event (`timestamp`, `level`, `target`, `fields.message`)'"
 complete -c bcd -n "__fish_bcd_using_subcommand gpu; and __fish_seen_subcommand_from reset" -l xid-ignore -d 'XIDs that never affect a GPU\'s health, overriding NVIDIA\'s catalog (e.g. 13,31)' -r
@@ -185,6 +213,9 @@ complete -c bcd -n "__fish_bcd_using_subcommand hold; and not __fish_seen_subcom
 complete -c bcd -n "__fish_bcd_using_subcommand hold; and not __fish_seen_subcommand_from apply release list help" -l cdi-dir -d 'Where hold CDI specs are written (vendor specs are read from here, then /var/run/cdi)' -r -F
 complete -c bcd -n "__fish_bcd_using_subcommand hold; and not __fish_seen_subcommand_from apply release list help" -l helper-socket -d 'The root helper\'s socket' -r -F
 complete -c bcd -n "__fish_bcd_using_subcommand hold; and not __fish_seen_subcommand_from apply release list help" -l api-socket -d 'The node service\'s API socket' -r -F
+complete -c bcd -n "__fish_bcd_using_subcommand hold; and not __fish_seen_subcommand_from apply release list help" -l color -d 'Colour the state words: `auto` on a terminal unless NO_COLOR is set, `always`, or `never`' -r -f -a "auto\t'Colour when stdout is a terminal and `NO_COLOR` is unset or empty'
+always\t'Colour always, even through a pipe or with `NO_COLOR`'
+never\t'No colour'"
 complete -c bcd -n "__fish_bcd_using_subcommand hold; and not __fish_seen_subcommand_from apply release list help" -l log-format -d 'How log lines are written to stderr: `text`, or `json` (one object per line, for the journal\'s and log shippers\' sake). Which lines: BCD_LOG (e.g. `debug`, `warn,bcd::kubelet=debug`); `info` for bcd node, `warn` for the other commands' -r -f -a "text\t'One line of text per event'
 json\t'One JSON object per event (`timestamp`, `level`, `target`, `fields.message`)'"
 complete -c bcd -n "__fish_bcd_using_subcommand hold; and not __fish_seen_subcommand_from apply release list help" -l xid-ignore -d 'XIDs that never affect a GPU\'s health, overriding NVIDIA\'s catalog (e.g. 13,31)' -r
@@ -203,6 +234,9 @@ complete -c bcd -n "__fish_bcd_using_subcommand hold; and __fish_seen_subcommand
 complete -c bcd -n "__fish_bcd_using_subcommand hold; and __fish_seen_subcommand_from apply" -l cdi-dir -d 'Where hold CDI specs are written (vendor specs are read from here, then /var/run/cdi)' -r -F
 complete -c bcd -n "__fish_bcd_using_subcommand hold; and __fish_seen_subcommand_from apply" -l helper-socket -d 'The root helper\'s socket' -r -F
 complete -c bcd -n "__fish_bcd_using_subcommand hold; and __fish_seen_subcommand_from apply" -l api-socket -d 'The node service\'s API socket' -r -F
+complete -c bcd -n "__fish_bcd_using_subcommand hold; and __fish_seen_subcommand_from apply" -l color -d 'Colour the state words: `auto` on a terminal unless NO_COLOR is set, `always`, or `never`' -r -f -a "auto\t'Colour when stdout is a terminal and `NO_COLOR` is unset or empty'
+always\t'Colour always, even through a pipe or with `NO_COLOR`'
+never\t'No colour'"
 complete -c bcd -n "__fish_bcd_using_subcommand hold; and __fish_seen_subcommand_from apply" -l log-format -d 'How log lines are written to stderr: `text`, or `json` (one object per line, for the journal\'s and log shippers\' sake). Which lines: BCD_LOG (e.g. `debug`, `warn,bcd::kubelet=debug`); `info` for bcd node, `warn` for the other commands' -r -f -a "text\t'One line of text per event'
 json\t'One JSON object per event (`timestamp`, `level`, `target`, `fields.message`)'"
 complete -c bcd -n "__fish_bcd_using_subcommand hold; and __fish_seen_subcommand_from apply" -l xid-ignore -d 'XIDs that never affect a GPU\'s health, overriding NVIDIA\'s catalog (e.g. 13,31)' -r
@@ -217,6 +251,9 @@ complete -c bcd -n "__fish_bcd_using_subcommand hold; and __fish_seen_subcommand
 complete -c bcd -n "__fish_bcd_using_subcommand hold; and __fish_seen_subcommand_from release" -l cdi-dir -d 'Where hold CDI specs are written (vendor specs are read from here, then /var/run/cdi)' -r -F
 complete -c bcd -n "__fish_bcd_using_subcommand hold; and __fish_seen_subcommand_from release" -l helper-socket -d 'The root helper\'s socket' -r -F
 complete -c bcd -n "__fish_bcd_using_subcommand hold; and __fish_seen_subcommand_from release" -l api-socket -d 'The node service\'s API socket' -r -F
+complete -c bcd -n "__fish_bcd_using_subcommand hold; and __fish_seen_subcommand_from release" -l color -d 'Colour the state words: `auto` on a terminal unless NO_COLOR is set, `always`, or `never`' -r -f -a "auto\t'Colour when stdout is a terminal and `NO_COLOR` is unset or empty'
+always\t'Colour always, even through a pipe or with `NO_COLOR`'
+never\t'No colour'"
 complete -c bcd -n "__fish_bcd_using_subcommand hold; and __fish_seen_subcommand_from release" -l log-format -d 'How log lines are written to stderr: `text`, or `json` (one object per line, for the journal\'s and log shippers\' sake). Which lines: BCD_LOG (e.g. `debug`, `warn,bcd::kubelet=debug`); `info` for bcd node, `warn` for the other commands' -r -f -a "text\t'One line of text per event'
 json\t'One JSON object per event (`timestamp`, `level`, `target`, `fields.message`)'"
 complete -c bcd -n "__fish_bcd_using_subcommand hold; and __fish_seen_subcommand_from release" -l xid-ignore -d 'XIDs that never affect a GPU\'s health, overriding NVIDIA\'s catalog (e.g. 13,31)' -r
@@ -232,6 +269,9 @@ complete -c bcd -n "__fish_bcd_using_subcommand hold; and __fish_seen_subcommand
 complete -c bcd -n "__fish_bcd_using_subcommand hold; and __fish_seen_subcommand_from list" -l cdi-dir -d 'Where hold CDI specs are written (vendor specs are read from here, then /var/run/cdi)' -r -F
 complete -c bcd -n "__fish_bcd_using_subcommand hold; and __fish_seen_subcommand_from list" -l helper-socket -d 'The root helper\'s socket' -r -F
 complete -c bcd -n "__fish_bcd_using_subcommand hold; and __fish_seen_subcommand_from list" -l api-socket -d 'The node service\'s API socket' -r -F
+complete -c bcd -n "__fish_bcd_using_subcommand hold; and __fish_seen_subcommand_from list" -l color -d 'Colour the state words: `auto` on a terminal unless NO_COLOR is set, `always`, or `never`' -r -f -a "auto\t'Colour when stdout is a terminal and `NO_COLOR` is unset or empty'
+always\t'Colour always, even through a pipe or with `NO_COLOR`'
+never\t'No colour'"
 complete -c bcd -n "__fish_bcd_using_subcommand hold; and __fish_seen_subcommand_from list" -l log-format -d 'How log lines are written to stderr: `text`, or `json` (one object per line, for the journal\'s and log shippers\' sake). Which lines: BCD_LOG (e.g. `debug`, `warn,bcd::kubelet=debug`); `info` for bcd node, `warn` for the other commands' -r -f -a "text\t'One line of text per event'
 json\t'One JSON object per event (`timestamp`, `level`, `target`, `fields.message`)'"
 complete -c bcd -n "__fish_bcd_using_subcommand hold; and __fish_seen_subcommand_from list" -l xid-ignore -d 'XIDs that never affect a GPU\'s health, overriding NVIDIA\'s catalog (e.g. 13,31)' -r
@@ -250,6 +290,9 @@ complete -c bcd -n "__fish_bcd_using_subcommand vfio; and not __fish_seen_subcom
 complete -c bcd -n "__fish_bcd_using_subcommand vfio; and not __fish_seen_subcommand_from bind release help" -l cdi-dir -d 'Where hold CDI specs are written (vendor specs are read from here, then /var/run/cdi)' -r -F
 complete -c bcd -n "__fish_bcd_using_subcommand vfio; and not __fish_seen_subcommand_from bind release help" -l helper-socket -d 'The root helper\'s socket' -r -F
 complete -c bcd -n "__fish_bcd_using_subcommand vfio; and not __fish_seen_subcommand_from bind release help" -l api-socket -d 'The node service\'s API socket' -r -F
+complete -c bcd -n "__fish_bcd_using_subcommand vfio; and not __fish_seen_subcommand_from bind release help" -l color -d 'Colour the state words: `auto` on a terminal unless NO_COLOR is set, `always`, or `never`' -r -f -a "auto\t'Colour when stdout is a terminal and `NO_COLOR` is unset or empty'
+always\t'Colour always, even through a pipe or with `NO_COLOR`'
+never\t'No colour'"
 complete -c bcd -n "__fish_bcd_using_subcommand vfio; and not __fish_seen_subcommand_from bind release help" -l log-format -d 'How log lines are written to stderr: `text`, or `json` (one object per line, for the journal\'s and log shippers\' sake). Which lines: BCD_LOG (e.g. `debug`, `warn,bcd::kubelet=debug`); `info` for bcd node, `warn` for the other commands' -r -f -a "text\t'One line of text per event'
 json\t'One JSON object per event (`timestamp`, `level`, `target`, `fields.message`)'"
 complete -c bcd -n "__fish_bcd_using_subcommand vfio; and not __fish_seen_subcommand_from bind release help" -l xid-ignore -d 'XIDs that never affect a GPU\'s health, overriding NVIDIA\'s catalog (e.g. 13,31)' -r
@@ -267,6 +310,9 @@ complete -c bcd -n "__fish_bcd_using_subcommand vfio; and __fish_seen_subcommand
 complete -c bcd -n "__fish_bcd_using_subcommand vfio; and __fish_seen_subcommand_from bind" -l cdi-dir -d 'Where hold CDI specs are written (vendor specs are read from here, then /var/run/cdi)' -r -F
 complete -c bcd -n "__fish_bcd_using_subcommand vfio; and __fish_seen_subcommand_from bind" -l helper-socket -d 'The root helper\'s socket' -r -F
 complete -c bcd -n "__fish_bcd_using_subcommand vfio; and __fish_seen_subcommand_from bind" -l api-socket -d 'The node service\'s API socket' -r -F
+complete -c bcd -n "__fish_bcd_using_subcommand vfio; and __fish_seen_subcommand_from bind" -l color -d 'Colour the state words: `auto` on a terminal unless NO_COLOR is set, `always`, or `never`' -r -f -a "auto\t'Colour when stdout is a terminal and `NO_COLOR` is unset or empty'
+always\t'Colour always, even through a pipe or with `NO_COLOR`'
+never\t'No colour'"
 complete -c bcd -n "__fish_bcd_using_subcommand vfio; and __fish_seen_subcommand_from bind" -l log-format -d 'How log lines are written to stderr: `text`, or `json` (one object per line, for the journal\'s and log shippers\' sake). Which lines: BCD_LOG (e.g. `debug`, `warn,bcd::kubelet=debug`); `info` for bcd node, `warn` for the other commands' -r -f -a "text\t'One line of text per event'
 json\t'One JSON object per event (`timestamp`, `level`, `target`, `fields.message`)'"
 complete -c bcd -n "__fish_bcd_using_subcommand vfio; and __fish_seen_subcommand_from bind" -l xid-ignore -d 'XIDs that never affect a GPU\'s health, overriding NVIDIA\'s catalog (e.g. 13,31)' -r
@@ -281,6 +327,9 @@ complete -c bcd -n "__fish_bcd_using_subcommand vfio; and __fish_seen_subcommand
 complete -c bcd -n "__fish_bcd_using_subcommand vfio; and __fish_seen_subcommand_from release" -l cdi-dir -d 'Where hold CDI specs are written (vendor specs are read from here, then /var/run/cdi)' -r -F
 complete -c bcd -n "__fish_bcd_using_subcommand vfio; and __fish_seen_subcommand_from release" -l helper-socket -d 'The root helper\'s socket' -r -F
 complete -c bcd -n "__fish_bcd_using_subcommand vfio; and __fish_seen_subcommand_from release" -l api-socket -d 'The node service\'s API socket' -r -F
+complete -c bcd -n "__fish_bcd_using_subcommand vfio; and __fish_seen_subcommand_from release" -l color -d 'Colour the state words: `auto` on a terminal unless NO_COLOR is set, `always`, or `never`' -r -f -a "auto\t'Colour when stdout is a terminal and `NO_COLOR` is unset or empty'
+always\t'Colour always, even through a pipe or with `NO_COLOR`'
+never\t'No colour'"
 complete -c bcd -n "__fish_bcd_using_subcommand vfio; and __fish_seen_subcommand_from release" -l log-format -d 'How log lines are written to stderr: `text`, or `json` (one object per line, for the journal\'s and log shippers\' sake). Which lines: BCD_LOG (e.g. `debug`, `warn,bcd::kubelet=debug`); `info` for bcd node, `warn` for the other commands' -r -f -a "text\t'One line of text per event'
 json\t'One JSON object per event (`timestamp`, `level`, `target`, `fields.message`)'"
 complete -c bcd -n "__fish_bcd_using_subcommand vfio; and __fish_seen_subcommand_from release" -l xid-ignore -d 'XIDs that never affect a GPU\'s health, overriding NVIDIA\'s catalog (e.g. 13,31)' -r
@@ -298,6 +347,9 @@ complete -c bcd -n "__fish_bcd_using_subcommand vm; and not __fish_seen_subcomma
 complete -c bcd -n "__fish_bcd_using_subcommand vm; and not __fish_seen_subcommand_from start restore destroy help" -l cdi-dir -d 'Where hold CDI specs are written (vendor specs are read from here, then /var/run/cdi)' -r -F
 complete -c bcd -n "__fish_bcd_using_subcommand vm; and not __fish_seen_subcommand_from start restore destroy help" -l helper-socket -d 'The root helper\'s socket' -r -F
 complete -c bcd -n "__fish_bcd_using_subcommand vm; and not __fish_seen_subcommand_from start restore destroy help" -l api-socket -d 'The node service\'s API socket' -r -F
+complete -c bcd -n "__fish_bcd_using_subcommand vm; and not __fish_seen_subcommand_from start restore destroy help" -l color -d 'Colour the state words: `auto` on a terminal unless NO_COLOR is set, `always`, or `never`' -r -f -a "auto\t'Colour when stdout is a terminal and `NO_COLOR` is unset or empty'
+always\t'Colour always, even through a pipe or with `NO_COLOR`'
+never\t'No colour'"
 complete -c bcd -n "__fish_bcd_using_subcommand vm; and not __fish_seen_subcommand_from start restore destroy help" -l log-format -d 'How log lines are written to stderr: `text`, or `json` (one object per line, for the journal\'s and log shippers\' sake). Which lines: BCD_LOG (e.g. `debug`, `warn,bcd::kubelet=debug`); `info` for bcd node, `warn` for the other commands' -r -f -a "text\t'One line of text per event'
 json\t'One JSON object per event (`timestamp`, `level`, `target`, `fields.message`)'"
 complete -c bcd -n "__fish_bcd_using_subcommand vm; and not __fish_seen_subcommand_from start restore destroy help" -l xid-ignore -d 'XIDs that never affect a GPU\'s health, overriding NVIDIA\'s catalog (e.g. 13,31)' -r
@@ -316,6 +368,9 @@ complete -c bcd -n "__fish_bcd_using_subcommand vm; and __fish_seen_subcommand_f
 complete -c bcd -n "__fish_bcd_using_subcommand vm; and __fish_seen_subcommand_from start" -l cdi-dir -d 'Where hold CDI specs are written (vendor specs are read from here, then /var/run/cdi)' -r -F
 complete -c bcd -n "__fish_bcd_using_subcommand vm; and __fish_seen_subcommand_from start" -l helper-socket -d 'The root helper\'s socket' -r -F
 complete -c bcd -n "__fish_bcd_using_subcommand vm; and __fish_seen_subcommand_from start" -l api-socket -d 'The node service\'s API socket' -r -F
+complete -c bcd -n "__fish_bcd_using_subcommand vm; and __fish_seen_subcommand_from start" -l color -d 'Colour the state words: `auto` on a terminal unless NO_COLOR is set, `always`, or `never`' -r -f -a "auto\t'Colour when stdout is a terminal and `NO_COLOR` is unset or empty'
+always\t'Colour always, even through a pipe or with `NO_COLOR`'
+never\t'No colour'"
 complete -c bcd -n "__fish_bcd_using_subcommand vm; and __fish_seen_subcommand_from start" -l log-format -d 'How log lines are written to stderr: `text`, or `json` (one object per line, for the journal\'s and log shippers\' sake). Which lines: BCD_LOG (e.g. `debug`, `warn,bcd::kubelet=debug`); `info` for bcd node, `warn` for the other commands' -r -f -a "text\t'One line of text per event'
 json\t'One JSON object per event (`timestamp`, `level`, `target`, `fields.message`)'"
 complete -c bcd -n "__fish_bcd_using_subcommand vm; and __fish_seen_subcommand_from start" -l xid-ignore -d 'XIDs that never affect a GPU\'s health, overriding NVIDIA\'s catalog (e.g. 13,31)' -r
@@ -330,6 +385,9 @@ complete -c bcd -n "__fish_bcd_using_subcommand vm; and __fish_seen_subcommand_f
 complete -c bcd -n "__fish_bcd_using_subcommand vm; and __fish_seen_subcommand_from restore" -l cdi-dir -d 'Where hold CDI specs are written (vendor specs are read from here, then /var/run/cdi)' -r -F
 complete -c bcd -n "__fish_bcd_using_subcommand vm; and __fish_seen_subcommand_from restore" -l helper-socket -d 'The root helper\'s socket' -r -F
 complete -c bcd -n "__fish_bcd_using_subcommand vm; and __fish_seen_subcommand_from restore" -l api-socket -d 'The node service\'s API socket' -r -F
+complete -c bcd -n "__fish_bcd_using_subcommand vm; and __fish_seen_subcommand_from restore" -l color -d 'Colour the state words: `auto` on a terminal unless NO_COLOR is set, `always`, or `never`' -r -f -a "auto\t'Colour when stdout is a terminal and `NO_COLOR` is unset or empty'
+always\t'Colour always, even through a pipe or with `NO_COLOR`'
+never\t'No colour'"
 complete -c bcd -n "__fish_bcd_using_subcommand vm; and __fish_seen_subcommand_from restore" -l log-format -d 'How log lines are written to stderr: `text`, or `json` (one object per line, for the journal\'s and log shippers\' sake). Which lines: BCD_LOG (e.g. `debug`, `warn,bcd::kubelet=debug`); `info` for bcd node, `warn` for the other commands' -r -f -a "text\t'One line of text per event'
 json\t'One JSON object per event (`timestamp`, `level`, `target`, `fields.message`)'"
 complete -c bcd -n "__fish_bcd_using_subcommand vm; and __fish_seen_subcommand_from restore" -l xid-ignore -d 'XIDs that never affect a GPU\'s health, overriding NVIDIA\'s catalog (e.g. 13,31)' -r
@@ -344,6 +402,9 @@ complete -c bcd -n "__fish_bcd_using_subcommand vm; and __fish_seen_subcommand_f
 complete -c bcd -n "__fish_bcd_using_subcommand vm; and __fish_seen_subcommand_from destroy" -l cdi-dir -d 'Where hold CDI specs are written (vendor specs are read from here, then /var/run/cdi)' -r -F
 complete -c bcd -n "__fish_bcd_using_subcommand vm; and __fish_seen_subcommand_from destroy" -l helper-socket -d 'The root helper\'s socket' -r -F
 complete -c bcd -n "__fish_bcd_using_subcommand vm; and __fish_seen_subcommand_from destroy" -l api-socket -d 'The node service\'s API socket' -r -F
+complete -c bcd -n "__fish_bcd_using_subcommand vm; and __fish_seen_subcommand_from destroy" -l color -d 'Colour the state words: `auto` on a terminal unless NO_COLOR is set, `always`, or `never`' -r -f -a "auto\t'Colour when stdout is a terminal and `NO_COLOR` is unset or empty'
+always\t'Colour always, even through a pipe or with `NO_COLOR`'
+never\t'No colour'"
 complete -c bcd -n "__fish_bcd_using_subcommand vm; and __fish_seen_subcommand_from destroy" -l log-format -d 'How log lines are written to stderr: `text`, or `json` (one object per line, for the journal\'s and log shippers\' sake). Which lines: BCD_LOG (e.g. `debug`, `warn,bcd::kubelet=debug`); `info` for bcd node, `warn` for the other commands' -r -f -a "text\t'One line of text per event'
 json\t'One JSON object per event (`timestamp`, `level`, `target`, `fields.message`)'"
 complete -c bcd -n "__fish_bcd_using_subcommand vm; and __fish_seen_subcommand_from destroy" -l xid-ignore -d 'XIDs that never affect a GPU\'s health, overriding NVIDIA\'s catalog (e.g. 13,31)' -r
@@ -378,6 +439,9 @@ complete -c bcd -n "__fish_bcd_using_subcommand node" -l data-dir -d 'Where the 
 complete -c bcd -n "__fish_bcd_using_subcommand node" -l cdi-dir -d 'Where hold CDI specs are written (vendor specs are read from here, then /var/run/cdi)' -r -F
 complete -c bcd -n "__fish_bcd_using_subcommand node" -l helper-socket -d 'The root helper\'s socket' -r -F
 complete -c bcd -n "__fish_bcd_using_subcommand node" -l api-socket -d 'The node service\'s API socket' -r -F
+complete -c bcd -n "__fish_bcd_using_subcommand node" -l color -d 'Colour the state words: `auto` on a terminal unless NO_COLOR is set, `always`, or `never`' -r -f -a "auto\t'Colour when stdout is a terminal and `NO_COLOR` is unset or empty'
+always\t'Colour always, even through a pipe or with `NO_COLOR`'
+never\t'No colour'"
 complete -c bcd -n "__fish_bcd_using_subcommand node" -l log-format -d 'How log lines are written to stderr: `text`, or `json` (one object per line, for the journal\'s and log shippers\' sake). Which lines: BCD_LOG (e.g. `debug`, `warn,bcd::kubelet=debug`); `info` for bcd node, `warn` for the other commands' -r -f -a "text\t'One line of text per event'
 json\t'One JSON object per event (`timestamp`, `level`, `target`, `fields.message`)'"
 complete -c bcd -n "__fish_bcd_using_subcommand node" -l xid-ignore -d 'XIDs that never affect a GPU\'s health, overriding NVIDIA\'s catalog (e.g. 13,31)' -r
@@ -386,6 +450,10 @@ complete -c bcd -n "__fish_bcd_using_subcommand node" -l dra -d 'Be the kubelet 
 complete -c bcd -n "__fish_bcd_using_subcommand node" -l json -d 'Machine-readable output where the command has it'
 complete -c bcd -n "__fish_bcd_using_subcommand node" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c bcd -n "__fish_bcd_using_subcommand node" -s V -l version -d 'Print version'
+complete -c bcd -n "__fish_bcd_using_subcommand status" -l format -d 'The output\'s shape: `table` (for a person), `csv` (one GPU a row, numbers without units) or `json` (as --json)' -r -f -a "table\t'A header row and aligned columns, the reasons below each GPU, the notes below'
+csv\t'A header row, one GPU a row, numbers without units'
+json\t'The JSON document, as --json'"
+complete -c bcd -n "__fish_bcd_using_subcommand status" -s i -l id -d 'Show only these GPUs: an index, a UUID or a bus id; repeatable or comma-separated' -r
 complete -c bcd -n "__fish_bcd_using_subcommand status" -l host -d 'A fake host: DIR/root is the root for /proc, /sys and /dev, and DIR/bin/nvidia-smi the nvidia-smi to run (for demos and tests)' -r -F
 complete -c bcd -n "__fish_bcd_using_subcommand status" -l host-root -d 'The root under which /proc, /sys and /dev are read' -r -F
 complete -c bcd -n "__fish_bcd_using_subcommand status" -l nvidia-smi -d 'The nvidia-smi to run (a bare name is looked up on PATH)' -r -F
@@ -393,10 +461,14 @@ complete -c bcd -n "__fish_bcd_using_subcommand status" -l data-dir -d 'Where th
 complete -c bcd -n "__fish_bcd_using_subcommand status" -l cdi-dir -d 'Where hold CDI specs are written (vendor specs are read from here, then /var/run/cdi)' -r -F
 complete -c bcd -n "__fish_bcd_using_subcommand status" -l helper-socket -d 'The root helper\'s socket' -r -F
 complete -c bcd -n "__fish_bcd_using_subcommand status" -l api-socket -d 'The node service\'s API socket' -r -F
+complete -c bcd -n "__fish_bcd_using_subcommand status" -l color -d 'Colour the state words: `auto` on a terminal unless NO_COLOR is set, `always`, or `never`' -r -f -a "auto\t'Colour when stdout is a terminal and `NO_COLOR` is unset or empty'
+always\t'Colour always, even through a pipe or with `NO_COLOR`'
+never\t'No colour'"
 complete -c bcd -n "__fish_bcd_using_subcommand status" -l log-format -d 'How log lines are written to stderr: `text`, or `json` (one object per line, for the journal\'s and log shippers\' sake). Which lines: BCD_LOG (e.g. `debug`, `warn,bcd::kubelet=debug`); `info` for bcd node, `warn` for the other commands' -r -f -a "text\t'One line of text per event'
 json\t'One JSON object per event (`timestamp`, `level`, `target`, `fields.message`)'"
 complete -c bcd -n "__fish_bcd_using_subcommand status" -l xid-ignore -d 'XIDs that never affect a GPU\'s health, overriding NVIDIA\'s catalog (e.g. 13,31)' -r
 complete -c bcd -n "__fish_bcd_using_subcommand status" -l xid-unhealthy -d 'XIDs that make a GPU unhealthy until a reset, overriding NVIDIA\'s catalog (e.g. 43)' -r
+complete -c bcd -n "__fish_bcd_using_subcommand status" -s w -l watch -d 'Keep the table on screen, redrawn at every change a running node reports and once per its sample interval, until Ctrl-C (without a node, read again every 5 s)'
 complete -c bcd -n "__fish_bcd_using_subcommand status" -l json -d 'Machine-readable output where the command has it'
 complete -c bcd -n "__fish_bcd_using_subcommand status" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c bcd -n "__fish_bcd_using_subcommand status" -s V -l version -d 'Print version'
@@ -407,6 +479,9 @@ complete -c bcd -n "__fish_bcd_using_subcommand generate-docs" -l data-dir -d 'W
 complete -c bcd -n "__fish_bcd_using_subcommand generate-docs" -l cdi-dir -d 'Where hold CDI specs are written (vendor specs are read from here, then /var/run/cdi)' -r -F
 complete -c bcd -n "__fish_bcd_using_subcommand generate-docs" -l helper-socket -d 'The root helper\'s socket' -r -F
 complete -c bcd -n "__fish_bcd_using_subcommand generate-docs" -l api-socket -d 'The node service\'s API socket' -r -F
+complete -c bcd -n "__fish_bcd_using_subcommand generate-docs" -l color -d 'Colour the state words: `auto` on a terminal unless NO_COLOR is set, `always`, or `never`' -r -f -a "auto\t'Colour when stdout is a terminal and `NO_COLOR` is unset or empty'
+always\t'Colour always, even through a pipe or with `NO_COLOR`'
+never\t'No colour'"
 complete -c bcd -n "__fish_bcd_using_subcommand generate-docs" -l log-format -d 'How log lines are written to stderr: `text`, or `json` (one object per line, for the journal\'s and log shippers\' sake). Which lines: BCD_LOG (e.g. `debug`, `warn,bcd::kubelet=debug`); `info` for bcd node, `warn` for the other commands' -r -f -a "text\t'One line of text per event'
 json\t'One JSON object per event (`timestamp`, `level`, `target`, `fields.message`)'"
 complete -c bcd -n "__fish_bcd_using_subcommand generate-docs" -l xid-ignore -d 'XIDs that never affect a GPU\'s health, overriding NVIDIA\'s catalog (e.g. 13,31)' -r
@@ -415,6 +490,7 @@ complete -c bcd -n "__fish_bcd_using_subcommand generate-docs" -l json -d 'Machi
 complete -c bcd -n "__fish_bcd_using_subcommand generate-docs" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c bcd -n "__fish_bcd_using_subcommand generate-docs" -s V -l version -d 'Print version'
 complete -c bcd -n "__fish_bcd_using_subcommand diag" -l gpu -d 'Check only this GPU (UUID); repeatable' -r
+complete -c bcd -n "__fish_bcd_using_subcommand diag" -s i -l id -d 'Check only these GPUs: an index, a UUID or a bus id; repeatable or comma-separated' -r
 complete -c bcd -n "__fish_bcd_using_subcommand diag" -l expected-gpus -d 'Fail gpu.count when fewer GPUs are visible' -r
 complete -c bcd -n "__fish_bcd_using_subcommand diag" -l host -d 'A fake host: DIR/root is the root for /proc, /sys and /dev, and DIR/bin/nvidia-smi the nvidia-smi to run (for demos and tests)' -r -F
 complete -c bcd -n "__fish_bcd_using_subcommand diag" -l host-root -d 'The root under which /proc, /sys and /dev are read' -r -F
@@ -423,6 +499,9 @@ complete -c bcd -n "__fish_bcd_using_subcommand diag" -l data-dir -d 'Where the 
 complete -c bcd -n "__fish_bcd_using_subcommand diag" -l cdi-dir -d 'Where hold CDI specs are written (vendor specs are read from here, then /var/run/cdi)' -r -F
 complete -c bcd -n "__fish_bcd_using_subcommand diag" -l helper-socket -d 'The root helper\'s socket' -r -F
 complete -c bcd -n "__fish_bcd_using_subcommand diag" -l api-socket -d 'The node service\'s API socket' -r -F
+complete -c bcd -n "__fish_bcd_using_subcommand diag" -l color -d 'Colour the state words: `auto` on a terminal unless NO_COLOR is set, `always`, or `never`' -r -f -a "auto\t'Colour when stdout is a terminal and `NO_COLOR` is unset or empty'
+always\t'Colour always, even through a pipe or with `NO_COLOR`'
+never\t'No colour'"
 complete -c bcd -n "__fish_bcd_using_subcommand diag" -l log-format -d 'How log lines are written to stderr: `text`, or `json` (one object per line, for the journal\'s and log shippers\' sake). Which lines: BCD_LOG (e.g. `debug`, `warn,bcd::kubelet=debug`); `info` for bcd node, `warn` for the other commands' -r -f -a "text\t'One line of text per event'
 json\t'One JSON object per event (`timestamp`, `level`, `target`, `fields.message`)'"
 complete -c bcd -n "__fish_bcd_using_subcommand diag" -l xid-ignore -d 'XIDs that never affect a GPU\'s health, overriding NVIDIA\'s catalog (e.g. 13,31)' -r
@@ -439,7 +518,7 @@ complete -c bcd -n "__fish_bcd_using_subcommand help; and not __fish_seen_subcom
 complete -c bcd -n "__fish_bcd_using_subcommand help; and not __fish_seen_subcommand_from helper hardware doctor cdi gpu hold vfio vm node status generate-docs diag help" -f -a "vfio" -d 'GPUs to vfio-pci and back, through the node service'
 complete -c bcd -n "__fish_bcd_using_subcommand help; and not __fish_seen_subcommand_from helper hardware doctor cdi gpu hold vfio vm node status generate-docs diag help" -f -a "vm" -d 'libvirt domains with GPUs, through the node service'
 complete -c bcd -n "__fish_bcd_using_subcommand help; and not __fish_seen_subcommand_from helper hardware doctor cdi gpu hold vfio vm node status generate-docs diag help" -f -a "node" -d 'The long-running node service'
-complete -c bcd -n "__fish_bcd_using_subcommand help; and not __fish_seen_subcommand_from helper hardware doctor cdi gpu hold vfio vm node status generate-docs diag help" -f -a "status" -d 'One line per GPU from a live sample (waits at most 10 s), with UNHEALTHY where the healthy rule fails'
+complete -c bcd -n "__fish_bcd_using_subcommand help; and not __fish_seen_subcommand_from helper hardware doctor cdi gpu hold vfio vm node status generate-docs diag help" -f -a "status" -d 'A table of the GPUs from a live sample (waits at most 10 s), each with its state (HEALTHY, DEGRADED, UNHEALTHY or UNKNOWN) and the reasons below it'
 complete -c bcd -n "__fish_bcd_using_subcommand help; and not __fish_seen_subcommand_from helper hardware doctor cdi gpu hold vfio vm node status generate-docs diag help" -f -a "generate-docs" -d 'Write bcd\'s man pages (`DIR/man/*.1`) and shell completions (`DIR/completions/`: bash, zsh, fish) from this command line; the packaged ones are made so'
 complete -c bcd -n "__fish_bcd_using_subcommand help; and not __fish_seen_subcommand_from helper hardware doctor cdi gpu hold vfio vm node status generate-docs diag help" -f -a "diag" -d 'diag.nvml: collect again and check the GPUs; exit 1 unless every check passed'
 complete -c bcd -n "__fish_bcd_using_subcommand help; and not __fish_seen_subcommand_from helper hardware doctor cdi gpu hold vfio vm node status generate-docs diag help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'

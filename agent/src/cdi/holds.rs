@@ -94,6 +94,7 @@ pub fn rebuild_from_specs(cdi_dir: &Path) -> (Vec<Hold>, Vec<String>) {
             kubernetes: spec.container_edits.is_empty(),
             gpus: BTreeMap::new(),
             unassigned_since: None,
+            created_at: None,
             claim,
         });
     }

@@ -3,20 +3,41 @@
 use std::process::ExitCode;
 
 use super::output::{code, fail, print, print_json, saying_what_it_waits_for, FAILED};
-use crate::cli::Global;
+use crate::cli::{no_such_gpu, Global};
 use crate::doctor::checks::{gpu_bus, SmiView};
 use crate::doctor::Status;
 use crate::inventory::collect::collect;
 use crate::inventory::document::{Gpu, Inventory};
+use crate::inventory::select::{pick, GpuNames, GpuSelector};
 
 /// `bcd hardware`: exit 0 with the inventory; 3 when `nvidia-smi` failed or timed out (what
 /// procfs and sysfs show is printed all the same), and 3 when there is no NVIDIA driver but
 /// NVIDIA GPUs on the PCI bus that want one (doctor's `gpu-bus` judge says which and what to
 /// do): bcd cannot inventory them. A host without the driver and without such GPUs (none on
 /// the bus, or all on `vfio-pci` for VMs) is no failure: its inventory is what it is.
-pub async fn hardware(global: &Global) -> ExitCode {
+/// `ids` (`-i`) keeps the GPUs they name in what is printed (the inventory's hash stays the
+/// whole node's); an id that names none is a usage error.
+pub async fn hardware(global: &Global, ids: &[GpuSelector]) -> ExitCode {
     let host = global.host();
-    let collection = saying_what_it_waits_for(global.json, collect(&host, None)).await;
+    let mut collection = saying_what_it_waits_for(global.json, collect(&host, None)).await;
+    let gpus = &mut collection.inventory.gpu.gpus;
+    match pick(
+        gpus.iter().map(|g| GpuNames {
+            index: Some(g.index),
+            uuid: &g.uuid,
+            bus_id: g.bus_id,
+        }),
+        ids,
+    ) {
+        Ok(keep) => {
+            let mut i = 0;
+            gpus.retain(|_| {
+                i += 1;
+                keep.contains(&(i - 1))
+            });
+        }
+        Err(e) => no_such_gpu(&e, global.json, "hardware").exit(),
+    }
     // What the PCI bus holds, judged as doctor judges it: the line shown for an empty
     // inventory, and the failure when the driver is missing for GPUs that are there.
     let view = SmiView::of(&collection);
@@ -98,13 +119,13 @@ fn render_gpu(g: &Gpu) -> String {
         g.uuid.to_string(),
     ];
     if let Some(bus) = &g.bus_id {
-        parts.push(bus.nvml_bus_id());
+        parts.push(crate::term::units::bus_id(bus));
     }
     if let Some(arch) = &g.architecture {
         parts.push(arch.clone());
     }
     if let Some(mib) = g.memory_total_mib {
-        parts.push(format!("{mib} MiB"));
+        parts.push(crate::term::units::memory(mib));
     }
     if let Some(cc) = &g.compute_capability {
         parts.push(format!("cc {cc}"));

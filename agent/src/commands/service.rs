@@ -124,6 +124,43 @@ fn render_hold(hold: &HoldView) -> String {
     format!("{}: {}{k8s}\n", hold.id, hold.devices.join(", "))
 }
 
+/// `bcd hold list`'s table: each hold's id, owner, age at `now` (Unix seconds; `-` for a
+/// hold made before bcd kept its time) and devices; `no holds` when there is none.
+pub fn render_hold_list(holds: &[HoldView], now: u64) -> String {
+    use crate::term::table::{Cell, Table};
+    use crate::term::units;
+    if holds.is_empty() {
+        return "no holds\n".to_owned();
+    }
+    let mut table = Table::new(&["ID", "OWNER", "AGE", "DEVICES"]);
+    for h in holds {
+        let owner = h.owner.map_or(units::MISSING, owner_word);
+        let age = units::or_missing(h.created_at, |t| {
+            units::age(std::time::Duration::from_secs(now.saturating_sub(t)))
+        });
+        table.row(
+            vec![
+                Cell::plain(h.id.as_str()),
+                Cell::plain(owner),
+                Cell::plain(age),
+                Cell::plain(h.devices.join(",")),
+            ],
+            Vec::new(),
+        );
+    }
+    table.render(false)
+}
+
+/// An owner as the API and `holds.json` spell it.
+fn owner_word(owner: crate::cdi::HoldOwner) -> &'static str {
+    use crate::cdi::HoldOwner;
+    match owner {
+        HoldOwner::Operator => "operator",
+        HoldOwner::DevicePlugin => "device-plugin",
+        HoldOwner::Dra => "dra",
+    }
+}
+
 /// `bcd hold apply|release|list`.
 pub async fn hold(global: &Global, cmd: &HoldCommand) -> ExitCode {
     match cmd {
@@ -162,11 +199,7 @@ pub async fn hold(global: &Global, cmd: &HoldCommand) -> ExitCode {
         }
         HoldCommand::List => {
             through_service(global, "GET", "/v1/holds", None::<&()>, |v: &HoldList| {
-                if v.holds.is_empty() {
-                    "no holds\n".to_owned()
-                } else {
-                    v.holds.iter().map(render_hold).collect()
-                }
+                render_hold_list(&v.holds, crate::state::unix_now())
             })
             .await
         }
@@ -373,6 +406,40 @@ fn consumers(
 mod tests {
     use std::path::PathBuf;
     use std::time::Duration;
+
+    // What broke: `bcd hold list` printed `id: devices` alone: not who made a hold, nor when.
+    #[test]
+    fn hold_list_shows_each_holds_owner_and_age() {
+        use crate::cdi::HoldOwner;
+        use crate::node::schema::HoldView;
+        let view = |id: &str, owner, created_at| HoldView {
+            id: id.into(),
+            devices: vec!["GPU-11111111-1111-1111-1111-111111111111".into()],
+            kubernetes: owner != Some(HoldOwner::Operator),
+            owner,
+            spec: None,
+            created_at,
+        };
+        let now = 1_000_000;
+        let text = super::render_hold_list(
+            &[
+                view("job1", Some(HoldOwner::Operator), Some(now - 12)),
+                view("k8s-pod-a", Some(HoldOwner::DevicePlugin), Some(now - 200)),
+                view("dra-claim", Some(HoldOwner::Dra), Some(now - 7300)),
+                view("old", None, None),
+            ],
+            now,
+        );
+        assert_eq!(
+            text,
+            "ID         OWNER          AGE  DEVICES\n\
+             job1       operator       12s  GPU-11111111-1111-1111-1111-111111111111\n\
+             k8s-pod-a  device-plugin  3m   GPU-11111111-1111-1111-1111-111111111111\n\
+             dra-claim  dra            2h   GPU-11111111-1111-1111-1111-111111111111\n\
+             old        -              -    GPU-11111111-1111-1111-1111-111111111111\n"
+        );
+        assert_eq!(super::render_hold_list(&[], now), "no holds\n");
+    }
 
     use super::{dra_config, kubelet_config, node_config};
     use crate::cli::{Cli, Command, NodeArgs};

@@ -71,6 +71,10 @@ pub struct Hold {
     /// [`crate::device::policy`] counts its GPUs busy for that reason until it is released.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub unassigned_since: Option<u64>,
+    /// When the hold was made (Unix seconds); kept when it is applied again. `None` for a
+    /// hold of an older bcd's file and for one rebuilt from its spec.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub created_at: Option<u64>,
     /// The DRA claim the hold was prepared for (a [`HoldOwner::Dra`] hold made by this bcd;
     /// `None` for every other hold, and for a DRA hold of a file that lost it). Kept in a
     /// field of its own beside `owner`, so a bcd that reads only `owner` still reads the file.

@@ -458,6 +458,7 @@ pub(crate) mod tests {
             owner: None,
             gpus: Default::default(),
             unassigned_since: None,
+            created_at: None,
             claim: None,
         }
     }

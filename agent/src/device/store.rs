@@ -314,6 +314,11 @@ impl Holds {
             }
         }
         policy::check_free(&id, &distinct, self.holds.values(), topology)?;
+        // A hold applied again (its devices changed) keeps the time it was first made.
+        let created_at = match self.holds.get(&id) {
+            Some(h) => h.created_at,
+            None => Some(crate::state::unix_now()),
+        };
         let hold = Hold {
             id: id.clone(),
             gpus: distinct
@@ -325,6 +330,7 @@ impl Holds {
             kubernetes: owner.is_kubernetes(),
             owner: Some(owner),
             unassigned_since: None,
+            created_at,
             claim,
         };
         let previous = self.holds.insert(id.clone(), hold);
@@ -559,6 +565,45 @@ mod tests {
             holds.released().any(|r| r == &id),
             "its spec is removed by the next converge"
         );
+    }
+
+    // What broke: `bcd hold list` could not say how old a hold is: the store kept no time.
+    // A new hold records when it was made, applied again it keeps that time, and a file of
+    // an older bcd (no field) still reads.
+    #[test]
+    fn a_hold_records_when_it_was_made_and_keeps_it_when_applied_again() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut holds = Holds::load(dir.path()).unwrap();
+        let id: HoldId = "job".parse().unwrap();
+        let place = |uuid: &str| {
+            let gpu: DeviceId = uuid.parse().unwrap();
+            vec![Placed {
+                gpu: gpu.gpu(),
+                device: gpu,
+            }]
+        };
+        let t = Topology::default();
+        let before = crate::state::unix_now();
+        let made = holds
+            .apply(id.clone(), place(GPU0), HoldOwner::Operator, &t)
+            .unwrap()
+            .created_at
+            .expect("a new hold's time");
+        assert!(made >= before && made <= crate::state::unix_now());
+        let mut old = holds.get(&id).unwrap().clone();
+        old.created_at = Some(made - 100);
+        holds.holds.insert(id.clone(), old);
+        let again = holds
+            .apply(id.clone(), place(GPU1), HoldOwner::Operator, &t)
+            .unwrap();
+        assert_eq!(again.created_at, Some(made - 100));
+        let reread = Holds::load(dir.path()).unwrap();
+        assert_eq!(reread.get(&id).unwrap().created_at, Some(made - 100));
+        let older: Hold = serde_json::from_str(
+            r#"{"id": "job", "devices": ["GPU-11111111-1111-1111-1111-111111111111"]}"#,
+        )
+        .unwrap();
+        assert_eq!(older.created_at, None);
     }
 
     const GPU0: &str = "GPU-11111111-1111-1111-1111-111111111111";

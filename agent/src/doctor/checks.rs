@@ -140,23 +140,25 @@ pub fn gpu(g: &Gpu, xml: Option<&XmlGpu>, verdict: &Verdict) -> Check {
         .and_then(|x| x.product_name.clone())
         .or_else(|| g.name.clone())
         .unwrap_or_else(|| "unknown model".into());
-    let mut parts = vec![g.uuid.to_string(), name];
+    use crate::term::units;
+    let mut parts = vec![units::gpu(Some(g.index), &g.uuid), name];
     if let Some(x) = xml {
         if let Some(busy) = x.utilization_gpu_pct {
-            parts.push(format!("busy {busy}%"));
+            parts.push(format!("busy {}", units::percent(busy)));
         }
         if let Some(t) = x.temperature_c {
-            parts.push(format!("{t} C"));
+            parts.push(units::temperature(t));
         }
-        match (x.power_draw_w, x.power_limit_w) {
-            (Some(d), Some(l)) => parts.push(format!("{d:.0} W of {l:.0} W")),
-            (Some(d), None) => parts.push(format!("{d:.0} W")),
-            _ => {}
+        if let Some(p) = units::power_of(x.power_draw_w, x.power_limit_w) {
+            parts.push(p);
         }
     }
     match (xml.and_then(|x| x.memory_used_mib), g.memory_total_mib) {
-        (Some(u), Some(t)) => parts.push(format!("{u} of {t} MiB used")),
-        (None, Some(t)) => parts.push(format!("{t} MiB")),
+        (Some(u), Some(t)) => parts.push(format!(
+            "{} used",
+            units::memory_of(Some(u), Some(t)).unwrap_or_default()
+        )),
+        (None, Some(t)) => parts.push(units::memory(t)),
         _ => {}
     }
     let mut message = parts.join(", ");
@@ -190,7 +192,7 @@ pub(crate) fn mig_mode(gpus: &[XmlGpu]) -> Vec<Check> {
                 let id = g
                     .uuid
                     .clone()
-                    .or_else(|| g.pci_bus_id.map(|a| a.nvml_bus_id()))
+                    .or_else(|| g.pci_bus_id.as_ref().map(crate::term::units::bus_id))
                     .unwrap_or_else(|| "a GPU without UUID".into());
                 Check::new(
                     Status::Warn,
@@ -386,7 +388,7 @@ pub(crate) fn persistence(gpus: &[XmlGpu]) -> Option<Check> {
         .map(|g| {
             g.uuid
                 .clone()
-                .or_else(|| g.pci_bus_id.map(|a| a.nvml_bus_id()))
+                .or_else(|| g.pci_bus_id.as_ref().map(crate::term::units::bus_id))
                 .unwrap_or_else(|| "a GPU without UUID".into())
         })
         .collect();
@@ -672,7 +674,7 @@ mod tests {
         assert_eq!(ok.status, Status::Ok);
         assert_eq!(
             ok.message,
-            "GPU-00000000-0000-0000-0000-000000000001, NVIDIA H100 80GB HBM3, busy 12%, 41 C, 71 W of 700 W, 1 of 81559 MiB used"
+            "GPU 0 (GPU-00000000-0000-0000-0000-000000000001), NVIDIA H100 80GB HBM3, busy 12 %, 41 °C, 71 W / 700 W, 1 MiB / 81559 MiB used"
         );
         let c = gpu(
             &g,
@@ -706,7 +708,7 @@ mod tests {
         assert_eq!(c.status, Status::Fail);
         assert_eq!(
             c.message,
-            "GPU-00000000-0000-0000-0000-000000000001, unknown model, 81559 MiB; unknown: silent -> check it"
+            "GPU 0 (GPU-00000000-0000-0000-0000-000000000001), unknown model, 81559 MiB; unknown: silent -> check it"
         );
     }
 

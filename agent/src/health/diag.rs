@@ -100,6 +100,10 @@ pub struct Check {
     /// The GPU's UUID; absent for node-wide checks.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gpu: Option<GpuUuid>,
+    /// The GPU's index in the inventory, where it lists the GPU (absent for node-wide checks,
+    /// a GPU not visible, and in an older node's answer).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpu_index: Option<u32>,
     /// Whether it passed.
     pub passed: bool,
     /// `warn` on a passed check that carries a degraded GPU's reason; absent otherwise.
@@ -163,6 +167,7 @@ fn node_check(name: &str, passed: bool, message: String) -> Check {
     Check {
         check: name.to_owned(),
         gpu: None,
+        gpu_index: None,
         passed,
         severity: None,
         message,
@@ -173,6 +178,7 @@ fn gpu_check(name: &str, gpu: &GpuUuid, passed: bool, message: String) -> Check 
     Check {
         check: name.to_owned(),
         gpu: Some(gpu.clone()),
+        gpu_index: None,
         passed,
         severity: None,
         message,
@@ -274,12 +280,10 @@ pub(crate) fn diag_with_verdicts(input: &DiagInput<'_>, request: &DiagRequest) -
         for uuid in &request.gpu_uuids {
             match visible.iter().find(|g| g.uuid == *uuid) {
                 Some(g) => {
-                    checks.push(gpu_check(
-                        check::GPU_PRESENT,
-                        uuid,
-                        true,
-                        format!("GPU {}", g.index),
-                    ));
+                    checks.push(Check {
+                        gpu_index: Some(g.index),
+                        ..gpu_check(check::GPU_PRESENT, uuid, true, format!("GPU {}", g.index))
+                    });
                     selected.push(*g);
                 }
                 None => {
@@ -400,6 +404,9 @@ fn gpu_checks(gpu: &Gpu, verdict: &Verdict, input: &DiagInput<'_>) -> Vec<Check>
             .collect();
         out.push(from_reasons(name, u, &reasons));
     }
+    for c in &mut out {
+        c.gpu_index = Some(gpu.index);
+    }
     out
 }
 
@@ -509,22 +516,66 @@ pub async fn diag_host(
     )
 }
 
+/// What the GPU column of [`render`] says of a check every GPU gave alike.
+pub const EVERY_GPU: &str = "every GPU";
+
 /// The report as `bcd diag` prints it: one line per check, `ok`, `warn` (passed, with a
-/// degraded GPU's reason) or `FAIL`, the check, the GPU (`-` for node-wide checks) and the
-/// message with its control characters escaped; then a summary line.
+/// degraded GPU's reason) or `FAIL`, the check, the GPU (`GPU 0 (GPU-...)`; `-` for
+/// node-wide checks) and the message with its control characters escaped; then a summary
+/// line. A check that came out the same, in the same words, for every GPU (two or more) is
+/// one line, its GPU [`EVERY_GPU`], where the first of them stood.
 pub fn render(report: &DiagReport) -> String {
-    let mut out = String::new();
+    let alike = |a: &Check, b: &Check| {
+        a.check == b.check
+            && a.passed == b.passed
+            && a.severity == b.severity
+            && a.message == b.message
+    };
+    let mut gpus: Vec<&GpuUuid> = Vec::new();
+    for u in report.checks.iter().filter_map(|c| c.gpu.as_ref()) {
+        if !gpus.contains(&u) {
+            gpus.push(u);
+        }
+    }
+    let every = |c: &Check| {
+        gpus.len() > 1
+            && gpus.iter().all(|&u| {
+                report
+                    .checks
+                    .iter()
+                    .any(|o| o.gpu.as_ref() == Some(u) && alike(o, c))
+            })
+    };
+    let mut lines: Vec<(&Check, String)> = Vec::new();
     for c in &report.checks {
+        let gpu = match &c.gpu {
+            None => "-".to_owned(),
+            Some(_) if every(c) => {
+                if lines.iter().any(|(o, g)| g == EVERY_GPU && alike(o, c)) {
+                    continue;
+                }
+                EVERY_GPU.to_owned()
+            }
+            Some(u) => crate::term::units::gpu(c.gpu_index, u),
+        };
+        lines.push((c, gpu));
+    }
+    let width = lines
+        .iter()
+        .map(|(_, g)| g.chars().count())
+        .max()
+        .unwrap_or(0);
+    let mut out = String::new();
+    for (c, gpu) in &lines {
         let word = match (c.passed, c.severity) {
             (false, _) => "FAIL",
             (true, Some(Severity::Warn)) => "warn",
             (true, None) => "ok",
         };
         out.push_str(&format!(
-            "{:<4} {:<18} {} {}\n",
+            "{:<4} {:<18} {gpu:<width$} {}\n",
             word,
             c.check,
-            c.gpu.as_ref().map_or("-", GpuUuid::as_str),
             crate::smi::escape_line(&c.message)
         ));
     }
@@ -754,10 +805,57 @@ mod tests {
         assert_eq!(warned[0]["severity"], "warn");
         assert_eq!(warned[0]["passed"], true);
         assert!(
-            render(&r).contains(&format!("warn xid.recent         {A} Xid13: ")),
+            render(&r).contains(&format!("warn xid.recent         GPU 0 ({A}) Xid13: ")),
             "{}",
             render(&r)
         );
+    }
+
+    // What broke: diag named a GPU by its UUID alone, and printed a sentence that is the same
+    // for every GPU (`no XID record: ...`) once per GPU.
+    #[test]
+    fn a_check_every_gpu_gave_alike_is_one_line_and_a_gpu_is_named_by_index() {
+        let check = |gpu: Option<(&str, u32)>, name: &str, passed, message: &str| Check {
+            check: name.into(),
+            gpu: gpu.map(|(u, _)| u.parse().unwrap()),
+            gpu_index: gpu.map(|(_, i)| i),
+            passed,
+            severity: None,
+            message: message.into(),
+        };
+        let (a, b) = (Some((A, 0)), Some((B, 1)));
+        let r = DiagReport {
+            passed: false,
+            checks: vec![
+                check(None, "nvml.init", true, "driver 570"),
+                check(a, "xid.recent", true, "no XID record: none"),
+                check(a, "pcie.link", true, "x16 of x16"),
+                check(b, "xid.recent", true, "no XID record: none"),
+                check(b, "pcie.link", false, "x8 of x16"),
+            ],
+        };
+        let text = render(&r);
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(
+            lines[0],
+            format!("ok   nvml.init          -{:47} driver 570", "")
+        );
+        assert_eq!(
+            lines[1],
+            format!(
+                "ok   xid.recent         every GPU{:39} no XID record: none",
+                ""
+            )
+        );
+        assert_eq!(
+            lines[2],
+            format!("ok   pcie.link          GPU 0 ({A}) x16 of x16")
+        );
+        assert_eq!(
+            lines[3],
+            format!("FAIL pcie.link          GPU 1 ({B}) x8 of x16")
+        );
+        assert_eq!(lines.len(), 5, "{text}");
     }
 
     // What broke: the verdict's reasons no seed check covers (the fabric, the fabric manager)

@@ -44,6 +44,14 @@ pub struct GpuStatus {
     /// The model.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub name: Option<String>,
+    /// The PCI bus id, in NVML's form as the inventory writes it; absent when the inventory
+    /// does not know it (or was not read, or an older node answered).
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        with = "crate::inventory::document::nvml_bus_id"
+    )]
+    pub bus_id: Option<bcd_protocol::PciAddress>,
     /// Busy %.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub utilization_gpu_pct: Option<u32>,
@@ -153,6 +161,7 @@ pub fn gpu_statuses(
             let mut line = line(gpu.uuid.clone(), None, v.health, v.reasons);
             line.index = Some(gpu.index);
             line.name.clone_from(&gpu.name);
+            line.bus_id = gpu.bus_id;
             line.passed_through = true;
             out.push(line);
             continue;
@@ -161,6 +170,7 @@ pub fn gpu_statuses(
         let mut line = line(gpu.uuid.clone(), sample_of(&gpu.uuid), v.health, v.reasons);
         line.index = Some(gpu.index);
         line.name.clone_from(&gpu.name);
+        line.bus_id = gpu.bus_id;
         out.push(line);
     }
     for s in samples {
@@ -194,6 +204,7 @@ fn line(
         index: None,
         uuid,
         name: None,
+        bus_id: None,
         utilization_gpu_pct: s.and_then(|s| s.utilization_gpu_pct),
         memory_used_mib: s.and_then(|s| s.memory_used_mib),
         memory_total_mib: s.and_then(|s| s.memory_total_mib),
@@ -331,59 +342,65 @@ pub async fn status_within(
     })
 }
 
-fn or_dash<T: std::fmt::Display>(v: Option<T>) -> String {
-    v.map_or_else(|| "-".to_owned(), |v| v.to_string())
-}
+/// The columns of [`render`]'s table, in order.
+pub const COLUMNS: [&str; 9] = [
+    "GPU", "NAME", "BUS ID", "STATE", "UTIL", "MEMORY", "TEMP", "POWER", "PROCS",
+];
 
-/// The lines `bcd status` prints: each GPU's line with its state, then one indented line
-/// per reason with its action; what `nvidia-smi` said (names, messages, notes) has its control
-/// characters escaped.
-pub fn render(report: &StatusReport) -> String {
+/// How far a GPU's reasons are indented under its row.
+const REASON_INDENT: &str = "    ";
+
+/// The table `bcd status` prints: a header row, then one row per GPU (its index, model, bus
+/// id, state word, utilisation, memory, temperature, power and compute processes, `-` where
+/// a reading is missing), with each reason and its action on its own indented line below it;
+/// then the notes, each on a line of its own. `colour` paints the state words. What
+/// `nvidia-smi` said (names, messages, notes) has its control characters escaped.
+pub fn render(report: &StatusReport, colour: bool) -> String {
+    use crate::term::table::{Cell, Table};
+    use crate::term::units::{self, or_missing, shown_or_missing, MISSING};
     let shown = |s: &str| crate::smi::escape_control(s).into_owned();
-    let mut out = String::new();
+    let mut table = Table::new(&COLUMNS);
     for g in &report.gpus {
+        let word = g.health.name().to_ascii_uppercase();
+        let mut below: Vec<String> = Vec::new();
         if g.passed_through {
-            out.push_str(&format!(
-                "GPU {}  {}  passed through to a VM (the host cannot sample it)\n",
-                or_dash(g.index),
-                shown(g.name.as_deref().unwrap_or(g.uuid.as_str())),
+            below.push(format!(
+                "{REASON_INDENT}passed through to a VM (the host cannot sample it)"
             ));
-            continue;
+        } else if !sampled(g) {
+            // A node's first seconds, or an nvidia-smi that gave nothing.
+            below.push(format!("{REASON_INDENT}no sample yet"));
         }
-        let sampled = g.utilization_gpu_pct.is_some()
-            || g.memory_used_mib.is_some()
-            || g.temperature_c.is_some()
-            || g.power_draw_w.is_some();
-        // A node's first seconds, or an nvidia-smi that gave nothing: no row of dashes.
-        let readings = if sampled {
-            format!(
-                "{} busy  {}/{} MiB  {}°C  {}/{} W  {} process(es)",
-                or_dash(g.utilization_gpu_pct.map(|p| format!("{p}%"))),
-                or_dash(g.memory_used_mib),
-                or_dash(g.memory_total_mib),
-                or_dash(g.temperature_c),
-                or_dash(g.power_draw_w.map(|w| format!("{w:.0}"))),
-                or_dash(g.power_limit_w.map(|w| format!("{w:.0}"))),
-                or_dash(g.compute_processes),
-            )
-        } else {
-            "no sample yet".to_owned()
-        };
-        out.push_str(&format!(
-            "GPU {}  {}  {readings}  {}\n",
-            or_dash(g.index),
-            shown(g.name.as_deref().unwrap_or(g.uuid.as_str())),
-            g.health.name().to_ascii_uppercase(),
-        ));
         for r in &g.reasons {
-            out.push_str(&format!(
-                "    {}: {} -> {}\n",
+            below.push(format!(
+                "{REASON_INDENT}{}: {} -> {}",
                 r.kind,
                 shown(&r.message),
                 r.action
             ));
         }
+        table.row(
+            vec![
+                Cell::plain(shown_or_missing(g.index)),
+                Cell::plain(shown(g.name.as_deref().unwrap_or(g.uuid.as_str()))),
+                Cell::plain(or_missing(g.bus_id.as_ref(), units::bus_id)),
+                Cell::painted(word, crate::term::colour::of_health(g.health)),
+                Cell::plain(or_missing(g.utilization_gpu_pct, units::percent)),
+                Cell::plain(
+                    units::memory_of(g.memory_used_mib, g.memory_total_mib)
+                        .unwrap_or_else(|| MISSING.into()),
+                ),
+                Cell::plain(or_missing(g.temperature_c, units::temperature)),
+                Cell::plain(
+                    units::power_of(g.power_draw_w, g.power_limit_w)
+                        .unwrap_or_else(|| MISSING.into()),
+                ),
+                Cell::plain(shown_or_missing(g.compute_processes)),
+            ],
+            below,
+        );
     }
+    let mut out = table.render(colour);
     if let Some(e) = &report.nvidia_smi_error {
         out.push_str(&format!("note: {e}\n"));
     }
@@ -391,6 +408,57 @@ pub fn render(report: &StatusReport) -> String {
         out.push_str(&format!("note: {}\n", shown(note)));
     }
     out
+}
+
+/// Whether `nvidia-smi` gave any reading of the GPU.
+fn sampled(g: &GpuStatus) -> bool {
+    g.utilization_gpu_pct.is_some()
+        || g.memory_used_mib.is_some()
+        || g.temperature_c.is_some()
+        || g.power_draw_w.is_some()
+}
+
+/// The header of [`render_csv`]: the JSON's field names, units in the name, not the cells.
+pub const CSV_HEADER: &str = "index,uuid,name,bus_id,health,utilization_gpu_pct,memory_used_mib,memory_total_mib,temperature_c,power_draw_w,power_limit_w,compute_processes";
+
+/// `bcd status --format csv`: [`CSV_HEADER`], then one GPU a row, numbers without units, an
+/// empty cell where a reading is missing; a cell with a comma, a quote or a line break is
+/// quoted (RFC 4180). Reasons and notes are left to the table and the JSON.
+pub fn render_csv(report: &StatusReport) -> String {
+    let cell = |v: Option<String>| v.map(|v| csv_field(&v)).unwrap_or_default();
+    let mut out = format!("{CSV_HEADER}\n");
+    for g in &report.gpus {
+        let row = [
+            cell(g.index.map(|i| i.to_string())),
+            cell(Some(g.uuid.to_string())),
+            cell(
+                g.name
+                    .as_deref()
+                    .map(|n| crate::smi::escape_control(n).into_owned()),
+            ),
+            cell(g.bus_id.as_ref().map(crate::term::units::bus_id)),
+            cell(Some(g.health.name().to_owned())),
+            cell(g.utilization_gpu_pct.map(|v| v.to_string())),
+            cell(g.memory_used_mib.map(|v| v.to_string())),
+            cell(g.memory_total_mib.map(|v| v.to_string())),
+            cell(g.temperature_c.map(|v| v.to_string())),
+            cell(g.power_draw_w.map(|v| format!("{v:.0}"))),
+            cell(g.power_limit_w.map(|v| format!("{v:.0}"))),
+            cell(g.compute_processes.map(|v| v.to_string())),
+        ];
+        out.push_str(&row.join(","));
+        out.push('\n');
+    }
+    out
+}
+
+/// One CSV field, quoted when it must be.
+fn csv_field(v: &str) -> String {
+    if v.contains([',', '"', '\n', '\r']) {
+        format!("\"{}\"", v.replace('"', "\"\""))
+    } else {
+        v.to_owned()
+    }
 }
 
 #[cfg(test)]
@@ -421,9 +489,10 @@ pub(crate) mod tests {
         copy
     }
 
-    // What broke: a node's first seconds (no sample yet) printed `- busy -/- MiB -°C -/- W`.
+    // What broke: a node's first seconds (no sample yet) printed `- busy -/- MiB -°C -/- W`
+    // with nothing to say why.
     #[test]
-    fn a_gpu_without_a_sample_says_so_instead_of_a_row_of_dashes() {
+    fn a_gpu_without_a_sample_says_so_under_its_row() {
         let report = StatusReport {
             gpus: vec![line(
                 "GPU-8f4c6a52-1b2e-4d3a-9c7f-0123456789ab".parse().unwrap(),
@@ -434,11 +503,84 @@ pub(crate) mod tests {
             notes: Vec::new(),
             nvidia_smi_error: None,
         };
-        let text = render(&report);
+        let text = render(&report, false);
         assert_eq!(
             text,
-            "GPU -  GPU-8f4c6a52-1b2e-4d3a-9c7f-0123456789ab  no sample yet  HEALTHY\n"
+            "GPU  NAME                                      BUS ID  STATE    UTIL  MEMORY  TEMP  POWER  PROCS\n\
+             -    GPU-8f4c6a52-1b2e-4d3a-9c7f-0123456789ab  -       HEALTHY  -     -       -     -      -\n    \
+             no sample yet\n"
         );
+    }
+
+    // What broke: `bcd status` wrote `58°C 611/700 W 45123/81559 MiB` in free-form lines with
+    // no header, and no bus id; the state word moved with the name's length.
+    #[tokio::test]
+    async fn status_is_a_table_with_a_header_and_aligned_columns() {
+        let host = Host::fake(hosts().join("hgx-h100"));
+        let data = tempfile::tempdir().unwrap();
+        let report = status(&host, data.path()).await.unwrap();
+        let text = render(&report, false);
+        let lines: Vec<&str> = text.lines().collect();
+        assert!(lines[0].starts_with("GPU  NAME "), "{text}");
+        let state = lines[0].find("STATE").unwrap();
+        let memory = lines[0].find("MEMORY").unwrap();
+        for row in &lines[1..=8] {
+            assert!(row[state..].starts_with("HEALTHY "), "{text}");
+            assert!(row[memory..].contains(" MiB / 81559 MiB"), "{text}");
+        }
+        assert!(
+            lines[1].starts_with("0    NVIDIA H100 80GB HBM3  0000:18:00.0  HEALTHY"),
+            "{text}"
+        );
+        assert!(
+            lines[1].contains(" °C ") && lines[1].contains(" W / 700 W "),
+            "{text}"
+        );
+        // A colour only where asked, and on the state word alone.
+        let painted = render(&report, true);
+        assert_eq!(
+            painted.matches("\x1b[32mHEALTHY\x1b[0m").count(),
+            8,
+            "{painted}"
+        );
+        assert_eq!(painted.matches('\x1b').count(), 16, "{painted}");
+        assert!(!text.contains('\x1b'));
+        // The JSON names the bus id as the inventory does.
+        let json = serde_json::to_value(&report).unwrap();
+        assert_eq!(json["gpus"][0]["bus_id"], "00000000:18:00.0");
+    }
+
+    // CSV: a header, one GPU a row, numbers without units.
+    #[tokio::test]
+    async fn csv_is_one_gpu_a_row_without_units() {
+        let host = Host::fake(hosts().join("hgx-h100"));
+        let data = tempfile::tempdir().unwrap();
+        let mut report = status(&host, data.path()).await.unwrap();
+        report.gpus[1].name = Some("A, \"quoted\" name".into());
+        let text = render_csv(&report);
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines.len(), 9, "{text}");
+        assert_eq!(lines[0], CSV_HEADER);
+        let cells: Vec<&str> = lines[1].split(',').collect();
+        assert_eq!(cells.len(), 12, "{text}");
+        assert_eq!(
+            cells[0..5],
+            [
+                "0",
+                "GPU-ff1dacfa-2e1a-0504-a88b-76a3118ee48b",
+                "NVIDIA H100 80GB HBM3",
+                "0000:18:00.0",
+                "healthy"
+            ]
+        );
+        assert_eq!(cells[7], "81559");
+        assert!(
+            cells
+                .iter()
+                .all(|c| !c.contains(' ') || c.contains("NVIDIA")),
+            "{text}"
+        );
+        assert!(lines[2].contains(",\"A, \"\"quoted\"\" name\","), "{text}");
     }
 
     // What broke: throttling came only from the -q -x document of the last collection (minutes
@@ -528,15 +670,12 @@ pub(crate) mod tests {
             .unwrap();
         let report = status(&host, data.path()).await.unwrap();
         assert_eq!(report.gpus.len(), 8, "{report:?}");
-        let text = render(&report);
+        let text = render(&report, false);
         let lines: Vec<&str> = text.lines().collect();
-        assert!(
-            lines[0].starts_with("GPU 0  NVIDIA H100 80GB HBM3"),
-            "{text}"
-        );
-        assert!(lines[0].ends_with("UNHEALTHY"), "{text}");
+        assert!(lines[1].starts_with("0    NVIDIA H100 80GB HBM3"), "{text}");
+        assert!(lines[1].contains("  UNHEALTHY  "), "{text}");
         assert_eq!(
-            lines[1],
+            lines[2],
             "    Xid79: Xid 79 (GPU has fallen off the bus, class bus) 1 time(s) this boot: NVRM: Xid (PCI:0000:18:00): 79, GPU has fallen off the bus. -> reboot the node"
         );
         assert_eq!(text.matches("UNHEALTHY").count(), 1, "{text}");
@@ -692,8 +831,11 @@ pub(crate) mod tests {
             "{g:?}"
         );
         assert!(report.nvidia_smi_error.is_some());
-        let text = render(&report);
-        assert!(text.lines().next().unwrap().ends_with("UNKNOWN"), "{text}");
+        let text = render(&report, false);
+        assert!(
+            text.lines().nth(1).unwrap().contains("  UNKNOWN  "),
+            "{text}"
+        );
     }
 
     // What broke: for "Driver/library version mismatch" and "couldn't communicate with the
@@ -762,7 +904,7 @@ pub(crate) mod tests {
         let data = tempfile::tempdir().unwrap();
         let report = status(&host, data.path()).await.unwrap();
         assert_eq!(report.gpus.len(), 1, "{report:?}");
-        let text = render(&report);
+        let text = render(&report, false);
         assert!(
             text.contains("note: the driver lists a GPU at 0000:d8:00.0 with UUID \"GPU-????????-????-????-????-????????????\", which names no GPU"),
             "{text}"
@@ -778,7 +920,7 @@ pub(crate) mod tests {
         let mut report = status(&host, data.path()).await.unwrap();
         report.gpus[0].name = Some("H100\u{1b}[2J".into());
         report.notes.push("smi said \u{1b}]0;x\u{7}".into());
-        let text = render(&report);
+        let text = render(&report, false);
         assert!(
             !text.contains('\u{1b}') && !text.contains('\u{7}'),
             "{text:?}"

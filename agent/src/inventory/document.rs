@@ -139,7 +139,7 @@ impl Gpu {
 
 /// `bus_id` as the document writes it: NVML's form, `00000000:18:00.0` (every form of a PCI
 /// address reads back).
-mod nvml_bus_id {
+pub(crate) mod nvml_bus_id {
     use bcd_protocol::PciAddress;
     use serde::{Deserialize, Deserializer, Serializer};
 

@@ -8,3 +8,4 @@ pub mod memory;
 pub mod merge;
 pub mod procfs;
 pub(crate) mod scheduler;
+pub mod select;

@@ -385,6 +385,7 @@ mod tests {
             owner: None,
             gpus: Default::default(),
             unassigned_since: None,
+            created_at: None,
             claim: None,
         }
     }

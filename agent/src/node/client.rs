@@ -43,6 +43,76 @@ pub enum ApiError {
     },
 }
 
+/// Connects to the service's socket.
+///
+/// # Errors
+/// [`ApiError::Connect`] saying why in words.
+async fn connect(socket: &Path) -> Result<UnixStream, ApiError> {
+    UnixStream::connect(socket)
+        .await
+        .map_err(|e| ApiError::Connect {
+            path: socket.display().to_string(),
+            reason: match e.kind() {
+                std::io::ErrorKind::NotFound => "no socket there".to_owned(),
+                std::io::ErrorKind::ConnectionRefused => "nothing listens there".to_owned(),
+                std::io::ErrorKind::PermissionDenied => {
+                    "permission denied (is this user in the bcd group?)".to_owned()
+                }
+                _ => e.to_string(),
+            },
+        })
+}
+
+/// The lines of a status watch (`GET /v1/status?watch=true`), one status document each.
+pub type StatusLines = tokio::io::Lines<tokio::io::BufReader<UnixStream>>;
+
+/// How long the service may take to answer a watch with its headers.
+const WATCH_HEADERS_WITHIN: Duration = Duration::from_secs(10);
+
+/// Opens the status watch: its lines once a 200's headers are read.
+///
+/// # Errors
+/// [`ApiError::Connect`] when nothing answers; [`ApiError::Bad`] naming the status line when
+/// the service answers otherwise (a `503` when all its watchers' places are taken), or not
+/// in time.
+pub async fn watch_status(socket: &Path) -> Result<StatusLines, ApiError> {
+    use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
+    let bad = |what: String| ApiError::Bad {
+        path: socket.display().to_string(),
+        what,
+    };
+    let mut stream = connect(socket).await?;
+    let opened = async {
+        stream
+            .write_all(b"GET /v1/status?watch=true HTTP/1.1\r\nHost: bcd\r\n\r\n")
+            .await?;
+        let mut lines = tokio::io::BufReader::new(stream).lines();
+        let status = lines.next_line().await?.unwrap_or_default();
+        while let Some(header) = lines.next_line().await? {
+            if header.trim().is_empty() {
+                break;
+            }
+        }
+        Ok::<_, std::io::Error>((status, lines))
+    };
+    let (status, lines) = tokio::time::timeout(WATCH_HEADERS_WITHIN, opened)
+        .await
+        .map_err(|_| {
+            bad(format!(
+                "no answer to the status watch within {}s",
+                WATCH_HEADERS_WITHIN.as_secs()
+            ))
+        })?
+        .map_err(|e| bad(e.to_string()))?;
+    if status.split_whitespace().nth(1) != Some("200") {
+        return Err(bad(format!(
+            "the status watch was answered {:?}",
+            status.trim()
+        )));
+    }
+    Ok(lines)
+}
+
 /// Sends one request and returns the JSON answer of a 2xx status.
 ///
 /// # Errors
@@ -54,19 +124,7 @@ pub async fn call(
     body: Option<&Value>,
 ) -> Result<Value, ApiError> {
     let shown = socket.display().to_string();
-    let stream = UnixStream::connect(socket)
-        .await
-        .map_err(|e| ApiError::Connect {
-            path: shown.clone(),
-            reason: match e.kind() {
-                std::io::ErrorKind::NotFound => "no socket there".to_owned(),
-                std::io::ErrorKind::ConnectionRefused => "nothing listens there".to_owned(),
-                std::io::ErrorKind::PermissionDenied => {
-                    "permission denied (is this user in the bcd group?)".to_owned()
-                }
-                _ => e.to_string(),
-            },
-        })?;
+    let stream = connect(socket).await?;
     let payload = body.map(|b| b.to_string().into_bytes());
     let response = tokio::time::timeout(
         API_TIMEOUT,

@@ -109,6 +109,10 @@ pub struct HoldView {
     /// The spec file the node wrote for it (in the answer to an apply).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub spec: Option<String>,
+    /// When the hold was made (Unix seconds); absent for a hold made before bcd kept it, and
+    /// in an older node's answer.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub created_at: Option<u64>,
 }
 
 impl From<&crate::cdi::Hold> for HoldView {
@@ -119,6 +123,7 @@ impl From<&crate::cdi::Hold> for HoldView {
             kubernetes: hold.kubernetes,
             owner: Some(hold.owner()),
             spec: None,
+            created_at: hold.created_at,
         }
     }
 }
@@ -197,6 +202,7 @@ mod tests {
             kubernetes: false,
             owner: Some(crate::cdi::HoldOwner::Operator),
             spec: None,
+            created_at: Some(1_700_000_000),
         };
         let text = serde_json::to_string(&hold).unwrap();
         assert_eq!(serde_json::from_str::<HoldView>(&text).unwrap(), hold);

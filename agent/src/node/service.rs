@@ -368,6 +368,7 @@ fn spawn_samples(tasks: &mut Tasks, node: &Arc<Node>) {
                         .stats()
                         .mig_reads
                         .load(std::sync::atomic::Ordering::Relaxed),
+                    interval_s: interval.as_secs(),
                 };
                 sampled.set_sampling(state);
                 sampled.set_samples(latest.samples).await;

@@ -261,11 +261,13 @@ fn status_lists_the_gpus_passed_through_to_a_vm() {
         "a VM's GPU is no problem: {out:?}"
     );
     let text = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        text.lines()
-            .any(|l| l.starts_with("GPU 1  ") && l.contains("passed through to a VM")),
-        "{text}"
-    );
+    let lines: Vec<&str> = text.lines().collect();
+    let row = lines
+        .iter()
+        .position(|l| l.starts_with("1  "))
+        .expect("GPU 1's row");
+    assert!(lines[row].contains("  UNKNOWN  "), "{text}");
+    assert!(lines[row + 1].contains("passed through to a VM"), "{text}");
     let out = bcd_in(data.path(), "passthrough", &["status", "--json"]);
     let doc = json(&out);
     let gpus = doc["gpus"].as_array().unwrap();

@@ -273,8 +273,8 @@ fn status_prints_one_line_per_gpu_and_fails_without_a_driver() {
     let out = bcd("hgx-h100", &["status"]);
     assert_eq!(out.status.code(), Some(0));
     let text = String::from_utf8_lossy(&out.stdout);
-    // Eight GPUs, and the note that the fresh data folder holds no XID record.
-    assert_eq!(text.lines().count(), 9, "{text}");
+    // A header, eight GPUs, and the note that the fresh data folder holds no XID record.
+    assert_eq!(text.lines().count(), 10, "{text}");
     assert!(
         text.lines()
             .last()
@@ -321,8 +321,10 @@ fn diag_and_status_without_a_record_say_there_is_none() {
         "no XID record: {} does not exist, so no bcd node kept one there",
         missing.display()
     );
+    // The same sentence for all eight GPUs is one line.
     let xid_lines: Vec<&str> = text.lines().filter(|l| l.contains("xid.recent")).collect();
-    assert_eq!(xid_lines.len(), 8, "{text}");
+    assert_eq!(xid_lines.len(), 1, "{text}");
+    assert!(xid_lines[0].contains(" every GPU "), "{text}");
     assert!(
         xid_lines
             .iter()
@@ -351,7 +353,7 @@ fn diag_and_status_without_a_record_say_there_is_none() {
     )
     .unwrap();
     let text = bcd_with_data(&empty, &["diag"]);
-    assert_eq!(text.matches("no XIDs this boot").count(), 8, "{text}");
+    assert_eq!(text.matches("no XIDs this boot").count(), 1, "{text}");
     assert!(!bcd_with_data(&empty, &["status"]).contains("note: "));
 }
 
@@ -480,7 +482,8 @@ fn status_asks_a_running_node_and_starts_no_nvidia_smi() {
             "sampling": {"loop_mode": true, "restarts": 0, "mig_memory_reads": 1},
             "gpus": [{
                 "index": 0, "uuid": "GPU-ff1dacfa-2e1a-0504-a88b-76a3118ee48b",
-                "name": "NVIDIA H100 80GB HBM3", "utilization_gpu_pct": 97,
+                "name": "NVIDIA H100 80GB HBM3", "bus_id": "00000000:18:00.0",
+                "utilization_gpu_pct": 97,
                 "memory_used_mib": 45123, "memory_total_mib": 81559, "compute_processes": 3,
                 "healthy": true, "health": "healthy"
             }]
@@ -504,8 +507,11 @@ fn status_asks_a_running_node_and_starts_no_nvidia_smi() {
         "{text}{}",
         String::from_utf8_lossy(&out.stderr)
     );
+    let row = text.lines().nth(1).unwrap();
     assert!(
-        text.starts_with("GPU 0  NVIDIA H100 80GB HBM3  97% busy  45123/81559 MiB"),
+        row.starts_with(
+            "0    NVIDIA H100 80GB HBM3  0000:18:00.0  HEALTHY  97 %  45123 MiB / 81559 MiB"
+        ),
         "{text}"
     );
     assert!(text.contains("note: from bcd node at"), "{text}");
@@ -684,7 +690,13 @@ async fn every_reader(name: &str) -> [(&'static str, Judged); 4] {
         .await
         .named(bcd::doctor::checks::name::GPU)
         .map(|c| {
-            let uuid = c.message.split(',').next().unwrap().to_owned();
+            // `GPU 0 (GPU-...), <model>, ...`: the UUID in the brackets.
+            let named = c.message.split(',').next().unwrap();
+            let uuid = named
+                .split_once('(')
+                .and_then(|(_, r)| r.strip_suffix(')'))
+                .unwrap_or(named)
+                .to_owned();
             (uuid, c.status.word())
         })
         .collect();
@@ -779,4 +791,178 @@ async fn futures_join_all(names: &[String]) -> Vec<[(&'static str, Judged); 4]> 
         out.push(t.await.unwrap());
     }
     out
+}
+
+/// `bcd status` on the hgx-h100 demo host with `args`, and `NO_COLOR` as `no_color` says;
+/// no node answers.
+fn status_on_hgx(args: &[&str], no_color: Option<&str>) -> Output {
+    let data = tempfile::tempdir().unwrap();
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_bcd"));
+    cmd.arg("--host")
+        .arg(hosts().join("hgx-h100"))
+        .arg("--data-dir")
+        .arg(data.path())
+        .arg("--api-socket")
+        .arg(data.path().join("no-node.sock"))
+        .arg("status")
+        .args(args)
+        .env_remove("NO_COLOR");
+    if let Some(v) = no_color {
+        cmd.env("NO_COLOR", v);
+    }
+    cmd.output().unwrap()
+}
+
+// What broke: `bcd status` could not be pointed at one GPU, and gave a script no shape but
+// free-form lines or the whole JSON.
+#[test]
+fn status_picks_gpus_by_any_name_and_speaks_csv() {
+    let out = status_on_hgx(
+        &[
+            "--format",
+            "csv",
+            "-i",
+            "0",
+            "--id",
+            "GPU-a4303385-f265-4ffc-ad1b-b0bef156d59a,00000000:3A:00.0",
+        ],
+        None,
+    );
+    assert_eq!(out.status.code(), Some(0));
+    let text = String::from_utf8_lossy(&out.stdout);
+    let first: Vec<&str> = text.lines().map(|l| l.split(',').next().unwrap()).collect();
+    assert_eq!(first, ["index", "0", "1", "2"], "{text}");
+    let out = status_on_hgx(&["--format", "json", "-i", "0000:db:00.0"], None);
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(doc["gpus"].as_array().unwrap().len(), 1);
+    assert_eq!(doc["gpus"][0]["index"], 7);
+    assert_eq!(doc["gpus"][0]["bus_id"], "00000000:DB:00.0");
+    // An id of no GPU here is a usage error, in the error document under --json.
+    let out = status_on_hgx(&["-i", "8"], None);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("-i 8: no GPU of this node has this index")
+    );
+    let out = status_on_hgx(
+        &["--json", "-i", "GPU-00000000-0000-0000-0000-000000000000"],
+        None,
+    );
+    assert_eq!(out.status.code(), Some(2));
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(doc["error"]["code"], "usage");
+    let out = status_on_hgx(&["-i", "gpu0"], None);
+    assert_eq!(
+        out.status.code(),
+        Some(2),
+        "not a name of a GPU in any form"
+    );
+}
+
+// What broke: nothing marked a GPU's state; colour must reach a terminal only, the state
+// word only, and never past NO_COLOR or --color never.
+#[test]
+fn status_colours_the_state_words_on_a_terminal_only() {
+    let piped = status_on_hgx(&[], None);
+    assert!(!piped.stdout.contains(&0x1b), "a pipe gets no colour");
+    let forced = status_on_hgx(&["--color", "always"], Some("1"));
+    let text = String::from_utf8_lossy(&forced.stdout);
+    assert_eq!(text.matches("\x1b[32mHEALTHY\x1b[0m").count(), 8, "{text}");
+    // The same table, less the colour: the columns do not move.
+    let table = |t: &str| -> Vec<String> {
+        t.lines()
+            .filter(|l| !l.starts_with("note: "))
+            .map(str::to_owned)
+            .collect()
+    };
+    assert_eq!(
+        table(&text.replace("\x1b[32m", "").replace("\x1b[0m", "")),
+        table(&String::from_utf8_lossy(&piped.stdout))
+    );
+    // On a terminal (script(1) gives it one), colour unless NO_COLOR or --color never.
+    let Some(on_tty) = through_a_terminal(&[]) else {
+        eprintln!("skipped: script(1) is not here");
+        return;
+    };
+    assert!(on_tty.contains("\x1b[32mHEALTHY\x1b[0m"), "{on_tty:?}");
+    assert!(
+        on_tty.contains("GPU  NAME "),
+        "the header on a terminal too: {on_tty:?}"
+    );
+    let never = through_a_terminal(&["--color", "never"]).unwrap();
+    assert!(!never.contains('\x1b'), "{never:?}");
+    let no_color = through_a_terminal_with(&[], Some("1")).unwrap();
+    assert!(!no_color.contains('\x1b'), "{no_color:?}");
+}
+
+/// `bcd status args` on hgx-h100 with a terminal for stdout, through `script -q -c`; `None`
+/// when script(1) is missing.
+fn through_a_terminal(args: &[&str]) -> Option<String> {
+    through_a_terminal_with(args, None)
+}
+
+fn through_a_terminal_with(args: &[&str], no_color: Option<&str>) -> Option<String> {
+    let data = tempfile::tempdir().unwrap();
+    let mut line = vec![
+        env!("CARGO_BIN_EXE_bcd").to_owned(),
+        "--host".into(),
+        hosts().join("hgx-h100").display().to_string(),
+        "--data-dir".into(),
+        data.path().display().to_string(),
+        "--api-socket".into(),
+        data.path().join("no.sock").display().to_string(),
+        "status".into(),
+    ];
+    line.extend(args.iter().map(|a| (*a).to_owned()));
+    let quoted: Vec<String> = line.iter().map(|a| format!("'{a}'")).collect();
+    let mut cmd = Command::new("script");
+    cmd.args(["-q", "-e", "-c", &quoted.join(" "), "/dev/null"])
+        .env_remove("NO_COLOR")
+        .stdin(std::process::Stdio::null());
+    if let Some(v) = no_color {
+        cmd.env("NO_COLOR", v);
+    }
+    let out = cmd.output().ok()?;
+    Some(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+// What broke: diag and hardware could be pointed at a GPU by its UUID alone (diag) or not
+// at all (hardware); `-i` takes an index, a UUID or a bus id in either form.
+#[test]
+fn diag_and_hardware_pick_gpus_by_any_name() {
+    let out = bcd("hgx-h100", &["diag", "--json", "-i", "1,00000000:DB:00.0"]);
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let mut gpus: Vec<&str> = doc["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|c| c["gpu"].as_str())
+        .collect();
+    gpus.sort_unstable();
+    gpus.dedup();
+    assert_eq!(
+        gpus,
+        [
+            "GPU-70823a7e-f12c-9777-a04d-fa2e9a8cf5b8",
+            "GPU-a4303385-f265-4ffc-ad1b-b0bef156d59a",
+        ],
+        "{doc:#}"
+    );
+    let out = bcd("hgx-h100", &["hardware", "-i", "0000:2a:00.0"]);
+    assert_eq!(out.status.code(), Some(0));
+    let text = String::from_utf8_lossy(&out.stdout);
+    let gpus: Vec<&str> = text.lines().filter(|l| l.starts_with("GPU ")).collect();
+    assert_eq!(gpus.len(), 1, "{text}");
+    assert!(
+        gpus[0].starts_with("GPU 1, ") && gpus[0].contains(", 0000:2a:00.0, "),
+        "{text}"
+    );
+    for command in ["diag", "hardware"] {
+        let out = bcd("hgx-h100", &[command, "-i", "0000:99:00.0"]);
+        assert_eq!(out.status.code(), Some(2), "{command}");
+        assert!(
+            String::from_utf8_lossy(&out.stderr)
+                .contains("-i 0000:99:00.0: no GPU of this node has this bus id"),
+            "{command}"
+        );
+    }
 }

@@ -122,3 +122,66 @@ fn the_status_watch_streams_a_document_per_change_within_its_own_cap() {
         "{answer}"
     );
 }
+
+// What broke: `bcd status` showed one moment; keeping the table on screen took a loop of
+// `bcd status` in a shell, which saw a change only at its next poll.
+#[test]
+fn status_watch_redraws_the_table_on_a_change_and_ends_at_ctrl_c() {
+    use std::sync::mpsc;
+    let dir = tempfile::tempdir().unwrap();
+    let s = NodeSandbox::new(dir.path(), "hgx-h100");
+    let _node = Reaped(
+        Command::new(env!("CARGO_BIN_EXE_bcd"))
+            .args(s.global_args())
+            .args(["node", "--api-group", "root"])
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    wait_for("the first collection", Duration::from_secs(20), || {
+        UnixStream::connect(&s.api_sock).is_ok()
+            && api(&s.api_sock, "GET", "/v1/status", None)["collections"].as_u64() >= Some(1)
+    });
+    let mut watcher = Command::new(env!("CARGO_BIN_EXE_bcd"))
+        .args(s.global_args())
+        .args(["status", "--watch", "-i", "0"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let stdout = watcher.stdout.take().unwrap();
+    let (tx, rx) = mpsc::channel::<String>();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let row_until = |want: &str| {
+        let deadline = std::time::Instant::now() + Duration::from_secs(20);
+        while let Some(left) = deadline.checked_duration_since(std::time::Instant::now()) {
+            match rx.recv_timeout(left) {
+                Ok(line) if line.starts_with("0  ") && line.contains(want) => return line,
+                Ok(_) => {}
+                Err(_) => break,
+            }
+        }
+        panic!("no row of GPU 0 with {want}");
+    };
+    row_until(" HEALTHY ");
+    std::fs::OpenOptions::new()
+        .append(true)
+        .open(s.host.join("root/dev/kmsg"))
+        .unwrap()
+        .write_all(b"4,9001,9000000000,-;NVRM: Xid (PCI:0000:18:00): 79, pid=0, GPU has fallen off the bus.\n")
+        .unwrap();
+    row_until(" UNHEALTHY ");
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(i32::try_from(watcher.id()).unwrap()),
+        nix::sys::signal::Signal::SIGINT,
+    )
+    .unwrap();
+    let status = watcher.wait().unwrap();
+    assert_eq!(status.code(), Some(0), "Ctrl-C ends it well");
+}

@@ -47,6 +47,9 @@ pub struct SamplingState {
     pub mig_memory: Option<String>,
     /// `-q -x` reads of the MIG devices' memory.
     pub mig_memory_reads: u64,
+    /// Seconds between samples (`--sample-interval`); 0 before the first sample, and in an
+    /// older node's answer.
+    pub interval_s: u64,
 }
 
 /// Which other exporter's names the metrics also carry (`bcd node --metrics-compat`, whose
@@ -689,6 +692,7 @@ mod tests {
                 owner: None,
                 gpus: BTreeMap::new(),
                 unassigned_since: None,
+                created_at: None,
                 claim: None,
             }],
             &topology,
