@@ -423,9 +423,10 @@ fn features_line(version: Option<ServerVersion>, f: devices::Features) -> String
 
 /// A watch that ends sooner than this without delivering an event has failed: the loop
 /// waits its backoff before it lists again (an empty watch or a lone ERROR event would
-/// otherwise make it list and watch several times a second for ever). The backoff is reset
-/// only by a watch that delivered an event or lasted this long after a sync that wrote
-/// nothing; syncs that write one after another (the event is likely bcd's own write, and a
+/// otherwise make it list and watch several times a second for ever). That backoff is the
+/// watch's own, reset only by a watch that delivered an event or lasted this long after a
+/// sync that wrote nothing (never by a list that worked, which resets the lists' and writes'
+/// backoff); syncs that write one after another (the event is likely bcd's own write, and a
 /// server that keeps something else makes every sync write) wait a backoff of their own.
 pub const WATCH_MIN_LASTING: Duration = Duration::from_secs(10);
 
@@ -554,6 +555,8 @@ pub async fn publish<S: DeviceSource>(
     // Syncs in a row that wrote, and the wait between them once there are two.
     let mut writing = 0u32;
     let mut rewrite = Backoff::new();
+    // The wait after a watch that failed: reset only by a watch that works, never by a list.
+    let mut watch_backoff = Backoff::new();
     loop {
         // The client of the credentials now (renewed meanwhile, maybe).
         let api: Api<resource::ResourceSlice> = Api::all(client.client());
@@ -593,6 +596,8 @@ pub async fn publish<S: DeviceSource>(
         match outcome {
             None => {}
             Some(Synced::Done) => {
+                // Lists and writes work: their backoff starts again (the watch's does not).
+                backoff = Backoff::new();
                 rejected = None;
                 state.set_api_problem(watch_trouble.clone());
             }
@@ -643,7 +648,8 @@ pub async fn publish<S: DeviceSource>(
         };
         match wait_on(watch, &mut changes).await {
             None => return,
-            Some(WatchEnd::Changed) => {}
+            // A change of the node's devices is a reason of its own to write.
+            Some(WatchEnd::Changed) => writing = 0,
             // After a sync that wrote, the event is likely bcd's own write. One such sync is a
             // change; syncs that write one after another are a server that does not keep what
             // bcd writes: they wait a backoff of their own, so the loop never writes for ever
@@ -655,7 +661,7 @@ pub async fn publish<S: DeviceSource>(
                 }
             }
             Some(WatchEnd::Good) => {
-                backoff = Backoff::new();
+                watch_backoff = Backoff::new();
                 writing = 0;
                 rewrite = Backoff::new();
                 if watch_trouble.take().is_some() && rejected.is_none() {
@@ -663,7 +669,7 @@ pub async fn publish<S: DeviceSource>(
                 }
             }
             Some(WatchEnd::Failed(why)) => {
-                let wait = backoff.next();
+                let wait = watch_backoff.next();
                 let problem = watch_problem(&why, wait);
                 state.set_api_problem(Some(problem.clone()));
                 watch_trouble = Some(problem);
