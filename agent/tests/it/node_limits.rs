@@ -352,29 +352,7 @@ fn a_second_node_on_the_same_data_folder_is_refused_naming_the_first() {
     assert!(status_ok(&rig.api), "the first node's socket is untouched");
 
     // Another data folder, the same socket: the live socket is not taken over.
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_bcd"));
-    let other_data = rig.data.with_file_name("other-data");
-    cmd.arg("--host")
-        .arg(&rig.host)
-        .arg("--data-dir")
-        .arg(&other_data)
-        .arg("--cdi-dir")
-        .arg(&rig.cdi)
-        .arg("--api-socket")
-        .arg(&rig.api)
-        .arg("--helper-socket")
-        .arg(rig.host.join("no-helper.sock"))
-        .args(["node", "--api-group", "root"])
-        .stderr(Stdio::piped());
-    let mut fourth = cmd.spawn().unwrap();
-    let status = wait_exit(&mut fourth, Duration::from_secs(30));
-    let mut stderr = String::new();
-    fourth
-        .stderr
-        .take()
-        .unwrap()
-        .read_to_string(&mut stderr)
-        .unwrap();
+    let (status, stderr) = node_on_the_same_socket(&rig);
     assert_eq!(status.code(), Some(3), "{stderr}");
     assert!(stderr.contains("another process listens on it"), "{stderr}");
     assert!(status_ok(&rig.api), "the first node's socket is untouched");
@@ -415,28 +393,7 @@ fn a_node_refused_for_a_taken_socket_changes_no_state_first() {
     assert!(!specs_before.is_empty());
 
     let other_data = rig.data.with_file_name("other-data");
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_bcd"));
-    cmd.arg("--host")
-        .arg(&rig.host)
-        .arg("--data-dir")
-        .arg(&other_data)
-        .arg("--cdi-dir")
-        .arg(&rig.cdi)
-        .arg("--api-socket")
-        .arg(&rig.api)
-        .arg("--helper-socket")
-        .arg(rig.host.join("no-helper.sock"))
-        .args(["node", "--api-group", "root"])
-        .stderr(Stdio::piped());
-    let mut second = cmd.spawn().unwrap();
-    let status = wait_exit(&mut second, Duration::from_secs(30));
-    let mut stderr = String::new();
-    second
-        .stderr
-        .take()
-        .unwrap()
-        .read_to_string(&mut stderr)
-        .unwrap();
+    let (status, stderr) = node_on_the_same_socket(&rig);
     assert_eq!(status.code(), Some(3), "{stderr}");
     assert!(stderr.contains("another process listens on it"), "{stderr}");
     // Nothing but its instance lock was made.
@@ -453,6 +410,34 @@ fn a_node_refused_for_a_taken_socket_changes_no_state_first() {
         .collect();
     assert_eq!(specs_after, specs_before);
     assert!(status_ok(&rig.api), "the first node's socket is untouched");
+}
+
+/// A second `bcd node` on `rig`'s host, CDI folder and API socket with a data folder of its
+/// own (`other-data` beside the rig's): how it exited (within 30 s) and what it said.
+fn node_on_the_same_socket(rig: &Rig) -> (std::process::ExitStatus, String) {
+    let mut node = Command::new(env!("CARGO_BIN_EXE_bcd"))
+        .arg("--host")
+        .arg(&rig.host)
+        .arg("--data-dir")
+        .arg(rig.data.with_file_name("other-data"))
+        .arg("--cdi-dir")
+        .arg(&rig.cdi)
+        .arg("--api-socket")
+        .arg(&rig.api)
+        .arg("--helper-socket")
+        .arg(rig.host.join("no-helper.sock"))
+        .args(["node", "--api-group", "root"])
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let status = wait_exit(&mut node, Duration::from_secs(30));
+    let mut stderr = String::new();
+    node.stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut stderr)
+        .unwrap();
+    (status, stderr)
 }
 
 fn status_ok(socket: &Path) -> bool {

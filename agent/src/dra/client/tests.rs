@@ -8,6 +8,14 @@ use crate::dra::claims::{ClaimReader, ReadError};
 use crate::dra::controller::ApiClaims;
 use crate::dra::fake_api::{FakeApi, Reply};
 
+/// A client of `api` with the token `t`, and the folder its kubeconfig is in.
+async fn client_of(api: &FakeApi) -> (ApiClient, tempfile::TempDir) {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("kubeconfig");
+    std::fs::write(&file, api.kubeconfig("token: t")).unwrap();
+    (ApiClient::connect(Some(&file)).await.unwrap(), dir)
+}
+
 /// A claim `ml/a` as the API server has it.
 fn a_claim() -> serde_json::Value {
     serde_json::json!({"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
@@ -47,10 +55,7 @@ async fn a_watch_line_past_the_bound_ends_the_watch_with_a_sentence_not_memory()
         }
     })
     .await;
-    let dir = tempfile::tempdir().unwrap();
-    let file = dir.path().join("kubeconfig");
-    std::fs::write(&file, api.kubeconfig("token: t")).unwrap();
-    let client = ApiClient::connect(Some(&file)).await.unwrap();
+    let (client, _dir) = client_of(&api).await;
     let slices: Api<ResourceSlice> = Api::all(client.client());
     let events = slices.watch(&WatchParams::default(), "0").await.unwrap();
     let mut events = Box::pin(events);
@@ -76,10 +81,8 @@ async fn a_watch_line_past_the_bound_ends_the_watch_with_a_sentence_not_memory()
 #[tokio::test]
 async fn an_answer_past_the_bound_is_a_failed_read_naming_the_bound() {
     let api = FakeApi::start(|_| Reply::Full(200, vec![b' '; 5 << 20])).await;
-    let dir = tempfile::tempdir().unwrap();
-    let file = dir.path().join("kubeconfig");
-    std::fs::write(&file, api.kubeconfig("token: t")).unwrap();
-    let claims = ApiClaims::new(ApiClient::connect(Some(&file)).await.unwrap());
+    let (client, _dir) = client_of(&api).await;
+    let claims = ApiClaims::new(client);
     match claims.get("ml", "a").await {
         Err(ReadError::Failed { why, .. }) => {
             assert!(why.contains("longer than 4 MiB"), "{why}");
@@ -177,10 +180,7 @@ async fn a_watchs_error_answer_is_bounded_whole() {
         limit: 1 << 30,
     })
     .await;
-    let dir = tempfile::tempdir().unwrap();
-    let file = dir.path().join("kubeconfig");
-    std::fs::write(&file, api.kubeconfig("token: t")).unwrap();
-    let client = ApiClient::connect(Some(&file)).await.unwrap();
+    let (client, _dir) = client_of(&api).await;
     let slices: Api<ResourceSlice> = Api::all(client.client());
     let opened = tokio::time::timeout(
         Duration::from_secs(20),
