@@ -163,9 +163,72 @@ pub async fn saying_what_it_waits_for<F: std::future::Future>(json: bool, work: 
     out
 }
 
+/// How long a step runs before its progress line shows (a quick answer shows none).
+pub const PROGRESS_AFTER: std::time::Duration = std::time::Duration::from_millis(300);
+
+/// The line a long step shows while it runs: `| resetting GPU-…: 3.2 s`, the first character
+/// turning with `frame`.
+pub fn progress_line(what: &str, elapsed: std::time::Duration, frame: usize) -> String {
+    const TURNS: [char; 4] = ['|', '/', '-', '\\'];
+    format!(
+        "{} {}: {:.1} s",
+        TURNS[frame % TURNS.len()],
+        crate::smi::escape_control(what),
+        elapsed.as_secs_f64()
+    )
+}
+
+/// Runs `work` (a step the node service and the helper carry out: a reset, a vfio-pci step, a
+/// VM); while it runs longer than [`PROGRESS_AFTER`], says on stderr what it waits for and
+/// for how long, in place, and clears the line before the result is printed. Only on a
+/// terminal and never with `--json`: a script reading the output gets nothing of the kind.
+pub async fn with_progress<F: std::future::Future>(json: bool, what: &str, work: F) -> F::Output {
+    use std::io::IsTerminal;
+    if json || !std::io::stderr().is_terminal() {
+        return work.await;
+    }
+    let started = tokio::time::Instant::now();
+    let mut shown = false;
+    let mut frame = 0;
+    let mut tick = tokio::time::interval(std::time::Duration::from_millis(100));
+    tokio::pin!(work);
+    let out = loop {
+        tokio::select! {
+            out = &mut work => break out,
+            _ = tick.tick() => {
+                let elapsed = started.elapsed();
+                if elapsed >= PROGRESS_AFTER {
+                    eprint!("\r\x1b[K{}", progress_line(what, elapsed, frame));
+                    frame += 1;
+                    shown = true;
+                }
+            }
+        }
+    };
+    if shown {
+        eprint!("\r\x1b[K");
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_progress_line_names_the_step_and_its_time_and_turns() {
+        let line = progress_line(
+            "resetting GPU-ff1dacfa-2e1a-0504-a88b-76a3118ee48b",
+            std::time::Duration::from_millis(3_240),
+            0,
+        );
+        assert_eq!(
+            line,
+            "| resetting GPU-ff1dacfa-2e1a-0504-a88b-76a3118ee48b: 3.2 s"
+        );
+        assert!(progress_line("x", std::time::Duration::ZERO, 1).starts_with('/'));
+        assert!(!progress_line("a\x1b[2Jb", std::time::Duration::ZERO, 0).contains('\x1b'));
+    }
 
     #[test]
     fn the_waiting_line_names_the_query_and_its_bound() {

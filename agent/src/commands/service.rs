@@ -8,7 +8,7 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 use serde_json::Value;
 
-use super::output::{fail_api, print, FAILED, PROBLEM};
+use super::output::{fail_api, print, with_progress, FAILED, PROBLEM};
 use crate::cli::{Global, GpuCommand, HoldCommand, NodeArgs, VfioCommand, VmCommand};
 use crate::node::client::{call, decode};
 use crate::node::schema::{
@@ -62,6 +62,31 @@ async fn through_service<T: DeserializeOwned>(
     }
 }
 
+/// [`through_service`] for a step the node carries out through the helper (a vfio-pci step, a
+/// VM): while it runs, a terminal shows `what` and the time ([`with_progress`]), cleared
+/// before the answer is printed.
+async fn step_through_service<T: DeserializeOwned>(
+    global: &Global,
+    what: &str,
+    path: &str,
+    body: &impl Serialize,
+    render: impl FnOnce(&T) -> String,
+) -> ExitCode {
+    let asked = with_progress(
+        global.json,
+        what,
+        ask_service::<T>(global, "POST", path, Some(body)),
+    )
+    .await;
+    match asked {
+        Ok((answer, value)) => {
+            show(global, &value, &render(&answer));
+            ExitCode::SUCCESS
+        }
+        Err(code) => code,
+    }
+}
+
 /// The lines `bcd gpu reset` prints for `report`, and its exit status: 3 when a reset
 /// failed, 1 when every reset happened but a GPU is still not healthy (its verdict after the
 /// reset, the one `bcd status` shows, lets it take no work), else 0 (healthy, or degraded:
@@ -105,7 +130,20 @@ pub fn render_reset(report: &ResetReport) -> (String, u8) {
 pub async fn gpu(global: &Global, cmd: &GpuCommand) -> ExitCode {
     let GpuCommand::Reset { gpus } = cmd;
     let request = ResetRequest { gpus: gpus.clone() };
-    match ask_service::<ResetReport>(global, "POST", "/v1/gpus/reset", Some(&request)).await {
+    let what = format!(
+        "resetting {} through bcd node and its helper",
+        gpus.iter()
+            .map(ToString::to_string)
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+    let asked = with_progress(
+        global.json,
+        &what,
+        ask_service::<ResetReport>(global, "POST", "/v1/gpus/reset", Some(&request)),
+    )
+    .await;
+    match asked {
         Ok((report, value)) => {
             let (text, status) = render_reset(&report);
             show(global, &value, &text);
@@ -220,7 +258,13 @@ pub async fn vfio(global: &Global, cmd: &VfioCommand) -> ExitCode {
         device: Some(device.clone()),
         ..PassthroughRequest::default()
     };
-    through_service(global, "POST", path, Some(&request), summary).await
+    let what = match cmd {
+        VfioCommand::Bind { .. } => {
+            format!("binding {device} to vfio-pci (its driver has 30 s to let go)")
+        }
+        VfioCommand::Release { .. } => format!("giving {device} back to its driver"),
+    };
+    step_through_service(global, &what, path, &request, summary).await
 }
 
 /// `bcd vm start|restore|destroy`.
@@ -248,7 +292,12 @@ pub async fn vm(global: &Global, cmd: &VmCommand) -> ExitCode {
             },
         ),
     };
-    through_service(global, "POST", path, Some(&request), summary).await
+    let what = match cmd {
+        VmCommand::Start { name } => format!("starting VM {name}"),
+        VmCommand::Restore { file } => format!("restoring a VM from {file}"),
+        VmCommand::Destroy { name } => format!("destroying VM {name}"),
+    };
+    step_through_service(global, &what, path, &request, summary).await
 }
 
 /// `bcd node`.

@@ -324,3 +324,107 @@ fn a_usage_error_bcd_finds_is_an_error_document_under_json_with_exit_2() {
         (Some(2), true)
     );
 }
+
+/// A node service on `socket` that answers every request, after `delay`, with `body` (200).
+fn slow_node(socket: &Path, delay: std::time::Duration, body: &'static str) {
+    let listener = std::os::unix::net::UnixListener::bind(socket).unwrap();
+    std::thread::spawn(move || {
+        for conn in listener.incoming() {
+            let Ok(mut conn) = conn else { return };
+            std::thread::spawn(move || {
+                use std::io::{Read, Write};
+                let mut seen = Vec::new();
+                let mut buf = [0u8; 4096];
+                while let Ok(n) = conn.read(&mut buf) {
+                    if n == 0 {
+                        return;
+                    }
+                    seen.extend_from_slice(&buf[..n]);
+                    let text = String::from_utf8_lossy(&seen);
+                    if let Some(end) = text.find("\r\n\r\n") {
+                        let length = text[..end]
+                            .lines()
+                            .find_map(|l| {
+                                l.to_ascii_lowercase()
+                                    .strip_prefix("content-length:")
+                                    .map(|v| v.trim().parse::<usize>().unwrap_or(0))
+                            })
+                            .unwrap_or(0);
+                        if seen.len() >= end + 4 + length {
+                            break;
+                        }
+                    }
+                }
+                std::thread::sleep(delay);
+                let _ = write!(
+                    conn,
+                    "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                    body.len()
+                );
+            });
+        }
+    });
+}
+
+// What broke: a vfio bind (or a reset, a VM step) waited up to 30 s in silence. On a terminal
+// it shows what it waits for and for how long, in place, replaced by the result; through a
+// pipe or with --json nothing of the kind.
+#[test]
+fn a_long_step_shows_its_progress_on_a_terminal_only() {
+    let dir = tempfile::tempdir().unwrap();
+    let socket = dir.path().join("bcd.sock");
+    slow_node(
+        &socket,
+        std::time::Duration::from_millis(1200),
+        r#"{"schema_version": 1, "summary": "0000:18:00.0 is on vfio-pci"}"#,
+    );
+    let args = |json: bool| {
+        let mut a = vec![
+            env!("CARGO_BIN_EXE_bcd").to_owned(),
+            "--api-socket".to_owned(),
+            socket.display().to_string(),
+        ];
+        if json {
+            a.push("--json".to_owned());
+        }
+        a.extend(["vfio", "bind", "0000:18:00.0"].map(str::to_owned));
+        a
+    };
+    let on_terminal = |json: bool| {
+        let quoted: Vec<String> = args(json).iter().map(|a| format!("'{a}'")).collect();
+        let out = Command::new("script")
+            .args(["-q", "-e", "-c", &quoted.join(" "), "/dev/null"])
+            .stdin(std::process::Stdio::null())
+            .output();
+        out.ok()
+            .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+    };
+    let Some(shown) = on_terminal(false) else {
+        assert!(std::env::var_os("CI").is_none(), "script(1) is missing");
+        return;
+    };
+    assert!(
+        shown.contains("| binding 0000:18:00.0 to vfio-pci (its driver has 30 s to let go): 0.")
+            && shown.contains(" s\r\u{1b}[K"),
+        "{shown:?}"
+    );
+    assert!(
+        shown.ends_with("\r\u{1b}[K0000:18:00.0 is on vfio-pci\r\n"),
+        "the result replaces the line: {shown:?}"
+    );
+    let json = on_terminal(true).unwrap();
+    assert!(!json.contains("binding"), "{json:?}");
+    let piped = Command::new(env!("CARGO_BIN_EXE_bcd"))
+        .args(&args(false)[1..])
+        .output()
+        .unwrap();
+    assert_eq!(piped.status.code(), Some(0));
+    assert!(
+        !String::from_utf8_lossy(&piped.stderr).contains("binding"),
+        "{piped:?}"
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&piped.stdout),
+        "0000:18:00.0 is on vfio-pci\n"
+    );
+}
