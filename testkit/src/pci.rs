@@ -181,8 +181,23 @@ impl Drop for FakePciKernel {
     }
 }
 
+/// Links `dev` (`<sys>/bus/pci/devices/<addr>`, a folder or, as in the demo hosts, a link to
+/// one under `<sys>/devices`) to `driver` as the kernel does: relative to where the function's
+/// folder really is, so the link resolves from either.
 fn link_driver(dev: &Path, driver: &str) {
-    std::os::unix::fs::symlink(format!("../../drivers/{driver}"), dev.join("driver")).unwrap();
+    let sys = dev
+        .ancestors()
+        .nth(4)
+        .and_then(|s| std::fs::canonicalize(s).ok());
+    let real = std::fs::canonicalize(dev).ok();
+    let depth = match (sys, real) {
+        (Some(sys), Some(real)) => real
+            .strip_prefix(&sys)
+            .map_or(3, |rel| rel.components().count()),
+        _ => 3,
+    };
+    let target = format!("{}bus/pci/drivers/{driver}", "../".repeat(depth));
+    std::os::unix::fs::symlink(target, dev.join("driver")).unwrap();
 }
 
 /// Takes (reads and empties) a regular file's content; anything else reads as empty.

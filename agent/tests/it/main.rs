@@ -12,6 +12,7 @@ mod common;
 
 mod cdi_specs;
 mod deb;
+mod demo;
 mod device_plugins;
 mod docs;
 mod doctor;
