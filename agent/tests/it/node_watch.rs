@@ -51,13 +51,11 @@ fn next_document(reader: &mut BufReader<UnixStream>) -> serde_json::Value {
     serde_json::from_str(&line).unwrap_or_else(|e| panic!("{e}: {line:?}"))
 }
 
-// What broke: a control plane had to poll /v1/status; the seed's node re-sent its status at
-// once on a change.
-#[test]
-fn the_status_watch_streams_a_document_per_change_within_its_own_cap() {
-    let dir = tempfile::tempdir().unwrap();
-    let s = NodeSandbox::new(dir.path(), "hgx-h100");
-    let _node = Reaped(
+/// A `bcd node` in a sandbox in `dir` on the 8-GPU demo host, once its first collection is in:
+/// the sandbox, and the node (killed when it is dropped).
+fn node_collected(dir: &std::path::Path) -> (NodeSandbox, Reaped) {
+    let s = NodeSandbox::new(dir, "hgx-h100");
+    let node = Reaped(
         Command::new(env!("CARGO_BIN_EXE_bcd"))
             .args(s.global_args())
             .args(["node", "--api-group", "root"])
@@ -69,6 +67,15 @@ fn the_status_watch_streams_a_document_per_change_within_its_own_cap() {
         UnixStream::connect(&s.api_sock).is_ok()
             && api(&s.api_sock, "GET", "/v1/status", None)["collections"].as_u64() >= Some(1)
     });
+    (s, node)
+}
+
+// What broke: a control plane had to poll /v1/status; the seed's node re-sent its status at
+// once on a change.
+#[test]
+fn the_status_watch_streams_a_document_per_change_within_its_own_cap() {
+    let dir = tempfile::tempdir().unwrap();
+    let (s, _node) = node_collected(dir.path());
     let (mut first, status_line) = watch(&s.api_sock);
     assert!(status_line.starts_with("HTTP/1.1 200"), "{status_line}");
     let doc = next_document(&mut first);
@@ -129,19 +136,7 @@ fn the_status_watch_streams_a_document_per_change_within_its_own_cap() {
 fn status_watch_redraws_the_table_on_a_change_and_ends_at_ctrl_c() {
     use std::sync::mpsc;
     let dir = tempfile::tempdir().unwrap();
-    let s = NodeSandbox::new(dir.path(), "hgx-h100");
-    let _node = Reaped(
-        Command::new(env!("CARGO_BIN_EXE_bcd"))
-            .args(s.global_args())
-            .args(["node", "--api-group", "root"])
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap(),
-    );
-    wait_for("the first collection", Duration::from_secs(20), || {
-        UnixStream::connect(&s.api_sock).is_ok()
-            && api(&s.api_sock, "GET", "/v1/status", None)["collections"].as_u64() >= Some(1)
-    });
+    let (s, _node) = node_collected(dir.path());
     let mut watcher = Command::new(env!("CARGO_BIN_EXE_bcd"))
         .args(s.global_args())
         .args(["status", "--watch", "-i", "0"])
