@@ -9,20 +9,19 @@ fn helper_binary() -> Option<PathBuf> {
     bcd_testkit::built(&PathBuf::from(env!("CARGO_BIN_EXE_bcd")).with_file_name("bcd-helper"))
 }
 
-#[test]
-fn ping_prints_the_helpers_version_and_operations() {
-    let Some(helper) = helper_binary() else {
-        return;
-    };
-    let dir = tempfile::tempdir().unwrap();
-    let socket = dir.path().join("helper.sock");
-    let mut child = Command::new(helper)
+/// `helper` listening on `socket` for this uid, unconfined, with `locks` as its lock folder
+/// (never the host's), once the socket is there (at most 10 s).
+fn listening(
+    helper: &std::path::Path,
+    socket: &std::path::Path,
+    locks: &std::path::Path,
+) -> std::process::Child {
+    let child = Command::new(helper)
         .arg("--listen")
-        .arg(&socket)
+        .arg(socket)
         .arg("--no-sandbox")
-        // Never the host's /var/lib/bcd-helper/locks.
         .arg("--lock-dir")
-        .arg(dir.path().join("locks"))
+        .arg(locks)
         .arg("--allow-uid")
         .arg(nix::unistd::getuid().as_raw().to_string())
         .stderr(Stdio::null())
@@ -32,6 +31,17 @@ fn ping_prints_the_helpers_version_and_operations() {
     while !socket.exists() && started.elapsed() < Duration::from_secs(10) {
         std::thread::sleep(Duration::from_millis(20));
     }
+    child
+}
+
+#[test]
+fn ping_prints_the_helpers_version_and_operations() {
+    let Some(helper) = helper_binary() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let socket = dir.path().join("helper.sock");
+    let mut child = listening(&helper, &socket, &dir.path().join("locks"));
     let out = Command::new(env!("CARGO_BIN_EXE_bcd"))
         .args(["helper", "ping", "--json", "--helper-socket"])
         .arg(&socket)
@@ -96,21 +106,7 @@ fn a_helper_whose_lock_folder_is_unusable_fails_ping_and_doctor() {
     // A file where the lock folder should be.
     let locks = dir.path().join("locks");
     std::fs::write(&locks, "").unwrap();
-    let mut child = Command::new(helper)
-        .arg("--listen")
-        .arg(&socket)
-        .arg("--no-sandbox")
-        .arg("--lock-dir")
-        .arg(&locks)
-        .arg("--allow-uid")
-        .arg(nix::unistd::getuid().as_raw().to_string())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let started = Instant::now();
-    while !socket.exists() && started.elapsed() < Duration::from_secs(10) {
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    let mut child = listening(&helper, &socket, &locks);
     let bcd = |args: &[&str]| {
         Command::new(env!("CARGO_BIN_EXE_bcd"))
             .arg("--helper-socket")
