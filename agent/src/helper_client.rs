@@ -18,8 +18,8 @@ use std::time::Duration;
 
 use bcd_protocol::frame::{read_frame, write_frame, FrameError};
 use bcd_protocol::{
-    ClientFrame, DomainName, HelloAnswer, HelperError, Operation, OperationKind, Outcome,
-    PciAddress, PersistenceNote, Request, SaveFile, ServerFrame, PROTOCOL_VERSION,
+    ClientFrame, DomainName, HelloAnswer, HelperError, MigProfileIds, Operation, OperationKind,
+    Outcome, PciAddress, PersistenceNote, Request, SaveFile, ServerFrame, PROTOCOL_VERSION,
 };
 use tokio::net::UnixStream;
 
@@ -56,6 +56,8 @@ pub(crate) const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 pub(crate) const MARGIN: Duration = Duration::from_secs(5);
 /// The helper's bound on one `nvidia-smi` call (its default `--nvidia-smi-timeout`).
 pub(crate) const HELPER_NVIDIA_SMI_TIMEOUT: Duration = Duration::from_secs(30);
+/// The helper's bound on one `nvidia-ctk cdi generate`.
+pub(crate) const HELPER_NVIDIA_CTK_TIMEOUT: Duration = Duration::from_secs(60);
 /// How long the helper waits for a device another operation holds before answering `Busy`.
 pub(crate) const HELPER_DEVICE_WAIT: Duration = Duration::from_secs(30);
 /// The helper's default unbind timeout.
@@ -346,6 +348,50 @@ pub trait Helper: Send + Sync + fmt::Debug {
             Ok(libvirt_run(self, op).await?.gpus)
         })
     }
+
+    /// `nvidia-smi -i <gpu> -mig 0|1`; answers what `nvidia-smi` said.
+    fn set_mig_mode(
+        &self,
+        gpu: PciAddress,
+        enabled: bool,
+    ) -> BoxFuture<'_, Result<String, ClientError>> {
+        Box::pin(async move { mig_step(self, Operation::SetMigMode { gpu, enabled }).await })
+    }
+
+    /// Every compute instance, then every GPU instance of the GPU destroyed.
+    fn destroy_mig_instances(&self, gpu: PciAddress) -> BoxFuture<'_, Result<String, ClientError>> {
+        Box::pin(async move { mig_step(self, Operation::DestroyMigInstances { gpu }).await })
+    }
+
+    /// GPU instances of these profiles created in this order, each with its default compute
+    /// instance.
+    fn create_mig_instances(
+        &self,
+        gpu: PciAddress,
+        profiles: MigProfileIds,
+    ) -> BoxFuture<'_, Result<String, ClientError>> {
+        Box::pin(
+            async move { mig_step(self, Operation::CreateMigInstances { gpu, profiles }).await },
+        )
+    }
+
+    /// NVIDIA's CDI spec generated into the helper's configured file; answers that file.
+    fn refresh_nvidia_cdi_spec(&self) -> BoxFuture<'_, Result<String, ClientError>> {
+        Box::pin(async move {
+            match self.run(Operation::RefreshNvidiaCdiSpec).await? {
+                Outcome::NvidiaCdiSpec { file } => Ok(file),
+                other => Err(unexpected(self.socket(), "a CDI spec request", &other)),
+            }
+        })
+    }
+}
+
+/// Runs a MIG step and answers what `nvidia-smi` said.
+async fn mig_step<H: Helper + ?Sized>(helper: &H, op: Operation) -> Result<String, ClientError> {
+    match helper.run(op).await? {
+        Outcome::Mig { said, .. } => Ok(said),
+        other => Err(unexpected(helper.socket(), "a MIG step", &other)),
+    }
 }
 
 async fn vfio_move<H: Helper + ?Sized>(helper: &H, op: Operation) -> Result<VfioMove, ClientError> {
@@ -475,6 +521,12 @@ pub(crate) fn suggested_timeout(op: &Operation) -> Duration {
         | Operation::LibvirtDestroy { .. } => {
             HELPER_DEVICE_WAIT * 2 + HELPER_VIRSH_TIMEOUT * 2 + smi * 4 + MARGIN
         }
+        Operation::SetMigMode { .. } | Operation::CreateMigInstances { .. } => {
+            HELPER_DEVICE_WAIT + smi + MARGIN
+        }
+        // `-dci`, then `-dgi`.
+        Operation::DestroyMigInstances { .. } => HELPER_DEVICE_WAIT + smi * 2 + MARGIN,
+        Operation::RefreshNvidiaCdiSpec => HELPER_NVIDIA_CTK_TIMEOUT + MARGIN,
     }
 }
 

@@ -6,6 +6,10 @@ use std::time::Duration;
 
 /// The `nvidia-smi` the helper runs unless told otherwise.
 pub const DEFAULT_NVIDIA_SMI: &str = "/usr/bin/nvidia-smi";
+/// The `nvidia-ctk` the helper runs unless told otherwise.
+pub const DEFAULT_NVIDIA_CTK: &str = "/usr/bin/nvidia-ctk";
+/// The bound on one `nvidia-ctk cdi generate`.
+pub const DEFAULT_NVIDIA_CTK_TIMEOUT_S: u64 = 60;
 /// The `virsh` the helper runs unless told otherwise.
 pub const DEFAULT_VIRSH: &str = "/usr/bin/virsh";
 /// libvirt's system connection.
@@ -50,6 +54,10 @@ pub struct Config {
     pub nvidia_smi: PathBuf,
     /// `--nvidia-smi-timeout`.
     pub nvidia_smi_timeout: Duration,
+    /// `--nvidia-ctk`.
+    pub nvidia_ctk: PathBuf,
+    /// `--nvidia-cdi-spec`: the one file `cdi.nvidia` writes; `None`: that operation is off.
+    pub nvidia_cdi_spec: Option<PathBuf>,
     /// `--virsh`.
     pub virsh: PathBuf,
     /// `--libvirt-uri`.
@@ -94,6 +102,8 @@ impl Default for Config {
             audit_log: None,
             nvidia_smi: PathBuf::from(DEFAULT_NVIDIA_SMI),
             nvidia_smi_timeout: Duration::from_secs(DEFAULT_NVIDIA_SMI_TIMEOUT_S),
+            nvidia_ctk: PathBuf::from(DEFAULT_NVIDIA_CTK),
+            nvidia_cdi_spec: None,
             virsh: PathBuf::from(DEFAULT_VIRSH),
             libvirt_uri: DEFAULT_LIBVIRT_URI.to_owned(),
             virsh_timeout: Duration::from_secs(DEFAULT_VIRSH_TIMEOUT_S),
@@ -164,7 +174,8 @@ pub enum UsageError {
 /// The text `--help` prints.
 pub const USAGE: &str = "\
 bcd-helper: bcd's root helper. It serves the privileged GPU steps (persistence mode, GPU
-reset, vfio-pci bind/release, virsh start/restore/destroy) to allowed peers over a Unix socket.
+reset, MIG mode and instances, vfio-pci bind/release, virsh start/restore/destroy, NVIDIA's
+CDI spec) to allowed peers over a Unix socket.
 
 Usage: bcd-helper [FLAGS]
 
@@ -182,6 +193,10 @@ Usage: bcd-helper [FLAGS]
                             counted (default 67108864)
   --nvidia-smi PATH         nvidia-smi to run (default /usr/bin/nvidia-smi)
   --nvidia-smi-timeout S    bound on one nvidia-smi call (default 30)
+  --nvidia-cdi-spec FILE    the file NVIDIA's CDI spec is generated into on request
+                            (.json, .yaml or .yml; e.g. /var/run/cdi/nvidia.yaml;
+                            default: none, the operation is off)
+  --nvidia-ctk PATH         nvidia-ctk to run for it (default /usr/bin/nvidia-ctk)
   --virsh PATH              virsh to run (default /usr/bin/virsh)
   --libvirt-uri URI         libvirt connection (default qemu:///system)
   --virsh-timeout SECONDS   bound on one virsh call (default 60)
@@ -244,6 +259,8 @@ pub fn parse<I: IntoIterator<Item = String>>(args: I) -> Result<Parsed, UsageErr
             "--audit-log" => "--audit-log",
             "--nvidia-smi" => "--nvidia-smi",
             "--nvidia-smi-timeout" => "--nvidia-smi-timeout",
+            "--nvidia-ctk" => "--nvidia-ctk",
+            "--nvidia-cdi-spec" => "--nvidia-cdi-spec",
             "--virsh" => "--virsh",
             "--libvirt-uri" => "--libvirt-uri",
             "--virsh-timeout" => "--virsh-timeout",
@@ -266,6 +283,21 @@ pub fn parse<I: IntoIterator<Item = String>>(args: I) -> Result<Parsed, UsageErr
             "--audit-log" => c.audit_log = Some(absolute(flag_name, &value)?),
             "--nvidia-smi" => c.nvidia_smi = absolute(flag_name, &value)?,
             "--nvidia-smi-timeout" => c.nvidia_smi_timeout = seconds(flag_name, &value, false)?,
+            "--nvidia-ctk" => c.nvidia_ctk = absolute(flag_name, &value)?,
+            "--nvidia-cdi-spec" => {
+                let path = absolute(flag_name, &value)?;
+                let ext = path.extension().and_then(|e| e.to_str());
+                if !matches!(ext, Some("json" | "yaml" | "yml"))
+                    || path.parent().is_none_or(|p| p == Path::new("/"))
+                {
+                    return Err(UsageError::BadValue {
+                        flag: flag_name,
+                        takes: "a .json, .yaml or .yml file in a CDI folder such as /var/run/cdi",
+                        value,
+                    });
+                }
+                c.nvidia_cdi_spec = Some(path);
+            }
             "--virsh" => c.virsh = absolute(flag_name, &value)?,
             "--libvirt-uri" => {
                 if value.is_empty() || value.starts_with('-') || value.chars().any(char::is_control)

@@ -212,15 +212,37 @@ fn init_logging() {
 }
 
 fn sandbox_paths(c: &Config, sysfs: &sysfs::Sysfs) -> sandbox::SandboxPaths {
-    sandbox::SandboxPaths {
+    let mut paths = sandbox::SandboxPaths {
         exec: vec![c.nvidia_smi.clone(), c.virsh.clone()],
         write_files: sandbox::sysfs_write_files(sysfs),
         read_write: vec![c.staging_dir.clone()],
         lock_dirs: vec![c.lock_dir.clone()],
         read: vec![c.save_dir.clone(), c.sysfs_root.clone()],
         devices: sandbox::nvidia_device_nodes(std::path::Path::new("/dev")),
+    };
+    if let Some(spec) = &c.nvidia_cdi_spec {
+        // nvidia-ctk writes the spec beside itself and renames it into place, and reads what
+        // it lists in the spec: the driver's files wherever the distribution put them.
+        paths.exec.push(c.nvidia_ctk.clone());
+        paths
+            .read_write
+            .extend(spec.parent().map(std::path::Path::to_path_buf));
+        paths.read.extend(
+            sandbox::NVIDIA_CTK_READS
+                .iter()
+                .map(std::path::PathBuf::from),
+        );
+        paths.devices.extend(
+            [std::path::PathBuf::from(WSL_DEVICE)]
+                .into_iter()
+                .filter(|p| p.exists()),
+        );
     }
+    paths
 }
+
+/// The paravirtual GPU device of WSL 2: where it exists, NVIDIA's spec is generated for WSL.
+const WSL_DEVICE: &str = "/dev/dxg";
 
 fn main() -> ExitCode {
     // First, before any thread: the activation variables leave the environment, and what the
@@ -319,7 +341,7 @@ fn start(config: &Config, activation: &Activation) -> Result<(), StartError> {
         for warning in &report.warnings {
             tracing::warn!("sandbox: {warning}");
         }
-        for program in [&config.nvidia_smi, &config.virsh] {
+        for program in [&config.nvidia_smi, &config.virsh, &config.nvidia_ctk] {
             if let Some(warning) = sandbox::script_warning(program) {
                 tracing::warn!("sandbox: {warning}");
             }
@@ -364,6 +386,13 @@ fn start(config: &Config, activation: &Activation) -> Result<(), StartError> {
         lock_wait: config.lock_wait,
         confined,
         restart_needed,
+        nvidia_cdi: config.nvidia_cdi_spec.as_ref().map(|spec| ops::NvidiaCdi {
+            ctk: config.nvidia_ctk.clone(),
+            spec: spec.clone(),
+            timeout: Duration::from_secs(config::DEFAULT_NVIDIA_CTK_TIMEOUT_S),
+            wsl: std::path::Path::new(WSL_DEVICE).exists(),
+            running: tokio::sync::Mutex::new(()),
+        }),
         // What `Ping` says: how the helper is confined, or why it serves only `Ping`, then
         // why it runs nothing on a device.
         sandbox: [

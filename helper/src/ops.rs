@@ -1,5 +1,7 @@
-//! The privileged operations: `nvidia-smi` persistence and reset, vfio-pci bind and release
-//! through sysfs, and libvirt start/restore/destroy with persistence around them.
+//! The privileged operations: `nvidia-smi` persistence, reset and MIG steps (mode, destroy
+//! and create instances), vfio-pci bind and release through sysfs, libvirt
+//! start/restore/destroy with persistence around them, and `nvidia-ctk cdi generate` into the
+//! one spec file root configured.
 //!
 //! Every operation first takes the lock of each device it touches (see [`DeviceLocks`]), so
 //! two operations on one GPU never overlap while operations on different GPUs run at once.
@@ -235,7 +237,51 @@ pub struct Ops {
     pub restart_needed: Arc<AtomicBool>,
     /// How the helper is confined, in words, for `Ping`'s answer.
     pub sandbox: String,
+    /// NVIDIA's CDI spec generator, and where its spec goes (`None`: not configured).
+    pub nvidia_cdi: Option<NvidiaCdi>,
 }
+
+/// How NVIDIA's CDI spec is generated: root's settings, never the peer's.
+#[derive(Debug)]
+pub struct NvidiaCdi {
+    /// `--nvidia-ctk`.
+    pub ctk: PathBuf,
+    /// `--nvidia-cdi-spec`: the one file written.
+    pub spec: PathBuf,
+    /// The bound on one `nvidia-ctk` run.
+    pub timeout: Duration,
+    /// WSL 2 (`/dev/dxg`, no `/dev/nvidia*`): generated with `--mode=wsl`.
+    pub wsl: bool,
+    /// One generation at a time: two would race on the file.
+    pub running: tokio::sync::Mutex<()>,
+}
+
+impl NvidiaCdi {
+    /// The arguments of `nvidia-ctk`: a fixed set, the format from the file's extension.
+    pub fn args(&self) -> Vec<String> {
+        let format = match self.spec.extension().and_then(|e| e.to_str()) {
+            Some("json") => "json",
+            _ => "yaml",
+        };
+        let mut args = vec![
+            "cdi".to_owned(),
+            "generate".to_owned(),
+            format!("--output={}", self.spec.display()),
+            "--device-name-strategy=uuid".to_owned(),
+            format!("--format={format}"),
+        ];
+        if self.wsl {
+            args.push("--mode=wsl".to_owned());
+        }
+        args
+    }
+}
+
+/// The most of what `nvidia-smi` printed that a MIG step's answer carries.
+const MAX_SAID: usize = 2048;
+
+/// `nvidia-smi`'s exit status for NVML's "not found": `-dci`/`-dgi` with nothing to destroy.
+const NVML_NOT_FOUND: i32 = 6;
 
 /// The arguments of an operation, as the audit line shows them.
 pub fn audit_arguments(op: &Operation) -> Vec<(&'static str, String)> {
@@ -254,6 +300,14 @@ pub fn audit_arguments(op: &Operation) -> Vec<(&'static str, String)> {
         Operation::LibvirtRestore { file } | Operation::LibvirtImageGpus { file } => {
             vec![("file", file.to_string())]
         }
+        Operation::SetMigMode { gpu, enabled } => {
+            vec![("gpu", gpu.to_string()), ("enabled", enabled.to_string())]
+        }
+        Operation::DestroyMigInstances { gpu } => vec![("gpu", gpu.to_string())],
+        Operation::CreateMigInstances { gpu, profiles } => {
+            vec![("gpu", gpu.to_string()), ("profiles", profiles.joined())]
+        }
+        Operation::RefreshNvidiaCdiSpec => vec![],
     }
 }
 
@@ -321,6 +375,85 @@ impl Ops {
                     domain,
                 })
             }
+            Operation::SetMigMode { gpu, enabled } => {
+                let held = self.lock(vec![DeviceKey::Pci(*gpu)]).await?;
+                self.sysfs.check_gpu(gpu)?;
+                let mode = if *enabled { "1" } else { "0" };
+                let out = self
+                    .smi_output(&held, &["-i", &gpu.nvml_bus_id(), "-mig", mode])
+                    .await?;
+                Ok(Outcome::Mig {
+                    gpu: *gpu,
+                    said: said(&out),
+                })
+            }
+            Operation::DestroyMigInstances { gpu } => {
+                let held = self.lock(vec![DeviceKey::Pci(*gpu)]).await?;
+                self.sysfs.check_gpu(gpu)?;
+                let bus = gpu.nvml_bus_id();
+                let mut words = Vec::new();
+                // Compute instances first: a GPU instance that still has one cannot go.
+                for flag in ["-dci", "-dgi"] {
+                    match self.smi_output(&held, &["mig", "-i", &bus, flag]).await {
+                        Ok(out) => words.push(said(&out)),
+                        Err(HelperError::Failed {
+                            exit_code: Some(NVML_NOT_FOUND),
+                            message,
+                        }) => words.push(message),
+                        Err(e) => return Err(e),
+                    }
+                }
+                Ok(Outcome::Mig {
+                    gpu: *gpu,
+                    said: bounded(words.join("\n")),
+                })
+            }
+            Operation::CreateMigInstances { gpu, profiles } => {
+                let held = self.lock(vec![DeviceKey::Pci(*gpu)]).await?;
+                self.sysfs.check_gpu(gpu)?;
+                let ids = profiles.joined();
+                let out = self
+                    .smi_output(
+                        &held,
+                        &["mig", "-i", &gpu.nvml_bus_id(), "-cgi", &ids, "-C"],
+                    )
+                    .await?;
+                Ok(Outcome::Mig {
+                    gpu: *gpu,
+                    said: said(&out),
+                })
+            }
+            Operation::RefreshNvidiaCdiSpec => self.nvidia_cdi_spec().await,
+        }
+    }
+
+    /// `nvidia-ctk cdi generate` into the configured file, one at a time.
+    async fn nvidia_cdi_spec(&self) -> Result<Outcome, HelperError> {
+        let Some(cdi) = &self.nvidia_cdi else {
+            return Err(HelperError::Invalid {
+                what: "this helper writes no NVIDIA CDI spec (root starts it without --nvidia-cdi-spec)".to_owned(),
+            });
+        };
+        let _one = cdi.running.lock().await;
+        let args = cdi.args();
+        let words: Vec<&str> = args.iter().map(String::as_str).collect();
+        let cmd = Command::new(&cdi.ctk, &words, cdi.timeout);
+        // No device lock: it writes a file and only reads the GPUs.
+        match child::run_holding(&cmd, &[]).await {
+            Ok(out) if out.success() => Ok(Outcome::NvidiaCdiSpec {
+                file: cdi.spec.display().to_string(),
+            }),
+            Ok(out) => Err(HelperError::Failed {
+                exit_code: out.exit_code,
+                message: out.failure_message(),
+            }),
+            Err(ChildError::Timeout { after, .. }) => Err(HelperError::Timeout {
+                after_s: after.as_secs(),
+            }),
+            Err(ChildError::Spawn { program, source }) => Err(HelperError::Failed {
+                exit_code: None,
+                message: self.spawn_failure(&program, &source),
+            }),
         }
     }
 
@@ -339,6 +472,11 @@ impl Ops {
     /// Runs `nvidia-smi` with these arguments under its bound, holding the operation's lock
     /// files.
     async fn smi(&self, held: &Held, args: &[&str]) -> Result<(), HelperError> {
+        self.smi_output(held, args).await.map(|_| ())
+    }
+
+    /// [`Ops::smi`], answering what the child left.
+    async fn smi_output(&self, held: &Held, args: &[&str]) -> Result<child::Output, HelperError> {
         let cmd = Command::new(&self.nvidia_smi, args, self.smi_timeout);
         let result = child::run_holding(&cmd, &held.files()).await;
         if let Ok(out) = &result {
@@ -350,7 +488,7 @@ impl Ops {
             );
         }
         match result {
-            Ok(out) if out.success() => Ok(()),
+            Ok(out) if out.success() => Ok(out),
             Ok(out) => Err(HelperError::Failed {
                 exit_code: out.exit_code,
                 message: out.failure_message(),
@@ -710,6 +848,23 @@ impl Ops {
 
 /// The sentence for a small write to `path` that did not complete under
 /// [`SYSFS_WRITE_TIMEOUT`].
+/// What a child printed on standard output, trimmed and bounded, for a MIG step's answer.
+fn said(out: &child::Output) -> String {
+    bounded(String::from_utf8_lossy(&out.stdout).trim().to_owned())
+}
+
+/// At most [`MAX_SAID`] bytes of `text`: its end, where `nvidia-smi` says how it went.
+fn bounded(text: String) -> String {
+    if text.len() <= MAX_SAID {
+        return text;
+    }
+    let mut start = text.len() - MAX_SAID;
+    while !text.is_char_boundary(start) {
+        start += 1;
+    }
+    format!("…{}", &text[start..])
+}
+
 fn not_done(path: &str, why: NotDone) -> String {
     match why {
         NotDone::Pending => format!(

@@ -27,7 +27,8 @@
 //! | `SandboxPaths::read_write` | read, write, create, remove (no execute, no device ioctls) | the root-only folder save images are copied to |
 //! | `SandboxPaths::lock_dirs` | read and create files (no write, no remove) | the per-device lock files, opened read-only to `flock` them (see [`crate::lockfile`]) |
 //! | `SandboxPaths::read` | read | e.g. the save folder (checked, never written) |
-//! | `SandboxPaths::devices` | read, write, device ioctls | `/dev/nvidia*`: `nvidia-smi` breaks without ioctls on them (V5+) |
+//! | `SandboxPaths::devices` | read, write, device ioctls | `/dev/nvidia*` (and `/dev/dxg` on WSL 2 when the CDI spec is configured): `nvidia-smi` breaks without ioctls on them (V5+) |
+//! | with `--nvidia-cdi-spec FILE`: `--nvidia-ctk`, FILE's folder, [`NVIDIA_CTK_READS`] | execute; read and write; read | `nvidia-ctk cdi generate` writes the spec in its folder (a temporary file renamed into place) and reads the driver's files it lists |
 //!
 //! Everything else is denied: no other file can be read, written or executed by the helper or
 //! the programs it runs. Paths that do not exist are skipped (logged at debug). There is no
@@ -136,6 +137,22 @@ pub const SYSTEM_RULES: &[(&str, Allow)] = &[
     ("/proc", Allow::Read),
     ("/sys", Allow::Read),
     ("/dev/null", Allow::ReadWrite),
+];
+
+/// What `nvidia-ctk cdi generate` reads besides the system rules, allowed (read only) when the
+/// helper is configured to generate NVIDIA's CDI spec: the driver's binaries and ICD files it
+/// lists, its own configuration, the persistence daemon's and fabric manager's sockets it
+/// names in the spec, the firmware folder (under `/lib` already on most hosts).
+pub const NVIDIA_CTK_READS: &[&str] = &[
+    "/usr/bin",
+    "/usr/share",
+    "/usr/local/lib",
+    "/etc/vulkan",
+    "/etc/OpenCL",
+    "/etc/nvidia-container-runtime",
+    "/run/nvidia-persistenced",
+    "/run/nvidia-fabricmanager",
+    "/lib/firmware",
 ];
 
 /// What the helper itself touches, from its configuration.

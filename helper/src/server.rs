@@ -60,13 +60,15 @@ impl Allow {
 }
 
 /// The operations a helper offers: only `Ping` when it serves only `Ping`, none that acts on a
-/// device when it cannot lock devices, else every one. What it leaves out it refuses anyway;
-/// saying so in `Hello` lets `bcd helper ping` and doctor tell before the first reset does.
-fn offered(ping_only: bool, no_device_locks: bool) -> Vec<OperationKind> {
+/// device when it cannot lock devices, `cdi.nvidia` only when root gave it a spec file, else
+/// every one. What it leaves out it refuses anyway; saying so in `Hello` lets `bcd helper
+/// ping` and doctor tell before the first reset does.
+fn offered(ping_only: bool, no_device_locks: bool, nvidia_cdi: bool) -> Vec<OperationKind> {
     OperationKind::ALL
         .into_iter()
         .filter(|k| !ping_only || *k == OperationKind::Ping)
         .filter(|k| !no_device_locks || !k.acts_on_devices())
+        .filter(|k| nvidia_cdi || *k != OperationKind::NvidiaCdiSpec)
         .collect()
 }
 
@@ -102,7 +104,11 @@ impl Shared {
         frame_timeout: Duration,
         ping_only: Option<String>,
     ) -> Self {
-        let offered = offered(ping_only.is_some(), ops.locks.unusable().is_some());
+        let offered = offered(
+            ping_only.is_some(),
+            ops.locks.unusable().is_some(),
+            ops.nvidia_cdi.is_some(),
+        );
         Self {
             ops,
             audit,
@@ -608,12 +614,18 @@ mod tests {
     // folder is unusable did: what it refuses whatever the arguments is left out.
     #[test]
     fn hello_offers_only_what_the_helper_can_run() {
-        assert_eq!(offered(false, false), OperationKind::ALL.to_vec());
-        assert_eq!(offered(true, false), [OperationKind::Ping]);
-        assert_eq!(offered(true, true), [OperationKind::Ping]);
+        assert_eq!(offered(false, false, true), OperationKind::ALL.to_vec());
+        assert_eq!(offered(true, false, true), [OperationKind::Ping]);
+        assert_eq!(offered(true, true, true), [OperationKind::Ping]);
         assert_eq!(
-            offered(false, true),
-            [OperationKind::Ping, OperationKind::LibvirtGpus]
+            offered(false, true, true),
+            [
+                OperationKind::Ping,
+                OperationKind::LibvirtGpus,
+                OperationKind::NvidiaCdiSpec
+            ]
         );
+        // No spec file configured: no NVIDIA CDI spec offered.
+        assert!(!offered(false, false, false).contains(&OperationKind::NvidiaCdiSpec));
     }
 }

@@ -2,7 +2,8 @@
 //!
 //! Everything that crosses the trust boundary is defined here: the frames, the operations and
 //! their validated argument types, and the typed errors. A value of an argument type
-//! ([`GpuUuid`], [`GpuRef`], [`PciAddress`], [`DomainName`], [`SaveFile`]) can only be built by
+//! ([`GpuUuid`], [`GpuRef`], [`PciAddress`], [`DomainName`], [`SaveFile`],
+//! [`MigProfileIds`]) can only be built by
 //! parsing, and decoding runs the same parser, so the helper never holds an argument that has
 //! not been checked. The codec lives in [`frame`] alone. Beside it, [`time`] is the one UTC
 //! calendar both binaries write dates with (pure, no clock read).
@@ -19,4 +20,7 @@ pub use message::{
     ClientFrame, HelloAnswer, HelperError, Operation, OperationKind, Outcome, PersistenceNote,
     Request, Response, ServerFrame, PROTOCOL_VERSION,
 };
-pub use types::{DomainName, GpuRef, GpuUuid, InvalidArgument, PciAddress, SaveFile};
+pub use types::{
+    DomainName, GpuRef, GpuUuid, InvalidArgument, MigProfileIds, PciAddress, SaveFile,
+    MAX_MIG_PROFILES, MAX_MIG_PROFILE_ID,
+};

@@ -4,11 +4,11 @@ use std::fmt;
 
 use serde::{Deserialize, Serialize};
 
-use crate::types::{named, DomainName, PciAddress, SaveFile};
+use crate::types::{named, DomainName, MigProfileIds, PciAddress, SaveFile};
 
 /// The protocol version this crate speaks. A helper answers another version with
 /// [`HelperError::Unsupported`].
-pub const PROTOCOL_VERSION: u32 = 2;
+pub const PROTOCOL_VERSION: u32 = 3;
 
 /// What the agent sends. The first frame of a connection must be `Hello`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -98,6 +98,35 @@ pub enum Operation {
         #[serde(deserialize_with = "named::file")]
         file: SaveFile,
     },
+    /// `nvidia-smi -i <gpu> -mig 0|1`: MIG mode on or off (pending until a reset where the
+    /// driver says so).
+    SetMigMode {
+        /// The GPU's PCI function.
+        #[serde(deserialize_with = "named::gpu")]
+        gpu: PciAddress,
+        /// MIG mode on or off.
+        enabled: bool,
+    },
+    /// `nvidia-smi mig -i <gpu> -dci`, then `-dgi`: every compute instance, then every GPU
+    /// instance of the GPU; "none found" is no failure.
+    DestroyMigInstances {
+        /// The GPU's PCI function.
+        #[serde(deserialize_with = "named::gpu")]
+        gpu: PciAddress,
+    },
+    /// `nvidia-smi mig -i <gpu> -cgi <ids> -C`: GPU instances in the order given, each with
+    /// its default compute instance.
+    CreateMigInstances {
+        /// The GPU's PCI function.
+        #[serde(deserialize_with = "named::gpu")]
+        gpu: PciAddress,
+        /// The GPU instance profile ids.
+        #[serde(deserialize_with = "named::profiles")]
+        profiles: MigProfileIds,
+    },
+    /// `nvidia-ctk cdi generate` into the spec file the helper was configured with
+    /// (`bcd-helper --nvidia-cdi-spec`); the agent names no path.
+    RefreshNvidiaCdiSpec,
 }
 
 impl Operation {
@@ -115,6 +144,10 @@ impl Operation {
             Operation::LibvirtDomainGpus { .. } | Operation::LibvirtImageGpus { .. } => {
                 OperationKind::LibvirtGpus
             }
+            Operation::SetMigMode { .. } => OperationKind::MigMode,
+            Operation::DestroyMigInstances { .. } => OperationKind::MigDestroy,
+            Operation::CreateMigInstances { .. } => OperationKind::MigCreate,
+            Operation::RefreshNvidiaCdiSpec => OperationKind::NvidiaCdiSpec,
         }
     }
 }
@@ -140,11 +173,19 @@ pub enum OperationKind {
     LibvirtDestroy,
     /// `libvirt.gpus`
     LibvirtGpus,
+    /// `mig.mode`
+    MigMode,
+    /// `mig.destroy`
+    MigDestroy,
+    /// `mig.create`
+    MigCreate,
+    /// `cdi.nvidia`
+    NvidiaCdiSpec,
 }
 
 impl OperationKind {
     /// Every kind, in protocol order.
-    pub const ALL: [OperationKind; 9] = [
+    pub const ALL: [OperationKind; 13] = [
         OperationKind::Ping,
         OperationKind::Persistence,
         OperationKind::GpuReset,
@@ -154,14 +195,21 @@ impl OperationKind {
         OperationKind::LibvirtRestore,
         OperationKind::LibvirtDestroy,
         OperationKind::LibvirtGpus,
+        OperationKind::MigMode,
+        OperationKind::MigDestroy,
+        OperationKind::MigCreate,
+        OperationKind::NvidiaCdiSpec,
     ];
 
     /// Whether the operation acts on PCI functions (a GPU, or the GPUs of a domain or save
     /// image), so that it runs only under each one's lock: what a helper that cannot lock
     /// devices leaves out of the operations it offers in its `Hello` answer. `Ping` and
-    /// `libvirt.gpus` touch nothing.
+    /// `libvirt.gpus` touch nothing; `cdi.nvidia` writes a file, not a device.
     pub fn acts_on_devices(self) -> bool {
-        !matches!(self, OperationKind::Ping | OperationKind::LibvirtGpus)
+        !matches!(
+            self,
+            OperationKind::Ping | OperationKind::LibvirtGpus | OperationKind::NvidiaCdiSpec
+        )
     }
 
     /// The audit name: `persistence`, `gpu.reset`, `vfio.bind`, ...
@@ -176,6 +224,10 @@ impl OperationKind {
             OperationKind::LibvirtRestore => "libvirt.restore",
             OperationKind::LibvirtDestroy => "libvirt.destroy",
             OperationKind::LibvirtGpus => "libvirt.gpus",
+            OperationKind::MigMode => "mig.mode",
+            OperationKind::MigDestroy => "mig.destroy",
+            OperationKind::MigCreate => "mig.create",
+            OperationKind::NvidiaCdiSpec => "cdi.nvidia",
         }
     }
 }
@@ -267,6 +319,18 @@ pub enum Outcome {
         /// The domain: the one named, or for a save image the `<name>` its XML gives (`None`
         /// when that is not a name bcd accepts).
         domain: Option<DomainName>,
+    },
+    /// A MIG step ran on a GPU.
+    Mig {
+        /// The GPU.
+        gpu: PciAddress,
+        /// What `nvidia-smi` printed (its last lines, bounded), for the log.
+        said: String,
+    },
+    /// NVIDIA's CDI spec was written.
+    NvidiaCdiSpec {
+        /// The file written (the helper's setting).
+        file: String,
     },
 }
 

@@ -94,6 +94,12 @@ pub(crate) mod named {
     ) -> Result<T, D::Error> {
         named("file", d)
     }
+
+    pub(crate) fn profiles<'de, D: Deserializer<'de>, T: Deserialize<'de>>(
+        d: D,
+    ) -> Result<T, D::Error> {
+        named("profiles", d)
+    }
 }
 
 /// Longest string any argument may be; well above every legal value, far below a frame.
@@ -621,9 +627,93 @@ impl fmt::Debug for SaveFile {
     }
 }
 
+/// The most GPU instances one `create` asks for: a GPU has at most 8 memory slices, so no
+/// layout has more instances on one GPU.
+pub const MAX_MIG_PROFILES: usize = 8;
+/// The highest GPU instance profile id accepted (NVML's ids are small; 63 leaves room).
+pub const MAX_MIG_PROFILE_ID: u8 = 63;
+
+/// The GPU instance profile ids of one `nvidia-smi mig -cgi` call, in the order they are
+/// created: 1 to [`MAX_MIG_PROFILES`] ids, each 0 to [`MAX_MIG_PROFILE_ID`]. Whether they fit
+/// the GPU is the driver's to say.
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(try_from = "Vec<u8>", into = "Vec<u8>")]
+pub struct MigProfileIds(Vec<u8>);
+
+impl MigProfileIds {
+    /// The ids, in creation order.
+    pub fn ids(&self) -> &[u8] {
+        &self.0
+    }
+
+    /// The ids as `-cgi` takes them: `9,9,19`.
+    pub fn joined(&self) -> String {
+        self.0
+            .iter()
+            .map(u8::to_string)
+            .collect::<Vec<_>>()
+            .join(",")
+    }
+}
+
+impl TryFrom<Vec<u8>> for MigProfileIds {
+    type Error = InvalidArgument;
+
+    fn try_from(ids: Vec<u8>) -> Result<Self, Self::Error> {
+        const KIND: &str = "MIG profile id list";
+        let checked = if ids.is_empty() || ids.len() > MAX_MIG_PROFILES {
+            Err(InvalidArgument::new(
+                KIND,
+                format!(
+                    "it must name 1 to {MAX_MIG_PROFILES} profiles, not {}",
+                    ids.len()
+                ),
+            ))
+        } else if let Some(id) = ids.iter().find(|id| **id > MAX_MIG_PROFILE_ID) {
+            Err(InvalidArgument::new(
+                KIND,
+                format!("profile id {id} is above {MAX_MIG_PROFILE_ID}"),
+            ))
+        } else {
+            Ok(Self(ids))
+        };
+        checked.inspect_err(|e| {
+            REFUSED.with(|r| *r.borrow_mut() = Some(e.to_string()));
+        })
+    }
+}
+
+impl From<MigProfileIds> for Vec<u8> {
+    fn from(v: MigProfileIds) -> Self {
+        v.0
+    }
+}
+
+impl fmt::Display for MigProfileIds {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.joined())
+    }
+}
+
+impl fmt::Debug for MigProfileIds {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "MigProfileIds({})", self.joined())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn mig_profile_ids_are_bounded() {
+        let ok = MigProfileIds::try_from(vec![9, 9, 19]).unwrap();
+        assert_eq!(ok.joined(), "9,9,19");
+        assert!(MigProfileIds::try_from(vec![]).is_err());
+        assert!(MigProfileIds::try_from(vec![19; 9]).is_err());
+        assert!(MigProfileIds::try_from(vec![64]).is_err());
+        assert!(MigProfileIds::try_from(vec![0; 8]).is_ok());
+    }
 
     #[test]
     fn pci_address_has_one_normal_form() {

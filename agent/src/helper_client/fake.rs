@@ -113,6 +113,15 @@ pub(crate) fn succeeded(op: &Operation) -> Outcome {
             persistence: Vec::new(),
             domain: None,
         },
+        Operation::SetMigMode { gpu, .. }
+        | Operation::DestroyMigInstances { gpu }
+        | Operation::CreateMigInstances { gpu, .. } => Outcome::Mig {
+            gpu: *gpu,
+            said: "All done.".to_owned(),
+        },
+        Operation::RefreshNvidiaCdiSpec => Outcome::NvidiaCdiSpec {
+            file: "/var/run/cdi/nvidia.yaml".to_owned(),
+        },
     }
 }
 
