@@ -44,7 +44,7 @@ fn run(state_path: &std::path::Path, args: &[String]) -> Result<ExitCode, String
     };
     let outcome = fake_smi::smi(&mut state, args, &template);
     let replay = || {
-        let mut cmd = Command::new("sh");
+        let mut cmd = Command::new("/bin/sh");
         cmd.arg(fake_smi::resolve(state_path, &state.replay))
             .arg(&answers)
             .args(args);
