@@ -407,3 +407,37 @@ fn bad_state_and_missing_state_are_one_line_errors() {
     assert_eq!(err.lines().count(), 1, "{err}");
     assert!(err.contains("is not a fake nvidia-smi state"));
 }
+
+#[test]
+fn the_committed_profile_tables_load_and_offer_every_instance_on_an_empty_gpu() {
+    for (file, name, profiles) in [
+        ("profiles-a100-sxm4-40gb.json", "NVIDIA A100-SXM4-40GB", 7),
+        ("profiles-a30-24gb.json", "NVIDIA A30", 4),
+    ] {
+        let path = bcd_testkit::repo().join("testdata/smi/mig").join(file);
+        let table: Vec<fake_smi::FakeProfile> =
+            serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+        assert_eq!(table.len(), profiles, "{file}");
+        let host = Host::new(|s| {
+            s.gpus.truncate(1);
+            s.gpus[0].name = name.into();
+            s.gpus[0].instances.clear();
+            s.gpus[0].profiles = table.clone();
+        });
+        let lgip = host.ok("mig -lgip");
+        for p in &table {
+            let free = format!("{}/{}", p.total, p.total);
+            assert!(
+                lgip.lines()
+                    .any(|l| l.contains(&format!("MIG {} ", p.name)) && l.contains(&free)),
+                "{file}: {}\n{lgip}",
+                p.name
+            );
+            assert!(p.placements.iter().all(|x| x.size == p.placements[0].size));
+        }
+        // The largest profile fills the GPU.
+        let full = table.iter().max_by_key(|p| p.sm).unwrap();
+        host.ok(&format!("mig -i 0 -cgi {} -C", full.id));
+        assert!(!host.ok("mig -lgip").contains(" 1/"));
+    }
+}
