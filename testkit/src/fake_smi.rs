@@ -38,7 +38,8 @@
 //! # What the fake answers itself
 //!
 //! `-q -x` (the host's `answers/q-x.out` with each known GPU's MIG mode and `mig_devices`
-//! rewritten), `-L`, `mig -lgip`, `mig -lgipp`, `mig -lgi`, `mig -lci` (each with an optional
+//! rewritten: the template's own `mig_device` block where one has the same GI, CI and SM
+//! count, else a generated one; the rest of the template, its processes included, as is), `-L`, `mig -lgip`, `mig -lgipp`, `mig -lgi`, `mig -lci` (each with an optional
 //! `-i GPU`), `-mig 0|1` (with an optional `-i GPU`), `mig -dci`, `mig -dgi` (with optional
 //! `-gi ID,...`), `mig -cgi ID|NAME,... [-C]`, `--gpu-reset -i GPU` (or `-r -i GPU`), and any
 //! `--query-gpu=` query naming both `uuid` and `mig.mode.current`: the replayed answer with
@@ -1033,6 +1034,48 @@ fn replace_between(text: &str, open: &str, close: &str, with: &str) -> String {
     format!("{}{with}{}", &text[..from], &text[from + len..])
 }
 
+/// A `<mig_device>` block of the template (with its leading tabs and trailing newline).
+struct TemplateDevice<'a> {
+    gi: u32,
+    ci: u32,
+    sm: u32,
+    text: &'a str,
+}
+
+fn element<'a>(text: &'a str, name: &str) -> Option<&'a str> {
+    let open = format!("<{name}>");
+    let from = text.find(&open)? + open.len();
+    let len = text[from..].find(&format!("</{name}>"))?;
+    Some(text[from..from + len].trim())
+}
+
+fn template_devices(block: &str) -> Vec<TemplateDevice<'_>> {
+    let mut out = Vec::new();
+    let mut at = 0;
+    while let Some(start) = block[at..].find("<mig_device>") {
+        let start = at + start;
+        let line_start = block[..start].rfind('\n').map_or(0, |i| i + 1);
+        let Some(len) = block[start..].find("</mig_device>") else {
+            break;
+        };
+        let mut end = start + len + "</mig_device>".len();
+        if block[end..].starts_with('\n') {
+            end += 1;
+        }
+        let text = &block[line_start..end];
+        let num = |name| element(text, name).and_then(|v| v.parse().ok());
+        if let (Some(gi), Some(ci), Some(sm)) = (
+            num("gpu_instance_id"),
+            num("compute_instance_id"),
+            num("multiprocessor_count"),
+        ) {
+            out.push(TemplateDevice { gi, ci, sm, text });
+        }
+        at = end;
+    }
+    out
+}
+
 fn rewrite_gpu(gpu: &FakeGpu, block: &str) -> String {
     let block = replace_between(
         block,
@@ -1050,8 +1093,25 @@ fn rewrite_gpu(gpu: &FakeGpu, block: &str) -> String {
     let body = if !gpu.mig_mode || devices.is_empty() {
         "\n\t\t\tNone\n\t\t".to_owned()
     } else {
+        let kept = template_devices(&block);
         let mut s = String::from("\n");
         for (n, (inst, ci, p)) in devices.into_iter().enumerate() {
+            // The template's own block for this instance, when it is the same profile's: it
+            // keeps what the state does not hold (the memory in use).
+            let sm = p.map(|p| p.sm);
+            if let Some(text) = kept
+                .iter()
+                .find(|k| k.gi == inst.gi && k.ci == ci.ci && Some(k.sm) == sm)
+                .map(|k| k.text)
+            {
+                s.push_str(&replace_between(
+                    text,
+                    "<index>",
+                    "</index>",
+                    &n.to_string(),
+                ));
+                continue;
+            }
             let (sm, ce, enc, dec, ofa, jpg, mib) = p.map_or((0, 0, 0, 0, 0, 0, 0), |p| {
                 (p.sm, p.ce, p.enc, p.dec, p.ofa, p.jpeg, p.memory_mib)
             });
