@@ -46,9 +46,10 @@
 //! that column rewritten from the state. A GPU is its index or its bus id, in NVML form
 //! (`00000000:07:00.0`) or short (`0000:07:00.0`), in any case.
 //!
-//! Exit statuses follow NVML's codes where nvidia-smi is known to use them: 6 not found, 19 in
-//! use, 3 not supported; the fake chose 2 for a GPU instance that does not fit (Insufficient
-//! Resources) and 255 for the injected Unknown Error. `mig -lgi`/`-lci` with MIG on and no
+//! Exit statuses: 6 not found and 19 in use (NVML's codes), 3 for `-cgi` without MIG mode, 2
+//! for a profile that does not fit (Insufficient Resources) and 255 for the injected Unknown
+//! Error and a refused reset: choices of this fake, no capture of the real statuses was at
+//! hand. `mig -lgi`/`-lci` with MIG on and no
 //! instance print a boxed `No GPU instances found` / `No compute instances found` row, exit
 //! 0; with no MIG GPU, `No MIG-enabled devices found.`, exit 0 (as `-lgip` does for real).
 
