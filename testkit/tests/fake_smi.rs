@@ -7,6 +7,21 @@ use std::process::Command;
 
 use bcd_testkit::fake_smi::{self, FakeSmiState};
 
+/// Runs `start` again while it fails with ETXTBSY: a wrapper script just written by one test
+/// may still be open for writing in a child another test's thread forked (before its exec
+/// closes it).
+fn retry_busy<T>(mut start: impl FnMut() -> std::io::Result<T>) -> T {
+    for _ in 0..50 {
+        match start() {
+            Err(e) if e.kind() == std::io::ErrorKind::ExecutableFileBusy => {
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+            other => return other.unwrap(),
+        }
+    }
+    start().unwrap()
+}
+
 struct Host {
     _dir: tempfile::TempDir,
     host: PathBuf,
@@ -38,11 +53,9 @@ impl Host {
     }
 
     fn run(&self, program: &str, args: &[&str]) -> (i32, String, String) {
-        let out = Command::new(self.host.join("bin").join(program))
-            .args(args)
-            .env_clear()
-            .output()
-            .unwrap();
+        let mut cmd = Command::new(self.host.join("bin").join(program));
+        cmd.args(args).env_clear();
+        let out = retry_busy(|| cmd.output());
         (
             out.status.code().unwrap_or(-1),
             String::from_utf8_lossy(&out.stdout).into_owned(),
@@ -434,11 +447,10 @@ fn concurrent_calls_see_one_state_at_a_time() {
     host.empty_gpu1();
     let children: Vec<_> = (0..10)
         .map(|_| {
-            Command::new(host.host.join("bin/nvidia-smi"))
-                .args(["mig", "-i", "1", "-cgi", "19", "-C"])
-                .stdout(std::process::Stdio::null())
-                .spawn()
-                .unwrap()
+            let mut cmd = Command::new(host.host.join("bin/nvidia-smi"));
+            cmd.args(["mig", "-i", "1", "-cgi", "19", "-C"])
+                .stdout(std::process::Stdio::null());
+            retry_busy(|| cmd.spawn())
         })
         .collect();
     let codes: Vec<_> = children
