@@ -83,6 +83,10 @@ pub struct Global {
         default_value = "/run/bcd/bcd.sock"
     )]
     pub api_socket: PathBuf,
+    /// The MIG layout file (mig-parted's format), read by bcd mig plan and by bcd node at
+    /// each apply (default /etc/bcd/mig-config.yaml).
+    #[arg(long, global = true, env = "BCD_MIG_CONFIG", value_name = "FILE")]
+    pub mig_config: Option<PathBuf>,
     /// Machine-readable output where the command has it.
     #[arg(long, global = true)]
     pub json: bool,
@@ -356,6 +360,9 @@ pub enum Command {
     /// libvirt domains with GPUs, through the node service.
     #[command(subcommand)]
     Vm(VmCommand),
+    /// MIG layouts from a mig-parted-format file (--mig-config).
+    #[command(subcommand)]
+    Mig(MigCommand),
     /// The long-running node service.
     Node(NodeArgs),
     /// A table of the GPUs from a live sample (waits at most 10 s), each with its state
@@ -444,6 +451,16 @@ pub struct NodeArgs {
     /// `dcgm-legacy` (the same with `Hostname`, as dcgm-exporter named it before 2026).
     #[arg(long, env = "BCD_METRICS_COMPAT", value_name = "SCHEME")]
     pub metrics_compat: Option<MetricsCompatScheme>,
+    /// Apply this MIG layout of the layout file (--mig-config) at start, before the device
+    /// plugins and the DRA driver offer anything; refused like bcd mig apply (the node then
+    /// serves with the GPUs as found). Never applied again on its own.
+    #[arg(long, env = "BCD_MIG_LAYOUT", value_name = "LAYOUT")]
+    pub mig_layout: Option<String>,
+    /// Keep NVIDIA's CDI spec current: bcd-helper regenerates it (nvidia-ctk cdi generate
+    /// into its own --nvidia-cdi-spec, which must be this file) when the driver or the
+    /// GPUs and MIG devices change; off when not given. E.g. /var/run/cdi/nvidia.yaml.
+    #[arg(long, env = "BCD_NVIDIA_CDI_SPEC", value_name = "PATH")]
+    pub nvidia_cdi_spec: Option<std::path::PathBuf>,
     /// Serve kubelet device plugins (bcd.dev/gpu, bcd.dev/mig-<profile>,
     /// bcd.dev/gpu-slot) in this folder, the kubelet's /var/lib/kubelet/device-plugins;
     /// off when not given.
@@ -485,6 +502,27 @@ pub struct NodeArgs {
     /// name in lower case, as the kubelet's.
     #[arg(long, env = "BCD_NODE_NAME", value_name = "NAME")]
     pub node_name: Option<String>,
+}
+
+/// `bcd mig ...`.
+#[derive(Debug, Subcommand)]
+pub enum MigCommand {
+    /// Read the host (no node needed) and print, per GPU the layout names, what is there,
+    /// what the layout wants and the steps; exit 0 when the host matches, 1 when steps are
+    /// needed, 3 when the host cannot be read or the layout is refused.
+    Plan {
+        /// The layout's name in the file.
+        layout: String,
+    },
+    /// Apply a layout through the node service and its helper: refused as a whole when a
+    /// GPU to change is held, claimed by a pod, passed through, stepping or running
+    /// processes; exit 0 when applied, 3 when refused or failed.
+    Apply {
+        /// The layout's name in the node's file.
+        layout: String,
+    },
+    /// The layout the node applied last, its state and each GPU's steps.
+    Status,
 }
 
 /// `bcd gpu ...`.

@@ -9,6 +9,7 @@ pub mod doctor;
 pub mod hardware;
 pub mod helper;
 pub mod labels;
+pub mod mig;
 pub mod output;
 pub mod service;
 pub mod status;

@@ -17,6 +17,7 @@ pub mod helper_client;
 pub mod inventory;
 pub mod kubelet;
 pub mod labels;
+pub mod mig;
 pub mod node;
 pub mod plugin_socket;
 pub(crate) mod prometheus;

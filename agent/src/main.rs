@@ -69,6 +69,7 @@ fn main() -> ExitCode {
             Command::Hold(cmd) => svc::hold(&cli.global, cmd).await,
             Command::Vfio(cmd) => svc::vfio(&cli.global, cmd).await,
             Command::Vm(cmd) => svc::vm(&cli.global, cmd).await,
+            Command::Mig(cmd) => commands::mig::mig(&cli.global, cmd).await,
             Command::Node(args) => svc::node(&cli.global, args).await,
             Command::Status(args) => commands::status::status(&cli.global, args).await,
             Command::GenerateDocs { dir } => commands::docs::generate(dir),

@@ -11,10 +11,12 @@
 //! writes them all and removes those of released holds.
 //!
 //! This module never runs a privileged step and never writes a file other than
-//! `bcd-<hold>.json` (the store writes `holds.json`).
+//! `bcd-<hold>.json` (the store writes `holds.json`); [`nvidia`] asks the helper to
+//! regenerate NVIDIA's own spec, whose file only the helper writes.
 
 pub(crate) mod converge;
 pub(crate) mod holds;
+pub mod nvidia;
 pub(crate) mod render;
 pub mod spec;
 pub mod vendor;

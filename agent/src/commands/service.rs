@@ -18,7 +18,7 @@ use crate::node::service::{run, NodeConfig};
 
 /// Asks the node service and decodes its answer as `T`; a refusal or an answer of another
 /// shape is said ([`fail_api`], exit 3) and `Err` carries the exit status.
-async fn ask_service<T: DeserializeOwned>(
+pub(crate) async fn ask_service<T: DeserializeOwned>(
     global: &Global,
     method: &str,
     path: &str,
@@ -33,7 +33,7 @@ async fn ask_service<T: DeserializeOwned>(
 
 /// Prints what the service answered: with `--json` the document as the service wrote it
 /// (its `schema_version` included), otherwise `text`.
-fn show(global: &Global, value: &Value, text: &str) {
+pub(crate) fn show(global: &Global, value: &Value, text: &str) {
     if global.json {
         print(&format!(
             "{}\n",
@@ -350,6 +350,9 @@ fn node_config(global: &Global, args: &NodeArgs) -> NodeConfig {
         gpu_slots: args.gpu_slots,
         xid_policy: global.xid_policy(),
         metrics_compat: args.metrics_compat.map(Into::into),
+        mig_config: crate::mig::config_path(global.mig_config.as_deref()),
+        mig_layout: args.mig_layout.clone(),
+        nvidia_cdi_spec: args.nvidia_cdi_spec.clone(),
     }
 }
 

@@ -123,6 +123,9 @@ pub enum ClaimKind {
     Vfio,
     /// A VM start or restore.
     VmStart,
+    /// A MIG layout being applied, and a GPU a failed apply left withdrawn until an apply
+    /// succeeds.
+    MigLayout,
 }
 
 impl ClaimKind {
@@ -132,6 +135,7 @@ impl ClaimKind {
             Self::Reset => "a reset",
             Self::Vfio => "a vfio-pci step",
             Self::VmStart => "a VM start",
+            Self::MigLayout => "a MIG layout change",
         }
     }
 }

@@ -87,6 +87,15 @@ pub enum ApiError {
     /// 422 `unknown-gpu`.
     #[error("{0}")]
     UnknownGpu(String),
+    /// 409 `mig-running`: another MIG layout is being applied.
+    #[error("{0}")]
+    MigRunning(String),
+    /// 422 `mig-refused`: the MIG layout file, the layout or its fit refused before anything ran.
+    #[error("{0}")]
+    MigRefused(String),
+    /// 503 `host-unreadable`: nvidia-smi gives no GPU to plan against.
+    #[error("{0}")]
+    HostUnreadable(String),
     /// 422 `refused`: the request is well formed but the policy or the runtime refuses it.
     #[error("{0}")]
     Refused(String),
@@ -127,6 +136,9 @@ impl ApiError {
             Self::UnknownDevice(_) => (422, "unknown-device"),
             Self::UnknownGpu(_) => (422, "unknown-gpu"),
             Self::Refused(_) => (422, "refused"),
+            Self::MigRunning(_) => (409, "mig-running"),
+            Self::MigRefused(_) => (422, "mig-refused"),
+            Self::HostUnreadable(_) => (503, "host-unreadable"),
             Self::State(_) => (500, "state"),
             Self::Internal(_) => (500, "internal"),
             Self::Helper(_) => (502, "helper"),
@@ -206,6 +218,20 @@ impl From<ApplyHoldError> for ApiError {
                     _ => Self::State(sentence),
                 }
             }
+        }
+    }
+}
+
+impl From<crate::mig::MigError> for ApiError {
+    fn from(e: crate::mig::MigError) -> Self {
+        use crate::mig::MigError;
+        let sentence = e.to_string();
+        match e {
+            MigError::Busy { .. } => Self::GpuBusy(sentence),
+            MigError::Running => Self::MigRunning(sentence),
+            MigError::Config(_) | MigError::Plan(_) => Self::MigRefused(sentence),
+            MigError::Host(_) => Self::HostUnreadable(sentence),
+            MigError::Unsupported => Self::Helper(sentence),
         }
     }
 }
@@ -296,6 +322,10 @@ pub enum Route<'a> {
     VmRestore,
     /// `POST /v1/vm/destroy`
     VmDestroy,
+    /// `GET /v1/mig`
+    MigStatus,
+    /// `POST /v1/mig`
+    MigApply,
 }
 
 /// Routes a request: its [`Route`], or why not (a known path asked with another method, an
@@ -322,6 +352,8 @@ pub fn route<'a>(method: &str, path: &'a str) -> Result<Route<'a>, ApiError> {
         ("POST", "/v1/vm/start") => Ok(Route::VmStart),
         ("POST", "/v1/vm/restore") => Ok(Route::VmRestore),
         ("POST", "/v1/vm/destroy") => Ok(Route::VmDestroy),
+        ("GET", "/v1/mig") => Ok(Route::MigStatus),
+        ("POST", "/v1/mig") => Ok(Route::MigApply),
         (_, p) if is_known_path(p) => Err(ApiError::MethodNotAllowed {
             method: method.to_owned(),
             path: path.to_owned(),
@@ -372,6 +404,10 @@ pub enum ApiRequest {
     VmRestore(SaveFile),
     /// `POST /v1/vm/destroy`
     VmDestroy(DomainName),
+    /// `GET /v1/mig`: the layout applied last and its state.
+    MigStatus,
+    /// `POST /v1/mig`: apply a layout of the node's layout file.
+    MigApply(String),
 }
 
 impl ApiRequest {
@@ -417,6 +453,16 @@ impl ApiRequest {
             Route::VmStart => Self::VmStart(field(passthrough()?.domain, "domain")?),
             Route::VmRestore => Self::VmRestore(field(passthrough()?.file, "file")?),
             Route::VmDestroy => Self::VmDestroy(field(passthrough()?.domain, "domain")?),
+            Route::MigStatus => Self::MigStatus,
+            Route::MigApply => {
+                let asked: schema::MigRequest = body(request)?;
+                if asked.layout.is_empty() || asked.layout.len() > 256 {
+                    return Err(ApiError::InvalidArgument(
+                        "layout: a layout's name, 1 to 256 characters".to_owned(),
+                    ));
+                }
+                Self::MigApply(asked.layout)
+            }
         })
     }
 }
@@ -426,7 +472,7 @@ pub fn allowed_methods(path: &str) -> Option<&'static str> {
     let path = path.trim_end_matches('/');
     match path {
         "/v1/status" | "/v1/inventory" | "/v1/conditions" => Some("GET"),
-        "/v1/holds" => Some("GET, POST"),
+        "/v1/holds" | "/v1/mig" => Some("GET, POST"),
         p if is_known_path(p) && p.starts_with("/v1/holds/") => Some("DELETE"),
         p if is_known_path(p) => Some("POST"),
         _ => None,
@@ -480,6 +526,17 @@ pub async fn answer(node: &Node, asked: ApiRequest) -> Result<Answer, ApiError> 
         ApiRequest::VmStart(domain) => passthrough(node, Step::Start(domain)).await?,
         ApiRequest::VmRestore(file) => passthrough(node, Step::Restore(file)).await?,
         ApiRequest::VmDestroy(domain) => passthrough(node, Step::Destroy(domain)).await?,
+        ApiRequest::MigStatus => typed(
+            200,
+            &schema::MigStatus {
+                config: node.config().mig_config.display().to_string(),
+                record: node.layouts().record(),
+            },
+        ),
+        ApiRequest::MigApply(layout) => {
+            let record = crate::mig::apply::apply(node, &layout).await?;
+            typed(200, &record)
+        }
     })
 }
 
@@ -494,6 +551,7 @@ fn is_known_path(path: &str) -> bool {
             | "/v1/diag"
             | "/v1/gpus/reset"
             | "/v1/holds"
+            | "/v1/mig"
             | "/v1/vfio/bind"
             | "/v1/vfio/release"
             | "/v1/vm/start"

@@ -33,8 +33,9 @@ impl Node {
     pub fn open(config: NodeConfig, helper: Arc<dyn Helper>) -> Opened {
         let mut problems = Vec::new();
         let (boot_id, health, holds) = open_state(&config, &mut problems);
-        let (node, inventory, scheduler) =
+        let (mut node, inventory, scheduler) =
             Node::assemble(config, health, Some(holds), helper, &boot_id);
+        node.restore_layout();
         for p in problems {
             node.problem(p);
         }

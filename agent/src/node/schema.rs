@@ -173,6 +173,23 @@ pub struct ResetRequest {
     pub gpus: Vec<GpuUuid>,
 }
 
+/// `POST /v1/mig`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MigRequest {
+    /// The layout's name in the node's layout file (`--mig-config`).
+    pub layout: String,
+}
+
+/// `GET /v1/mig`: the node's layout file and the layout applied last (`null`: none yet).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MigStatus {
+    /// The layout file the node reads at each apply.
+    pub config: String,
+    /// The layout applied last, its state and each GPU's steps.
+    pub record: Option<crate::mig::LayoutRecord>,
+}
+
 /// `POST /v1/vfio/bind|release` (`device`), `/v1/vm/start|destroy` (`domain`),
 /// `/v1/vm/restore` (`file`).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]

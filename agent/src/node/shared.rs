@@ -59,6 +59,14 @@ pub(crate) struct Claim {
     devices_changed: Arc<watch::Sender<u64>>,
 }
 
+impl Claim {
+    /// Leaves `gpu` claimed after this guard drops: a GPU a failed MIG apply withdraws until
+    /// an apply succeeds ([`Node::unclaim`] ends it).
+    pub(crate) fn leave(&mut self, gpu: &DeviceId) {
+        self.gpus.retain(|g| g != gpu);
+    }
+}
+
 impl Drop for Claim {
     fn drop(&mut self) {
         // Also from a poisoned lock: a claim that stayed would keep its GPUs busy for good.
@@ -127,6 +135,13 @@ pub struct NodeConfig {
     pub xid_policy: crate::health::xid::XidPolicy,
     /// Which other exporter's metric names to serve beside bcd's (`--metrics-compat`).
     pub metrics_compat: Option<metrics::MetricsCompat>,
+    /// The MIG layout file (`--mig-config`), read at each apply.
+    pub mig_config: PathBuf,
+    /// The layout applied at start (`--mig-layout`), before any device is offered.
+    pub mig_layout: Option<String>,
+    /// NVIDIA's CDI spec the helper regenerates when the driver or the GPUs change
+    /// (`--nvidia-cdi-spec`); off when `None`.
+    pub nvidia_cdi_spec: Option<PathBuf>,
 }
 
 /// The latest collection.
@@ -216,6 +231,10 @@ pub struct Node {
     pods: Mutex<Vec<PodAllocation>>,
     /// The host's name, for dcgm-exporter's `hostname` label.
     host_name: Option<String>,
+    /// The MIG layout applied last, and the lock of the one apply at a time.
+    layouts: crate::mig::apply::Layouts,
+    /// NVIDIA's CDI spec: its stamp and the last regeneration's outcome.
+    nvidia_cdi: crate::cdi::nvidia::Refresher,
 }
 
 impl Node {
@@ -291,7 +310,116 @@ impl Node {
             vms_file: Mutex::new(boot_id.to_owned()),
             pods: Mutex::new(Vec::new()),
             host_name,
+            layouts: crate::mig::apply::Layouts::default(),
+            nvidia_cdi: crate::cdi::nvidia::Refresher::default(),
         }
+    }
+
+    /// The MIG layout state.
+    pub(crate) fn layouts(&self) -> &crate::mig::apply::Layouts {
+        &self.layouts
+    }
+
+    /// NVIDIA's CDI spec's refresher.
+    pub(crate) fn nvidia_cdi(&self) -> &crate::cdi::nvidia::Refresher {
+        &self.nvidia_cdi
+    }
+
+    /// Reads the MIG layout record at start: a failed apply's GPUs stay withdrawn, and an
+    /// apply a stop cut off is failed (its GPUs withdrawn) rather than trusted.
+    pub(crate) fn restore_layout(&mut self) {
+        let record = match crate::mig::load_record(&self.config.data_dir) {
+            Ok(record) => record,
+            Err(e) => {
+                self.problem(format!("the MIG layout record: {e}"));
+                None
+            }
+        };
+        let record = record.map(|mut r| {
+            if r.state == crate::mig::LayoutState::Pending {
+                r.state = crate::mig::LayoutState::Failed;
+                r.failed_step = Some("the apply, which bcd node's stop cut off".to_owned());
+                r.message = Some("bcd node stopped while the layout was being applied".to_owned());
+                for g in &r.gpus {
+                    if g.result != "unchanged" && !r.withdrawn.contains(&g.uuid) {
+                        r.withdrawn.push(g.uuid.clone());
+                    }
+                }
+                if let Err(e) = crate::mig::save_record(&self.config.data_dir, &r) {
+                    self.problem(format!("the MIG layout record cannot be written: {e}"));
+                }
+            }
+            r
+        });
+        if let Some(r) = &record {
+            let mut claimed = self
+                .claims
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            for uuid in &r.withdrawn {
+                claimed.insert(DeviceId::from(uuid), ClaimKind::MigLayout);
+            }
+        }
+        self.layouts = crate::mig::apply::Layouts::with(record);
+    }
+
+    /// Ends the claims of `kind` on `gpus` that outlived their guard (see [`Claim::leave`]).
+    pub(crate) fn unclaim(&self, gpus: &[DeviceId], kind: ClaimKind) {
+        let mut claimed = self
+            .claims
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut changed = false;
+        for gpu in gpus {
+            if claimed.get(gpu) == Some(&kind) {
+                claimed.remove(gpu);
+                changed = true;
+            }
+        }
+        drop(claimed);
+        if changed {
+            self.touch_devices();
+        }
+    }
+
+    /// [`Node::claim`], taking over the GPUs a claim of the same `kind` left withdrawn (a
+    /// failed MIG apply's): the caller runs one step of that kind at a time.
+    ///
+    /// # Errors
+    /// As [`Node::claim`].
+    pub(crate) async fn claim_over(
+        &self,
+        gpus: &[DeviceId],
+        kind: ClaimKind,
+    ) -> Result<Claim, (DeviceId, Busy)> {
+        let topology = self.topology().await;
+        let holds = self.holds.lock().await;
+        let taken: Vec<DeviceId> = {
+            let mut claimed = self
+                .claims
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            gpus.iter()
+                .filter(|gpu| claimed.get(*gpu) == Some(&kind))
+                .cloned()
+                .collect::<Vec<_>>()
+                .into_iter()
+                .inspect(|gpu| {
+                    claimed.remove(gpu);
+                })
+                .collect()
+        };
+        self.claim_locked(holds.as_ref(), &topology, gpus, kind, false)
+            .inspect_err(|_| {
+                // Refused: what was withdrawn stays withdrawn.
+                let mut claimed = self
+                    .claims
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner);
+                for gpu in &taken {
+                    claimed.insert(gpu.clone(), kind);
+                }
+            })
     }
 
     /// The XID watcher's counters, for the watcher to keep.
@@ -814,6 +942,9 @@ pub(crate) fn test_node_on(dir: &std::path::Path, host: Host) -> Node {
         gpu_slots: 0,
         xid_policy: crate::health::xid::XidPolicy::default(),
         metrics_compat: None,
+        mig_config: dir.join("mig-config.yaml"),
+        mig_layout: None,
+        nvidia_cdi_spec: None,
     };
     let helper = Arc::new(crate::helper_client::SocketHelper::new(
         dir.join("no-helper.sock"),

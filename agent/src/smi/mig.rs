@@ -9,6 +9,9 @@
 //! `No MIG-enabled devices found.` is an empty list.
 //!
 //! `-lgi` rows are `GPU  Name  Profile-ID  Instance-ID  Start:Size`.
+//!
+//! `mig -lgipp` (where each profile may be placed) prints one line per profile:
+//! `GPU  0 Profile ID 14 Placements: {0,1,2,3}:1` (`Placement :` when there is one).
 
 use thiserror::Error;
 
@@ -67,6 +70,19 @@ pub struct MigInstance {
     pub instance_id: u32,
     /// Its placement, when printed as `start:size`.
     pub placement: Option<Placement>,
+}
+
+/// Where one profile of one GPU may be placed, from `mig -lgipp`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProfilePlacements {
+    /// The GPU index.
+    pub gpu: u32,
+    /// The profile id.
+    pub profile_id: u32,
+    /// The first memory slice of each possible placement.
+    pub starts: Vec<u32>,
+    /// The memory slices one instance takes.
+    pub size: u32,
 }
 
 /// Why a `mig` table could not be read.
@@ -218,9 +234,96 @@ pub fn parse_instances(bytes: &[u8]) -> Result<Vec<MigInstance>, MigError> {
     Ok(out)
 }
 
+/// Parses `nvidia-smi mig -lgipp`.
+///
+/// Guarantees: one [`ProfilePlacements`] per line that starts `GPU`, in output order; `No
+/// MIG-enabled devices found.` gives an empty list; other lines are skipped.
+///
+/// # Errors
+///
+/// [`MigError`] for a `GPU` line whose numbers or `{starts}:size` cannot be read.
+pub fn parse_placements(bytes: &[u8]) -> Result<Vec<ProfilePlacements>, MigError> {
+    let text = text::decode(bytes);
+    let mut out = Vec::new();
+    for (line, raw) in text::numbered_lines(&text) {
+        let trimmed = raw.trim();
+        let Some(rest) = trimmed.strip_prefix("GPU") else {
+            continue;
+        };
+        let malformed = |what| MigError::Malformed {
+            query: "-lgipp",
+            line,
+            what,
+            text: quote(raw),
+        };
+        let (head, places) = rest
+            .split_once(':')
+            .ok_or_else(|| malformed("no ':' before the placements"))?;
+        let words: Vec<&str> = head.split_whitespace().collect();
+        let (gpu, profile_id) = match words.as_slice() {
+            [gpu, "Profile", "ID", id, ..] => (
+                gpu.parse::<u32>()
+                    .map_err(|_| malformed("the GPU index is not a number"))?,
+                id.parse::<u32>()
+                    .map_err(|_| malformed("the profile id is not a number"))?,
+            ),
+            _ => return Err(malformed("not `GPU <n> Profile ID <id> Placements:`")),
+        };
+        let (set, size) = places
+            .trim()
+            .strip_prefix('{')
+            .and_then(|p| p.split_once("}:"))
+            .ok_or_else(|| malformed("the placements are not {starts}:size"))?;
+        let size = size
+            .trim()
+            .parse::<u32>()
+            .map_err(|_| malformed("the placement size is not a number"))?;
+        let starts = set
+            .split(',')
+            .map(|s| s.trim().parse::<u32>())
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|_| malformed("a placement start is not a number"))?;
+        out.push(ProfilePlacements {
+            gpu,
+            profile_id,
+            starts,
+            size,
+        });
+    }
+    Ok(out)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn placements_read_both_spellings_and_refuse_garbage() {
+        let text = b"GPU  0 Profile ID 14 Placements: {0,1,2,3}:1\nGPU  0 Profile ID  0 Placement : {0}:4\n";
+        let p = parse_placements(text).unwrap();
+        assert_eq!(
+            p,
+            [
+                ProfilePlacements {
+                    gpu: 0,
+                    profile_id: 14,
+                    starts: vec![0, 1, 2, 3],
+                    size: 1
+                },
+                ProfilePlacements {
+                    gpu: 0,
+                    profile_id: 0,
+                    starts: vec![0],
+                    size: 4
+                }
+            ]
+        );
+        assert!(parse_placements(b"No MIG-enabled devices found.\n")
+            .unwrap()
+            .is_empty());
+        assert!(parse_placements(b"GPU  0 Profile ID x Placements: {0}:1\n").is_err());
+        assert!(parse_placements(b"GPU  0 Profile ID 9 Placements: {0,a}:4\n").is_err());
+    }
 
     fn fixture(name: &str) -> Vec<u8> {
         let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../testdata/smi/mig/");

@@ -647,6 +647,9 @@ async fn node_statuses(host: bcd::sys::host::Host, dir: &Path) -> Judged {
         gpu_slots: 0,
         xid_policy: bcd::health::xid::XidPolicy::default(),
         metrics_compat: None,
+        mig_config: dir.join("mig-config.yaml"),
+        mig_layout: None,
+        nvidia_cdi_spec: None,
     };
     let helper = std::sync::Arc::new(bcd::helper_client::SocketHelper::new(
         dir.join("no-helper.sock"),

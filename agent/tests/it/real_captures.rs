@@ -217,7 +217,18 @@ fn check_mig(name: &str, bytes: &[u8]) -> bool {
         }
         return true;
     }
-    // `-lcip` (compute-instance profiles) and `-lgipp` (placements) are not queries bcd makes.
+    if name.contains("lgipp") {
+        // The MIG layouts' fit check reads placements from `-lgipp`.
+        let placements = mig::parse_placements(bytes).unwrap_or_else(|e| panic!("{name}: {e}"));
+        let lines = text.lines().filter(|l| l.trim_start().starts_with("GPU")).count();
+        assert_eq!(placements.len(), lines, "{name}");
+        assert!(
+            placements.iter().all(|p| !p.starts.is_empty() && p.size > 0),
+            "{name}: {placements:?}"
+        );
+        return true;
+    }
+    // `-lcip` (compute-instance profiles) is not a query bcd makes.
     false
 }
 

@@ -96,6 +96,8 @@ impl Node {
             }
         }
         all.extend(self.reports().iter().filter_map(|r| r.problem()));
+        all.extend(self.layouts().record().and_then(|r| r.problem()));
+        all.extend(self.nvidia_cdi().problem());
         let mut seen = std::collections::BTreeSet::new();
         all.retain(|p| seen.insert(p.clone()));
         all
