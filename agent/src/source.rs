@@ -52,6 +52,12 @@ pub trait DeviceSource: Send + Sync + 'static {
     /// How many slots each GPU offers (0: none).
     fn gpu_slots(&self) -> u32;
 
+    /// The MIG layout the node applied last and its state (`pending`, `success`,
+    /// `failed`); `None` when none was.
+    fn mig_layout(&self) -> Option<(String, &'static str)> {
+        None
+    }
+
     /// NVIDIA's CDI specs as they are now, and the device catalog of the latest collection:
     /// what a hold's CDI names are made from.
     fn cdi_context(&self) -> impl Future<Output = (VendorSpecs, DeviceCatalog)> + Send;

@@ -19,7 +19,10 @@ pub async fn labels(global: &Global, gpu_slots: u32) -> ExitCode {
             &host,
             &global.data_dir,
             &global.xid_policy(),
-            &LabelConfig { gpu_slots },
+            &LabelConfig {
+                gpu_slots,
+                ..LabelConfig::default()
+            },
         ),
     )
     .await;

@@ -31,6 +31,20 @@ fn report_of(answer: NodeStatus, socket: &std::path::Path) -> Option<StatusRepor
     if let Some(why) = answer.sampling.mig_memory {
         notes.push(why);
     }
+    // Below the GPU table: the MIG layout (a failed one is among the problems already).
+    if let Some(r) = answer
+        .mig_layout
+        .filter(|r| r.state != crate::mig::LayoutState::Failed)
+    {
+        notes.push(format!(
+            "MIG layout {}: {}{}",
+            r.layout,
+            r.state.word(),
+            r.finished_at
+                .map(|t| format!(" ({})", crate::utc::format_utc(t)))
+                .unwrap_or_default()
+        ));
+    }
     notes.push(format!(
         "from bcd node at {} (inventory {}s old)",
         socket.display(),

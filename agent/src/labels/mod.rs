@@ -86,6 +86,11 @@ pub(crate) mod name {
     pub(crate) const HEALTHY: &str = "bcd.dev/gpu.healthy";
     /// bcd's: `ok` or `down`, on a node with an NVLink fabric.
     pub(crate) const FABRIC: &str = "bcd.dev/fabric";
+    /// bcd's: the MIG layout the node applied last (`nvidia.com/mig.config` is the admin's
+    /// key, which mig-manager watches: bcd never writes it).
+    pub(crate) const MIG_CONFIG: &str = "bcd.dev/mig.config";
+    /// mig-manager's state of the layout: `pending`, `success` or `failed`.
+    pub(crate) const MIG_CONFIG_STATE: &str = "nvidia.com/mig.config.state";
 }
 
 /// A set of node labels: every name a Kubernetes label key with a prefix
@@ -250,10 +255,12 @@ pub(crate) fn family(major: u32, minor: u32) -> &'static str {
 
 /// What the labels depend on besides the inventory, the verdicts and the host: the node's
 /// configuration.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub(crate) struct LabelConfig {
     /// Slots per GPU (`bcd node --gpu-slots`): GFD's time-slicing replicas.
     pub gpu_slots: u32,
+    /// The MIG layout applied last and its state word, when one was.
+    pub mig_layout: Option<(String, &'static str)>,
 }
 
 /// The host facts GFD labels that the inventory does not hold, read by
@@ -313,6 +320,13 @@ pub(crate) fn node_labels(
     mig_profiles(&gpus, &mut out);
     clique(&gpus, &mut out);
     bcd_labels(&gpus, verdicts, &mut out);
+    if let Some((layout, state)) = &config.mig_layout {
+        out.put(
+            name::MIG_CONFIG,
+            fit_value(layout).unwrap_or_else(|| "unnamed".into()),
+        );
+        out.put(name::MIG_CONFIG_STATE, state);
+    }
     out
 }
 

@@ -89,6 +89,7 @@ pub async fn keep_feature_file<S: DeviceSource>(
                 let verdicts = source.verdicts().await;
                 let config = LabelConfig {
                     gpu_slots: source.gpu_slots(),
+                    mig_layout: source.mig_layout(),
                 };
                 let fresh = node_labels(&inventory, &verdicts, &HostFacts::read(&host), &config);
                 let answered = nvidia_smi_answered(&inventory);

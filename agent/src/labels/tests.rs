@@ -65,7 +65,10 @@ async fn look_at(name: &str, gpu_slots: u32) -> Look {
         &Host::fake(repo().join("testdata/hosts").join(name)),
         data.path(),
         &XidPolicy::default(),
-        &LabelConfig { gpu_slots },
+        &LabelConfig {
+            gpu_slots,
+            ..LabelConfig::default()
+        },
     )
     .await
 }

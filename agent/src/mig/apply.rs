@@ -256,6 +256,11 @@ fn placeholder_uuid() -> GpuUuid {
         .unwrap_or_else(|_| unreachable!("a valid UUID"))
 }
 
+/// Records a layout refused before anything ran (at start), as it is.
+pub fn record_refusal(node: &Node, record: LayoutRecord) {
+    record_now(node, &record);
+}
+
 /// Writes the record and the node's view of it (labels, status).
 fn record_now(node: &Node, record: &LayoutRecord) {
     if let Err(e) = super::save_record(&node.config().data_dir, record) {

@@ -11,7 +11,9 @@
 //!
 //! | method and path | does |
 //! | --- | --- |
-//! | `GET /v1/status` | [`schema::NodeStatus`]: capabilities, inventory hash and age, collections, `nvidia-smi`'s error, one line per GPU with health, conditions, sampling, problems, the Kubernetes holds (`kubernetes.holds`) |
+//! | `GET /v1/status` | [`schema::NodeStatus`]: capabilities, inventory hash and age, collections, `nvidia-smi`'s error, one line per GPU with health, conditions, sampling, problems, the Kubernetes holds (`kubernetes.holds`), the MIG layout applied last (`mig_layout`) |
+//! | `GET /v1/mig` | [`schema::MigStatus`]: the layout file and the layout applied last |
+//! | `POST /v1/mig` | `{"layout"}`: applies it ([`crate::mig::apply`]); the [`crate::mig::LayoutRecord`], or 409 `gpu-busy`/`mig-running`, 422 `mig-refused` |
 //! | `GET /v1/inventory` | the inventory document |
 //! | `GET /v1/conditions` | this boot's conditions, each with its class and action |
 //! | `POST /v1/inventory/refresh` | asks for a collection |
@@ -610,6 +612,7 @@ pub async fn status_document(node: &Node) -> schema::NodeStatus {
         problems: node.problems_now(),
         kubernetes: kubernetes_holds(node).await,
         holds: list_holds(node).await.map(|l| l.holds).unwrap_or_default(),
+        mig_layout: node.layouts().record(),
     }
 }
 

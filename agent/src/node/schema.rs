@@ -46,6 +46,8 @@ pub struct NodeStatus {
     pub kubernetes: KubernetesHolds,
     /// Every hold (operator, device plugin, DRA), as `GET /v1/holds` lists them.
     pub holds: Vec<HoldView>,
+    /// The MIG layout the node applied last, its state and each GPU's steps (`null`: none).
+    pub mig_layout: Option<crate::mig::LayoutRecord>,
 }
 
 /// A condition with its `class` and `action` from the XID catalog (and the node's

@@ -221,10 +221,7 @@ pub async fn run(config: NodeConfig, extra: Vec<NodeTask>) -> Result<(), NodeErr
     spawn_watchers(&mut tasks, &node, watcher, xid_rx);
     spawn_samples(&mut tasks, &node);
 
-    let consumers: Vec<&'static str> = extra.iter().map(|t| t.name).collect();
-    for task in extra {
-        tasks.spawn(task.name, (task.start)(node.clone()));
-    }
+    spawn_nvidia_cdi(&mut tasks, &node);
 
     let in_flight = Arc::new(RwLock::new(()));
     spawn_api(&mut tasks, &node, api_listener, in_flight.clone());
@@ -237,6 +234,30 @@ pub async fn run(config: NodeConfig, extra: Vec<NodeTask>) -> Result<(), NodeErr
         _ = tokio::time::timeout(crate::smi::runner::SNAPSHOT_TIMEOUT, first_rx) => false,
         () = signals.recv() => true,
     };
+    // The layout asked for at start, before the device plugins and the DRA driver offer
+    // anything (mig-parted's systemd mode); refused or failed, the node serves on.
+    if let (false, Some(layout)) = (stopped_early, config.mig_layout.as_deref()) {
+        match crate::mig::apply::apply(&node, layout).await {
+            Ok(record) if record.state == crate::mig::LayoutState::Success => {
+                tracing::info!("MIG layout {layout} applied at start");
+            }
+            Ok(record) => {
+                tracing::error!(
+                    "{}",
+                    record.problem().unwrap_or_else(|| format!("MIG layout {layout} failed at start"))
+                );
+            }
+            Err(e) => {
+                let sentence = format!("MIG layout {layout} was not applied at start: {e}");
+                node.problem(sentence);
+                refused_at_start(&node, layout, &e);
+            }
+        }
+    }
+    let consumers: Vec<&'static str> = extra.iter().map(|t| t.name).collect();
+    for task in extra {
+        tasks.spawn(task.name, (task.start)(node.clone()));
+    }
     let outcome = if stopped_early {
         Ok(())
     } else {
@@ -260,6 +281,42 @@ pub async fn run(config: NodeConfig, extra: Vec<NodeTask>) -> Result<(), NodeErr
     }
     tracing::info!("bcd node: stopped");
     outcome
+}
+
+/// Records a start-up layout refused before anything ran as `failed` (the GPUs as found,
+/// none withdrawn), so status, the labels and `bcd mig status` say it.
+fn refused_at_start(node: &Node, layout: &str, e: &crate::mig::MigError) {
+    let now = crate::state::unix_now();
+    let record = crate::mig::LayoutRecord {
+        version: 1,
+        layout: layout.to_owned(),
+        state: crate::mig::LayoutState::Failed,
+        started_at: now,
+        finished_at: Some(now),
+        duration_ms: Some(0),
+        gpus: Vec::new(),
+        failed_step: Some("the check before anything ran, at start".to_owned()),
+        message: Some(e.to_string()),
+        withdrawn: Vec::new(),
+    };
+    crate::mig::apply::record_refusal(node, record);
+}
+
+/// Keeps NVIDIA's CDI spec current after each collection (with `--nvidia-cdi-spec`).
+fn spawn_nvidia_cdi(tasks: &mut Tasks, node: &Arc<Node>) {
+    if node.config().nvidia_cdi_spec.is_none() {
+        return;
+    }
+    let node = node.clone();
+    let mut changes = node.inventory_changes();
+    tasks.spawn("NVIDIA's CDI spec", async move {
+        loop {
+            crate::cdi::nvidia::refresh_if_changed(&node).await;
+            if changes.changed().await.is_err() {
+                return;
+            }
+        }
+    });
 }
 
 /// The one line `bcd node` logs (at info) when it serves: its version, the API socket, the

@@ -315,6 +315,11 @@ impl Node {
         }
     }
 
+    /// Each collection's inventory, from now on.
+    pub(crate) fn inventory_changes(&self) -> watch::Receiver<Inventory> {
+        self.inventory_tx.subscribe()
+    }
+
     /// The MIG layout state.
     pub(crate) fn layouts(&self) -> &crate::mig::apply::Layouts {
         &self.layouts
@@ -869,6 +874,12 @@ impl DeviceSource for Node {
 
     fn gpu_slots(&self) -> u32 {
         self.config.gpu_slots
+    }
+
+    fn mig_layout(&self) -> Option<(String, &'static str)> {
+        self.layouts
+            .record()
+            .map(|r| (r.layout.clone(), r.state.word()))
     }
 
     async fn cdi_context(&self) -> (cdi::vendor::VendorSpecs, DeviceCatalog) {
