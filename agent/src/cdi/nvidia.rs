@@ -48,7 +48,10 @@ pub fn stamp(inventory: &Inventory) -> Option<String> {
     let digest = h.finalize();
     Some(format!(
         "sha256:{}",
-        digest.iter().map(|b| format!("{b:02x}")).collect::<String>()
+        digest
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect::<String>()
     ))
 }
 
@@ -145,7 +148,10 @@ mod tests {
     use crate::inventory::document::{Gpu, GpuSection, Mig, MigDevice};
 
     fn inventory(migs: &[&str]) -> Inventory {
-        let mut g = Gpu::new(0, "GPU-5ae30e40-78ba-e5df-4b1a-d79c2d43241b".parse().unwrap());
+        let mut g = Gpu::new(
+            0,
+            "GPU-5ae30e40-78ba-e5df-4b1a-d79c2d43241b".parse().unwrap(),
+        );
         g.mig = Some(Mig {
             mode: Some(true),
             pending_mode: Some(true),

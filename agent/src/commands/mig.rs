@@ -35,7 +35,11 @@ async fn plan(global: &Global, layout: &str) -> ExitCode {
         } else {
             code::NVIDIA_SMI_FAILED
         };
-        return fail(global.json, what, &format!("the host's GPUs cannot be read: {e}"));
+        return fail(
+            global.json,
+            what,
+            &format!("the host's GPUs cannot be read: {e}"),
+        );
     }
     let runner = Runner::new(host.nvidia_smi());
     let placements = crate::mig::placements(&runner, &collection.inventory).await;
@@ -192,7 +196,9 @@ async fn apply(global: &Global, layout: &str) -> ExitCode {
                 if !global.json {
                     eprintln!(
                         "bcd: {}",
-                        record.problem().unwrap_or_else(|| "the apply failed".into())
+                        record
+                            .problem()
+                            .unwrap_or_else(|| "the apply failed".into())
                     );
                 }
                 ExitCode::from(FAILED)

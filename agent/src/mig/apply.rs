@@ -102,9 +102,10 @@ async fn processes(runner: &Runner) -> Result<BTreeMap<String, Vec<String>>, Str
         let Some((uuid, pid)) = line.split_once(',') else {
             continue;
         };
-        let uuid = uuid.trim().to_ascii_lowercase();
-        if uuid.starts_with("gpu-") {
-            out.entry(uuid).or_default().push(pid.trim().to_owned());
+        if let Ok(uuid) = uuid.trim().parse::<GpuUuid>() {
+            out.entry(uuid.as_str().to_owned())
+                .or_default()
+                .push(pid.trim().to_owned());
         }
     }
     Ok(out)
@@ -158,7 +159,10 @@ pub async fn apply(node: &Node, name: &str) -> Result<LayoutRecord, MigError> {
     if changing.is_empty() {
         return Ok(finish(node, record, started, &previous, &[]));
     }
-    let devices: Vec<DeviceId> = changing.iter().map(|g| DeviceId::from(&g.gpu.uuid)).collect();
+    let devices: Vec<DeviceId> = changing
+        .iter()
+        .map(|g| DeviceId::from(&g.gpu.uuid))
+        .collect();
     let mut claim = node
         .claim_over(&devices, ClaimKind::MigLayout)
         .await
@@ -327,7 +331,10 @@ async fn now_of(node: &Node, uuid: &GpuUuid) -> Option<(bool, bool, Vec<String>)
     Some((
         mode,
         mig.pending_mode.unwrap_or(mode),
-        mig.devices.iter().filter_map(|d| d.profile.clone()).collect(),
+        mig.devices
+            .iter()
+            .filter_map(|d| d.profile.clone())
+            .collect(),
     ))
 }
 
@@ -447,9 +454,7 @@ async fn set_mode(node: &Node, g: &GpuPlan, on: bool) -> Result<(), String> {
         return Ok(());
     }
     if pending == on {
-        tracing::info!(
-            "MIG mode {word} is pending on {address}: resetting the GPU to apply it"
-        );
+        tracing::info!("MIG mode {word} is pending on {address}: resetting the GPU to apply it");
         if let Err(e) = helper.reset_gpu(address).await {
             let _ = helper.set_mig_mode(address, mode).await;
             return Err(format!(
@@ -472,16 +477,17 @@ async fn set_mode(node: &Node, g: &GpuPlan, on: bool) -> Result<(), String> {
 
 /// The GPU's profiles read right after MIG mode came on, kept for its model, and the layout
 /// checked against them.
-async fn check_after_mode(
-    node: &Node,
-    plan: &Plan,
-    g: &GpuPlan,
-) -> Result<plan::Offer, String> {
+async fn check_after_mode(node: &Node, plan: &Plan, g: &GpuPlan) -> Result<plan::Offer, String> {
     let inventory = node.collect_now().await;
     let host = &node.config().host;
     let runner = Runner::new(host.nvidia_smi());
     let placements = super::placements(&runner, &inventory).await;
-    let gpus = super::gpus_now(host, &inventory, &placements, &super::KeptProfiles::default());
+    let gpus = super::gpus_now(
+        host,
+        &inventory,
+        &placements,
+        &super::KeptProfiles::default(),
+    );
     let Some(now) = gpus.into_iter().find(|x| x.uuid == g.gpu.uuid) else {
         return Err("the GPU left the inventory after its MIG mode change".to_owned());
     };

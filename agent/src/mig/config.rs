@@ -127,7 +127,7 @@ struct RawFile {
 struct RawBlock {
     devices: RawDevices,
     #[serde(rename = "device-filter", default)]
-    device_filter: Option<RawFilter>,
+    device_filter: Option<serde_yaml_ng::Value>,
     #[serde(rename = "mig-enabled")]
     mig_enabled: bool,
     #[serde(rename = "mig-devices", default)]
@@ -139,13 +139,6 @@ struct RawBlock {
 enum RawDevices {
     Word(String),
     List(Vec<u32>),
-}
-
-#[derive(Deserialize)]
-#[serde(untagged)]
-enum RawFilter {
-    One(String),
-    Many(Vec<String>),
 }
 
 /// Reads and parses the file at `path` (at most [`MAX_CONFIG_BYTES`]).
@@ -210,7 +203,8 @@ pub fn parse(path: &Path, bytes: &[u8]) -> Result<LayoutFile, ConfigError> {
         let line = line_of(text, &name).unwrap_or(1);
         let mut out = Vec::with_capacity(blocks.len());
         for (n, b) in blocks.into_iter().enumerate() {
-            let at = |what: String| malformed(line, format!("layout {name}, block {}: {what}", n + 1));
+            let at =
+                |what: String| malformed(line, format!("layout {name}, block {}: {what}", n + 1));
             let devices = match b.devices {
                 RawDevices::Word(w) if w == "all" => Devices::All,
                 RawDevices::Word(w) => {
@@ -223,10 +217,20 @@ pub fn parse(path: &Path, bytes: &[u8]) -> Result<LayoutFile, ConfigError> {
                 }
                 RawDevices::List(list) => Devices::Indices(list),
             };
-            let filters = match b.device_filter {
+            let as_text = |v: &serde_yaml_ng::Value| -> Result<String, ConfigError> {
+                v.as_str().map(str::to_owned).ok_or_else(|| {
+                    at(format!(
+                        "device-filter {} is not a quoted PCI device id such as \"0x20B210DE\"",
+                        serde_yaml_ng::to_string(v).unwrap_or_default().trim()
+                    ))
+                })
+            };
+            let filters = match &b.device_filter {
                 None => Vec::new(),
-                Some(RawFilter::One(f)) => vec![f],
-                Some(RawFilter::Many(f)) => f,
+                Some(serde_yaml_ng::Value::Sequence(list)) => {
+                    list.iter().map(as_text).collect::<Result<Vec<_>, _>>()?
+                }
+                Some(one) => vec![as_text(one)?],
             };
             let mut device_filter = Vec::with_capacity(filters.len());
             for f in filters {
@@ -275,13 +279,17 @@ pub fn parse(path: &Path, bytes: &[u8]) -> Result<LayoutFile, ConfigError> {
 
 /// The 1-based line on which `key:` first starts a mapping entry (quoted or not).
 fn line_of(text: &str, key: &str) -> Option<usize> {
-    text.lines().position(|l| {
-        let t = l.trim_start();
-        [key.to_owned(), format!("\"{key}\""), format!("'{key}'")]
-            .iter()
-            .any(|k| t.strip_prefix(k.as_str()).is_some_and(|r| r.trim_start().starts_with(':')))
-    })
-    .map(|i| i + 1)
+    text.lines()
+        .position(|l| {
+            let t = l.trim_start();
+            [key.to_owned(), format!("\"{key}\""), format!("'{key}'")]
+                .iter()
+                .any(|k| {
+                    t.strip_prefix(k.as_str())
+                        .is_some_and(|r| r.trim_start().starts_with(':'))
+                })
+        })
+        .map(|i| i + 1)
 }
 
 #[cfg(test)]
@@ -325,7 +333,10 @@ mig-configs:
         assert_eq!(mixed.blocks[0].devices, Devices::Indices(vec![0]));
         assert_eq!(mixed.blocks[0].mig_devices["1g.10gb"], 2);
         assert!(!mixed.blocks[1].mig_enabled);
-        assert_eq!(f.layout("all-disabled").unwrap().blocks[0].devices, Devices::All);
+        assert_eq!(
+            f.layout("all-disabled").unwrap().blocks[0].devices,
+            Devices::All
+        );
         let e = f.layout("nope").unwrap_err().to_string();
         assert!(e.contains("has no layout \"nope\""), "{e}");
         assert!(e.contains("all-3g.40gb, all-disabled, mixed"), "{e}");
@@ -356,7 +367,12 @@ mig-configs:
 
     #[test]
     fn a_missing_file_is_named() {
-        let e = read(Path::new("/nonexistent/mig.yaml")).unwrap_err().to_string();
-        assert!(e.starts_with("cannot read the MIG layout file /nonexistent/mig.yaml:"), "{e}");
+        let e = read(Path::new("/nonexistent/mig.yaml"))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.starts_with("cannot read the MIG layout file /nonexistent/mig.yaml:"),
+            "{e}"
+        );
     }
 }

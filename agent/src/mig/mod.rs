@@ -197,8 +197,7 @@ impl state::Versioned for KeptProfiles {
 /// Reads the kept profiles; empty when there are none or they cannot be read (a plan then
 /// checks after the mode change).
 pub fn load_profiles(data_dir: &Path) -> KeptProfiles {
-    match state::load_versioned::<KeptProfiles>(&data_dir.join(PROFILES_FILE), PROFILES_VERSION)
-    {
+    match state::load_versioned::<KeptProfiles>(&data_dir.join(PROFILES_FILE), PROFILES_VERSION) {
         Ok(Some(kept)) => kept,
         Ok(None) => KeptProfiles::default(),
         Err(e) => {
@@ -289,9 +288,7 @@ pub fn gpus_now(
             device_id: device_id(host, &address),
             mig_capable: mig.is_some_and(|m| m.mode.is_some()),
             mig_enabled: mig.and_then(|m| m.mode).unwrap_or(false),
-            mig_pending: mig
-                .and_then(|m| m.pending_mode.or(m.mode))
-                .unwrap_or(false),
+            mig_pending: mig.and_then(|m| m.pending_mode.or(m.mode)).unwrap_or(false),
             instances: mig
                 .map(|m| m.devices.iter().filter_map(|d| d.profile.clone()).collect())
                 .unwrap_or_default(),
@@ -304,7 +301,10 @@ pub fn gpus_now(
 
 /// `mig -lgipp`'s placements; empty when no GPU has MIG on or it does not answer (the fit
 /// check then counts instances only).
-pub async fn placements(runner: &crate::smi::runner::Runner, inventory: &Inventory) -> Vec<ProfilePlacements> {
+pub async fn placements(
+    runner: &crate::smi::runner::Runner,
+    inventory: &Inventory,
+) -> Vec<ProfilePlacements> {
     let any_on = inventory
         .gpu
         .gpus
@@ -327,5 +327,8 @@ pub async fn placements(runner: &crate::smi::runner::Runner, inventory: &Invento
 
 /// Where `bcd mig` and the node read layouts: `--mig-config`, else the default.
 pub fn config_path(flag: Option<&Path>) -> PathBuf {
-    flag.map_or_else(|| PathBuf::from(config::DEFAULT_MIG_CONFIG), Path::to_path_buf)
+    flag.map_or_else(
+        || PathBuf::from(config::DEFAULT_MIG_CONFIG),
+        Path::to_path_buf,
+    )
 }

@@ -186,7 +186,9 @@ pub enum PlanError {
         profile: String,
         offered: String,
     },
-    #[error("{file}, line {line}: layout {layout} does not fit GPU {index} ({model}, {uuid}): {why}")]
+    #[error(
+        "{file}, line {line}: layout {layout} does not fit GPU {index} ({model}, {uuid}): {why}"
+    )]
     DoesNotFit {
         file: PathBuf,
         line: usize,
@@ -588,12 +590,21 @@ mod tests {
         let e = said("no-room");
         assert!(e.contains("cannot all be placed at once"), "{e}");
         let e = said("unknown");
-        assert!(e.contains("for profile 9g.99gb, which it does not offer (it offers: 1g.10gb,"), "{e}");
+        assert!(
+            e.contains("for profile 9g.99gb, which it does not offer (it offers: 1g.10gb,"),
+            "{e}"
+        );
         assert!(e.contains("GPU 1 (NVIDIA A100-SXM4-80GB"), "{e}");
         let e = said("missing");
-        assert!(e.contains("names GPU index 5, which nvidia-smi does not list now"), "{e}");
+        assert!(
+            e.contains("names GPU index 5, which nvidia-smi does not list now"),
+            "{e}"
+        );
         let e = said("twice");
-        assert!(e.contains("names GPU 1 (") && e.contains("in two blocks"), "{e}");
+        assert!(
+            e.contains("names GPU 1 (") && e.contains("in two blocks"),
+            "{e}"
+        );
         let e = said("nope");
         assert!(e.contains("has no layout \"nope\""), "{e}");
     }
@@ -612,7 +623,13 @@ mod tests {
     #[test]
     fn placement_search_finds_what_greedy_order_needs() {
         // 4g at 0 leaves 4..8: two 2g.20gb need starts 4 and 6, and 2g starts only at 0, 2, 4.
-        assert!(!place(&[(4, &[0]), (2, &[0, 2, 4]), (2, &[0, 2, 4])], &mut Vec::new()));
-        assert!(place(&[(4, &[0, 4]), (2, &[0, 2, 4]), (2, &[0, 2, 4])], &mut Vec::new()));
+        assert!(!place(
+            &[(4, &[0]), (2, &[0, 2, 4]), (2, &[0, 2, 4])],
+            &mut Vec::new()
+        ));
+        assert!(place(
+            &[(4, &[0, 4]), (2, &[0, 2, 4]), (2, &[0, 2, 4])],
+            &mut Vec::new()
+        ));
     }
 }

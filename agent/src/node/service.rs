@@ -244,7 +244,9 @@ pub async fn run(config: NodeConfig, extra: Vec<NodeTask>) -> Result<(), NodeErr
             Ok(record) => {
                 tracing::error!(
                     "{}",
-                    record.problem().unwrap_or_else(|| format!("MIG layout {layout} failed at start"))
+                    record
+                        .problem()
+                        .unwrap_or_else(|| format!("MIG layout {layout} failed at start"))
                 );
             }
             Err(e) => {

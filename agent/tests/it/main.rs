@@ -27,6 +27,7 @@ mod holds_and_runtimes;
 mod inventory_hosts;
 mod layers;
 mod loop_sampler;
+mod mig_layouts;
 mod nfd_labels;
 mod node_e2e;
 mod node_limits;

@@ -220,10 +220,15 @@ fn check_mig(name: &str, bytes: &[u8]) -> bool {
     if name.contains("lgipp") {
         // The MIG layouts' fit check reads placements from `-lgipp`.
         let placements = mig::parse_placements(bytes).unwrap_or_else(|e| panic!("{name}: {e}"));
-        let lines = text.lines().filter(|l| l.trim_start().starts_with("GPU")).count();
+        let lines = text
+            .lines()
+            .filter(|l| l.trim_start().starts_with("GPU"))
+            .count();
         assert_eq!(placements.len(), lines, "{name}");
         assert!(
-            placements.iter().all(|p| !p.starts.is_empty() && p.size > 0),
+            placements
+                .iter()
+                .all(|p| !p.starts.is_empty() && p.size > 0),
             "{name}: {placements:?}"
         );
         return true;
