@@ -43,6 +43,9 @@ _bcd() {
             bcd,hold)
                 cmd="bcd__subcmd__hold"
                 ;;
+            bcd,mig)
+                cmd="bcd__subcmd__mig"
+                ;;
             bcd,node)
                 cmd="bcd__subcmd__node"
                 ;;
@@ -106,6 +109,9 @@ _bcd() {
             bcd__subcmd__help,hold)
                 cmd="bcd__subcmd__help__subcmd__hold"
                 ;;
+            bcd__subcmd__help,mig)
+                cmd="bcd__subcmd__help__subcmd__mig"
+                ;;
             bcd__subcmd__help,node)
                 cmd="bcd__subcmd__help__subcmd__node"
                 ;;
@@ -135,6 +141,15 @@ _bcd() {
                 ;;
             bcd__subcmd__help__subcmd__hold,release)
                 cmd="bcd__subcmd__help__subcmd__hold__subcmd__release"
+                ;;
+            bcd__subcmd__help__subcmd__mig,apply)
+                cmd="bcd__subcmd__help__subcmd__mig__subcmd__apply"
+                ;;
+            bcd__subcmd__help__subcmd__mig,plan)
+                cmd="bcd__subcmd__help__subcmd__mig__subcmd__plan"
+                ;;
+            bcd__subcmd__help__subcmd__mig,status)
+                cmd="bcd__subcmd__help__subcmd__mig__subcmd__status"
                 ;;
             bcd__subcmd__help__subcmd__vfio,bind)
                 cmd="bcd__subcmd__help__subcmd__vfio__subcmd__bind"
@@ -187,6 +202,30 @@ _bcd() {
             bcd__subcmd__hold__subcmd__help,release)
                 cmd="bcd__subcmd__hold__subcmd__help__subcmd__release"
                 ;;
+            bcd__subcmd__mig,apply)
+                cmd="bcd__subcmd__mig__subcmd__apply"
+                ;;
+            bcd__subcmd__mig,help)
+                cmd="bcd__subcmd__mig__subcmd__help"
+                ;;
+            bcd__subcmd__mig,plan)
+                cmd="bcd__subcmd__mig__subcmd__plan"
+                ;;
+            bcd__subcmd__mig,status)
+                cmd="bcd__subcmd__mig__subcmd__status"
+                ;;
+            bcd__subcmd__mig__subcmd__help,apply)
+                cmd="bcd__subcmd__mig__subcmd__help__subcmd__apply"
+                ;;
+            bcd__subcmd__mig__subcmd__help,help)
+                cmd="bcd__subcmd__mig__subcmd__help__subcmd__help"
+                ;;
+            bcd__subcmd__mig__subcmd__help,plan)
+                cmd="bcd__subcmd__mig__subcmd__help__subcmd__plan"
+                ;;
+            bcd__subcmd__mig__subcmd__help,status)
+                cmd="bcd__subcmd__mig__subcmd__help__subcmd__status"
+                ;;
             bcd__subcmd__vfio,bind)
                 cmd="bcd__subcmd__vfio__subcmd__bind"
                 ;;
@@ -236,7 +275,7 @@ _bcd() {
 
     case "${cmd}" in
         bcd)
-            opts="-h -V --host --host-root --nvidia-smi --data-dir --cdi-dir --helper-socket --api-socket --json --color --log-format --xid-ignore --xid-unhealthy --help --version helper hardware doctor cdi gpu hold vfio vm node status generate-docs diag help"
+            opts="-h -V --host --host-root --nvidia-smi --data-dir --cdi-dir --helper-socket --api-socket --mig-config --json --color --log-format --xid-ignore --xid-unhealthy --help --version helper hardware doctor cdi gpu hold vfio vm mig node status generate-docs diag help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 1 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -270,6 +309,10 @@ _bcd() {
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
+                --mig-config)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
                 --color)
                     COMPREPLY=($(compgen -W "auto always never" -- "${cur}"))
                     return 0
@@ -294,7 +337,7 @@ _bcd() {
             return 0
             ;;
         bcd__subcmd__cdi)
-            opts="-h -V --host --host-root --nvidia-smi --data-dir --cdi-dir --helper-socket --api-socket --json --color --log-format --xid-ignore --xid-unhealthy --help --version render help"
+            opts="-h -V --host --host-root --nvidia-smi --data-dir --cdi-dir --helper-socket --api-socket --mig-config --json --color --log-format --xid-ignore --xid-unhealthy --help --version render help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -325,6 +368,10 @@ _bcd() {
                     return 0
                     ;;
                 --api-socket)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --mig-config)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
@@ -394,7 +441,7 @@ _bcd() {
             return 0
             ;;
         bcd__subcmd__cdi__subcmd__render)
-            opts="-h -V --kubernetes --host --host-root --nvidia-smi --data-dir --cdi-dir --helper-socket --api-socket --json --color --log-format --xid-ignore --xid-unhealthy --help --version"
+            opts="-h -V --kubernetes --host --host-root --nvidia-smi --data-dir --cdi-dir --helper-socket --api-socket --mig-config --json --color --log-format --xid-ignore --xid-unhealthy --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -428,6 +475,10 @@ _bcd() {
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
+                --mig-config)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
                 --color)
                     COMPREPLY=($(compgen -W "auto always never" -- "${cur}"))
                     return 0
@@ -452,7 +503,7 @@ _bcd() {
             return 0
             ;;
         bcd__subcmd__diag)
-            opts="-i -h -V --gpu --id --expected-gpus --host --host-root --nvidia-smi --data-dir --cdi-dir --helper-socket --api-socket --json --color --log-format --xid-ignore --xid-unhealthy --help --version"
+            opts="-i -h -V --gpu --id --expected-gpus --host --host-root --nvidia-smi --data-dir --cdi-dir --helper-socket --api-socket --mig-config --json --color --log-format --xid-ignore --xid-unhealthy --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -502,6 +553,10 @@ _bcd() {
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
+                --mig-config)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
                 --color)
                     COMPREPLY=($(compgen -W "auto always never" -- "${cur}"))
                     return 0
@@ -526,7 +581,7 @@ _bcd() {
             return 0
             ;;
         bcd__subcmd__doctor)
-            opts="-h -V --host --host-root --nvidia-smi --data-dir --cdi-dir --helper-socket --api-socket --json --color --log-format --xid-ignore --xid-unhealthy --help --version"
+            opts="-h -V --host --host-root --nvidia-smi --data-dir --cdi-dir --helper-socket --api-socket --mig-config --json --color --log-format --xid-ignore --xid-unhealthy --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -557,6 +612,10 @@ _bcd() {
                     return 0
                     ;;
                 --api-socket)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --mig-config)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
@@ -584,7 +643,7 @@ _bcd() {
             return 0
             ;;
         bcd__subcmd__generate__subcmd__docs)
-            opts="-h -V --host --host-root --nvidia-smi --data-dir --cdi-dir --helper-socket --api-socket --json --color --log-format --xid-ignore --xid-unhealthy --help --version"
+            opts="-h -V --host --host-root --nvidia-smi --data-dir --cdi-dir --helper-socket --api-socket --mig-config --json --color --log-format --xid-ignore --xid-unhealthy --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -615,6 +674,10 @@ _bcd() {
                     return 0
                     ;;
                 --api-socket)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --mig-config)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
@@ -642,7 +705,7 @@ _bcd() {
             return 0
             ;;
         bcd__subcmd__gpu)
-            opts="-h -V --host --host-root --nvidia-smi --data-dir --cdi-dir --helper-socket --api-socket --json --color --log-format --xid-ignore --xid-unhealthy --help --version reset help"
+            opts="-h -V --host --host-root --nvidia-smi --data-dir --cdi-dir --helper-socket --api-socket --mig-config --json --color --log-format --xid-ignore --xid-unhealthy --help --version reset help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -673,6 +736,10 @@ _bcd() {
                     return 0
                     ;;
                 --api-socket)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --mig-config)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
@@ -742,7 +809,7 @@ _bcd() {
             return 0
             ;;
         bcd__subcmd__gpu__subcmd__reset)
-            opts="-h -V --host --host-root --nvidia-smi --data-dir --cdi-dir --helper-socket --api-socket --json --color --log-format --xid-ignore --xid-unhealthy --help --version"
+            opts="-h -V --host --host-root --nvidia-smi --data-dir --cdi-dir --helper-socket --api-socket --mig-config --json --color --log-format --xid-ignore --xid-unhealthy --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -776,6 +843,10 @@ _bcd() {
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
+                --mig-config)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
                 --color)
                     COMPREPLY=($(compgen -W "auto always never" -- "${cur}"))
                     return 0
@@ -800,7 +871,7 @@ _bcd() {
             return 0
             ;;
         bcd__subcmd__hardware)
-            opts="-i -h -V --id --labels --gpu-slots --host --host-root --nvidia-smi --data-dir --cdi-dir --helper-socket --api-socket --json --color --log-format --xid-ignore --xid-unhealthy --help --version"
+            opts="-i -h -V --id --labels --gpu-slots --host --host-root --nvidia-smi --data-dir --cdi-dir --helper-socket --api-socket --mig-config --json --color --log-format --xid-ignore --xid-unhealthy --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -846,6 +917,10 @@ _bcd() {
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
+                --mig-config)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
                 --color)
                     COMPREPLY=($(compgen -W "auto always never" -- "${cur}"))
                     return 0
@@ -870,7 +945,7 @@ _bcd() {
             return 0
             ;;
         bcd__subcmd__help)
-            opts="helper hardware doctor cdi gpu hold vfio vm node status generate-docs diag help"
+            opts="helper hardware doctor cdi gpu hold vfio vm mig node status generate-docs diag help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -1093,6 +1168,62 @@ _bcd() {
             COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
             return 0
             ;;
+        bcd__subcmd__help__subcmd__mig)
+            opts="plan apply status"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        bcd__subcmd__help__subcmd__mig__subcmd__apply)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 4 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        bcd__subcmd__help__subcmd__mig__subcmd__plan)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 4 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        bcd__subcmd__help__subcmd__mig__subcmd__status)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 4 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
         bcd__subcmd__help__subcmd__node)
             opts=""
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
@@ -1220,7 +1351,7 @@ _bcd() {
             return 0
             ;;
         bcd__subcmd__helper)
-            opts="-h -V --host --host-root --nvidia-smi --data-dir --cdi-dir --helper-socket --api-socket --json --color --log-format --xid-ignore --xid-unhealthy --help --version ping help"
+            opts="-h -V --host --host-root --nvidia-smi --data-dir --cdi-dir --helper-socket --api-socket --mig-config --json --color --log-format --xid-ignore --xid-unhealthy --help --version ping help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -1251,6 +1382,10 @@ _bcd() {
                     return 0
                     ;;
                 --api-socket)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --mig-config)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
@@ -1320,7 +1455,7 @@ _bcd() {
             return 0
             ;;
         bcd__subcmd__helper__subcmd__ping)
-            opts="-h -V --host --host-root --nvidia-smi --data-dir --cdi-dir --helper-socket --api-socket --json --color --log-format --xid-ignore --xid-unhealthy --help --version"
+            opts="-h -V --host --host-root --nvidia-smi --data-dir --cdi-dir --helper-socket --api-socket --mig-config --json --color --log-format --xid-ignore --xid-unhealthy --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -1354,6 +1489,10 @@ _bcd() {
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
+                --mig-config)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
                 --color)
                     COMPREPLY=($(compgen -W "auto always never" -- "${cur}"))
                     return 0
@@ -1378,7 +1517,7 @@ _bcd() {
             return 0
             ;;
         bcd__subcmd__hold)
-            opts="-h -V --host --host-root --nvidia-smi --data-dir --cdi-dir --helper-socket --api-socket --json --color --log-format --xid-ignore --xid-unhealthy --help --version apply release list help"
+            opts="-h -V --host --host-root --nvidia-smi --data-dir --cdi-dir --helper-socket --api-socket --mig-config --json --color --log-format --xid-ignore --xid-unhealthy --help --version apply release list help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -1412,6 +1551,10 @@ _bcd() {
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
+                --mig-config)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
                 --color)
                     COMPREPLY=($(compgen -W "auto always never" -- "${cur}"))
                     return 0
@@ -1436,7 +1579,7 @@ _bcd() {
             return 0
             ;;
         bcd__subcmd__hold__subcmd__apply)
-            opts="-h -V --host --host-root --nvidia-smi --data-dir --cdi-dir --helper-socket --api-socket --json --color --log-format --xid-ignore --xid-unhealthy --help --version"
+            opts="-h -V --host --host-root --nvidia-smi --data-dir --cdi-dir --helper-socket --api-socket --mig-config --json --color --log-format --xid-ignore --xid-unhealthy --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -1467,6 +1610,10 @@ _bcd() {
                     return 0
                     ;;
                 --api-socket)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --mig-config)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
@@ -1564,7 +1711,7 @@ _bcd() {
             return 0
             ;;
         bcd__subcmd__hold__subcmd__list)
-            opts="-h -V --host --host-root --nvidia-smi --data-dir --cdi-dir --helper-socket --api-socket --json --color --log-format --xid-ignore --xid-unhealthy --help --version"
+            opts="-h -V --host --host-root --nvidia-smi --data-dir --cdi-dir --helper-socket --api-socket --mig-config --json --color --log-format --xid-ignore --xid-unhealthy --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -1595,6 +1742,10 @@ _bcd() {
                     return 0
                     ;;
                 --api-socket)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --mig-config)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
@@ -1622,7 +1773,7 @@ _bcd() {
             return 0
             ;;
         bcd__subcmd__hold__subcmd__release)
-            opts="-h -V --force --host --host-root --nvidia-smi --data-dir --cdi-dir --helper-socket --api-socket --json --color --log-format --xid-ignore --xid-unhealthy --help --version"
+            opts="-h -V --force --host --host-root --nvidia-smi --data-dir --cdi-dir --helper-socket --api-socket --mig-config --json --color --log-format --xid-ignore --xid-unhealthy --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -1656,6 +1807,328 @@ _bcd() {
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
+                --mig-config)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --color)
+                    COMPREPLY=($(compgen -W "auto always never" -- "${cur}"))
+                    return 0
+                    ;;
+                --log-format)
+                    COMPREPLY=($(compgen -W "text json" -- "${cur}"))
+                    return 0
+                    ;;
+                --xid-ignore)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --xid-unhealthy)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        bcd__subcmd__mig)
+            opts="-h -V --host --host-root --nvidia-smi --data-dir --cdi-dir --helper-socket --api-socket --mig-config --json --color --log-format --xid-ignore --xid-unhealthy --help --version plan apply status help"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                --host)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --host-root)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --nvidia-smi)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --data-dir)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --cdi-dir)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --helper-socket)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --api-socket)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --mig-config)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --color)
+                    COMPREPLY=($(compgen -W "auto always never" -- "${cur}"))
+                    return 0
+                    ;;
+                --log-format)
+                    COMPREPLY=($(compgen -W "text json" -- "${cur}"))
+                    return 0
+                    ;;
+                --xid-ignore)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --xid-unhealthy)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        bcd__subcmd__mig__subcmd__apply)
+            opts="-h -V --host --host-root --nvidia-smi --data-dir --cdi-dir --helper-socket --api-socket --mig-config --json --color --log-format --xid-ignore --xid-unhealthy --help --version"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                --host)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --host-root)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --nvidia-smi)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --data-dir)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --cdi-dir)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --helper-socket)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --api-socket)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --mig-config)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --color)
+                    COMPREPLY=($(compgen -W "auto always never" -- "${cur}"))
+                    return 0
+                    ;;
+                --log-format)
+                    COMPREPLY=($(compgen -W "text json" -- "${cur}"))
+                    return 0
+                    ;;
+                --xid-ignore)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --xid-unhealthy)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        bcd__subcmd__mig__subcmd__help)
+            opts="plan apply status help"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        bcd__subcmd__mig__subcmd__help__subcmd__apply)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 4 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        bcd__subcmd__mig__subcmd__help__subcmd__help)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 4 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        bcd__subcmd__mig__subcmd__help__subcmd__plan)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 4 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        bcd__subcmd__mig__subcmd__help__subcmd__status)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 4 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        bcd__subcmd__mig__subcmd__plan)
+            opts="-h -V --host --host-root --nvidia-smi --data-dir --cdi-dir --helper-socket --api-socket --mig-config --json --color --log-format --xid-ignore --xid-unhealthy --help --version"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                --host)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --host-root)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --nvidia-smi)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --data-dir)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --cdi-dir)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --helper-socket)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --api-socket)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --mig-config)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --color)
+                    COMPREPLY=($(compgen -W "auto always never" -- "${cur}"))
+                    return 0
+                    ;;
+                --log-format)
+                    COMPREPLY=($(compgen -W "text json" -- "${cur}"))
+                    return 0
+                    ;;
+                --xid-ignore)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --xid-unhealthy)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        bcd__subcmd__mig__subcmd__status)
+            opts="-h -V --host --host-root --nvidia-smi --data-dir --cdi-dir --helper-socket --api-socket --mig-config --json --color --log-format --xid-ignore --xid-unhealthy --help --version"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                --host)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --host-root)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --nvidia-smi)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --data-dir)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --cdi-dir)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --helper-socket)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --api-socket)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --mig-config)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
                 --color)
                     COMPREPLY=($(compgen -W "auto always never" -- "${cur}"))
                     return 0
@@ -1680,7 +2153,7 @@ _bcd() {
             return 0
             ;;
         bcd__subcmd__node)
-            opts="-h -V --metrics-listen --otlp-endpoint --sample-interval --api-group --gpu-slots --metrics-compat --device-plugin-dir --pod-resources-socket --kubernetes-release-grace --runtime-dir --nfd-features-dir --dra --kubelet-dir --cdi-runtime-dir --kubeconfig --node-name --host --host-root --nvidia-smi --data-dir --cdi-dir --helper-socket --api-socket --json --color --log-format --xid-ignore --xid-unhealthy --help --version"
+            opts="-h -V --metrics-listen --otlp-endpoint --sample-interval --api-group --gpu-slots --metrics-compat --mig-layout --nvidia-cdi-spec --device-plugin-dir --pod-resources-socket --kubernetes-release-grace --runtime-dir --nfd-features-dir --dra --kubelet-dir --cdi-runtime-dir --kubeconfig --node-name --host --host-root --nvidia-smi --data-dir --cdi-dir --helper-socket --api-socket --mig-config --json --color --log-format --xid-ignore --xid-unhealthy --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -1708,6 +2181,14 @@ _bcd() {
                     ;;
                 --metrics-compat)
                     COMPREPLY=($(compgen -W "dcgm dcgm-legacy" -- "${cur}"))
+                    return 0
+                    ;;
+                --mig-layout)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --nvidia-cdi-spec)
+                    COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
                 --device-plugin-dir)
@@ -1774,6 +2255,10 @@ _bcd() {
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
+                --mig-config)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
                 --color)
                     COMPREPLY=($(compgen -W "auto always never" -- "${cur}"))
                     return 0
@@ -1798,7 +2283,7 @@ _bcd() {
             return 0
             ;;
         bcd__subcmd__status)
-            opts="-i -w -h -V --format --id --watch --host --host-root --nvidia-smi --data-dir --cdi-dir --helper-socket --api-socket --json --color --log-format --xid-ignore --xid-unhealthy --help --version"
+            opts="-i -w -h -V --format --id --watch --host --host-root --nvidia-smi --data-dir --cdi-dir --helper-socket --api-socket --mig-config --json --color --log-format --xid-ignore --xid-unhealthy --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -1844,6 +2329,10 @@ _bcd() {
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
+                --mig-config)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
                 --color)
                     COMPREPLY=($(compgen -W "auto always never" -- "${cur}"))
                     return 0
@@ -1868,7 +2357,7 @@ _bcd() {
             return 0
             ;;
         bcd__subcmd__vfio)
-            opts="-h -V --host --host-root --nvidia-smi --data-dir --cdi-dir --helper-socket --api-socket --json --color --log-format --xid-ignore --xid-unhealthy --help --version bind release help"
+            opts="-h -V --host --host-root --nvidia-smi --data-dir --cdi-dir --helper-socket --api-socket --mig-config --json --color --log-format --xid-ignore --xid-unhealthy --help --version bind release help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -1902,6 +2391,10 @@ _bcd() {
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
+                --mig-config)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
                 --color)
                     COMPREPLY=($(compgen -W "auto always never" -- "${cur}"))
                     return 0
@@ -1926,7 +2419,7 @@ _bcd() {
             return 0
             ;;
         bcd__subcmd__vfio__subcmd__bind)
-            opts="-h -V --host --host-root --nvidia-smi --data-dir --cdi-dir --helper-socket --api-socket --json --color --log-format --xid-ignore --xid-unhealthy --help --version"
+            opts="-h -V --host --host-root --nvidia-smi --data-dir --cdi-dir --helper-socket --api-socket --mig-config --json --color --log-format --xid-ignore --xid-unhealthy --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -1957,6 +2450,10 @@ _bcd() {
                     return 0
                     ;;
                 --api-socket)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --mig-config)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
@@ -2040,7 +2537,7 @@ _bcd() {
             return 0
             ;;
         bcd__subcmd__vfio__subcmd__release)
-            opts="-h -V --host --host-root --nvidia-smi --data-dir --cdi-dir --helper-socket --api-socket --json --color --log-format --xid-ignore --xid-unhealthy --help --version"
+            opts="-h -V --host --host-root --nvidia-smi --data-dir --cdi-dir --helper-socket --api-socket --mig-config --json --color --log-format --xid-ignore --xid-unhealthy --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -2074,6 +2571,10 @@ _bcd() {
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
+                --mig-config)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
                 --color)
                     COMPREPLY=($(compgen -W "auto always never" -- "${cur}"))
                     return 0
@@ -2098,7 +2599,7 @@ _bcd() {
             return 0
             ;;
         bcd__subcmd__vm)
-            opts="-h -V --host --host-root --nvidia-smi --data-dir --cdi-dir --helper-socket --api-socket --json --color --log-format --xid-ignore --xid-unhealthy --help --version start restore destroy help"
+            opts="-h -V --host --host-root --nvidia-smi --data-dir --cdi-dir --helper-socket --api-socket --mig-config --json --color --log-format --xid-ignore --xid-unhealthy --help --version start restore destroy help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -2132,6 +2633,10 @@ _bcd() {
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
+                --mig-config)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
                 --color)
                     COMPREPLY=($(compgen -W "auto always never" -- "${cur}"))
                     return 0
@@ -2156,7 +2661,7 @@ _bcd() {
             return 0
             ;;
         bcd__subcmd__vm__subcmd__destroy)
-            opts="-h -V --host --host-root --nvidia-smi --data-dir --cdi-dir --helper-socket --api-socket --json --color --log-format --xid-ignore --xid-unhealthy --help --version"
+            opts="-h -V --host --host-root --nvidia-smi --data-dir --cdi-dir --helper-socket --api-socket --mig-config --json --color --log-format --xid-ignore --xid-unhealthy --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -2187,6 +2692,10 @@ _bcd() {
                     return 0
                     ;;
                 --api-socket)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --mig-config)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
@@ -2284,7 +2793,7 @@ _bcd() {
             return 0
             ;;
         bcd__subcmd__vm__subcmd__restore)
-            opts="-h -V --host --host-root --nvidia-smi --data-dir --cdi-dir --helper-socket --api-socket --json --color --log-format --xid-ignore --xid-unhealthy --help --version"
+            opts="-h -V --host --host-root --nvidia-smi --data-dir --cdi-dir --helper-socket --api-socket --mig-config --json --color --log-format --xid-ignore --xid-unhealthy --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -2315,6 +2824,10 @@ _bcd() {
                     return 0
                     ;;
                 --api-socket)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --mig-config)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
@@ -2342,7 +2855,7 @@ _bcd() {
             return 0
             ;;
         bcd__subcmd__vm__subcmd__start)
-            opts="-h -V --host --host-root --nvidia-smi --data-dir --cdi-dir --helper-socket --api-socket --json --color --log-format --xid-ignore --xid-unhealthy --help --version"
+            opts="-h -V --host --host-root --nvidia-smi --data-dir --cdi-dir --helper-socket --api-socket --mig-config --json --color --log-format --xid-ignore --xid-unhealthy --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -2373,6 +2886,10 @@ _bcd() {
                     return 0
                     ;;
                 --api-socket)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --mig-config)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;

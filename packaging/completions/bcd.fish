@@ -1,6 +1,6 @@
 # Print an optspec for argparse to handle cmd's options that are independent of any subcommand.
 function __fish_bcd_global_optspecs
-    string join \n host= host-root= nvidia-smi= data-dir= cdi-dir= helper-socket= api-socket= json color= log-format= xid-ignore= xid-unhealthy= h/help V/version
+    string join \n host= host-root= nvidia-smi= data-dir= cdi-dir= helper-socket= api-socket= mig-config= json color= log-format= xid-ignore= xid-unhealthy= h/help V/version
 end
 
 function __fish_bcd_needs_command
@@ -31,6 +31,7 @@ complete -c bcd -n "__fish_bcd_needs_command" -l data-dir -d 'Where the agent ke
 complete -c bcd -n "__fish_bcd_needs_command" -l cdi-dir -d 'Where hold CDI specs are written (vendor specs are read from here, then /var/run/cdi)' -r -F
 complete -c bcd -n "__fish_bcd_needs_command" -l helper-socket -d 'The root helper\'s socket' -r -F
 complete -c bcd -n "__fish_bcd_needs_command" -l api-socket -d 'The node service\'s API socket' -r -F
+complete -c bcd -n "__fish_bcd_needs_command" -l mig-config -d 'The MIG layout file (mig-parted\'s format), read by bcd mig plan and by bcd node at each apply (default /etc/bcd/mig-config.yaml)' -r -F
 complete -c bcd -n "__fish_bcd_needs_command" -l color -d 'Colour the state words: `auto` on a terminal unless NO_COLOR is set, `always`, or `never`' -r -f -a "auto\t'Colour when stdout is a terminal and `NO_COLOR` is unset or empty'
 always\t'Colour always, even through a pipe or with `NO_COLOR`'
 never\t'No colour'"
@@ -49,6 +50,7 @@ complete -c bcd -n "__fish_bcd_needs_command" -f -a "gpu" -d 'GPU operations, th
 complete -c bcd -n "__fish_bcd_needs_command" -f -a "hold" -d 'Holds and their CDI specs, through the node service'
 complete -c bcd -n "__fish_bcd_needs_command" -f -a "vfio" -d 'GPUs to vfio-pci and back, through the node service'
 complete -c bcd -n "__fish_bcd_needs_command" -f -a "vm" -d 'libvirt domains with GPUs, through the node service'
+complete -c bcd -n "__fish_bcd_needs_command" -f -a "mig" -d 'MIG layouts from a mig-parted-format file (--mig-config)'
 complete -c bcd -n "__fish_bcd_needs_command" -f -a "node" -d 'The long-running node service'
 complete -c bcd -n "__fish_bcd_needs_command" -f -a "status" -d 'A table of the GPUs from a live sample (waits at most 10 s), each with its state (HEALTHY, DEGRADED, UNHEALTHY or UNKNOWN) and the reasons below it'
 complete -c bcd -n "__fish_bcd_needs_command" -f -a "generate-docs" -d 'Write bcd\'s man pages (`DIR/man/*.1`) and shell completions (`DIR/completions/`: bash, zsh, fish) from this command line; the packaged ones are made so'
@@ -61,6 +63,7 @@ complete -c bcd -n "__fish_bcd_using_subcommand helper; and not __fish_seen_subc
 complete -c bcd -n "__fish_bcd_using_subcommand helper; and not __fish_seen_subcommand_from ping help" -l cdi-dir -d 'Where hold CDI specs are written (vendor specs are read from here, then /var/run/cdi)' -r -F
 complete -c bcd -n "__fish_bcd_using_subcommand helper; and not __fish_seen_subcommand_from ping help" -l helper-socket -d 'The root helper\'s socket' -r -F
 complete -c bcd -n "__fish_bcd_using_subcommand helper; and not __fish_seen_subcommand_from ping help" -l api-socket -d 'The node service\'s API socket' -r -F
+complete -c bcd -n "__fish_bcd_using_subcommand helper; and not __fish_seen_subcommand_from ping help" -l mig-config -d 'The MIG layout file (mig-parted\'s format), read by bcd mig plan and by bcd node at each apply (default /etc/bcd/mig-config.yaml)' -r -F
 complete -c bcd -n "__fish_bcd_using_subcommand helper; and not __fish_seen_subcommand_from ping help" -l color -d 'Colour the state words: `auto` on a terminal unless NO_COLOR is set, `always`, or `never`' -r -f -a "auto\t'Colour when stdout is a terminal and `NO_COLOR` is unset or empty'
 always\t'Colour always, even through a pipe or with `NO_COLOR`'
 never\t'No colour'"
@@ -80,6 +83,7 @@ complete -c bcd -n "__fish_bcd_using_subcommand helper; and __fish_seen_subcomma
 complete -c bcd -n "__fish_bcd_using_subcommand helper; and __fish_seen_subcommand_from ping" -l cdi-dir -d 'Where hold CDI specs are written (vendor specs are read from here, then /var/run/cdi)' -r -F
 complete -c bcd -n "__fish_bcd_using_subcommand helper; and __fish_seen_subcommand_from ping" -l helper-socket -d 'The root helper\'s socket' -r -F
 complete -c bcd -n "__fish_bcd_using_subcommand helper; and __fish_seen_subcommand_from ping" -l api-socket -d 'The node service\'s API socket' -r -F
+complete -c bcd -n "__fish_bcd_using_subcommand helper; and __fish_seen_subcommand_from ping" -l mig-config -d 'The MIG layout file (mig-parted\'s format), read by bcd mig plan and by bcd node at each apply (default /etc/bcd/mig-config.yaml)' -r -F
 complete -c bcd -n "__fish_bcd_using_subcommand helper; and __fish_seen_subcommand_from ping" -l color -d 'Colour the state words: `auto` on a terminal unless NO_COLOR is set, `always`, or `never`' -r -f -a "auto\t'Colour when stdout is a terminal and `NO_COLOR` is unset or empty'
 always\t'Colour always, even through a pipe or with `NO_COLOR`'
 never\t'No colour'"
@@ -101,6 +105,7 @@ complete -c bcd -n "__fish_bcd_using_subcommand hardware" -l data-dir -d 'Where 
 complete -c bcd -n "__fish_bcd_using_subcommand hardware" -l cdi-dir -d 'Where hold CDI specs are written (vendor specs are read from here, then /var/run/cdi)' -r -F
 complete -c bcd -n "__fish_bcd_using_subcommand hardware" -l helper-socket -d 'The root helper\'s socket' -r -F
 complete -c bcd -n "__fish_bcd_using_subcommand hardware" -l api-socket -d 'The node service\'s API socket' -r -F
+complete -c bcd -n "__fish_bcd_using_subcommand hardware" -l mig-config -d 'The MIG layout file (mig-parted\'s format), read by bcd mig plan and by bcd node at each apply (default /etc/bcd/mig-config.yaml)' -r -F
 complete -c bcd -n "__fish_bcd_using_subcommand hardware" -l color -d 'Colour the state words: `auto` on a terminal unless NO_COLOR is set, `always`, or `never`' -r -f -a "auto\t'Colour when stdout is a terminal and `NO_COLOR` is unset or empty'
 always\t'Colour always, even through a pipe or with `NO_COLOR`'
 never\t'No colour'"
@@ -119,6 +124,7 @@ complete -c bcd -n "__fish_bcd_using_subcommand doctor" -l data-dir -d 'Where th
 complete -c bcd -n "__fish_bcd_using_subcommand doctor" -l cdi-dir -d 'Where hold CDI specs are written (vendor specs are read from here, then /var/run/cdi)' -r -F
 complete -c bcd -n "__fish_bcd_using_subcommand doctor" -l helper-socket -d 'The root helper\'s socket' -r -F
 complete -c bcd -n "__fish_bcd_using_subcommand doctor" -l api-socket -d 'The node service\'s API socket' -r -F
+complete -c bcd -n "__fish_bcd_using_subcommand doctor" -l mig-config -d 'The MIG layout file (mig-parted\'s format), read by bcd mig plan and by bcd node at each apply (default /etc/bcd/mig-config.yaml)' -r -F
 complete -c bcd -n "__fish_bcd_using_subcommand doctor" -l color -d 'Colour the state words: `auto` on a terminal unless NO_COLOR is set, `always`, or `never`' -r -f -a "auto\t'Colour when stdout is a terminal and `NO_COLOR` is unset or empty'
 always\t'Colour always, even through a pipe or with `NO_COLOR`'
 never\t'No colour'"
@@ -136,6 +142,7 @@ complete -c bcd -n "__fish_bcd_using_subcommand cdi; and not __fish_seen_subcomm
 complete -c bcd -n "__fish_bcd_using_subcommand cdi; and not __fish_seen_subcommand_from render help" -l cdi-dir -d 'Where hold CDI specs are written (vendor specs are read from here, then /var/run/cdi)' -r -F
 complete -c bcd -n "__fish_bcd_using_subcommand cdi; and not __fish_seen_subcommand_from render help" -l helper-socket -d 'The root helper\'s socket' -r -F
 complete -c bcd -n "__fish_bcd_using_subcommand cdi; and not __fish_seen_subcommand_from render help" -l api-socket -d 'The node service\'s API socket' -r -F
+complete -c bcd -n "__fish_bcd_using_subcommand cdi; and not __fish_seen_subcommand_from render help" -l mig-config -d 'The MIG layout file (mig-parted\'s format), read by bcd mig plan and by bcd node at each apply (default /etc/bcd/mig-config.yaml)' -r -F
 complete -c bcd -n "__fish_bcd_using_subcommand cdi; and not __fish_seen_subcommand_from render help" -l color -d 'Colour the state words: `auto` on a terminal unless NO_COLOR is set, `always`, or `never`' -r -f -a "auto\t'Colour when stdout is a terminal and `NO_COLOR` is unset or empty'
 always\t'Colour always, even through a pipe or with `NO_COLOR`'
 never\t'No colour'"
@@ -155,6 +162,7 @@ complete -c bcd -n "__fish_bcd_using_subcommand cdi; and __fish_seen_subcommand_
 complete -c bcd -n "__fish_bcd_using_subcommand cdi; and __fish_seen_subcommand_from render" -l cdi-dir -d 'Where hold CDI specs are written (vendor specs are read from here, then /var/run/cdi)' -r -F
 complete -c bcd -n "__fish_bcd_using_subcommand cdi; and __fish_seen_subcommand_from render" -l helper-socket -d 'The root helper\'s socket' -r -F
 complete -c bcd -n "__fish_bcd_using_subcommand cdi; and __fish_seen_subcommand_from render" -l api-socket -d 'The node service\'s API socket' -r -F
+complete -c bcd -n "__fish_bcd_using_subcommand cdi; and __fish_seen_subcommand_from render" -l mig-config -d 'The MIG layout file (mig-parted\'s format), read by bcd mig plan and by bcd node at each apply (default /etc/bcd/mig-config.yaml)' -r -F
 complete -c bcd -n "__fish_bcd_using_subcommand cdi; and __fish_seen_subcommand_from render" -l color -d 'Colour the state words: `auto` on a terminal unless NO_COLOR is set, `always`, or `never`' -r -f -a "auto\t'Colour when stdout is a terminal and `NO_COLOR` is unset or empty'
 always\t'Colour always, even through a pipe or with `NO_COLOR`'
 never\t'No colour'"
@@ -175,6 +183,7 @@ complete -c bcd -n "__fish_bcd_using_subcommand gpu; and not __fish_seen_subcomm
 complete -c bcd -n "__fish_bcd_using_subcommand gpu; and not __fish_seen_subcommand_from reset help" -l cdi-dir -d 'Where hold CDI specs are written (vendor specs are read from here, then /var/run/cdi)' -r -F
 complete -c bcd -n "__fish_bcd_using_subcommand gpu; and not __fish_seen_subcommand_from reset help" -l helper-socket -d 'The root helper\'s socket' -r -F
 complete -c bcd -n "__fish_bcd_using_subcommand gpu; and not __fish_seen_subcommand_from reset help" -l api-socket -d 'The node service\'s API socket' -r -F
+complete -c bcd -n "__fish_bcd_using_subcommand gpu; and not __fish_seen_subcommand_from reset help" -l mig-config -d 'The MIG layout file (mig-parted\'s format), read by bcd mig plan and by bcd node at each apply (default /etc/bcd/mig-config.yaml)' -r -F
 complete -c bcd -n "__fish_bcd_using_subcommand gpu; and not __fish_seen_subcommand_from reset help" -l color -d 'Colour the state words: `auto` on a terminal unless NO_COLOR is set, `always`, or `never`' -r -f -a "auto\t'Colour when stdout is a terminal and `NO_COLOR` is unset or empty'
 always\t'Colour always, even through a pipe or with `NO_COLOR`'
 never\t'No colour'"
@@ -194,6 +203,7 @@ complete -c bcd -n "__fish_bcd_using_subcommand gpu; and __fish_seen_subcommand_
 complete -c bcd -n "__fish_bcd_using_subcommand gpu; and __fish_seen_subcommand_from reset" -l cdi-dir -d 'Where hold CDI specs are written (vendor specs are read from here, then /var/run/cdi)' -r -F
 complete -c bcd -n "__fish_bcd_using_subcommand gpu; and __fish_seen_subcommand_from reset" -l helper-socket -d 'The root helper\'s socket' -r -F
 complete -c bcd -n "__fish_bcd_using_subcommand gpu; and __fish_seen_subcommand_from reset" -l api-socket -d 'The node service\'s API socket' -r -F
+complete -c bcd -n "__fish_bcd_using_subcommand gpu; and __fish_seen_subcommand_from reset" -l mig-config -d 'The MIG layout file (mig-parted\'s format), read by bcd mig plan and by bcd node at each apply (default /etc/bcd/mig-config.yaml)' -r -F
 complete -c bcd -n "__fish_bcd_using_subcommand gpu; and __fish_seen_subcommand_from reset" -l color -d 'Colour the state words: `auto` on a terminal unless NO_COLOR is set, `always`, or `never`' -r -f -a "auto\t'Colour when stdout is a terminal and `NO_COLOR` is unset or empty'
 always\t'Colour always, even through a pipe or with `NO_COLOR`'
 never\t'No colour'"
@@ -213,6 +223,7 @@ complete -c bcd -n "__fish_bcd_using_subcommand hold; and not __fish_seen_subcom
 complete -c bcd -n "__fish_bcd_using_subcommand hold; and not __fish_seen_subcommand_from apply release list help" -l cdi-dir -d 'Where hold CDI specs are written (vendor specs are read from here, then /var/run/cdi)' -r -F
 complete -c bcd -n "__fish_bcd_using_subcommand hold; and not __fish_seen_subcommand_from apply release list help" -l helper-socket -d 'The root helper\'s socket' -r -F
 complete -c bcd -n "__fish_bcd_using_subcommand hold; and not __fish_seen_subcommand_from apply release list help" -l api-socket -d 'The node service\'s API socket' -r -F
+complete -c bcd -n "__fish_bcd_using_subcommand hold; and not __fish_seen_subcommand_from apply release list help" -l mig-config -d 'The MIG layout file (mig-parted\'s format), read by bcd mig plan and by bcd node at each apply (default /etc/bcd/mig-config.yaml)' -r -F
 complete -c bcd -n "__fish_bcd_using_subcommand hold; and not __fish_seen_subcommand_from apply release list help" -l color -d 'Colour the state words: `auto` on a terminal unless NO_COLOR is set, `always`, or `never`' -r -f -a "auto\t'Colour when stdout is a terminal and `NO_COLOR` is unset or empty'
 always\t'Colour always, even through a pipe or with `NO_COLOR`'
 never\t'No colour'"
@@ -234,6 +245,7 @@ complete -c bcd -n "__fish_bcd_using_subcommand hold; and __fish_seen_subcommand
 complete -c bcd -n "__fish_bcd_using_subcommand hold; and __fish_seen_subcommand_from apply" -l cdi-dir -d 'Where hold CDI specs are written (vendor specs are read from here, then /var/run/cdi)' -r -F
 complete -c bcd -n "__fish_bcd_using_subcommand hold; and __fish_seen_subcommand_from apply" -l helper-socket -d 'The root helper\'s socket' -r -F
 complete -c bcd -n "__fish_bcd_using_subcommand hold; and __fish_seen_subcommand_from apply" -l api-socket -d 'The node service\'s API socket' -r -F
+complete -c bcd -n "__fish_bcd_using_subcommand hold; and __fish_seen_subcommand_from apply" -l mig-config -d 'The MIG layout file (mig-parted\'s format), read by bcd mig plan and by bcd node at each apply (default /etc/bcd/mig-config.yaml)' -r -F
 complete -c bcd -n "__fish_bcd_using_subcommand hold; and __fish_seen_subcommand_from apply" -l color -d 'Colour the state words: `auto` on a terminal unless NO_COLOR is set, `always`, or `never`' -r -f -a "auto\t'Colour when stdout is a terminal and `NO_COLOR` is unset or empty'
 always\t'Colour always, even through a pipe or with `NO_COLOR`'
 never\t'No colour'"
@@ -251,6 +263,7 @@ complete -c bcd -n "__fish_bcd_using_subcommand hold; and __fish_seen_subcommand
 complete -c bcd -n "__fish_bcd_using_subcommand hold; and __fish_seen_subcommand_from release" -l cdi-dir -d 'Where hold CDI specs are written (vendor specs are read from here, then /var/run/cdi)' -r -F
 complete -c bcd -n "__fish_bcd_using_subcommand hold; and __fish_seen_subcommand_from release" -l helper-socket -d 'The root helper\'s socket' -r -F
 complete -c bcd -n "__fish_bcd_using_subcommand hold; and __fish_seen_subcommand_from release" -l api-socket -d 'The node service\'s API socket' -r -F
+complete -c bcd -n "__fish_bcd_using_subcommand hold; and __fish_seen_subcommand_from release" -l mig-config -d 'The MIG layout file (mig-parted\'s format), read by bcd mig plan and by bcd node at each apply (default /etc/bcd/mig-config.yaml)' -r -F
 complete -c bcd -n "__fish_bcd_using_subcommand hold; and __fish_seen_subcommand_from release" -l color -d 'Colour the state words: `auto` on a terminal unless NO_COLOR is set, `always`, or `never`' -r -f -a "auto\t'Colour when stdout is a terminal and `NO_COLOR` is unset or empty'
 always\t'Colour always, even through a pipe or with `NO_COLOR`'
 never\t'No colour'"
@@ -269,6 +282,7 @@ complete -c bcd -n "__fish_bcd_using_subcommand hold; and __fish_seen_subcommand
 complete -c bcd -n "__fish_bcd_using_subcommand hold; and __fish_seen_subcommand_from list" -l cdi-dir -d 'Where hold CDI specs are written (vendor specs are read from here, then /var/run/cdi)' -r -F
 complete -c bcd -n "__fish_bcd_using_subcommand hold; and __fish_seen_subcommand_from list" -l helper-socket -d 'The root helper\'s socket' -r -F
 complete -c bcd -n "__fish_bcd_using_subcommand hold; and __fish_seen_subcommand_from list" -l api-socket -d 'The node service\'s API socket' -r -F
+complete -c bcd -n "__fish_bcd_using_subcommand hold; and __fish_seen_subcommand_from list" -l mig-config -d 'The MIG layout file (mig-parted\'s format), read by bcd mig plan and by bcd node at each apply (default /etc/bcd/mig-config.yaml)' -r -F
 complete -c bcd -n "__fish_bcd_using_subcommand hold; and __fish_seen_subcommand_from list" -l color -d 'Colour the state words: `auto` on a terminal unless NO_COLOR is set, `always`, or `never`' -r -f -a "auto\t'Colour when stdout is a terminal and `NO_COLOR` is unset or empty'
 always\t'Colour always, even through a pipe or with `NO_COLOR`'
 never\t'No colour'"
@@ -290,6 +304,7 @@ complete -c bcd -n "__fish_bcd_using_subcommand vfio; and not __fish_seen_subcom
 complete -c bcd -n "__fish_bcd_using_subcommand vfio; and not __fish_seen_subcommand_from bind release help" -l cdi-dir -d 'Where hold CDI specs are written (vendor specs are read from here, then /var/run/cdi)' -r -F
 complete -c bcd -n "__fish_bcd_using_subcommand vfio; and not __fish_seen_subcommand_from bind release help" -l helper-socket -d 'The root helper\'s socket' -r -F
 complete -c bcd -n "__fish_bcd_using_subcommand vfio; and not __fish_seen_subcommand_from bind release help" -l api-socket -d 'The node service\'s API socket' -r -F
+complete -c bcd -n "__fish_bcd_using_subcommand vfio; and not __fish_seen_subcommand_from bind release help" -l mig-config -d 'The MIG layout file (mig-parted\'s format), read by bcd mig plan and by bcd node at each apply (default /etc/bcd/mig-config.yaml)' -r -F
 complete -c bcd -n "__fish_bcd_using_subcommand vfio; and not __fish_seen_subcommand_from bind release help" -l color -d 'Colour the state words: `auto` on a terminal unless NO_COLOR is set, `always`, or `never`' -r -f -a "auto\t'Colour when stdout is a terminal and `NO_COLOR` is unset or empty'
 always\t'Colour always, even through a pipe or with `NO_COLOR`'
 never\t'No colour'"
@@ -310,6 +325,7 @@ complete -c bcd -n "__fish_bcd_using_subcommand vfio; and __fish_seen_subcommand
 complete -c bcd -n "__fish_bcd_using_subcommand vfio; and __fish_seen_subcommand_from bind" -l cdi-dir -d 'Where hold CDI specs are written (vendor specs are read from here, then /var/run/cdi)' -r -F
 complete -c bcd -n "__fish_bcd_using_subcommand vfio; and __fish_seen_subcommand_from bind" -l helper-socket -d 'The root helper\'s socket' -r -F
 complete -c bcd -n "__fish_bcd_using_subcommand vfio; and __fish_seen_subcommand_from bind" -l api-socket -d 'The node service\'s API socket' -r -F
+complete -c bcd -n "__fish_bcd_using_subcommand vfio; and __fish_seen_subcommand_from bind" -l mig-config -d 'The MIG layout file (mig-parted\'s format), read by bcd mig plan and by bcd node at each apply (default /etc/bcd/mig-config.yaml)' -r -F
 complete -c bcd -n "__fish_bcd_using_subcommand vfio; and __fish_seen_subcommand_from bind" -l color -d 'Colour the state words: `auto` on a terminal unless NO_COLOR is set, `always`, or `never`' -r -f -a "auto\t'Colour when stdout is a terminal and `NO_COLOR` is unset or empty'
 always\t'Colour always, even through a pipe or with `NO_COLOR`'
 never\t'No colour'"
@@ -327,6 +343,7 @@ complete -c bcd -n "__fish_bcd_using_subcommand vfio; and __fish_seen_subcommand
 complete -c bcd -n "__fish_bcd_using_subcommand vfio; and __fish_seen_subcommand_from release" -l cdi-dir -d 'Where hold CDI specs are written (vendor specs are read from here, then /var/run/cdi)' -r -F
 complete -c bcd -n "__fish_bcd_using_subcommand vfio; and __fish_seen_subcommand_from release" -l helper-socket -d 'The root helper\'s socket' -r -F
 complete -c bcd -n "__fish_bcd_using_subcommand vfio; and __fish_seen_subcommand_from release" -l api-socket -d 'The node service\'s API socket' -r -F
+complete -c bcd -n "__fish_bcd_using_subcommand vfio; and __fish_seen_subcommand_from release" -l mig-config -d 'The MIG layout file (mig-parted\'s format), read by bcd mig plan and by bcd node at each apply (default /etc/bcd/mig-config.yaml)' -r -F
 complete -c bcd -n "__fish_bcd_using_subcommand vfio; and __fish_seen_subcommand_from release" -l color -d 'Colour the state words: `auto` on a terminal unless NO_COLOR is set, `always`, or `never`' -r -f -a "auto\t'Colour when stdout is a terminal and `NO_COLOR` is unset or empty'
 always\t'Colour always, even through a pipe or with `NO_COLOR`'
 never\t'No colour'"
@@ -347,6 +364,7 @@ complete -c bcd -n "__fish_bcd_using_subcommand vm; and not __fish_seen_subcomma
 complete -c bcd -n "__fish_bcd_using_subcommand vm; and not __fish_seen_subcommand_from start restore destroy help" -l cdi-dir -d 'Where hold CDI specs are written (vendor specs are read from here, then /var/run/cdi)' -r -F
 complete -c bcd -n "__fish_bcd_using_subcommand vm; and not __fish_seen_subcommand_from start restore destroy help" -l helper-socket -d 'The root helper\'s socket' -r -F
 complete -c bcd -n "__fish_bcd_using_subcommand vm; and not __fish_seen_subcommand_from start restore destroy help" -l api-socket -d 'The node service\'s API socket' -r -F
+complete -c bcd -n "__fish_bcd_using_subcommand vm; and not __fish_seen_subcommand_from start restore destroy help" -l mig-config -d 'The MIG layout file (mig-parted\'s format), read by bcd mig plan and by bcd node at each apply (default /etc/bcd/mig-config.yaml)' -r -F
 complete -c bcd -n "__fish_bcd_using_subcommand vm; and not __fish_seen_subcommand_from start restore destroy help" -l color -d 'Colour the state words: `auto` on a terminal unless NO_COLOR is set, `always`, or `never`' -r -f -a "auto\t'Colour when stdout is a terminal and `NO_COLOR` is unset or empty'
 always\t'Colour always, even through a pipe or with `NO_COLOR`'
 never\t'No colour'"
@@ -368,6 +386,7 @@ complete -c bcd -n "__fish_bcd_using_subcommand vm; and __fish_seen_subcommand_f
 complete -c bcd -n "__fish_bcd_using_subcommand vm; and __fish_seen_subcommand_from start" -l cdi-dir -d 'Where hold CDI specs are written (vendor specs are read from here, then /var/run/cdi)' -r -F
 complete -c bcd -n "__fish_bcd_using_subcommand vm; and __fish_seen_subcommand_from start" -l helper-socket -d 'The root helper\'s socket' -r -F
 complete -c bcd -n "__fish_bcd_using_subcommand vm; and __fish_seen_subcommand_from start" -l api-socket -d 'The node service\'s API socket' -r -F
+complete -c bcd -n "__fish_bcd_using_subcommand vm; and __fish_seen_subcommand_from start" -l mig-config -d 'The MIG layout file (mig-parted\'s format), read by bcd mig plan and by bcd node at each apply (default /etc/bcd/mig-config.yaml)' -r -F
 complete -c bcd -n "__fish_bcd_using_subcommand vm; and __fish_seen_subcommand_from start" -l color -d 'Colour the state words: `auto` on a terminal unless NO_COLOR is set, `always`, or `never`' -r -f -a "auto\t'Colour when stdout is a terminal and `NO_COLOR` is unset or empty'
 always\t'Colour always, even through a pipe or with `NO_COLOR`'
 never\t'No colour'"
@@ -385,6 +404,7 @@ complete -c bcd -n "__fish_bcd_using_subcommand vm; and __fish_seen_subcommand_f
 complete -c bcd -n "__fish_bcd_using_subcommand vm; and __fish_seen_subcommand_from restore" -l cdi-dir -d 'Where hold CDI specs are written (vendor specs are read from here, then /var/run/cdi)' -r -F
 complete -c bcd -n "__fish_bcd_using_subcommand vm; and __fish_seen_subcommand_from restore" -l helper-socket -d 'The root helper\'s socket' -r -F
 complete -c bcd -n "__fish_bcd_using_subcommand vm; and __fish_seen_subcommand_from restore" -l api-socket -d 'The node service\'s API socket' -r -F
+complete -c bcd -n "__fish_bcd_using_subcommand vm; and __fish_seen_subcommand_from restore" -l mig-config -d 'The MIG layout file (mig-parted\'s format), read by bcd mig plan and by bcd node at each apply (default /etc/bcd/mig-config.yaml)' -r -F
 complete -c bcd -n "__fish_bcd_using_subcommand vm; and __fish_seen_subcommand_from restore" -l color -d 'Colour the state words: `auto` on a terminal unless NO_COLOR is set, `always`, or `never`' -r -f -a "auto\t'Colour when stdout is a terminal and `NO_COLOR` is unset or empty'
 always\t'Colour always, even through a pipe or with `NO_COLOR`'
 never\t'No colour'"
@@ -402,6 +422,7 @@ complete -c bcd -n "__fish_bcd_using_subcommand vm; and __fish_seen_subcommand_f
 complete -c bcd -n "__fish_bcd_using_subcommand vm; and __fish_seen_subcommand_from destroy" -l cdi-dir -d 'Where hold CDI specs are written (vendor specs are read from here, then /var/run/cdi)' -r -F
 complete -c bcd -n "__fish_bcd_using_subcommand vm; and __fish_seen_subcommand_from destroy" -l helper-socket -d 'The root helper\'s socket' -r -F
 complete -c bcd -n "__fish_bcd_using_subcommand vm; and __fish_seen_subcommand_from destroy" -l api-socket -d 'The node service\'s API socket' -r -F
+complete -c bcd -n "__fish_bcd_using_subcommand vm; and __fish_seen_subcommand_from destroy" -l mig-config -d 'The MIG layout file (mig-parted\'s format), read by bcd mig plan and by bcd node at each apply (default /etc/bcd/mig-config.yaml)' -r -F
 complete -c bcd -n "__fish_bcd_using_subcommand vm; and __fish_seen_subcommand_from destroy" -l color -d 'Colour the state words: `auto` on a terminal unless NO_COLOR is set, `always`, or `never`' -r -f -a "auto\t'Colour when stdout is a terminal and `NO_COLOR` is unset or empty'
 always\t'Colour always, even through a pipe or with `NO_COLOR`'
 never\t'No colour'"
@@ -416,6 +437,86 @@ complete -c bcd -n "__fish_bcd_using_subcommand vm; and __fish_seen_subcommand_f
 complete -c bcd -n "__fish_bcd_using_subcommand vm; and __fish_seen_subcommand_from help" -f -a "restore" -d 'Persistence off for the image\'s GPUs, then virsh restore'
 complete -c bcd -n "__fish_bcd_using_subcommand vm; and __fish_seen_subcommand_from help" -f -a "destroy" -d 'virsh destroy, then persistence on for the GPUs back on nvidia'
 complete -c bcd -n "__fish_bcd_using_subcommand vm; and __fish_seen_subcommand_from help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
+complete -c bcd -n "__fish_bcd_using_subcommand mig; and not __fish_seen_subcommand_from plan apply status help" -l host -d 'A fake host: DIR/root is the root for /proc, /sys and /dev, and DIR/bin/nvidia-smi the nvidia-smi to run (for demos and tests)' -r -F
+complete -c bcd -n "__fish_bcd_using_subcommand mig; and not __fish_seen_subcommand_from plan apply status help" -l host-root -d 'The root under which /proc, /sys and /dev are read' -r -F
+complete -c bcd -n "__fish_bcd_using_subcommand mig; and not __fish_seen_subcommand_from plan apply status help" -l nvidia-smi -d 'The nvidia-smi to run (a bare name is looked up on PATH)' -r -F
+complete -c bcd -n "__fish_bcd_using_subcommand mig; and not __fish_seen_subcommand_from plan apply status help" -l data-dir -d 'Where the agent keeps its state files' -r -F
+complete -c bcd -n "__fish_bcd_using_subcommand mig; and not __fish_seen_subcommand_from plan apply status help" -l cdi-dir -d 'Where hold CDI specs are written (vendor specs are read from here, then /var/run/cdi)' -r -F
+complete -c bcd -n "__fish_bcd_using_subcommand mig; and not __fish_seen_subcommand_from plan apply status help" -l helper-socket -d 'The root helper\'s socket' -r -F
+complete -c bcd -n "__fish_bcd_using_subcommand mig; and not __fish_seen_subcommand_from plan apply status help" -l api-socket -d 'The node service\'s API socket' -r -F
+complete -c bcd -n "__fish_bcd_using_subcommand mig; and not __fish_seen_subcommand_from plan apply status help" -l mig-config -d 'The MIG layout file (mig-parted\'s format), read by bcd mig plan and by bcd node at each apply (default /etc/bcd/mig-config.yaml)' -r -F
+complete -c bcd -n "__fish_bcd_using_subcommand mig; and not __fish_seen_subcommand_from plan apply status help" -l color -d 'Colour the state words: `auto` on a terminal unless NO_COLOR is set, `always`, or `never`' -r -f -a "auto\t'Colour when stdout is a terminal and `NO_COLOR` is unset or empty'
+always\t'Colour always, even through a pipe or with `NO_COLOR`'
+never\t'No colour'"
+complete -c bcd -n "__fish_bcd_using_subcommand mig; and not __fish_seen_subcommand_from plan apply status help" -l log-format -d 'How log lines are written to stderr: `text`, or `json` (one object per line, for the journal\'s and log shippers\' sake). Which lines: BCD_LOG (e.g. `debug`, `warn,bcd::kubelet=debug`); `info` for bcd node, `warn` for the other commands' -r -f -a "text\t'One line of text per event'
+json\t'One JSON object per event (`timestamp`, `level`, `target`, `fields.message`)'"
+complete -c bcd -n "__fish_bcd_using_subcommand mig; and not __fish_seen_subcommand_from plan apply status help" -l xid-ignore -d 'XIDs that never affect a GPU\'s health, overriding NVIDIA\'s catalog (e.g. 13,31)' -r
+complete -c bcd -n "__fish_bcd_using_subcommand mig; and not __fish_seen_subcommand_from plan apply status help" -l xid-unhealthy -d 'XIDs that make a GPU unhealthy until a reset, overriding NVIDIA\'s catalog (e.g. 43)' -r
+complete -c bcd -n "__fish_bcd_using_subcommand mig; and not __fish_seen_subcommand_from plan apply status help" -l json -d 'Machine-readable output where the command has it'
+complete -c bcd -n "__fish_bcd_using_subcommand mig; and not __fish_seen_subcommand_from plan apply status help" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c bcd -n "__fish_bcd_using_subcommand mig; and not __fish_seen_subcommand_from plan apply status help" -s V -l version -d 'Print version'
+complete -c bcd -n "__fish_bcd_using_subcommand mig; and not __fish_seen_subcommand_from plan apply status help" -f -a "plan" -d 'Read the host (no node needed) and print, per GPU the layout names, what is there, what the layout wants and the steps; exit 0 when the host matches, 1 when steps are needed, 3 when the host cannot be read or the layout is refused'
+complete -c bcd -n "__fish_bcd_using_subcommand mig; and not __fish_seen_subcommand_from plan apply status help" -f -a "apply" -d 'Apply a layout through the node service and its helper: refused as a whole when a GPU to change is held, claimed by a pod, passed through, stepping or running processes; exit 0 when applied, 3 when refused or failed'
+complete -c bcd -n "__fish_bcd_using_subcommand mig; and not __fish_seen_subcommand_from plan apply status help" -f -a "status" -d 'The layout the node applied last, its state and each GPU\'s steps'
+complete -c bcd -n "__fish_bcd_using_subcommand mig; and not __fish_seen_subcommand_from plan apply status help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
+complete -c bcd -n "__fish_bcd_using_subcommand mig; and __fish_seen_subcommand_from plan" -l host -d 'A fake host: DIR/root is the root for /proc, /sys and /dev, and DIR/bin/nvidia-smi the nvidia-smi to run (for demos and tests)' -r -F
+complete -c bcd -n "__fish_bcd_using_subcommand mig; and __fish_seen_subcommand_from plan" -l host-root -d 'The root under which /proc, /sys and /dev are read' -r -F
+complete -c bcd -n "__fish_bcd_using_subcommand mig; and __fish_seen_subcommand_from plan" -l nvidia-smi -d 'The nvidia-smi to run (a bare name is looked up on PATH)' -r -F
+complete -c bcd -n "__fish_bcd_using_subcommand mig; and __fish_seen_subcommand_from plan" -l data-dir -d 'Where the agent keeps its state files' -r -F
+complete -c bcd -n "__fish_bcd_using_subcommand mig; and __fish_seen_subcommand_from plan" -l cdi-dir -d 'Where hold CDI specs are written (vendor specs are read from here, then /var/run/cdi)' -r -F
+complete -c bcd -n "__fish_bcd_using_subcommand mig; and __fish_seen_subcommand_from plan" -l helper-socket -d 'The root helper\'s socket' -r -F
+complete -c bcd -n "__fish_bcd_using_subcommand mig; and __fish_seen_subcommand_from plan" -l api-socket -d 'The node service\'s API socket' -r -F
+complete -c bcd -n "__fish_bcd_using_subcommand mig; and __fish_seen_subcommand_from plan" -l mig-config -d 'The MIG layout file (mig-parted\'s format), read by bcd mig plan and by bcd node at each apply (default /etc/bcd/mig-config.yaml)' -r -F
+complete -c bcd -n "__fish_bcd_using_subcommand mig; and __fish_seen_subcommand_from plan" -l color -d 'Colour the state words: `auto` on a terminal unless NO_COLOR is set, `always`, or `never`' -r -f -a "auto\t'Colour when stdout is a terminal and `NO_COLOR` is unset or empty'
+always\t'Colour always, even through a pipe or with `NO_COLOR`'
+never\t'No colour'"
+complete -c bcd -n "__fish_bcd_using_subcommand mig; and __fish_seen_subcommand_from plan" -l log-format -d 'How log lines are written to stderr: `text`, or `json` (one object per line, for the journal\'s and log shippers\' sake). Which lines: BCD_LOG (e.g. `debug`, `warn,bcd::kubelet=debug`); `info` for bcd node, `warn` for the other commands' -r -f -a "text\t'One line of text per event'
+json\t'One JSON object per event (`timestamp`, `level`, `target`, `fields.message`)'"
+complete -c bcd -n "__fish_bcd_using_subcommand mig; and __fish_seen_subcommand_from plan" -l xid-ignore -d 'XIDs that never affect a GPU\'s health, overriding NVIDIA\'s catalog (e.g. 13,31)' -r
+complete -c bcd -n "__fish_bcd_using_subcommand mig; and __fish_seen_subcommand_from plan" -l xid-unhealthy -d 'XIDs that make a GPU unhealthy until a reset, overriding NVIDIA\'s catalog (e.g. 43)' -r
+complete -c bcd -n "__fish_bcd_using_subcommand mig; and __fish_seen_subcommand_from plan" -l json -d 'Machine-readable output where the command has it'
+complete -c bcd -n "__fish_bcd_using_subcommand mig; and __fish_seen_subcommand_from plan" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c bcd -n "__fish_bcd_using_subcommand mig; and __fish_seen_subcommand_from plan" -s V -l version -d 'Print version'
+complete -c bcd -n "__fish_bcd_using_subcommand mig; and __fish_seen_subcommand_from apply" -l host -d 'A fake host: DIR/root is the root for /proc, /sys and /dev, and DIR/bin/nvidia-smi the nvidia-smi to run (for demos and tests)' -r -F
+complete -c bcd -n "__fish_bcd_using_subcommand mig; and __fish_seen_subcommand_from apply" -l host-root -d 'The root under which /proc, /sys and /dev are read' -r -F
+complete -c bcd -n "__fish_bcd_using_subcommand mig; and __fish_seen_subcommand_from apply" -l nvidia-smi -d 'The nvidia-smi to run (a bare name is looked up on PATH)' -r -F
+complete -c bcd -n "__fish_bcd_using_subcommand mig; and __fish_seen_subcommand_from apply" -l data-dir -d 'Where the agent keeps its state files' -r -F
+complete -c bcd -n "__fish_bcd_using_subcommand mig; and __fish_seen_subcommand_from apply" -l cdi-dir -d 'Where hold CDI specs are written (vendor specs are read from here, then /var/run/cdi)' -r -F
+complete -c bcd -n "__fish_bcd_using_subcommand mig; and __fish_seen_subcommand_from apply" -l helper-socket -d 'The root helper\'s socket' -r -F
+complete -c bcd -n "__fish_bcd_using_subcommand mig; and __fish_seen_subcommand_from apply" -l api-socket -d 'The node service\'s API socket' -r -F
+complete -c bcd -n "__fish_bcd_using_subcommand mig; and __fish_seen_subcommand_from apply" -l mig-config -d 'The MIG layout file (mig-parted\'s format), read by bcd mig plan and by bcd node at each apply (default /etc/bcd/mig-config.yaml)' -r -F
+complete -c bcd -n "__fish_bcd_using_subcommand mig; and __fish_seen_subcommand_from apply" -l color -d 'Colour the state words: `auto` on a terminal unless NO_COLOR is set, `always`, or `never`' -r -f -a "auto\t'Colour when stdout is a terminal and `NO_COLOR` is unset or empty'
+always\t'Colour always, even through a pipe or with `NO_COLOR`'
+never\t'No colour'"
+complete -c bcd -n "__fish_bcd_using_subcommand mig; and __fish_seen_subcommand_from apply" -l log-format -d 'How log lines are written to stderr: `text`, or `json` (one object per line, for the journal\'s and log shippers\' sake). Which lines: BCD_LOG (e.g. `debug`, `warn,bcd::kubelet=debug`); `info` for bcd node, `warn` for the other commands' -r -f -a "text\t'One line of text per event'
+json\t'One JSON object per event (`timestamp`, `level`, `target`, `fields.message`)'"
+complete -c bcd -n "__fish_bcd_using_subcommand mig; and __fish_seen_subcommand_from apply" -l xid-ignore -d 'XIDs that never affect a GPU\'s health, overriding NVIDIA\'s catalog (e.g. 13,31)' -r
+complete -c bcd -n "__fish_bcd_using_subcommand mig; and __fish_seen_subcommand_from apply" -l xid-unhealthy -d 'XIDs that make a GPU unhealthy until a reset, overriding NVIDIA\'s catalog (e.g. 43)' -r
+complete -c bcd -n "__fish_bcd_using_subcommand mig; and __fish_seen_subcommand_from apply" -l json -d 'Machine-readable output where the command has it'
+complete -c bcd -n "__fish_bcd_using_subcommand mig; and __fish_seen_subcommand_from apply" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c bcd -n "__fish_bcd_using_subcommand mig; and __fish_seen_subcommand_from apply" -s V -l version -d 'Print version'
+complete -c bcd -n "__fish_bcd_using_subcommand mig; and __fish_seen_subcommand_from status" -l host -d 'A fake host: DIR/root is the root for /proc, /sys and /dev, and DIR/bin/nvidia-smi the nvidia-smi to run (for demos and tests)' -r -F
+complete -c bcd -n "__fish_bcd_using_subcommand mig; and __fish_seen_subcommand_from status" -l host-root -d 'The root under which /proc, /sys and /dev are read' -r -F
+complete -c bcd -n "__fish_bcd_using_subcommand mig; and __fish_seen_subcommand_from status" -l nvidia-smi -d 'The nvidia-smi to run (a bare name is looked up on PATH)' -r -F
+complete -c bcd -n "__fish_bcd_using_subcommand mig; and __fish_seen_subcommand_from status" -l data-dir -d 'Where the agent keeps its state files' -r -F
+complete -c bcd -n "__fish_bcd_using_subcommand mig; and __fish_seen_subcommand_from status" -l cdi-dir -d 'Where hold CDI specs are written (vendor specs are read from here, then /var/run/cdi)' -r -F
+complete -c bcd -n "__fish_bcd_using_subcommand mig; and __fish_seen_subcommand_from status" -l helper-socket -d 'The root helper\'s socket' -r -F
+complete -c bcd -n "__fish_bcd_using_subcommand mig; and __fish_seen_subcommand_from status" -l api-socket -d 'The node service\'s API socket' -r -F
+complete -c bcd -n "__fish_bcd_using_subcommand mig; and __fish_seen_subcommand_from status" -l mig-config -d 'The MIG layout file (mig-parted\'s format), read by bcd mig plan and by bcd node at each apply (default /etc/bcd/mig-config.yaml)' -r -F
+complete -c bcd -n "__fish_bcd_using_subcommand mig; and __fish_seen_subcommand_from status" -l color -d 'Colour the state words: `auto` on a terminal unless NO_COLOR is set, `always`, or `never`' -r -f -a "auto\t'Colour when stdout is a terminal and `NO_COLOR` is unset or empty'
+always\t'Colour always, even through a pipe or with `NO_COLOR`'
+never\t'No colour'"
+complete -c bcd -n "__fish_bcd_using_subcommand mig; and __fish_seen_subcommand_from status" -l log-format -d 'How log lines are written to stderr: `text`, or `json` (one object per line, for the journal\'s and log shippers\' sake). Which lines: BCD_LOG (e.g. `debug`, `warn,bcd::kubelet=debug`); `info` for bcd node, `warn` for the other commands' -r -f -a "text\t'One line of text per event'
+json\t'One JSON object per event (`timestamp`, `level`, `target`, `fields.message`)'"
+complete -c bcd -n "__fish_bcd_using_subcommand mig; and __fish_seen_subcommand_from status" -l xid-ignore -d 'XIDs that never affect a GPU\'s health, overriding NVIDIA\'s catalog (e.g. 13,31)' -r
+complete -c bcd -n "__fish_bcd_using_subcommand mig; and __fish_seen_subcommand_from status" -l xid-unhealthy -d 'XIDs that make a GPU unhealthy until a reset, overriding NVIDIA\'s catalog (e.g. 43)' -r
+complete -c bcd -n "__fish_bcd_using_subcommand mig; and __fish_seen_subcommand_from status" -l json -d 'Machine-readable output where the command has it'
+complete -c bcd -n "__fish_bcd_using_subcommand mig; and __fish_seen_subcommand_from status" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c bcd -n "__fish_bcd_using_subcommand mig; and __fish_seen_subcommand_from status" -s V -l version -d 'Print version'
+complete -c bcd -n "__fish_bcd_using_subcommand mig; and __fish_seen_subcommand_from help" -f -a "plan" -d 'Read the host (no node needed) and print, per GPU the layout names, what is there, what the layout wants and the steps; exit 0 when the host matches, 1 when steps are needed, 3 when the host cannot be read or the layout is refused'
+complete -c bcd -n "__fish_bcd_using_subcommand mig; and __fish_seen_subcommand_from help" -f -a "apply" -d 'Apply a layout through the node service and its helper: refused as a whole when a GPU to change is held, claimed by a pod, passed through, stepping or running processes; exit 0 when applied, 3 when refused or failed'
+complete -c bcd -n "__fish_bcd_using_subcommand mig; and __fish_seen_subcommand_from help" -f -a "status" -d 'The layout the node applied last, its state and each GPU\'s steps'
+complete -c bcd -n "__fish_bcd_using_subcommand mig; and __fish_seen_subcommand_from help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
 complete -c bcd -n "__fish_bcd_using_subcommand node" -l metrics-listen -d 'Serve Prometheus metrics on this address (GET /metrics); off by default' -r
 complete -c bcd -n "__fish_bcd_using_subcommand node" -l otlp-endpoint -d 'Send the GPU samples over OTLP/HTTP (protobuf) to this collector every sample interval, e.g. http://127.0.0.1:4318 (POST /v1/metrics); plain HTTP only' -r
 complete -c bcd -n "__fish_bcd_using_subcommand node" -l sample-interval -d 'Seconds between GPU samples (at least 5)' -r
@@ -423,6 +524,8 @@ complete -c bcd -n "__fish_bcd_using_subcommand node" -l api-group -d 'The group
 complete -c bcd -n "__fish_bcd_using_subcommand node" -l gpu-slots -d 'Time-sliced slots each GPU offers to holds, as GPU-<uuid>::0 to ::N-1 (0: none; at most 64). Slots of one GPU may go to different holds; a slot never goes with its whole GPU or its MIG devices' -r
 complete -c bcd -n "__fish_bcd_using_subcommand node" -l metrics-compat -d 'Also serve the metrics under another exporter\'s names: `dcgm` (NVIDIA dcgm-exporter\'s DCGM_FI_* names, units and labels, host as `hostname`) or `dcgm-legacy` (the same with `Hostname`, as dcgm-exporter named it before 2026)' -r -f -a "dcgm\t'dcgm-exporter\'s names and labels, the host\'s name as `hostname` (dcgm-exporter since it renamed the label in 2026)'
 dcgm-legacy\t'The same, the host\'s name as `Hostname` (dcgm-exporter before the rename, which dashboard 12239 and most alert rules written until then expect)'"
+complete -c bcd -n "__fish_bcd_using_subcommand node" -l mig-layout -d 'Apply this MIG layout of the layout file (--mig-config) at start, before the device plugins and the DRA driver offer anything; refused like bcd mig apply (the node then serves with the GPUs as found). Never applied again on its own' -r
+complete -c bcd -n "__fish_bcd_using_subcommand node" -l nvidia-cdi-spec -d 'Keep NVIDIA\'s CDI spec current: bcd-helper regenerates it (nvidia-ctk cdi generate into its own --nvidia-cdi-spec, which must be this file) when the driver or the GPUs and MIG devices change; off when not given. E.g. /var/run/cdi/nvidia.yaml' -r -F
 complete -c bcd -n "__fish_bcd_using_subcommand node" -l device-plugin-dir -d 'Serve kubelet device plugins (bcd.dev/gpu, bcd.dev/mig-<profile>, bcd.dev/gpu-slot) in this folder, the kubelet\'s /var/lib/kubelet/device-plugins; off when not given' -r -F
 complete -c bcd -n "__fish_bcd_using_subcommand node" -l pod-resources-socket -d 'The kubelet\'s PodResources socket, read to learn which Kubernetes holds no pod has any more' -r -F
 complete -c bcd -n "__fish_bcd_using_subcommand node" -l kubernetes-release-grace -d 'Seconds a Kubernetes hold whose devices no pod has is kept before its release' -r
@@ -439,6 +542,7 @@ complete -c bcd -n "__fish_bcd_using_subcommand node" -l data-dir -d 'Where the 
 complete -c bcd -n "__fish_bcd_using_subcommand node" -l cdi-dir -d 'Where hold CDI specs are written (vendor specs are read from here, then /var/run/cdi)' -r -F
 complete -c bcd -n "__fish_bcd_using_subcommand node" -l helper-socket -d 'The root helper\'s socket' -r -F
 complete -c bcd -n "__fish_bcd_using_subcommand node" -l api-socket -d 'The node service\'s API socket' -r -F
+complete -c bcd -n "__fish_bcd_using_subcommand node" -l mig-config -d 'The MIG layout file (mig-parted\'s format), read by bcd mig plan and by bcd node at each apply (default /etc/bcd/mig-config.yaml)' -r -F
 complete -c bcd -n "__fish_bcd_using_subcommand node" -l color -d 'Colour the state words: `auto` on a terminal unless NO_COLOR is set, `always`, or `never`' -r -f -a "auto\t'Colour when stdout is a terminal and `NO_COLOR` is unset or empty'
 always\t'Colour always, even through a pipe or with `NO_COLOR`'
 never\t'No colour'"
@@ -461,6 +565,7 @@ complete -c bcd -n "__fish_bcd_using_subcommand status" -l data-dir -d 'Where th
 complete -c bcd -n "__fish_bcd_using_subcommand status" -l cdi-dir -d 'Where hold CDI specs are written (vendor specs are read from here, then /var/run/cdi)' -r -F
 complete -c bcd -n "__fish_bcd_using_subcommand status" -l helper-socket -d 'The root helper\'s socket' -r -F
 complete -c bcd -n "__fish_bcd_using_subcommand status" -l api-socket -d 'The node service\'s API socket' -r -F
+complete -c bcd -n "__fish_bcd_using_subcommand status" -l mig-config -d 'The MIG layout file (mig-parted\'s format), read by bcd mig plan and by bcd node at each apply (default /etc/bcd/mig-config.yaml)' -r -F
 complete -c bcd -n "__fish_bcd_using_subcommand status" -l color -d 'Colour the state words: `auto` on a terminal unless NO_COLOR is set, `always`, or `never`' -r -f -a "auto\t'Colour when stdout is a terminal and `NO_COLOR` is unset or empty'
 always\t'Colour always, even through a pipe or with `NO_COLOR`'
 never\t'No colour'"
@@ -479,6 +584,7 @@ complete -c bcd -n "__fish_bcd_using_subcommand generate-docs" -l data-dir -d 'W
 complete -c bcd -n "__fish_bcd_using_subcommand generate-docs" -l cdi-dir -d 'Where hold CDI specs are written (vendor specs are read from here, then /var/run/cdi)' -r -F
 complete -c bcd -n "__fish_bcd_using_subcommand generate-docs" -l helper-socket -d 'The root helper\'s socket' -r -F
 complete -c bcd -n "__fish_bcd_using_subcommand generate-docs" -l api-socket -d 'The node service\'s API socket' -r -F
+complete -c bcd -n "__fish_bcd_using_subcommand generate-docs" -l mig-config -d 'The MIG layout file (mig-parted\'s format), read by bcd mig plan and by bcd node at each apply (default /etc/bcd/mig-config.yaml)' -r -F
 complete -c bcd -n "__fish_bcd_using_subcommand generate-docs" -l color -d 'Colour the state words: `auto` on a terminal unless NO_COLOR is set, `always`, or `never`' -r -f -a "auto\t'Colour when stdout is a terminal and `NO_COLOR` is unset or empty'
 always\t'Colour always, even through a pipe or with `NO_COLOR`'
 never\t'No colour'"
@@ -499,6 +605,7 @@ complete -c bcd -n "__fish_bcd_using_subcommand diag" -l data-dir -d 'Where the 
 complete -c bcd -n "__fish_bcd_using_subcommand diag" -l cdi-dir -d 'Where hold CDI specs are written (vendor specs are read from here, then /var/run/cdi)' -r -F
 complete -c bcd -n "__fish_bcd_using_subcommand diag" -l helper-socket -d 'The root helper\'s socket' -r -F
 complete -c bcd -n "__fish_bcd_using_subcommand diag" -l api-socket -d 'The node service\'s API socket' -r -F
+complete -c bcd -n "__fish_bcd_using_subcommand diag" -l mig-config -d 'The MIG layout file (mig-parted\'s format), read by bcd mig plan and by bcd node at each apply (default /etc/bcd/mig-config.yaml)' -r -F
 complete -c bcd -n "__fish_bcd_using_subcommand diag" -l color -d 'Colour the state words: `auto` on a terminal unless NO_COLOR is set, `always`, or `never`' -r -f -a "auto\t'Colour when stdout is a terminal and `NO_COLOR` is unset or empty'
 always\t'Colour always, even through a pipe or with `NO_COLOR`'
 never\t'No colour'"
@@ -509,19 +616,20 @@ complete -c bcd -n "__fish_bcd_using_subcommand diag" -l xid-unhealthy -d 'XIDs 
 complete -c bcd -n "__fish_bcd_using_subcommand diag" -l json -d 'Machine-readable output where the command has it'
 complete -c bcd -n "__fish_bcd_using_subcommand diag" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c bcd -n "__fish_bcd_using_subcommand diag" -s V -l version -d 'Print version'
-complete -c bcd -n "__fish_bcd_using_subcommand help; and not __fish_seen_subcommand_from helper hardware doctor cdi gpu hold vfio vm node status generate-docs diag help" -f -a "helper" -d 'Talk to the root helper directly'
-complete -c bcd -n "__fish_bcd_using_subcommand help; and not __fish_seen_subcommand_from helper hardware doctor cdi gpu hold vfio vm node status generate-docs diag help" -f -a "hardware" -d 'Collect the inventory once (without the passthrough memory) and print it'
-complete -c bcd -n "__fish_bcd_using_subcommand help; and not __fish_seen_subcommand_from helper hardware doctor cdi gpu hold vfio vm node status generate-docs diag help" -f -a "doctor" -d 'Check this host before trusting it with GPU work: one line per check (ok, warn or fail, its name, its message); exit status 1 when any check fails'
-complete -c bcd -n "__fish_bcd_using_subcommand help; and not __fish_seen_subcommand_from helper hardware doctor cdi gpu hold vfio vm node status generate-docs diag help" -f -a "cdi" -d 'CDI specs of holds'
-complete -c bcd -n "__fish_bcd_using_subcommand help; and not __fish_seen_subcommand_from helper hardware doctor cdi gpu hold vfio vm node status generate-docs diag help" -f -a "gpu" -d 'GPU operations, through the node service'
-complete -c bcd -n "__fish_bcd_using_subcommand help; and not __fish_seen_subcommand_from helper hardware doctor cdi gpu hold vfio vm node status generate-docs diag help" -f -a "hold" -d 'Holds and their CDI specs, through the node service'
-complete -c bcd -n "__fish_bcd_using_subcommand help; and not __fish_seen_subcommand_from helper hardware doctor cdi gpu hold vfio vm node status generate-docs diag help" -f -a "vfio" -d 'GPUs to vfio-pci and back, through the node service'
-complete -c bcd -n "__fish_bcd_using_subcommand help; and not __fish_seen_subcommand_from helper hardware doctor cdi gpu hold vfio vm node status generate-docs diag help" -f -a "vm" -d 'libvirt domains with GPUs, through the node service'
-complete -c bcd -n "__fish_bcd_using_subcommand help; and not __fish_seen_subcommand_from helper hardware doctor cdi gpu hold vfio vm node status generate-docs diag help" -f -a "node" -d 'The long-running node service'
-complete -c bcd -n "__fish_bcd_using_subcommand help; and not __fish_seen_subcommand_from helper hardware doctor cdi gpu hold vfio vm node status generate-docs diag help" -f -a "status" -d 'A table of the GPUs from a live sample (waits at most 10 s), each with its state (HEALTHY, DEGRADED, UNHEALTHY or UNKNOWN) and the reasons below it'
-complete -c bcd -n "__fish_bcd_using_subcommand help; and not __fish_seen_subcommand_from helper hardware doctor cdi gpu hold vfio vm node status generate-docs diag help" -f -a "generate-docs" -d 'Write bcd\'s man pages (`DIR/man/*.1`) and shell completions (`DIR/completions/`: bash, zsh, fish) from this command line; the packaged ones are made so'
-complete -c bcd -n "__fish_bcd_using_subcommand help; and not __fish_seen_subcommand_from helper hardware doctor cdi gpu hold vfio vm node status generate-docs diag help" -f -a "diag" -d 'diag.nvml: collect again and check the GPUs; exit 1 unless every check passed'
-complete -c bcd -n "__fish_bcd_using_subcommand help; and not __fish_seen_subcommand_from helper hardware doctor cdi gpu hold vfio vm node status generate-docs diag help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
+complete -c bcd -n "__fish_bcd_using_subcommand help; and not __fish_seen_subcommand_from helper hardware doctor cdi gpu hold vfio vm mig node status generate-docs diag help" -f -a "helper" -d 'Talk to the root helper directly'
+complete -c bcd -n "__fish_bcd_using_subcommand help; and not __fish_seen_subcommand_from helper hardware doctor cdi gpu hold vfio vm mig node status generate-docs diag help" -f -a "hardware" -d 'Collect the inventory once (without the passthrough memory) and print it'
+complete -c bcd -n "__fish_bcd_using_subcommand help; and not __fish_seen_subcommand_from helper hardware doctor cdi gpu hold vfio vm mig node status generate-docs diag help" -f -a "doctor" -d 'Check this host before trusting it with GPU work: one line per check (ok, warn or fail, its name, its message); exit status 1 when any check fails'
+complete -c bcd -n "__fish_bcd_using_subcommand help; and not __fish_seen_subcommand_from helper hardware doctor cdi gpu hold vfio vm mig node status generate-docs diag help" -f -a "cdi" -d 'CDI specs of holds'
+complete -c bcd -n "__fish_bcd_using_subcommand help; and not __fish_seen_subcommand_from helper hardware doctor cdi gpu hold vfio vm mig node status generate-docs diag help" -f -a "gpu" -d 'GPU operations, through the node service'
+complete -c bcd -n "__fish_bcd_using_subcommand help; and not __fish_seen_subcommand_from helper hardware doctor cdi gpu hold vfio vm mig node status generate-docs diag help" -f -a "hold" -d 'Holds and their CDI specs, through the node service'
+complete -c bcd -n "__fish_bcd_using_subcommand help; and not __fish_seen_subcommand_from helper hardware doctor cdi gpu hold vfio vm mig node status generate-docs diag help" -f -a "vfio" -d 'GPUs to vfio-pci and back, through the node service'
+complete -c bcd -n "__fish_bcd_using_subcommand help; and not __fish_seen_subcommand_from helper hardware doctor cdi gpu hold vfio vm mig node status generate-docs diag help" -f -a "vm" -d 'libvirt domains with GPUs, through the node service'
+complete -c bcd -n "__fish_bcd_using_subcommand help; and not __fish_seen_subcommand_from helper hardware doctor cdi gpu hold vfio vm mig node status generate-docs diag help" -f -a "mig" -d 'MIG layouts from a mig-parted-format file (--mig-config)'
+complete -c bcd -n "__fish_bcd_using_subcommand help; and not __fish_seen_subcommand_from helper hardware doctor cdi gpu hold vfio vm mig node status generate-docs diag help" -f -a "node" -d 'The long-running node service'
+complete -c bcd -n "__fish_bcd_using_subcommand help; and not __fish_seen_subcommand_from helper hardware doctor cdi gpu hold vfio vm mig node status generate-docs diag help" -f -a "status" -d 'A table of the GPUs from a live sample (waits at most 10 s), each with its state (HEALTHY, DEGRADED, UNHEALTHY or UNKNOWN) and the reasons below it'
+complete -c bcd -n "__fish_bcd_using_subcommand help; and not __fish_seen_subcommand_from helper hardware doctor cdi gpu hold vfio vm mig node status generate-docs diag help" -f -a "generate-docs" -d 'Write bcd\'s man pages (`DIR/man/*.1`) and shell completions (`DIR/completions/`: bash, zsh, fish) from this command line; the packaged ones are made so'
+complete -c bcd -n "__fish_bcd_using_subcommand help; and not __fish_seen_subcommand_from helper hardware doctor cdi gpu hold vfio vm mig node status generate-docs diag help" -f -a "diag" -d 'diag.nvml: collect again and check the GPUs; exit 1 unless every check passed'
+complete -c bcd -n "__fish_bcd_using_subcommand help; and not __fish_seen_subcommand_from helper hardware doctor cdi gpu hold vfio vm mig node status generate-docs diag help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
 complete -c bcd -n "__fish_bcd_using_subcommand help; and __fish_seen_subcommand_from helper" -f -a "ping" -d 'Ask bcd-helper for its version and the operations it offers'
 complete -c bcd -n "__fish_bcd_using_subcommand help; and __fish_seen_subcommand_from cdi" -f -a "render" -d 'Print the CDI spec a hold of these devices would get, writing nothing'
 complete -c bcd -n "__fish_bcd_using_subcommand help; and __fish_seen_subcommand_from gpu" -f -a "reset" -d 'gpu.reset through the node service: refused as a whole when a GPU is held or passed through; each reset GPU is checked again afterwards'
@@ -533,3 +641,6 @@ complete -c bcd -n "__fish_bcd_using_subcommand help; and __fish_seen_subcommand
 complete -c bcd -n "__fish_bcd_using_subcommand help; and __fish_seen_subcommand_from vm" -f -a "start" -d 'Persistence off for the domain\'s GPUs, then virsh start'
 complete -c bcd -n "__fish_bcd_using_subcommand help; and __fish_seen_subcommand_from vm" -f -a "restore" -d 'Persistence off for the image\'s GPUs, then virsh restore'
 complete -c bcd -n "__fish_bcd_using_subcommand help; and __fish_seen_subcommand_from vm" -f -a "destroy" -d 'virsh destroy, then persistence on for the GPUs back on nvidia'
+complete -c bcd -n "__fish_bcd_using_subcommand help; and __fish_seen_subcommand_from mig" -f -a "plan" -d 'Read the host (no node needed) and print, per GPU the layout names, what is there, what the layout wants and the steps; exit 0 when the host matches, 1 when steps are needed, 3 when the host cannot be read or the layout is refused'
+complete -c bcd -n "__fish_bcd_using_subcommand help; and __fish_seen_subcommand_from mig" -f -a "apply" -d 'Apply a layout through the node service and its helper: refused as a whole when a GPU to change is held, claimed by a pod, passed through, stepping or running processes; exit 0 when applied, 3 when refused or failed'
+complete -c bcd -n "__fish_bcd_using_subcommand help; and __fish_seen_subcommand_from mig" -f -a "status" -d 'The layout the node applied last, its state and each GPU\'s steps'

@@ -7,7 +7,7 @@
 //! folder (`nvidia-cdi-stamp`). When it differs (at start, after a collection, after a MIG
 //! layout is applied) the node asks the helper to regenerate (`nvidia-ctk cdi generate`: the
 //! helper owns the file and the command line; the agent names neither), then converges the
-//! holds' specs. A regeneration that fails (no `nvidia-ctk`, a MIG GPU with no instances,
+//! holds' specs (the node's task, `crate::node::nvidia_cdi`, does it). A regeneration that fails (no `nvidia-ctk`, a MIG GPU with no instances,
 //! on which `nvidia-ctk` exits 1) is one problem sentence in status and is not tried again
 //! until the stamp changes: never a loop. While a MIG layout is being applied nothing is
 //! regenerated; the apply's last collection does it.
@@ -17,7 +17,6 @@ use std::sync::Mutex;
 use sha2::{Digest, Sha256};
 
 use crate::inventory::document::Inventory;
-use crate::node::shared::Node;
 
 /// The stamp's file in the data folder.
 pub const STAMP_FILE: &str = "nvidia-cdi-stamp";
@@ -58,14 +57,16 @@ pub fn stamp(inventory: &Inventory) -> Option<String> {
 /// The regeneration's state: the stamp last tried in this run and why it failed.
 #[derive(Debug, Default)]
 pub struct Refresher {
-    state: Mutex<Tried>,
+    /// What was tried; the node's task (`crate::node::nvidia_cdi`) keeps it.
+    pub state: Mutex<Tried>,
 }
 
+/// The stamp last tried in this run, why it failed, and how many runs there were.
 #[derive(Debug, Default)]
-struct Tried {
-    stamp: Option<String>,
-    problem: Option<String>,
-    runs: u64,
+pub struct Tried {
+    pub stamp: Option<String>,
+    pub problem: Option<String>,
+    pub runs: u64,
 }
 
 impl Refresher {
@@ -78,68 +79,6 @@ impl Refresher {
     pub fn runs(&self) -> u64 {
         self.state.lock().map(|s| s.runs).unwrap_or(0)
     }
-}
-
-/// Regenerates NVIDIA's spec through the helper when the node's inventory has a new stamp;
-/// does nothing without `--nvidia-cdi-spec`, while a MIG layout is being applied, or for a
-/// stamp already tried in this run.
-pub async fn refresh_if_changed(node: &Node) {
-    let Some(spec) = node.config().nvidia_cdi_spec.clone() else {
-        return;
-    };
-    if node.layouts().busy() {
-        return;
-    }
-    let inventory = node.inventory().await;
-    let Some(now) = stamp(&inventory) else {
-        return;
-    };
-    let stamp_file = node.config().data_dir.join(STAMP_FILE);
-    let kept = std::fs::read_to_string(&stamp_file).ok();
-    let refresher = node.nvidia_cdi();
-    {
-        let Ok(mut tried) = refresher.state.lock() else {
-            return;
-        };
-        if kept.as_deref().map(str::trim) == Some(now.as_str()) && spec.exists() {
-            tried.problem = None;
-            return;
-        }
-        if tried.stamp.as_deref() == Some(now.as_str()) {
-            return;
-        }
-        tried.stamp = Some(now.clone());
-        tried.runs += 1;
-    }
-    tracing::info!(
-        "the driver or the GPUs changed (stamp {now}): regenerating NVIDIA's CDI spec {} through bcd-helper",
-        spec.display()
-    );
-    let result = node.helper().refresh_nvidia_cdi_spec().await;
-    let problem = match result {
-        Ok(file) => {
-            if let Err(e) = crate::state::write_atomic(
-                &stamp_file,
-                format!("{now}\n").as_bytes(),
-                crate::state::PRIVATE_MODE,
-            ) {
-                tracing::warn!("{e}");
-            }
-            tracing::info!("NVIDIA's CDI spec {file} regenerated");
-            None
-        }
-        Err(e) => Some(format!(
-            "NVIDIA's CDI spec {} could not be regenerated ({e}); the spec there stays as it was and holds of new devices grant nothing until it is; bcd tries again when the driver or the GPUs change (bcd doctor)",
-            spec.display()
-        )),
-    };
-    if let Some(p) = &problem {
-        tracing::error!("{p}");
-    }
-    if let Ok(mut tried) = refresher.state.lock() {
-        tried.problem = problem;
-    }
-    node.converge_holds().await;
 }
 
 #[cfg(test)]

@@ -52,6 +52,10 @@ pub mod name {
     pub const HELPER: &str = "helper";
     /// GPUs, and a helper to do their privileged steps.
     pub const GPU_BINDING: &str = "gpu-binding";
+    /// Another owner of the MIG layout (mig-parted's `nvidia-mig-manager`).
+    pub const MIG_LAYOUTS: &str = "mig-layouts";
+    /// What keeps NVIDIA's CDI spec current: `nvidia-ctk`, and no second writer.
+    pub const NVIDIA_CDI: &str = "nvidia-cdi";
 }
 
 /// A failure's text without a trailing full stop, so a hint can follow it.
@@ -411,6 +415,66 @@ pub(crate) fn persistence(gpus: &[XmlGpu]) -> Option<Check> {
             ),
         )
     })
+}
+
+/// mig-parted's unit, which applies layouts on its own.
+pub const MIG_MANAGER_UNIT: &str = "nvidia-mig-manager.service";
+/// The container toolkit's unit that regenerates NVIDIA's CDI spec on its own.
+pub const CDI_REFRESH_UNIT: &str = "nvidia-cdi-refresh.service";
+
+/// `mig-layouts`, on a host with a MIG-capable GPU: `fail` while mig-parted's
+/// `nvidia-mig-manager` is active (two owners of one layout), `ok` when it is not; nothing
+/// when systemd could not be asked.
+pub(crate) fn mig_layouts(state: &UnitState) -> Option<Check> {
+    let UnitState::Is(s) = state else {
+        return None;
+    };
+    Some(
+        if crate::sys::systemd::FABRIC_MANAGER_RUNNING.contains(&s.as_str()) {
+            Check::new(
+            Status::Fail,
+            name::MIG_LAYOUTS,
+            format!("{MIG_MANAGER_UNIT} is {s}: mig-parted and bcd would both own the MIG layout; stop it (systemctl disable --now {MIG_MANAGER_UNIT}) and apply layouts with bcd mig apply"),
+        )
+        } else {
+            Check::new(
+                Status::Ok,
+                name::MIG_LAYOUTS,
+                format!("no other owner of the MIG layout ({MIG_MANAGER_UNIT} is {s})"),
+            )
+        },
+    )
+}
+
+/// `nvidia-cdi`, on a host with a MIG-capable GPU (where a layout change needs NVIDIA's spec
+/// regenerated): `warn` without `nvidia-ctk` beside `nvidia-smi`, `warn` while the toolkit's
+/// own `nvidia-cdi-refresh` is active (a second writer of the spec bcd node
+/// --nvidia-cdi-spec keeps), else `ok`.
+pub(crate) fn nvidia_cdi(ctk: Option<&std::path::Path>, refresh: &UnitState) -> Check {
+    let Some(ctk) = ctk else {
+        return Check::new(
+            Status::Warn,
+            name::NVIDIA_CDI,
+            "nvidia-ctk is not installed beside nvidia-smi: NVIDIA's CDI spec cannot be regenerated after a MIG layout change, so holds of new MIG devices grant nothing (install nvidia-container-toolkit; bcd node --nvidia-cdi-spec keeps the spec current)",
+        );
+    };
+    if let UnitState::Is(s) = refresh {
+        if crate::sys::systemd::FABRIC_MANAGER_RUNNING.contains(&s.as_str()) {
+            return Check::new(
+                Status::Warn,
+                name::NVIDIA_CDI,
+                format!("{CDI_REFRESH_UNIT} is {s}: it and bcd node --nvidia-cdi-spec would both write NVIDIA's CDI spec; keep one (systemctl disable --now nvidia-cdi-refresh.path {CDI_REFRESH_UNIT})"),
+            );
+        }
+    }
+    Check::new(
+        Status::Ok,
+        name::NVIDIA_CDI,
+        format!(
+            "{} can regenerate NVIDIA's CDI spec (bcd node --nvidia-cdi-spec)",
+            ctk.display()
+        ),
+    )
 }
 
 /// `fabric-manager`, only with NVSwitches on the bus: `ok` when `nvidia-fabricmanager` is
@@ -888,6 +952,34 @@ mod tests {
             (Status::Ok, "persistence mode is on for all 2 GPUs")
         );
         assert_eq!(persistence(&[XmlGpu::default()]), None);
+    }
+
+    #[test]
+    // What broke: mig-parted's own unit and bcd could both apply layouts on one host, and a
+    // host without nvidia-ctk kept a stale NVIDIA spec after a layout change, unsaid.
+    fn mig_layouts_and_nvidia_cdi_say_the_second_owner_and_the_missing_tool() {
+        let is = |s: &str| UnitState::Is(s.into());
+        let c = mig_layouts(&is("active")).unwrap();
+        assert_eq!(c.status, Status::Fail);
+        assert!(
+            c.message.contains("nvidia-mig-manager.service is active"),
+            "{}",
+            c.message
+        );
+        assert_eq!(mig_layouts(&is("inactive")).unwrap().status, Status::Ok);
+        assert!(mig_layouts(&UnitState::Unknown("no systemd".into())).is_none());
+        let ctk = std::path::Path::new("/usr/bin/nvidia-ctk");
+        assert_eq!(nvidia_cdi(Some(ctk), &is("inactive")).status, Status::Ok);
+        let c = nvidia_cdi(None, &is("inactive"));
+        assert_eq!(c.status, Status::Warn);
+        assert!(
+            c.message.starts_with("nvidia-ctk is not installed"),
+            "{}",
+            c.message
+        );
+        let c = nvidia_cdi(Some(ctk), &is("active"));
+        assert_eq!(c.status, Status::Warn);
+        assert!(c.message.contains("would both write"), "{}", c.message);
     }
 
     #[test]

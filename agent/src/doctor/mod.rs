@@ -238,6 +238,30 @@ pub async fn run(env: &DoctorEnv) -> Report {
     if let Some(state) = &fabric.state {
         out.push(checks::fabric_manager(fabric.switches, state));
     }
+    let mig_capable = collection
+        .inventory
+        .gpu
+        .gpus
+        .iter()
+        .any(|g| g.mig.as_ref().is_some_and(|m| m.mode.is_some()));
+    if mig_capable {
+        let systemctl = host.systemctl();
+        let (manager, refresh) = tokio::join!(
+            crate::sys::systemd::is_active(systemctl, checks::MIG_MANAGER_UNIT),
+            crate::sys::systemd::is_active(systemctl, checks::CDI_REFRESH_UNIT)
+        );
+        out.extend(checks::mig_layouts(&manager));
+        let ctk = host.nvidia_smi().with_file_name("nvidia-ctk");
+        let ctk = if host.nvidia_smi().is_absolute() {
+            ctk
+        } else {
+            std::path::PathBuf::from("/usr/bin/nvidia-ctk")
+        };
+        out.push(checks::nvidia_cdi(
+            ctk.exists().then_some(ctk.as_path()),
+            &refresh,
+        ));
+    }
     let module_version = std::fs::read_to_string(host.path("/proc/driver/nvidia/version"))
         .ok()
         .and_then(|t| crate::inventory::procfs::parse_module_version(&t));

@@ -1,14 +1,16 @@
 //! MIG layouts: a named layout from a mig-parted-format file ([`config`]) planned against the
 //! host ([`plan`], pure) and applied by the node as one guarded step through the helper
-//! ([`apply`]). This module owns the layout's record (`mig-layout.json` in the data folder:
+//! (the node's `mig_step`). This module owns the layout's record (`mig-layout.json` in the data folder:
 //! the layout applied, its state `pending`, `success` or `failed`, and each GPU's steps) and
 //! the profiles each GPU model offers (`mig-profiles.json`: `-lgip` answers only while MIG
 //! mode is on, so each model's last answer is kept).
 //!
+//! The apply itself is a node step (`crate::node::mig_step`): this module never reaches the
+//! node.
+//!
 //! Reading the host for a plan ([`gpus_now`]) takes the inventory, each GPU's PCI device id
 //! from sysfs, `mig -lgipp`'s placements where a GPU has MIG on, and the kept profiles.
 
-pub mod apply;
 pub mod config;
 pub mod plan;
 
@@ -28,7 +30,8 @@ use plan::{GpuNow, Offer, OfferedProfile};
 pub const LAYOUT_FILE: &str = "mig-layout.json";
 /// The kept profiles' file in the data folder.
 pub const PROFILES_FILE: &str = "mig-profiles.json";
-const LAYOUT_VERSION: u32 = 1;
+/// The layout record's format version.
+pub const LAYOUT_VERSION: u32 = 1;
 const PROFILES_VERSION: u32 = 1;
 
 /// Why a layout was not planned or applied. `Display` is the operator's sentence.
@@ -37,9 +40,10 @@ pub enum MigError {
     /// The file is unreadable, malformed, or lacks the layout.
     #[error(transparent)]
     Config(#[from] config::ConfigError),
-    /// The layout does not fit the host; nothing ran.
+    /// The layout does not fit the host; nothing ran (boxed: its sentences' parts make it
+    /// large).
     #[error(transparent)]
-    Plan(#[from] plan::PlanError),
+    Plan(Box<plan::PlanError>),
     /// The host cannot be read (no inventory from nvidia-smi).
     #[error("the host's GPUs cannot be read: {0}")]
     Host(String),
@@ -69,6 +73,18 @@ impl MigError {
             MigError::Host(_) => "host-unreadable",
             MigError::Unsupported => "helper-unsupported",
         }
+    }
+}
+
+impl From<plan::PlanError> for MigError {
+    fn from(e: plan::PlanError) -> Self {
+        Self::Plan(Box::new(e))
+    }
+}
+
+impl From<Box<plan::PlanError>> for MigError {
+    fn from(e: Box<plan::PlanError>) -> Self {
+        Self::Plan(e)
     }
 }
 
@@ -331,4 +347,43 @@ pub fn config_path(flag: Option<&Path>) -> PathBuf {
         || PathBuf::from(config::DEFAULT_MIG_CONFIG),
         Path::to_path_buf,
     )
+}
+
+/// The node's layout state: one apply at a time, and the record last written.
+#[derive(Debug, Default)]
+pub struct Layouts {
+    /// Held by the one apply that runs.
+    pub running: tokio::sync::Mutex<()>,
+    record: std::sync::Mutex<Option<LayoutRecord>>,
+}
+
+impl Layouts {
+    /// The state with `record` (read at start).
+    pub fn with(record: Option<LayoutRecord>) -> Self {
+        Self {
+            running: tokio::sync::Mutex::new(()),
+            record: std::sync::Mutex::new(record),
+        }
+    }
+
+    /// Whether an apply runs now.
+    pub fn busy(&self) -> bool {
+        self.running.try_lock().is_err()
+    }
+
+    /// The record last written.
+    pub fn record(&self) -> Option<LayoutRecord> {
+        self.record
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
+    }
+
+    /// Replaces the record last written.
+    pub fn set(&self, record: LayoutRecord) {
+        *self
+            .record
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(record);
+    }
 }

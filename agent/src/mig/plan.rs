@@ -277,16 +277,16 @@ pub fn plan(file: &LayoutFile, name: &str, gpus: &[GpuNow]) -> Result<Plan, supe
     })
 }
 
-fn plan_gpu(at: &At<'_>, gpu: &GpuNow, wanted: Wanted) -> Result<GpuPlan, PlanError> {
+fn plan_gpu(at: &At<'_>, gpu: &GpuNow, wanted: Wanted) -> Result<GpuPlan, Box<PlanError>> {
     if !gpu.mig_capable && (wanted.mig_enabled || gpu.mig_enabled) {
-        return Err(PlanError::NoMig {
+        return Err(Box::new(PlanError::NoMig {
             file: at.file.clone(),
             line: at.layout.line,
             layout: at.layout.name.clone(),
             index: gpu.index,
             model: gpu.model.clone(),
             uuid: gpu.uuid.clone(),
-        });
+        }));
     }
     let mut steps = Vec::new();
     let mut checked_after_mode_change = false;
@@ -364,19 +364,21 @@ fn fit(
     at: &At<'_>,
     offer: &Offer,
     wanted: &BTreeMap<String, u32>,
-) -> Result<Vec<String>, PlanError> {
-    let refuse = |why: String| PlanError::DoesNotFit {
-        file: at.file.clone(),
-        line: at.layout.line,
-        layout: at.layout.name.clone(),
-        index: at.gpu.index,
-        model: at.gpu.model.clone(),
-        uuid: at.gpu.uuid.clone(),
-        why,
+) -> Result<Vec<String>, Box<PlanError>> {
+    let refuse = |why: String| {
+        Box::new(PlanError::DoesNotFit {
+            file: at.file.clone(),
+            line: at.layout.line,
+            layout: at.layout.name.clone(),
+            index: at.gpu.index,
+            model: at.gpu.model.clone(),
+            uuid: at.gpu.uuid.clone(),
+            why,
+        })
     };
     for (name, count) in wanted {
         let Some(p) = offer.find(name) else {
-            return Err(PlanError::UnknownProfile {
+            return Err(Box::new(PlanError::UnknownProfile {
                 file: at.file.clone(),
                 line: at.layout.line,
                 layout: at.layout.name.clone(),
@@ -385,7 +387,7 @@ fn fit(
                 uuid: at.gpu.uuid.clone(),
                 profile: name.clone(),
                 offered: offer.names(),
-            });
+            }));
         };
         if p.id > u32::from(MAX_MIG_PROFILE_ID) {
             return Err(refuse(format!(

@@ -13,7 +13,7 @@
 //! | --- | --- |
 //! | `GET /v1/status` | [`schema::NodeStatus`]: capabilities, inventory hash and age, collections, `nvidia-smi`'s error, one line per GPU with health, conditions, sampling, problems, the Kubernetes holds (`kubernetes.holds`), the MIG layout applied last (`mig_layout`) |
 //! | `GET /v1/mig` | [`schema::MigStatus`]: the layout file and the layout applied last |
-//! | `POST /v1/mig` | `{"layout"}`: applies it ([`crate::mig::apply`]); the [`crate::mig::LayoutRecord`], or 409 `gpu-busy`/`mig-running`, 422 `mig-refused` |
+//! | `POST /v1/mig` | `{"layout"}`: applies it ([`crate::node::mig_step`]); the [`crate::mig::LayoutRecord`], or 409 `gpu-busy`/`mig-running`, 422 `mig-refused` |
 //! | `GET /v1/inventory` | the inventory document |
 //! | `GET /v1/conditions` | this boot's conditions, each with its class and action |
 //! | `POST /v1/inventory/refresh` | asks for a collection |
@@ -536,7 +536,7 @@ pub async fn answer(node: &Node, asked: ApiRequest) -> Result<Answer, ApiError> 
             },
         ),
         ApiRequest::MigApply(layout) => {
-            let record = crate::mig::apply::apply(node, &layout).await?;
+            let record = crate::node::mig_step::apply(node, &layout).await?;
             typed(200, &record)
         }
     })

@@ -237,7 +237,7 @@ pub async fn run(config: NodeConfig, extra: Vec<NodeTask>) -> Result<(), NodeErr
     // The layout asked for at start, before the device plugins and the DRA driver offer
     // anything (mig-parted's systemd mode); refused or failed, the node serves on.
     if let (false, Some(layout)) = (stopped_early, config.mig_layout.as_deref()) {
-        match crate::mig::apply::apply(&node, layout).await {
+        match crate::node::mig_step::apply(&node, layout).await {
             Ok(record) if record.state == crate::mig::LayoutState::Success => {
                 tracing::info!("MIG layout {layout} applied at start");
             }
@@ -301,7 +301,7 @@ fn refused_at_start(node: &Node, layout: &str, e: &crate::mig::MigError) {
         message: Some(e.to_string()),
         withdrawn: Vec::new(),
     };
-    crate::mig::apply::record_refusal(node, record);
+    crate::node::mig_step::record_refusal(node, record);
 }
 
 /// Keeps NVIDIA's CDI spec current after each collection (with `--nvidia-cdi-spec`).
@@ -313,7 +313,7 @@ fn spawn_nvidia_cdi(tasks: &mut Tasks, node: &Arc<Node>) {
     let mut changes = node.inventory_changes();
     tasks.spawn("NVIDIA's CDI spec", async move {
         loop {
-            crate::cdi::nvidia::refresh_if_changed(&node).await;
+            crate::node::nvidia_cdi::refresh_if_changed(&node).await;
             if changes.changed().await.is_err() {
                 return;
             }

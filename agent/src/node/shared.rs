@@ -232,7 +232,7 @@ pub struct Node {
     /// The host's name, for dcgm-exporter's `hostname` label.
     host_name: Option<String>,
     /// The MIG layout applied last, and the lock of the one apply at a time.
-    layouts: crate::mig::apply::Layouts,
+    layouts: crate::mig::Layouts,
     /// NVIDIA's CDI spec: its stamp and the last regeneration's outcome.
     nvidia_cdi: crate::cdi::nvidia::Refresher,
 }
@@ -310,7 +310,7 @@ impl Node {
             vms_file: Mutex::new(boot_id.to_owned()),
             pods: Mutex::new(Vec::new()),
             host_name,
-            layouts: crate::mig::apply::Layouts::default(),
+            layouts: crate::mig::Layouts::default(),
             nvidia_cdi: crate::cdi::nvidia::Refresher::default(),
         }
     }
@@ -321,7 +321,7 @@ impl Node {
     }
 
     /// The MIG layout state.
-    pub(crate) fn layouts(&self) -> &crate::mig::apply::Layouts {
+    pub(crate) fn layouts(&self) -> &crate::mig::Layouts {
         &self.layouts
     }
 
@@ -365,7 +365,7 @@ impl Node {
                 claimed.insert(DeviceId::from(uuid), ClaimKind::MigLayout);
             }
         }
-        self.layouts = crate::mig::apply::Layouts::with(record);
+        self.layouts = crate::mig::Layouts::with(record);
     }
 
     /// Ends the claims of `kind` on `gpus` that outlived their guard (see [`Claim::leave`]).

@@ -143,7 +143,7 @@ fn a_helper_whose_lock_folder_is_unusable_fails_ping_and_doctor() {
         said.lines()
             .next()
             .unwrap()
-            .ends_with("(protocol 2): ping, libvirt.gpus"),
+            .ends_with("(protocol 3): ping, libvirt.gpus"),
         "gpu.reset is not offered: {said}"
     );
     assert_eq!(json.status.code(), Some(1));

@@ -1,4 +1,4 @@
-//! Applying a layout: one node step, all or nothing before it acts.
+//! Applying a MIG layout ([`crate::mig`]): one node step, all or nothing before it acts.
 //!
 //! 1. The file is read and the layout planned against a fresh collection; a refusal (the file,
 //!    the layout, a profile, the fit) ends it before anything runs.
@@ -21,11 +21,11 @@ use std::time::Instant;
 
 use bcd_protocol::{GpuUuid, MigProfileIds, PciAddress};
 
-use super::plan::{self, GpuPlan, Plan, Step};
-use super::{GpuRecord, LayoutRecord, LayoutState, MigError};
+use super::shared::Node;
 use crate::device::id::DeviceId;
 use crate::device::policy::ClaimKind;
-use crate::node::shared::Node;
+use crate::mig::plan::{self, GpuPlan, Plan, Step};
+use crate::mig::{GpuRecord, LayoutRecord, LayoutState, MigError};
 use crate::smi::runner::Runner;
 
 /// The query that names the compute processes of each GPU.
@@ -34,49 +34,12 @@ const PROCESSES: &[&str] = &["--query-compute-apps=gpu_uuid,pid", "--format=csv,
 /// What makes a refused mode change or reset likely: the unbind timeout's words.
 const LIKELY_HOLDERS: &str = "something still has the GPU open (nvidia-persistenced, DCGM or another monitoring agent, a process on the GPU)";
 
-/// The node's layout state: one apply at a time, and the record last written.
-#[derive(Debug, Default)]
-pub struct Layouts {
-    running: tokio::sync::Mutex<()>,
-    record: std::sync::Mutex<Option<LayoutRecord>>,
-}
-
-impl Layouts {
-    /// The state with `record` (read at start).
-    pub fn with(record: Option<LayoutRecord>) -> Self {
-        Self {
-            running: tokio::sync::Mutex::new(()),
-            record: std::sync::Mutex::new(record),
-        }
-    }
-
-    /// Whether an apply runs now.
-    pub fn busy(&self) -> bool {
-        self.running.try_lock().is_err()
-    }
-
-    /// The record last written.
-    pub fn record(&self) -> Option<LayoutRecord> {
-        self.record
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .clone()
-    }
-
-    fn set(&self, record: LayoutRecord) {
-        *self
-            .record
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(record);
-    }
-}
-
 /// Plans layout `name` against the host as the node sees it after a fresh collection.
 ///
 /// # Errors
 /// As [`plan::plan`], and [`MigError::Host`] when nvidia-smi gives no GPU.
 pub async fn plan_on_node(node: &Node, name: &str) -> Result<Plan, MigError> {
-    let file = super::config::read(&node.config().mig_config)?;
+    let file = crate::mig::config::read(&node.config().mig_config)?;
     let inventory = node.collect_now().await;
     if inventory.gpu.gpus.is_empty() {
         return Err(MigError::Host(
@@ -85,10 +48,10 @@ pub async fn plan_on_node(node: &Node, name: &str) -> Result<Plan, MigError> {
     }
     let host = &node.config().host;
     let runner = Runner::new(host.nvidia_smi());
-    let placements = super::placements(&runner, &inventory).await;
-    let kept = super::load_profiles(&node.config().data_dir);
-    let gpus = super::gpus_now(host, &inventory, &placements, &kept);
-    if let Err(e) = super::keep_profiles(&node.config().data_dir, &gpus) {
+    let placements = crate::mig::placements(&runner, &inventory).await;
+    let kept = crate::mig::load_profiles(&node.config().data_dir);
+    let gpus = crate::mig::gpus_now(host, &inventory, &placements, &kept);
+    if let Err(e) = crate::mig::keep_profiles(&node.config().data_dir, &gpus) {
         tracing::warn!("{e}");
     }
     plan::plan(&file, name, &gpus)
@@ -127,7 +90,7 @@ pub async fn apply(node: &Node, name: &str) -> Result<LayoutRecord, MigError> {
     let started_at = crate::state::unix_now();
     let plan = plan_on_node(node, name).await?;
     let mut record = LayoutRecord {
-        version: super::LAYOUT_VERSION,
+        version: crate::mig::LAYOUT_VERSION,
         layout: plan.layout.clone(),
         state: LayoutState::Pending,
         started_at,
@@ -267,7 +230,7 @@ pub fn record_refusal(node: &Node, record: LayoutRecord) {
 
 /// Writes the record and the node's view of it (labels, status).
 fn record_now(node: &Node, record: &LayoutRecord) {
-    if let Err(e) = super::save_record(&node.config().data_dir, record) {
+    if let Err(e) = crate::mig::save_record(&node.config().data_dir, record) {
         node.problem(format!("the MIG layout record cannot be written: {e}"));
     }
     node.layouts().set(record.clone());
@@ -481,17 +444,17 @@ async fn check_after_mode(node: &Node, plan: &Plan, g: &GpuPlan) -> Result<plan:
     let inventory = node.collect_now().await;
     let host = &node.config().host;
     let runner = Runner::new(host.nvidia_smi());
-    let placements = super::placements(&runner, &inventory).await;
-    let gpus = super::gpus_now(
+    let placements = crate::mig::placements(&runner, &inventory).await;
+    let gpus = crate::mig::gpus_now(
         host,
         &inventory,
         &placements,
-        &super::KeptProfiles::default(),
+        &crate::mig::KeptProfiles::default(),
     );
     let Some(now) = gpus.into_iter().find(|x| x.uuid == g.gpu.uuid) else {
         return Err("the GPU left the inventory after its MIG mode change".to_owned());
     };
-    if let Err(e) = super::keep_profiles(&node.config().data_dir, std::slice::from_ref(&now)) {
+    if let Err(e) = crate::mig::keep_profiles(&node.config().data_dir, std::slice::from_ref(&now)) {
         tracing::warn!("{e}");
     }
     let Some(offer) = now.offer.clone() else {
@@ -500,7 +463,7 @@ async fn check_after_mode(node: &Node, plan: &Plan, g: &GpuPlan) -> Result<plan:
             g.gpu.index
         ));
     };
-    let file = super::config::read(&plan.file).map_err(|e| e.to_string())?;
+    let file = crate::mig::config::read(&plan.file).map_err(|e| e.to_string())?;
     plan::plan(&file, &plan.layout, std::slice::from_ref(&now)).map_err(|e| e.to_string())?;
     Ok(offer)
 }
