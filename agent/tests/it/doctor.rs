@@ -76,10 +76,13 @@ impl Scratch {
         path
     }
 
-    /// An environment with no helper socket and a `systemctl` saying the fabric manager runs.
+    /// An environment with no helper socket and a `systemctl` saying the fabric manager runs
+    /// (and no other NVIDIA unit: mig-parted's or the toolkit's would be a second owner).
     fn env(&self) -> DoctorEnv {
         DoctorEnv::new(
-            self.host().with_systemctl(self.systemctl("echo active")),
+            self.host().with_systemctl(self.systemctl(
+                "case \"$2\" in nvidia-mig-manager*|nvidia-cdi-refresh*) echo inactive; exit 3;; esac\necho active",
+            )),
             self.dir.path().join("no-helper.sock"),
         )
     }
@@ -191,6 +194,8 @@ async fn hgx_h100_passes_with_a_helper_and_the_fabric_manager() {
         "gpu-bus",
         "persistence",
         "fabric-manager",
+        "mig-layouts",
+        "nvidia-cdi",
         "driver-version",
         "kmsg",
         "helper",

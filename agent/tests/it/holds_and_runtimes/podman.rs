@@ -217,7 +217,13 @@ impl PodmanSandbox {
 /// nodes (the spec's major and minor) under `dev`, and the hooks and library mounts, which
 /// need the driver's files, are left out.
 fn runnable_vendor_spec(dev: &Path, to: &Path) {
-    let bytes = fs::read(repo().join("testdata/cdi/hgx-h100-uuid.json")).unwrap();
+    runnable_spec(&repo().join("testdata/cdi/hgx-h100-uuid.json"), dev, to);
+}
+
+/// [`runnable_vendor_spec`] of the NVIDIA spec at `from`.
+fn runnable_spec(from: &Path, dev: &Path, to: &Path) {
+    fs::create_dir_all(dev).unwrap();
+    let bytes = fs::read(from).unwrap();
     let mut spec: Value = serde_json::from_slice(&bytes).unwrap();
     let (common, devices) = {
         let obj = spec.as_object_mut().unwrap();
@@ -383,6 +389,129 @@ async fn podman_gives_a_container_exactly_the_devices_it_asked_for() {
     );
     assert!(!s.nodes.contains(&"/dev/nvidia0".to_owned()));
     eprintln!("podman run with two hold devices took {took:?}");
+}
+
+// What broke: a MIG device a layout had just created was in no spec a container runtime could
+// use until someone regenerated NVIDIA's spec by hand. Here the layout's steps run on the
+// stateful fake nvidia-smi as the helper runs them (destroy, create), NVIDIA's spec is written
+// by the fake nvidia-ctk as the helper's regeneration writes it, and a hold of the new device
+// runs in podman with exactly that instance's caps nodes.
+#[tokio::test]
+async fn a_mig_device_a_layout_created_runs_in_podman_with_exactly_its_caps_nodes() {
+    let tmp = tempfile::tempdir().unwrap();
+    let bins = PathBuf::from(env!("CARGO_BIN_EXE_bcd"))
+        .parent()
+        .unwrap()
+        .to_path_buf();
+    for name in ["bcd-fake-nvidia-smi", "bcd-fake-nvidia-ctk"] {
+        if bcd_testkit::built(&bins.join(name)).is_none() {
+            return;
+        }
+    }
+    let Some(podman) = PodmanSandbox::new(tmp.path()) else {
+        return;
+    };
+    let host = bcd_testkit::copy_host(tmp.path(), "a100-mig");
+    bcd_testkit::install_fake_smi(&host, &bcd_testkit::fake_smi::a100_mig_state(), &bins);
+    let smi = |args: &[&str]| {
+        let out = Command::new(host.join("bin/nvidia-smi"))
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "nvidia-smi {args:?}: {out:?}");
+    };
+    smi(&["mig", "-i", "00000000:07:00.0", "-dci"]);
+    smi(&["mig", "-i", "00000000:07:00.0", "-dgi"]);
+    smi(&["mig", "-i", "00000000:07:00.0", "-cgi", "14,19", "-C"]);
+    let generated = tmp.path().join("generated.json");
+    let ctk = Command::new(host.join("bin/nvidia-ctk"))
+        .args([
+            "cdi",
+            "generate",
+            "--device-name-strategy=uuid",
+            "--format=json",
+        ])
+        .arg(format!("--output={}", generated.display()))
+        .output()
+        .unwrap();
+    assert!(ctk.status.success(), "{ctk:?}");
+    let cdi = podman.cdi();
+    runnable_spec(
+        &generated,
+        &tmp.path().join("dev"),
+        &cdi.join("nvidia.json"),
+    );
+
+    let fake = bcd::sys::host::Host::fake(&host);
+    let collection = bcd::inventory::collect::collect(&fake, None).await;
+    let t = bcd::device::policy::Topology::from_inventory(&collection.inventory, 0);
+    let mut catalog = bcd::cdi::DeviceCatalog::from_inventory(&collection.inventory);
+    catalog.add_mig_numbers(&collection.snapshot.expect("the fake answers").listed);
+    let gpu0 = collection
+        .inventory
+        .gpu
+        .gpus
+        .iter()
+        .find(|g| g.index == 0)
+        .unwrap();
+    let new_mig = gpu0
+        .mig
+        .as_ref()
+        .unwrap()
+        .devices
+        .iter()
+        .find(|d| d.profile.as_deref() == Some("2g.20gb"))
+        .and_then(|d| d.uuid.clone())
+        .expect("the new 2g.20gb instance")
+        .to_string();
+    let data = tmp.path().join("data");
+    fs::create_dir_all(&data).unwrap();
+    let mut holds = Holds::load(&data).unwrap();
+    holds
+        .apply(
+            "job-1".parse().unwrap(),
+            placed(&t, &[&new_mig]),
+            bcd::cdi::HoldOwner::Operator,
+            &t,
+        )
+        .unwrap();
+    let vendor = read_vendor_specs(std::slice::from_ref(&cdi)).specs;
+    let done = converge(&mut holds, &vendor, &catalog, &cdi);
+    assert!(
+        done.errors.is_empty() && done.unnamed.is_empty(),
+        "{done:?}"
+    );
+
+    // Exactly the caps nodes NVIDIA's spec gives that instance, and GPU 0's node only.
+    let spec: Value = serde_json::from_slice(&fs::read(&generated).unwrap()).unwrap();
+    let mut want: Vec<String> = spec["devices"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|d| d["name"] == new_mig.as_str())
+        .unwrap()["containerEdits"]["deviceNodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|n| n["path"].as_str().unwrap().to_owned())
+        .filter(|p| p.starts_with("/dev/nvidia-caps/"))
+        .collect();
+    want.sort();
+    assert_eq!(
+        want.len(),
+        2,
+        "its GPU instance's and compute instance's: {want:?}"
+    );
+    let inside = podman.run(&[&new_mig]);
+    let mut caps: Vec<String> = inside
+        .nodes
+        .iter()
+        .filter(|n| n.starts_with("/dev/nvidia-caps/"))
+        .cloned()
+        .collect();
+    caps.sort();
+    assert_eq!(caps, want, "{:?}", inside.nodes);
+    assert_eq!(inside.gpus(), ["/dev/nvidia0"], "{:?}", inside.nodes);
 }
 
 // The CDI names a Kubernetes allocation answers (NVIDIA's own where NVIDIA's spec names the
