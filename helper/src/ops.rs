@@ -439,10 +439,20 @@ impl Ops {
         let words: Vec<&str> = args.iter().map(String::as_str).collect();
         let cmd = Command::new(&cdi.ctk, &words, cdi.timeout);
         // No device lock: it writes a file and only reads the GPUs.
-        match child::run_holding(&cmd, &[]).await {
-            Ok(out) if out.success() => Ok(Outcome::NvidiaCdiSpec {
-                file: cdi.spec.display().to_string(),
-            }),
+        self.answered(child::run_holding(&cmd, &[]).await)?;
+        Ok(Outcome::NvidiaCdiSpec {
+            file: cdi.spec.display().to_string(),
+        })
+    }
+
+    /// A child's end as the operation's: its output when it succeeded, else the typed error
+    /// (its status and last words, the bound that expired, why it would not start).
+    fn answered(
+        &self,
+        result: Result<child::Output, ChildError>,
+    ) -> Result<child::Output, HelperError> {
+        match result {
+            Ok(out) if out.success() => Ok(out),
             Ok(out) => Err(HelperError::Failed {
                 exit_code: out.exit_code,
                 message: out.failure_message(),
@@ -487,20 +497,7 @@ impl Ops {
                 out.elapsed.as_millis()
             );
         }
-        match result {
-            Ok(out) if out.success() => Ok(out),
-            Ok(out) => Err(HelperError::Failed {
-                exit_code: out.exit_code,
-                message: out.failure_message(),
-            }),
-            Err(ChildError::Timeout { after, .. }) => Err(HelperError::Timeout {
-                after_s: after.as_secs(),
-            }),
-            Err(ChildError::Spawn { program, source }) => Err(HelperError::Failed {
-                exit_code: None,
-                message: self.spawn_failure(&program, &source),
-            }),
-        }
+        self.answered(result)
     }
 
     /// The sentence for a program that would not start. Under the sandbox, `EACCES` means the
