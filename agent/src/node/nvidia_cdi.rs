@@ -19,20 +19,22 @@ pub async fn refresh_if_changed(node: &Node) {
         return;
     };
     let stamp_file = node.config().data_dir.join(STAMP_FILE);
-    let kept = std::fs::read_to_string(&stamp_file).ok();
     let refresher = node.nvidia_cdi();
     {
         let Ok(mut tried) = refresher.state.lock() else {
             return;
         };
-        if kept.as_deref().map(str::trim) == Some(now.as_str()) && spec.exists() {
-            tried.problem = None;
-            return;
-        }
+        // Tried in this run (regenerated or failed): nothing to do until the stamp changes,
+        // and the stamp file is read only then.
         if tried.stamp.as_deref() == Some(now.as_str()) {
             return;
         }
         tried.stamp = Some(now.clone());
+        let kept = std::fs::read_to_string(&stamp_file).ok();
+        if kept.as_deref().map(str::trim) == Some(now.as_str()) && spec.exists() {
+            tried.problem = None;
+            return;
+        }
         tried.runs += 1;
     }
     tracing::info!(

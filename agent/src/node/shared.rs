@@ -357,10 +357,7 @@ impl Node {
             r
         });
         if let Some(r) = &record {
-            let mut claimed = self
-                .claims
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            let mut claimed = self.claims_now();
             for uuid in &r.withdrawn {
                 claimed.insert(DeviceId::from(uuid), ClaimKind::MigLayout);
             }
@@ -368,12 +365,17 @@ impl Node {
         self.layouts = crate::mig::Layouts::with(record);
     }
 
+    /// The claims map, locked (also from a poisoned lock: a claim that stayed would keep its
+    /// GPUs busy for good).
+    fn claims_now(&self) -> std::sync::MutexGuard<'_, BTreeMap<DeviceId, ClaimKind>> {
+        self.claims
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
     /// Ends the claims of `kind` on `gpus` that outlived their guard (see [`Claim::leave`]).
     pub(crate) fn unclaim(&self, gpus: &[DeviceId], kind: ClaimKind) {
-        let mut claimed = self
-            .claims
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut claimed = self.claims_now();
         let mut changed = false;
         for gpu in gpus {
             if claimed.get(gpu) == Some(&kind) {
@@ -400,27 +402,21 @@ impl Node {
         let topology = self.topology().await;
         let holds = self.holds.lock().await;
         let taken: Vec<DeviceId> = {
-            let mut claimed = self
-                .claims
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner);
-            gpus.iter()
+            let mut claimed = self.claims_now();
+            let taken: Vec<DeviceId> = gpus
+                .iter()
                 .filter(|gpu| claimed.get(*gpu) == Some(&kind))
                 .cloned()
-                .collect::<Vec<_>>()
-                .into_iter()
-                .inspect(|gpu| {
-                    claimed.remove(gpu);
-                })
-                .collect()
+                .collect();
+            for gpu in &taken {
+                claimed.remove(gpu);
+            }
+            taken
         };
         self.claim_locked(holds.as_ref(), &topology, gpus, kind, false)
             .inspect_err(|_| {
                 // Refused: what was withdrawn stays withdrawn.
-                let mut claimed = self
-                    .claims
-                    .lock()
-                    .unwrap_or_else(std::sync::PoisonError::into_inner);
+                let mut claimed = self.claims_now();
                 for gpu in &taken {
                     claimed.insert(gpu.clone(), kind);
                 }
@@ -692,10 +688,7 @@ impl Node {
     ) -> Result<Claim, (DeviceId, Busy)> {
         let list: Vec<&Hold> = holds.map(|h| h.list().collect()).unwrap_or_default();
         {
-            let mut claimed = self
-                .claims
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            let mut claimed = self.claims_now();
             for gpu in gpus {
                 if let Some(theirs) = claimed.get(gpu) {
                     return Err((gpu.clone(), Busy::Claimed(*theirs)));

@@ -42,12 +42,7 @@ fn placed(t: &Topology, list: &[&str]) -> Vec<Placed> {
 }
 
 fn api(socket: &Path, method: &str, path: &str) -> Result<Value, String> {
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    rt.block_on(bcd::node::client::call(socket, method, path, None))
-        .map_err(|e| e.to_string())
+    processes::api(socket, method, path, None)
 }
 
 /// A node's folders in a scratch folder, with NVIDIA's spec for the 8-GPU host installed.

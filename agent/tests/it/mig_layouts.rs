@@ -10,7 +10,7 @@ use std::time::Duration;
 use bcd_testkit::fake_smi::{a100_mig_state, calls, install_fake_smi, state_path, FakeSmiState};
 use serde_json::{json, Value};
 
-use crate::common::processes::{helper_args, wait_for, Reaped};
+use crate::common::processes::{api, helper_args, wait_for, Reaped};
 
 const GPU0: &str = "GPU-5ae30e40-78ba-e5df-4b1a-d79c2d43241b";
 const GPU1: &str = "GPU-563d1407-3f32-e972-769a-596d3391ac61";
@@ -34,6 +34,9 @@ mig-configs:
       mig-enabled: true
       mig-devices:
         "3g.40gb": 2
+  empty:
+    - devices: [0]
+      mig-enabled: true
   too-big:
     - devices: [0]
       mig-enabled: true
@@ -43,15 +46,6 @@ mig-configs:
 
 fn bcd() -> Command {
     Command::new(env!("CARGO_BIN_EXE_bcd"))
-}
-
-fn api(socket: &Path, method: &str, path: &str, body: Option<Value>) -> Result<Value, String> {
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    rt.block_on(bcd::node::client::call(socket, method, path, body.as_ref()))
-        .map_err(|e| e.to_string())
 }
 
 /// A node and its helper on a fresh copy of `a100-mig` with the fakes installed.
@@ -289,6 +283,64 @@ fn a_layout_is_planned_applied_through_the_helper_and_nvidias_spec_follows() {
         hold_spec.contains("/dev/nvidia-caps/nvidia-cap"),
         "the MIG device's caps nodes: {hold_spec}"
     );
+    // Each helper step is audited.
+    let audit = std::fs::read_to_string(node.dir.path().join("audit.log")).unwrap();
+    for op in ["mig.destroy", "mig.create", "cdi.nvidia"] {
+        assert!(audit.contains(&format!("\"{op}\"")), "{op}: {audit}");
+    }
+}
+
+// What broke: nvidia-ctk exits 1 on a MIG GPU with no instances (nvidia-container-toolkit
+// #1828); a refresher that retried at every collection would loop on it.
+#[test]
+fn nvidia_ctk_failing_on_a_mig_gpu_without_instances_is_said_once_and_never_looped() {
+    let Some(node) = MigNode::start(&[], |_, _| {}) else {
+        return;
+    };
+    let ctk_runs = || {
+        calls(&node.host)
+            .iter()
+            .filter(|c| c.starts_with("nvidia-ctk"))
+            .count()
+    };
+    let spec = node.cdi.join("nvidia.json");
+    wait_for("NVIDIA's spec at start", Duration::from_secs(20), || {
+        spec.exists()
+    });
+    let before = std::fs::read_to_string(&spec).unwrap();
+    let at_start = ctk_runs();
+    let out = node.bcd(&["mig", "apply", "empty"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stdout(&out));
+    assert!(node.profiles(0).is_empty());
+    wait_for("the refresh's problem", Duration::from_secs(20), || {
+        api(&node.api_sock, "GET", "/v1/status", None).is_ok_and(|s| {
+            s["problems"]
+                .to_string()
+                .contains("could not be regenerated")
+        })
+    });
+    assert_eq!(ctk_runs(), at_start + 1);
+    // More collections, the same GPUs: not tried again.
+    for _ in 0..3 {
+        api(&node.api_sock, "POST", "/v1/inventory/refresh", None).unwrap();
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    assert_eq!(ctk_runs(), at_start + 1, "{:?}", calls(&node.host));
+    assert_eq!(
+        std::fs::read_to_string(&spec).unwrap(),
+        before,
+        "the old spec is kept"
+    );
+    // Instances again: a new stamp, regenerated, the problem gone.
+    assert_eq!(node.bcd(&["mig", "apply", "small"]).status.code(), Some(0));
+    wait_for("the problem gone", Duration::from_secs(20), || {
+        api(&node.api_sock, "GET", "/v1/status", None).is_ok_and(|s| {
+            !s["problems"]
+                .to_string()
+                .contains("could not be regenerated")
+        })
+    });
+    assert_eq!(ctk_runs(), at_start + 2);
 }
 
 // What broke: nothing stopped a repartition of a GPU whose MIG device a job held, or one
@@ -321,7 +373,7 @@ fn a_held_or_busy_gpu_refuses_the_whole_apply_and_nothing_is_touched() {
     assert_eq!(out.status.code(), Some(3));
     let said = String::from_utf8_lossy(&out.stderr);
     assert!(
-        said.contains("mig-config.yaml, line 18: layout too-big does not fit GPU 0")
+        said.contains("mig-config.yaml, line 21: layout too-big does not fit GPU 0")
             && said.contains("7g.80gb"),
         "{said}"
     );

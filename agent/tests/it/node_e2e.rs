@@ -6,9 +6,9 @@
 
 use crate::common::processes;
 
-use processes::{free_port, helper_args, wait_for, NodeSandbox, Reaped};
+use processes::{api, free_port, helper_args, wait_for, NodeSandbox, Reaped};
 use std::io::{Read, Write};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -16,15 +16,6 @@ use serde_json::Value;
 
 fn bcd() -> Command {
     Command::new(env!("CARGO_BIN_EXE_bcd"))
-}
-
-fn api(socket: &Path, method: &str, path: &str, body: Option<Value>) -> Result<Value, String> {
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    rt.block_on(bcd::node::client::call(socket, method, path, body.as_ref()))
-        .map_err(|e| e.to_string())
 }
 
 fn scrape(addr: &str) -> String {

@@ -15,12 +15,7 @@ fn api(
     path: &str,
     body: Option<serde_json::Value>,
 ) -> serde_json::Value {
-    tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap()
-        .block_on(bcd::node::client::call(socket, method, path, body.as_ref()))
-        .unwrap()
+    crate::common::processes::api(socket, method, path, body).unwrap()
 }
 
 /// Opens a watch; returns the reader past the head and the head's status line.

@@ -1,5 +1,5 @@
 //! Test helpers shared by the tests that start `bcd node` and its peers: the demo host's GPU
-//! UUIDs, and (from `bcd_testkit`) the repository's root, children killed when a test ends,
+//! UUIDs, a call to a node's API, and (from `bcd_testkit`) the repository's root, children killed when a test ends,
 //! free loopback ports, bounded waits, copies of the fake hosts a test may edit and the node
 //! sandbox.
 
@@ -22,6 +22,22 @@ pub const H100_MIG: [&str; 2] = [
     "MIG-65db3e42-f991-a575-c20e-8350d31e437c",
     "MIG-0c50056c-bc70-320a-5ed7-3d189e36173c",
 ];
+
+/// One request to a node's API on `socket`, on a runtime of its own (for the tests that drive
+/// `bcd node` from plain threads): its JSON answer, or the client's sentence.
+pub fn api(
+    socket: &std::path::Path,
+    method: &str,
+    path: &str,
+    body: Option<serde_json::Value>,
+) -> Result<serde_json::Value, String> {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+        .block_on(bcd::node::client::call(socket, method, path, body.as_ref()))
+        .map_err(|e| e.to_string())
+}
 
 /// The packaged systemd unit (or drop-in) `name` of `packaging/systemd`, its `ExecStart=`
 /// pointed at the `bcd` this build made.
