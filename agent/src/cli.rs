@@ -360,6 +360,9 @@ pub enum Command {
     /// libvirt domains with GPUs, through the node service.
     #[command(subcommand)]
     Vm(VmCommand),
+    /// The recovery loop's remediations (bcd node --remediate), through the node service: a
+    /// table of each GPU's reason, steps and result.
+    Remediations,
     /// MIG layouts from a mig-parted-format file (--mig-config).
     #[command(subcommand)]
     Mig(MigCommand),
@@ -451,6 +454,26 @@ pub struct NodeArgs {
     /// `dcgm-legacy` (the same with `Hostname`, as dcgm-exporter named it before 2026).
     #[arg(long, env = "BCD_METRICS_COMPAT", value_name = "SCHEME")]
     pub metrics_compat: Option<MetricsCompatScheme>,
+    /// Reset, through the helper, each unhealthy GPU a reset fixes once nothing uses it (one
+    /// at a time, within a budget per GPU per boot); say reboot-required where only a reboot
+    /// will do. Off by default: without it nothing is ever reset by bcd on its own.
+    #[arg(long, env = "BCD_REMEDIATE")]
+    pub remediate: bool,
+    /// Seconds a GPU's reset-worthy verdict must stand before the loop acts (a burst of XIDs
+    /// is one remediation).
+    #[arg(long, env = "BCD_REMEDIATE_AFTER", value_name = "SECONDS", default_value_t = 30)]
+    pub remediate_after: u64,
+    /// Resets per GPU per boot, never replenished; then the GPU is reboot-required.
+    #[arg(long, env = "BCD_REMEDIATE_MAX_RESETS", value_name = "N", default_value_t = 3)]
+    pub remediate_max_resets: u32,
+    /// Seconds before a failed reset is tried again; doubles with each failure.
+    #[arg(long, env = "BCD_REMEDIATE_BACKOFF", value_name = "SECONDS", default_value_t = 60)]
+    pub remediate_backoff: u64,
+    /// With --remediate: write this file while a GPU needs a reboot (one line per GPU), for a
+    /// reboot orchestrator such as kured (--reboot-sentinel); removed once none does, if bcd
+    /// made it. The package's choice: /run/bcd/reboot-required.
+    #[arg(long, env = "BCD_REBOOT_REQUIRED_FILE", value_name = "PATH")]
+    pub reboot_required_file: Option<std::path::PathBuf>,
     /// Apply this MIG layout of the layout file (--mig-config) at start, before the device
     /// plugins and the DRA driver offer anything; refused like bcd mig apply (the node then
     /// serves with the GPUs as found). Never applied again on its own.

@@ -11,6 +11,7 @@ pub mod helper;
 pub mod labels;
 pub mod mig;
 pub mod output;
+pub mod remediations;
 pub mod service;
 pub mod status;
 

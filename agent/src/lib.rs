@@ -20,6 +20,7 @@ pub mod labels;
 pub mod mig;
 pub mod node;
 pub mod plugin_socket;
+pub mod recovery;
 pub(crate) mod prometheus;
 pub mod runtime;
 pub mod smi;

@@ -70,6 +70,7 @@ fn main() -> ExitCode {
             Command::Vfio(cmd) => svc::vfio(&cli.global, cmd).await,
             Command::Vm(cmd) => svc::vm(&cli.global, cmd).await,
             Command::Mig(cmd) => commands::mig::mig(&cli.global, cmd).await,
+            Command::Remediations => commands::remediations::remediations(&cli.global).await,
             Command::Node(args) => svc::node(&cli.global, args).await,
             Command::Status(args) => commands::status::status(&cli.global, args).await,
             Command::GenerateDocs { dir } => commands::docs::generate(dir),

@@ -52,6 +52,12 @@ pub trait DeviceSource: Send + Sync + 'static {
     /// How many slots each GPU offers (0: none).
     fn gpu_slots(&self) -> u32;
 
+    /// Whether a GPU needs a reboot (the recovery loop found a reboot remedy or spent a
+    /// GPU's resets).
+    fn reboot_required(&self) -> bool {
+        false
+    }
+
     /// The MIG layout the node applied last and its state (`pending`, `success`,
     /// `failed`); `None` when none was.
     fn mig_layout(&self) -> Option<(String, &'static str)> {

@@ -353,6 +353,17 @@ fn node_config(global: &Global, args: &NodeArgs) -> NodeConfig {
         mig_config: crate::mig::config_path(global.mig_config.as_deref()),
         mig_layout: args.mig_layout.clone(),
         nvidia_cdi_spec: args.nvidia_cdi_spec.clone(),
+        // Without --remediate the other --remediate-* flags are ignored, not refused.
+        remediate: args
+            .remediate
+            .then(|| crate::node::remediate::RemediateConfig {
+                settings: crate::recovery::Settings {
+                    after_s: args.remediate_after,
+                    max_resets: args.remediate_max_resets,
+                    backoff_s: args.remediate_backoff,
+                },
+                reboot_required_file: args.reboot_required_file.clone(),
+            }),
     }
 }
 

@@ -31,6 +31,21 @@ fn report_of(answer: NodeStatus, socket: &std::path::Path) -> Option<StatusRepor
     if let Some(why) = answer.sampling.mig_memory {
         notes.push(why);
     }
+    // Below the GPU table: what the recovery loop does (bcd node --remediate).
+    for g in &answer.gpus {
+        let Some(r) = &g.remediation else { continue };
+        let gpu = g
+            .index
+            .map_or_else(|| g.uuid.to_string(), |i| format!("GPU {i} ({})", g.uuid));
+        if r.reboot_required {
+            notes.push(format!(
+                "{gpu}: reboot required: {}",
+                r.why.as_deref().unwrap_or("only a reboot will bring it back")
+            ));
+        } else if let Some(w) = &r.waiting_for {
+            notes.push(format!("{gpu}: a reset would clear it; waiting for {w}"));
+        }
+    }
     // Below the GPU table: the MIG layout (a failed one is among the problems already).
     if let Some(r) = answer
         .mig_layout

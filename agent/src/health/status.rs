@@ -84,6 +84,32 @@ pub struct GpuStatus {
     /// nor judge it, so its state is `unknown` and it weighs on no exit status.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub passed_through: bool,
+    /// Only a reboot will bring it back (`bcd node --remediate`): it is never reset again
+    /// this boot.
+    #[serde(default)]
+    pub reboot_required: bool,
+    /// What the recovery loop does for it now (`bcd node --remediate` only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub remediation: Option<RemediationView>,
+}
+
+/// One GPU's remediation as status shows it.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, serde::Deserialize)]
+pub struct RemediationView {
+    /// `healthy`, `settling`, `waiting`, `backoff`, `resetting`, `reboot-required` or
+    /// `operator` (no reset is known to help).
+    pub state: String,
+    /// What it waits for (`hold job-7 (operator)`), while it waits.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub waiting_for: Option<String>,
+    /// Resets tried this boot.
+    pub resets_used: u32,
+    /// Whether only a reboot will do.
+    #[serde(default)]
+    pub reboot_required: bool,
+    /// Why a reboot is required, or why a person must look.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub why: Option<String>,
 }
 
 /// `bcd status`'s result.
@@ -216,6 +242,8 @@ fn line(
         health,
         reasons,
         passed_through: false,
+        reboot_required: false,
+        remediation: None,
     }
 }
 

@@ -20,7 +20,7 @@ use serde::Serialize;
 
 use super::faults::PastBoot;
 use super::pcie::LinkWidth;
-use super::xid::{Effect, XidPolicy};
+use super::xid::{Effect, Remedy as Remedy_, XidPolicy};
 use super::{uncorrectable_volatile, Condition, ConditionKind};
 use crate::inventory::document::{Gpu, NvLinkRemote};
 use crate::smi::samples::GpuSample;
@@ -426,6 +426,78 @@ pub(crate) mod kind {
     pub(crate) const SWITCH_FATAL: ReasonKind = ReasonKind::NvSwitchFatal;
     /// The PCIe link trained below its maximum width.
     pub(crate) const PCIE_LINK: ReasonKind = ReasonKind::PcieLink;
+}
+
+/// What a GPU needs before it takes work again, as the recovery loop reads a verdict.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Remedy {
+    /// Nothing: it may take work (healthy or degraded).
+    None,
+    /// A reset clears every reason that makes it unhealthy.
+    Reset,
+    /// Only a reboot will do; the reason, in words.
+    Reboot(String),
+    /// A person must look: a reason no reset is known to clear (the fabric, row remapping, a
+    /// silent `nvidia-smi`, a kind bcd does not know); the reason, in words.
+    Operator(String),
+}
+
+/// The one rule of what a reset fixes, applied to a verdict: [`Remedy::Reset`] only when every
+/// reason that makes the GPU unhealthy is one a reset clears (an XID whose remedy in the
+/// catalog, with the node's overrides, is a reset; the driver's recovery action `Reset`,
+/// `Drain And Reset`, or a reset it says is required); any reason whose remedy is a reboot
+/// (Xid 79, the driver's `Reboot`, a GPU that fell off the bus) makes it [`Remedy::Reboot`];
+/// any other unhealthy reason, or an `unknown` verdict, [`Remedy::Operator`].
+pub fn remedy(verdict: &Verdict, policy: &XidPolicy) -> Remedy {
+    if verdict.healthy() {
+        return Remedy::None;
+    }
+    if verdict.health == HealthState::Unknown {
+        return Remedy::Operator("nothing answered for the GPU".to_owned());
+    }
+    let mut operator = None;
+    for r in verdict
+        .reasons
+        .iter()
+        .filter(|r| r.state == HealthState::Unhealthy)
+    {
+        let said = format!("{}: {}", r.kind, r.message);
+        match reason_remedy(r, policy) {
+            Some(true) => {}
+            Some(false) => return Remedy::Reboot(said),
+            None => {
+                operator.get_or_insert(said);
+            }
+        }
+    }
+    operator.map_or(Remedy::Reset, Remedy::Operator)
+}
+
+/// Whether a reset clears `r` (`Some(true)`), only a reboot does (`Some(false)`), or neither is
+/// known to (`None`).
+fn reason_remedy(r: &Reason, policy: &XidPolicy) -> Option<bool> {
+    match &r.kind {
+        ReasonKind::Condition(ConditionKind::Xid(n)) => match policy.judge(*n).remedy {
+            Remedy_::ResetGpu => Some(true),
+            Remedy_::RebootNode => Some(false),
+            _ => None,
+        },
+        ReasonKind::Condition(ConditionKind::FellOffTheBus) => Some(false),
+        ReasonKind::RecoveryAction => {
+            let m = r.message.to_ascii_lowercase();
+            if m.contains("reset is required") || m.contains("drain and reset") {
+                return Some(true);
+            }
+            let value = m.split('"').nth(1).unwrap_or("");
+            match value {
+                "reset" | "gpu reset" | "gpu_reset" | "drain and reset" | "drain_and_reset"
+                | "drain p2p and reset" => Some(true),
+                "reboot" | "node reboot" | "node_reboot" => Some(false),
+                _ => None,
+            }
+        }
+        _ => None,
+    }
 }
 
 /// The driver's recovery action in bcd's words: (message, action), `None` for no action.

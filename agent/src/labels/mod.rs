@@ -89,6 +89,8 @@ pub(crate) mod name {
     /// bcd's: the MIG layout the node applied last (`nvidia.com/mig.config` is the admin's
     /// key, which mig-manager watches: bcd never writes it).
     pub(crate) const MIG_CONFIG: &str = "bcd.dev/mig.config";
+    /// bcd's: `true` while a GPU needs a reboot (for a fleet's drain or reboot controller).
+    pub(crate) const REBOOT_REQUIRED: &str = "bcd.dev/reboot-required";
     /// mig-manager's state of the layout: `pending`, `success` or `failed`.
     pub(crate) const MIG_CONFIG_STATE: &str = "nvidia.com/mig.config.state";
 }
@@ -261,6 +263,8 @@ pub(crate) struct LabelConfig {
     pub gpu_slots: u32,
     /// The MIG layout applied last and its state word, when one was.
     pub mig_layout: Option<(String, &'static str)>,
+    /// A GPU needs a reboot (`bcd node --remediate`).
+    pub reboot_required: bool,
 }
 
 /// The host facts GFD labels that the inventory does not hold, read by
@@ -320,6 +324,9 @@ pub(crate) fn node_labels(
     mig_profiles(&gpus, &mut out);
     clique(&gpus, &mut out);
     bcd_labels(&gpus, verdicts, &mut out);
+    if config.reboot_required {
+        out.put(name::REBOOT_REQUIRED, true);
+    }
     if let Some((layout, state)) = &config.mig_layout {
         out.put(
             name::MIG_CONFIG,

@@ -328,6 +328,8 @@ pub enum Route<'a> {
     MigStatus,
     /// `POST /v1/mig`
     MigApply,
+    /// `GET /v1/remediations`
+    Remediations,
 }
 
 /// Routes a request: its [`Route`], or why not (a known path asked with another method, an
@@ -356,6 +358,7 @@ pub fn route<'a>(method: &str, path: &'a str) -> Result<Route<'a>, ApiError> {
         ("POST", "/v1/vm/destroy") => Ok(Route::VmDestroy),
         ("GET", "/v1/mig") => Ok(Route::MigStatus),
         ("POST", "/v1/mig") => Ok(Route::MigApply),
+        ("GET", "/v1/remediations") => Ok(Route::Remediations),
         (_, p) if is_known_path(p) => Err(ApiError::MethodNotAllowed {
             method: method.to_owned(),
             path: path.to_owned(),
@@ -410,6 +413,8 @@ pub enum ApiRequest {
     MigStatus,
     /// `POST /v1/mig`: apply a layout of the node's layout file.
     MigApply(String),
+    /// `GET /v1/remediations`: the recovery loop's record.
+    Remediations,
 }
 
 impl ApiRequest {
@@ -456,6 +461,7 @@ impl ApiRequest {
             Route::VmRestore => Self::VmRestore(field(passthrough()?.file, "file")?),
             Route::VmDestroy => Self::VmDestroy(field(passthrough()?.domain, "domain")?),
             Route::MigStatus => Self::MigStatus,
+            Route::Remediations => Self::Remediations,
             Route::MigApply => {
                 let asked: schema::MigRequest = body(request)?;
                 if asked.layout.is_empty() || asked.layout.len() > 256 {
@@ -473,7 +479,7 @@ impl ApiRequest {
 pub fn allowed_methods(path: &str) -> Option<&'static str> {
     let path = path.trim_end_matches('/');
     match path {
-        "/v1/status" | "/v1/inventory" | "/v1/conditions" => Some("GET"),
+        "/v1/status" | "/v1/inventory" | "/v1/conditions" | "/v1/remediations" => Some("GET"),
         "/v1/holds" | "/v1/mig" => Some("GET, POST"),
         p if is_known_path(p) && p.starts_with("/v1/holds/") => Some("DELETE"),
         p if is_known_path(p) => Some("POST"),
@@ -535,6 +541,7 @@ pub async fn answer(node: &Node, asked: ApiRequest) -> Result<Answer, ApiError> 
                 record: node.layouts().record(),
             },
         ),
+        ApiRequest::Remediations => typed(200, &remediations(node)),
         ApiRequest::MigApply(layout) => {
             let record = crate::node::mig_step::apply(node, &layout).await?;
             typed(200, &record)
@@ -554,6 +561,7 @@ fn is_known_path(path: &str) -> bool {
             | "/v1/gpus/reset"
             | "/v1/holds"
             | "/v1/mig"
+            | "/v1/remediations"
             | "/v1/vfio/bind"
             | "/v1/vfio/release"
             | "/v1/vm/start"
@@ -595,6 +603,14 @@ pub async fn status_document(node: &Node) -> schema::NodeStatus {
             NvmlState::Collected(&inventory),
             nvidia_smi_error.as_deref(),
         );
+    let mut gpus = gpus;
+    let recovery = node.recovery().view();
+    for g in &mut gpus {
+        if let Some(v) = recovery.get(&g.uuid) {
+            g.reboot_required = v.reboot_required;
+            g.remediation = Some(v.clone());
+        }
+    }
     let capabilities = if answered {
         vec!["nvml".to_owned()]
     } else {
@@ -668,7 +684,11 @@ async fn diag(node: &Node, asked: schema::DiagRequest) -> Answer {
     typed(200, &report)
 }
 
-async fn reset(
+/// `gpu.reset` of `gpus` as the API runs it: claimed, reset through the helper, judged.
+///
+/// # Errors
+/// [`ApiError::GpuBusy`] for a busy GPU, and the reset's other refusals.
+pub(crate) async fn reset(
     node: &Node,
     gpus: &[GpuUuid],
 ) -> Result<crate::health::reset::ResetReport, ApiError> {
@@ -696,6 +716,17 @@ async fn reset(
         || node.verdicts(),
     )
     .await?)
+}
+
+/// `GET /v1/remediations`.
+fn remediations(node: &Node) -> schema::Remediations {
+    let record = node.recovery().record().unwrap_or_default();
+    schema::Remediations {
+        enabled: node.config().remediate.is_some(),
+        boot_id: record.boot_id,
+        gpus: node.recovery().view(),
+        remediations: record.history,
+    }
 }
 
 async fn list_holds(node: &Node) -> Result<HoldList, ApiError> {

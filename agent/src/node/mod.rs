@@ -16,6 +16,7 @@ pub(crate) mod nvidia_cdi;
 pub(crate) mod open;
 pub(crate) mod otlp;
 pub(crate) mod readings;
+pub(crate) mod remediate;
 pub(crate) mod schema;
 pub(crate) mod service;
 pub mod shared;

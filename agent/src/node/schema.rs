@@ -175,6 +175,22 @@ pub struct ResetRequest {
     pub gpus: Vec<GpuUuid>,
 }
 
+/// `GET /v1/remediations`: the recovery loop's record.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Remediations {
+    /// Whether the node runs the loop (`bcd node --remediate`).
+    pub enabled: bool,
+    /// The boot the standings are for.
+    #[serde(default)]
+    pub boot_id: String,
+    /// Each GPU's remediation now.
+    #[serde(default)]
+    pub gpus: std::collections::BTreeMap<GpuUuid, crate::health::status::RemediationView>,
+    /// Every remediation kept, oldest first: GPU, reason, steps with times, result.
+    #[serde(default)]
+    pub remediations: Vec<crate::recovery::Remediation>,
+}
+
 /// `POST /v1/mig`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]

@@ -222,6 +222,12 @@ pub async fn run(config: NodeConfig, extra: Vec<NodeTask>) -> Result<(), NodeErr
     spawn_samples(&mut tasks, &node);
 
     spawn_nvidia_cdi(&mut tasks, &node);
+    if let Some(remediate) = config.remediate.clone() {
+        let loop_node = node.clone();
+        tasks.spawn("the recovery loop", async move {
+            crate::node::remediate::run(&loop_node, remediate).await;
+        });
+    }
 
     let in_flight = Arc::new(RwLock::new(()));
     spawn_api(&mut tasks, &node, api_listener, in_flight.clone());

@@ -142,6 +142,8 @@ pub struct NodeConfig {
     /// NVIDIA's CDI spec the helper regenerates when the driver or the GPUs change
     /// (`--nvidia-cdi-spec`); off when `None`.
     pub nvidia_cdi_spec: Option<PathBuf>,
+    /// The recovery loop (`--remediate`); off when `None`.
+    pub remediate: Option<crate::node::remediate::RemediateConfig>,
 }
 
 /// The latest collection.
@@ -235,6 +237,8 @@ pub struct Node {
     layouts: crate::mig::Layouts,
     /// NVIDIA's CDI spec: its stamp and the last regeneration's outcome.
     nvidia_cdi: crate::cdi::nvidia::Refresher,
+    /// The recovery loop's view (empty without `--remediate`).
+    recovery: crate::node::remediate::Recovery,
 }
 
 impl Node {
@@ -312,7 +316,21 @@ impl Node {
             host_name,
             layouts: crate::mig::Layouts::default(),
             nvidia_cdi: crate::cdi::nvidia::Refresher::default(),
+            recovery: crate::node::remediate::Recovery::default(),
         }
+    }
+
+    /// The recovery loop's view.
+    pub(crate) fn recovery(&self) -> &crate::node::remediate::Recovery {
+        &self.recovery
+    }
+
+    /// This boot's id, as read at start (`unknown` when unreadable).
+    pub(crate) fn boot_id(&self) -> String {
+        self.vms_file
+            .lock()
+            .map(|b| b.clone())
+            .unwrap_or_else(|_| "unknown".to_owned())
     }
 
     /// Each collection's inventory, from now on.
@@ -827,6 +845,7 @@ impl Node {
             host_name: self.host_name.as_deref(),
         };
         let mut text = metrics::render(&view);
+        text.push_str(&self.recovery.metrics_text());
         for report in self.reports() {
             text.push_str(&report.metrics_text());
         }
@@ -867,6 +886,10 @@ impl DeviceSource for Node {
 
     fn gpu_slots(&self) -> u32 {
         self.config.gpu_slots
+    }
+
+    fn reboot_required(&self) -> bool {
+        self.recovery.reboot_required()
     }
 
     fn mig_layout(&self) -> Option<(String, &'static str)> {
@@ -949,6 +972,7 @@ pub(crate) fn test_node_on(dir: &std::path::Path, host: Host) -> Node {
         mig_config: dir.join("mig-config.yaml"),
         mig_layout: None,
         nvidia_cdi_spec: None,
+        remediate: None,
     };
     let helper = Arc::new(crate::helper_client::SocketHelper::new(
         dir.join("no-helper.sock"),

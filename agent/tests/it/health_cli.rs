@@ -650,6 +650,7 @@ async fn node_statuses(host: bcd::sys::host::Host, dir: &Path) -> Judged {
         mig_config: dir.join("mig-config.yaml"),
         mig_layout: None,
         nvidia_cdi_spec: None,
+        remediate: None,
     };
     let helper = std::sync::Arc::new(bcd::helper_client::SocketHelper::new(
         dir.join("no-helper.sock"),

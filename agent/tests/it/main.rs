@@ -39,6 +39,7 @@ mod prometheus;
 mod qx_never_panics;
 mod real_captures;
 mod real_qx;
+mod recovery;
 mod smi_never_panics;
 mod snapshot;
 mod units;
