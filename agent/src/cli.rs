@@ -461,13 +461,28 @@ pub struct NodeArgs {
     pub remediate: bool,
     /// Seconds a GPU's reset-worthy verdict must stand before the loop acts (a burst of XIDs
     /// is one remediation).
-    #[arg(long, env = "BCD_REMEDIATE_AFTER", value_name = "SECONDS", default_value_t = 30)]
+    #[arg(
+        long,
+        env = "BCD_REMEDIATE_AFTER",
+        value_name = "SECONDS",
+        default_value_t = 30
+    )]
     pub remediate_after: u64,
     /// Resets per GPU per boot, never replenished; then the GPU is reboot-required.
-    #[arg(long, env = "BCD_REMEDIATE_MAX_RESETS", value_name = "N", default_value_t = 3)]
+    #[arg(
+        long,
+        env = "BCD_REMEDIATE_MAX_RESETS",
+        value_name = "N",
+        default_value_t = 3
+    )]
     pub remediate_max_resets: u32,
     /// Seconds before a failed reset is tried again; doubles with each failure.
-    #[arg(long, env = "BCD_REMEDIATE_BACKOFF", value_name = "SECONDS", default_value_t = 60)]
+    #[arg(
+        long,
+        env = "BCD_REMEDIATE_BACKOFF",
+        value_name = "SECONDS",
+        default_value_t = 60
+    )]
     pub remediate_backoff: u64,
     /// With --remediate: write this file while a GPU needs a reboot (one line per GPU), for a
     /// reboot orchestrator such as kured (--reboot-sentinel); removed once none does, if bcd

@@ -52,10 +52,10 @@ pub trait DeviceSource: Send + Sync + 'static {
     /// How many slots each GPU offers (0: none).
     fn gpu_slots(&self) -> u32;
 
-    /// Whether a GPU needs a reboot (the recovery loop found a reboot remedy or spent a
-    /// GPU's resets).
-    fn reboot_required(&self) -> bool {
-        false
+    /// The GPUs that need a reboot (the recovery loop found a reboot remedy or spent their
+    /// resets); empty without `bcd node --remediate`.
+    fn reboot_required(&self) -> Vec<GpuUuid> {
+        Vec::new()
     }
 
     /// The MIG layout the node applied last and its state (`pending`, `success`,

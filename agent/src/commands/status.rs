@@ -40,7 +40,9 @@ fn report_of(answer: NodeStatus, socket: &std::path::Path) -> Option<StatusRepor
         if r.reboot_required {
             notes.push(format!(
                 "{gpu}: reboot required: {}",
-                r.why.as_deref().unwrap_or("only a reboot will bring it back")
+                r.why
+                    .as_deref()
+                    .unwrap_or("only a reboot will bring it back")
             ));
         } else if let Some(w) = &r.waiting_for {
             notes.push(format!("{gpu}: a reset would clear it; waiting for {w}"));

@@ -14,6 +14,9 @@
 //! server being away never stops the node: `status` says so, and the loop catches up when
 //! it answers again.
 
+use std::collections::BTreeMap;
+
+use bcd_protocol::GpuUuid;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -206,12 +209,16 @@ pub async fn desired_now<S: DeviceSource>(
     let all = all_devices(node, config).await;
     let topology = node.topology().await;
     let holds = node.holds_now().await;
-    let verdicts = node
+    let mut verdicts: BTreeMap<GpuUuid, Option<String>> = node
         .verdicts()
         .await
         .into_iter()
         .map(|(uuid, v)| (uuid, why_not(&v)))
         .collect();
+    // A GPU only a reboot brings back says so in its taint's value.
+    for uuid in node.reboot_required() {
+        verdicts.insert(uuid, Some("reboot-required".to_owned()));
+    }
     let claimed = node.claimed();
     let now = devices::Situation {
         topology: &topology,

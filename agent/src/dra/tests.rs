@@ -1129,3 +1129,29 @@ async fn a_claim_spec_no_hold_has_is_removed_by_the_pass() {
     );
     assert!(other.exists(), "nothing else is touched");
 }
+
+// What broke: a GPU only a reboot brings back was tainted with its last XID, which reads as
+// "a reset may help"; the taint's value says reboot-required.
+#[tokio::test]
+async fn a_gpu_that_needs_a_reboot_is_tainted_reboot_required() {
+    let rig = Rig::new();
+    rig.source.judge(GPU0, unhealthy());
+    rig.source
+        .reboot
+        .lock()
+        .unwrap()
+        .push(GPU0.parse().unwrap());
+    let features = super::devices::Features {
+        taints: true,
+        shares: false,
+    };
+    let slices = super::controller::desired_now(rig.source.as_ref(), &rig.config, features).await;
+    let values: Vec<String> = slices
+        .iter()
+        .flatten()
+        .flat_map(|d| d.taints.iter())
+        .filter(|t| t.key == "gpu.bcd.dev/unhealthy")
+        .filter_map(|t| t.value.clone())
+        .collect();
+    assert!(values.contains(&"reboot-required".to_owned()), "{slices:?}");
+}

@@ -490,7 +490,11 @@ fn reason_remedy(r: &Reason, policy: &XidPolicy) -> Option<bool> {
             }
             let value = m.split('"').nth(1).unwrap_or("");
             match value {
-                "reset" | "gpu reset" | "gpu_reset" | "drain and reset" | "drain_and_reset"
+                "reset"
+                | "gpu reset"
+                | "gpu_reset"
+                | "drain and reset"
+                | "drain_and_reset"
                 | "drain p2p and reset" => Some(true),
                 "reboot" | "node reboot" | "node_reboot" => Some(false),
                 _ => None,
@@ -849,6 +853,56 @@ pub(crate) const THROTTLED_ACTION: &str =
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    // What broke: nothing said which unhealthy GPUs a reset fixes; the recovery loop may act
+    // only where every unhealthy reason is one a reset clears.
+    #[test]
+    fn a_verdict_is_a_reset_only_when_every_unhealthy_reason_is_one_a_reset_clears() {
+        let policy = XidPolicy::default();
+        let r = |kind: ReasonKind, message: &str, state| {
+            reason(state, kind, message.into(), String::new())
+        };
+        let v = |reasons: Vec<Reason>| Verdict::of(reasons);
+        let xid = |n| ReasonKind::Condition(ConditionKind::Xid(n));
+        let u = HealthState::Unhealthy;
+        assert_eq!(remedy(&v(vec![]), &policy), Remedy::None);
+        assert_eq!(remedy(&v(vec![r(xid(48), "x", u)]), &policy), Remedy::Reset);
+        assert_eq!(
+            remedy(
+                &v(vec![
+                    r(xid(48), "x", u),
+                    r(kind::THROTTLED, "hot", HealthState::Degraded)
+                ]),
+                &policy
+            ),
+            Remedy::Reset,
+            "a degraded reason does not keep a reset from happening"
+        );
+        assert!(matches!(
+            remedy(&v(vec![r(xid(48), "x", u), r(xid(79), "y", u)]), &policy),
+            Remedy::Reboot(_)
+        ));
+        assert!(matches!(
+            remedy(
+                &v(vec![r(xid(48), "x", u), r(kind::FABRIC, "f", u)]),
+                &policy
+            ),
+            Remedy::Operator(_)
+        ));
+        let action = |value: &str| {
+            let (m, _) = recovery_action(value, "GPU-x").unwrap();
+            remedy(&v(vec![r(kind::RECOVERY_ACTION, &m, u)]), &policy)
+        };
+        assert_eq!(action("GPU Reset"), Remedy::Reset);
+        assert_eq!(action("Drain And Reset"), Remedy::Reset);
+        assert!(matches!(action("Node Reboot"), Remedy::Reboot(_)));
+        assert!(matches!(action("Drain P2P"), Remedy::Operator(_)));
+        let unknown = Verdict {
+            health: HealthState::Unknown,
+            reasons: vec![],
+        };
+        assert!(matches!(remedy(&unknown, &policy), Remedy::Operator(_)));
+    }
 
     // The reason kind became an enum; its spelling in status, diag and the JSON documents is
     // the one the strings had, and every spelling reads back as the same kind.

@@ -30,6 +30,8 @@ pub(crate) struct FakeSource {
     holds: tokio::sync::Mutex<Holds>,
     verdicts: Mutex<BTreeMap<GpuUuid, Verdict>>,
     pub(crate) claimed: Mutex<Vec<DeviceId>>,
+    /// The GPUs the test says need a reboot.
+    pub(crate) reboot: Mutex<Vec<GpuUuid>>,
     cdi_dir: PathBuf,
     pods: Mutex<Vec<PodAllocation>>,
     devices: watch::Sender<u64>,
@@ -80,6 +82,7 @@ impl FakeSource {
                     .collect(),
             ),
             claimed: Mutex::new(Vec::new()),
+            reboot: Mutex::new(Vec::new()),
             cdi_dir,
             pods: Mutex::new(Vec::new()),
             devices: watch::channel(0).0,
@@ -112,6 +115,10 @@ impl FakeSource {
 }
 
 impl DeviceSource for FakeSource {
+    fn reboot_required(&self) -> Vec<GpuUuid> {
+        self.reboot.lock().unwrap().clone()
+    }
+
     async fn inventory(&self) -> Inventory {
         self.inventory.lock().unwrap().clone()
     }

@@ -90,7 +90,7 @@ pub async fn keep_feature_file<S: DeviceSource>(
                 let config = LabelConfig {
                     gpu_slots: source.gpu_slots(),
                     mig_layout: source.mig_layout(),
-                    reboot_required: source.reboot_required(),
+                    reboot_required: !source.reboot_required().is_empty(),
                 };
                 let fresh = node_labels(&inventory, &verdicts, &HostFacts::read(&host), &config);
                 let answered = nvidia_smi_answered(&inventory);

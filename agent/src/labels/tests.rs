@@ -589,3 +589,27 @@ proptest::proptest! {
         proptest::prop_assert!(labels.get(name::MACHINE).is_some());
     }
 }
+
+// What broke: a reboot orchestrator had no label to select nodes whose GPU only a reboot
+// brings back, and the node's MIG layout was in no label.
+#[test]
+fn reboot_required_and_the_mig_layout_are_labelled_only_when_so() {
+    let inv = inventory(vec![gpu(0, "NVIDIA A100-SXM4-80GB")]);
+    let plain = labels_of(&inv);
+    assert_eq!(plain.get(name::REBOOT_REQUIRED), None);
+    assert_eq!(plain.get(name::MIG_CONFIG), None);
+    let labels = node_labels(
+        &inv,
+        &BTreeMap::new(),
+        &HostFacts::default(),
+        &LabelConfig {
+            reboot_required: true,
+            mig_layout: Some(("all 3g.40gb".into(), "failed")),
+            ..LabelConfig::default()
+        },
+    );
+    assert_eq!(labels.get(name::REBOOT_REQUIRED), Some("true"));
+    assert_eq!(labels.get(name::MIG_CONFIG), Some("all-3g.40gb"));
+    assert_eq!(labels.get(name::MIG_CONFIG_STATE), Some("failed"));
+    assert_eq!(labels.get("nvidia.com/mig.config"), None);
+}

@@ -60,11 +60,6 @@ impl Recovery {
         self.view.lock().map(|v| v.clone()).unwrap_or_default()
     }
 
-    /// Whether any GPU needs a reboot.
-    pub fn reboot_required(&self) -> bool {
-        self.view().values().any(|v| v.reboot_required)
-    }
-
     /// The record as last written (`None` before the loop's first pass).
     pub fn record(&self) -> Option<Record> {
         self.record.lock().ok().and_then(|r| r.clone())
@@ -138,7 +133,11 @@ async fn what_uses(node: &Node, uuid: &GpuUuid) -> Option<String> {
         }
     }
     let samples = node.samples_now().await;
-    match samples.iter().find(|s| &s.uuid == uuid).map(|s| s.compute_processes) {
+    match samples
+        .iter()
+        .find(|s| &s.uuid == uuid)
+        .map(|s| s.compute_processes)
+    {
         Some(Some(0)) => None,
         Some(Some(n)) => Some(format!("{n} compute process(es)")),
         // No count (the query failed or no sample yet): no proof that nothing runs there.
@@ -221,7 +220,9 @@ async fn pass(node: &Node, config: &RemediateConfig, record: &mut Record) {
                 to_reset = Some((uuid.clone(), reason.clone()));
             }
             Decision::RebootRequired { why } if standing.reboot_required.is_none() => {
-                tracing::error!("GPU {uuid}: a reboot is required: {why}; bcd resets it no more this boot");
+                tracing::error!(
+                    "GPU {uuid}: a reboot is required: {why}; bcd resets it no more this boot"
+                );
                 if standing.open.is_none() {
                     record.open(uuid, &reason, standing.since.unwrap_or(now));
                 }
@@ -379,9 +380,9 @@ async fn reset_one(
                 at.saturating_sub(since)
             );
             record.close(uuid, at, "recovered");
+            // The backoff stays: a GPU that keeps raising XIDs is reset no faster than it.
             if let Some(s) = record.gpus.get_mut(uuid) {
                 s.since = None;
-                s.next_try_at = 0;
             }
             if let Ok(mut t) = node.recovery().totals.lock() {
                 t.recovered += 1;
@@ -446,8 +447,6 @@ fn reboot_file(node: &Node, config: &RemediateConfig, record: &mut Record) {
                 save(node, record);
             }
         }
-        Err(e) => node.problem(format!(
-            "the reboot-required file cannot be written: {e}"
-        )),
+        Err(e) => node.problem(format!("the reboot-required file cannot be written: {e}")),
     }
 }

@@ -888,8 +888,13 @@ impl DeviceSource for Node {
         self.config.gpu_slots
     }
 
-    fn reboot_required(&self) -> bool {
-        self.recovery.reboot_required()
+    fn reboot_required(&self) -> Vec<GpuUuid> {
+        self.recovery
+            .view()
+            .into_iter()
+            .filter(|(_, v)| v.reboot_required)
+            .map(|(u, _)| u)
+            .collect()
     }
 
     fn mig_layout(&self) -> Option<(String, &'static str)> {

@@ -128,8 +128,8 @@ impl Record {
     /// # Errors
     /// A record that cannot be read (set aside when it does not parse).
     pub fn load(data_dir: &Path, boot_id: &str) -> Result<Self, StateError> {
-        let mut r = state::load_versioned::<Record>(&data_dir.join(FILE), VERSION)?
-            .unwrap_or_default();
+        let mut r =
+            state::load_versioned::<Record>(&data_dir.join(FILE), VERSION)?.unwrap_or_default();
         if r.boot_id != boot_id {
             r.gpus.clear();
             r.boot_id = boot_id.to_owned();
@@ -307,7 +307,10 @@ mod tests {
         );
         assert_eq!(d(None, &standing(0, Some(NOW - 30), 0)), Decision::Reset);
         assert_eq!(
-            d(Some("hold job-7 (operator)"), &standing(0, Some(NOW - 30), 0)),
+            d(
+                Some("hold job-7 (operator)"),
+                &standing(0, Some(NOW - 30), 0)
+            ),
             Decision::Wait {
                 for_what: "hold job-7 (operator)".into()
             }
@@ -327,7 +330,13 @@ mod tests {
             Decision::RebootRequired { .. }
         ));
         assert!(matches!(
-            decide(&Remedy::Reboot("Xid79".into()), None, &Standing::default(), &s, NOW),
+            decide(
+                &Remedy::Reboot("Xid79".into()),
+                None,
+                &Standing::default(),
+                &s,
+                NOW
+            ),
             Decision::RebootRequired { .. }
         ));
         // Once required, healthy-looking verdicts do not undo it this boot.
@@ -340,7 +349,13 @@ mod tests {
             Decision::RebootRequired { .. }
         ));
         assert!(matches!(
-            decide(&Remedy::Operator("Fabric".into()), None, &Standing::default(), &s, NOW),
+            decide(
+                &Remedy::Operator("Fabric".into()),
+                None,
+                &Standing::default(),
+                &s,
+                NOW
+            ),
             Decision::Operator { .. }
         ));
     }
@@ -351,10 +366,7 @@ mod tests {
             backoff_s: 60,
             ..Settings::default()
         };
-        assert_eq!(
-            [1, 2, 3, 4].map(|n| backoff(&s, n)),
-            [60, 120, 240, 480]
-        );
+        assert_eq!([1, 2, 3, 4].map(|n| backoff(&s, n)), [60, 120, 240, 480]);
         assert_eq!(backoff(&s, 60), 24 * 3600);
     }
 

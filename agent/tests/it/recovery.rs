@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
-use crate::common::processes::{api, helper_args, wait_for, NodeSandbox, Reaped, H100};
+use crate::common::processes::{api, free_port, helper_args, wait_for, NodeSandbox, Reaped, H100};
 
 const GPU1_BUS: &str = "0000:2a:00";
 const GPU2_BUS: &str = "0000:3a:00";
@@ -41,7 +41,9 @@ impl RecoveryNode {
                 .unwrap(),
         );
         let sock = sandbox.helper_sock.clone();
-        wait_for("the helper socket", Duration::from_secs(10), || sock.exists());
+        wait_for("the helper socket", Duration::from_secs(10), || {
+            sock.exists()
+        });
         let mut me = Self {
             dir,
             sandbox,
@@ -162,7 +164,13 @@ fn with_remediate_off_an_xid_48_changes_nothing() {
 #[test]
 fn an_idle_gpu_is_reset_and_offered_again_and_a_held_one_waits_for_its_hold() {
     let Some(node) = RecoveryNode::start(
-        &["--remediate", "--remediate-after", "1", "--remediate-backoff", "1"],
+        &[
+            "--remediate",
+            "--remediate-after",
+            "1",
+            "--remediate-backoff",
+            "1",
+        ],
         |_| {},
     ) else {
         return;
@@ -195,10 +203,7 @@ fn an_idle_gpu_is_reset_and_offered_again_and_a_held_one_waits_for_its_hold() {
         .output()
         .unwrap();
     let text = String::from_utf8_lossy(&text.stdout);
-    assert!(
-        text.contains("waiting for hold job-7 (operator)"),
-        "{text}"
-    );
+    assert!(text.contains("waiting for hold job-7 (operator)"), "{text}");
     // The hold is released by its operator: then, and only then, the reset.
     api(sock, "DELETE", "/v1/holds/job-7", None).unwrap();
     node.wait("GPU 2 reset and healthy", Duration::from_secs(30), || {
@@ -229,8 +234,11 @@ fn a_failing_reset_stops_at_its_budget_and_xid_79_is_never_reset() {
     let tmp = tempfile::tempdir().unwrap();
     let sentinel = tmp.path().join("reboot-required");
     let sentinel_arg = sentinel.display().to_string();
+    let metrics = free_port();
     let Some(mut node) = RecoveryNode::start(
         &[
+            "--metrics-listen",
+            &metrics,
             "--remediate",
             "--remediate-after",
             "1",
@@ -275,6 +283,28 @@ fn a_failing_reset_stops_at_its_budget_and_xid_79_is_never_reset() {
     let r = api(&node.sandbox.api_sock, "GET", "/v1/remediations", None).unwrap();
     let steps = r["remediations"].to_string();
     assert!(steps.contains("In use by another client"), "{steps}");
-    let metrics = node.gpu(H100[1]);
-    assert_eq!(metrics["health"], "unhealthy");
+    assert_eq!(node.gpu(H100[1])["health"], "unhealthy");
+    let scraped = scrape(&metrics);
+    assert!(
+        scraped.contains(&format!(
+            "bcd_gpu_reboot_required{{uuid=\"{}\"}} 1",
+            H100[1]
+        )),
+        "{scraped}"
+    );
+    assert!(
+        scraped.contains("bcd_remediations_total{result=\"reboot-required\"} "),
+        "{scraped}"
+    );
+}
+
+fn scrape(addr: &str) -> String {
+    use std::io::Read;
+    let mut stream = std::net::TcpStream::connect(addr).unwrap();
+    stream
+        .write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        .unwrap();
+    let mut text = String::new();
+    stream.read_to_string(&mut text).unwrap();
+    text
 }
