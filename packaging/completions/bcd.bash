@@ -49,6 +49,9 @@ _bcd() {
             bcd,node)
                 cmd="bcd__subcmd__node"
                 ;;
+            bcd,remediations)
+                cmd="bcd__subcmd__remediations"
+                ;;
             bcd,status)
                 cmd="bcd__subcmd__status"
                 ;;
@@ -114,6 +117,9 @@ _bcd() {
                 ;;
             bcd__subcmd__help,node)
                 cmd="bcd__subcmd__help__subcmd__node"
+                ;;
+            bcd__subcmd__help,remediations)
+                cmd="bcd__subcmd__help__subcmd__remediations"
                 ;;
             bcd__subcmd__help,status)
                 cmd="bcd__subcmd__help__subcmd__status"
@@ -275,7 +281,7 @@ _bcd() {
 
     case "${cmd}" in
         bcd)
-            opts="-h -V --host --host-root --nvidia-smi --data-dir --cdi-dir --helper-socket --api-socket --mig-config --json --color --log-format --xid-ignore --xid-unhealthy --help --version helper hardware doctor cdi gpu hold vfio vm mig node status generate-docs diag help"
+            opts="-h -V --host --host-root --nvidia-smi --data-dir --cdi-dir --helper-socket --api-socket --mig-config --json --color --log-format --xid-ignore --xid-unhealthy --help --version helper hardware doctor cdi gpu hold vfio vm remediations mig node status generate-docs diag help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 1 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -945,7 +951,7 @@ _bcd() {
             return 0
             ;;
         bcd__subcmd__help)
-            opts="helper hardware doctor cdi gpu hold vfio vm mig node status generate-docs diag help"
+            opts="helper hardware doctor cdi gpu hold vfio vm remediations mig node status generate-docs diag help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -1225,6 +1231,20 @@ _bcd() {
             return 0
             ;;
         bcd__subcmd__help__subcmd__node)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        bcd__subcmd__help__subcmd__remediations)
             opts=""
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
@@ -2153,7 +2173,7 @@ _bcd() {
             return 0
             ;;
         bcd__subcmd__node)
-            opts="-h -V --metrics-listen --otlp-endpoint --sample-interval --api-group --gpu-slots --metrics-compat --mig-layout --nvidia-cdi-spec --device-plugin-dir --pod-resources-socket --kubernetes-release-grace --runtime-dir --nfd-features-dir --dra --kubelet-dir --cdi-runtime-dir --kubeconfig --node-name --host --host-root --nvidia-smi --data-dir --cdi-dir --helper-socket --api-socket --mig-config --json --color --log-format --xid-ignore --xid-unhealthy --help --version"
+            opts="-h -V --metrics-listen --otlp-endpoint --sample-interval --api-group --gpu-slots --metrics-compat --remediate --remediate-after --remediate-max-resets --remediate-backoff --reboot-required-file --mig-layout --nvidia-cdi-spec --device-plugin-dir --pod-resources-socket --kubernetes-release-grace --runtime-dir --nfd-features-dir --dra --kubelet-dir --cdi-runtime-dir --kubeconfig --node-name --host --host-root --nvidia-smi --data-dir --cdi-dir --helper-socket --api-socket --mig-config --json --color --log-format --xid-ignore --xid-unhealthy --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -2181,6 +2201,22 @@ _bcd() {
                     ;;
                 --metrics-compat)
                     COMPREPLY=($(compgen -W "dcgm dcgm-legacy" -- "${cur}"))
+                    return 0
+                    ;;
+                --remediate-after)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --remediate-max-resets)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --remediate-backoff)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --reboot-required-file)
+                    COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
                 --mig-layout)
@@ -2227,6 +2263,68 @@ _bcd() {
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
+                --host)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --host-root)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --nvidia-smi)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --data-dir)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --cdi-dir)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --helper-socket)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --api-socket)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --mig-config)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --color)
+                    COMPREPLY=($(compgen -W "auto always never" -- "${cur}"))
+                    return 0
+                    ;;
+                --log-format)
+                    COMPREPLY=($(compgen -W "text json" -- "${cur}"))
+                    return 0
+                    ;;
+                --xid-ignore)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --xid-unhealthy)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        bcd__subcmd__remediations)
+            opts="-h -V --host --host-root --nvidia-smi --data-dir --cdi-dir --helper-socket --api-socket --mig-config --json --color --log-format --xid-ignore --xid-unhealthy --help --version"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
                 --host)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
