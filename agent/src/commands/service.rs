@@ -354,16 +354,14 @@ fn node_config(global: &Global, args: &NodeArgs) -> NodeConfig {
         mig_layout: args.mig_layout.clone(),
         nvidia_cdi_spec: args.nvidia_cdi_spec.clone(),
         // Without --remediate the other --remediate-* flags are ignored, not refused.
-        remediate: args
-            .remediate
-            .then(|| crate::node::remediate::RemediateConfig {
-                settings: crate::recovery::Settings {
-                    after_s: args.remediate_after,
-                    max_resets: args.remediate_max_resets,
-                    backoff_s: args.remediate_backoff,
-                },
-                reboot_required_file: args.reboot_required_file.clone(),
-            }),
+        remediate: args.remediate.then(|| crate::recovery::RemediateConfig {
+            settings: crate::recovery::Settings {
+                after_s: args.remediate_after,
+                max_resets: args.remediate_max_resets,
+                backoff_s: args.remediate_backoff,
+            },
+            reboot_required_file: args.reboot_required_file.clone(),
+        }),
     }
 }
 

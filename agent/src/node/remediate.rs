@@ -12,8 +12,6 @@
 //! hold.
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
-use std::sync::Mutex;
 use std::time::Duration;
 
 use bcd_protocol::GpuUuid;
@@ -24,80 +22,10 @@ use crate::device::id::DeviceId;
 use crate::device::policy::Busy;
 use crate::health::status::RemediationView;
 use crate::health::verdict::{remedy, Remedy};
-use crate::recovery::{backoff, decide, Decision, Record, Settings};
+use crate::recovery::{backoff, decide, Decision, Record, RemediateConfig};
 
 /// How often the loop looks at the GPUs.
 pub const PASS: Duration = Duration::from_secs(1);
-
-/// `--remediate*` and `--reboot-required-file`, as the node was started with.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RemediateConfig {
-    pub settings: Settings,
-    /// Written while a GPU is reboot-required (for kured's `--reboot-sentinel`).
-    pub reboot_required_file: Option<PathBuf>,
-}
-
-/// What the loop shows: each GPU's remediation now, and the counts for the metrics.
-#[derive(Debug, Default)]
-pub struct Recovery {
-    view: Mutex<BTreeMap<GpuUuid, RemediationView>>,
-    totals: Mutex<Totals>,
-    record: Mutex<Option<Record>>,
-}
-
-#[derive(Debug, Default, Clone)]
-struct Totals {
-    recovered: u64,
-    failed: u64,
-    reboot_required: u64,
-    /// Seconds from the verdict to the recovery, of the last one.
-    last_recovery_s: Option<u64>,
-}
-
-impl Recovery {
-    /// Each GPU's remediation now (empty without `--remediate`).
-    pub fn view(&self) -> BTreeMap<GpuUuid, RemediationView> {
-        self.view.lock().map(|v| v.clone()).unwrap_or_default()
-    }
-
-    /// The record as last written (`None` before the loop's first pass).
-    pub fn record(&self) -> Option<Record> {
-        self.record.lock().ok().and_then(|r| r.clone())
-    }
-
-    /// The loop's metrics, in Prometheus' text format.
-    pub fn metrics_text(&self) -> String {
-        let view = self.view();
-        if view.is_empty() {
-            return String::new();
-        }
-        let t = self.totals.lock().map(|t| t.clone()).unwrap_or_default();
-        let mut out = String::from(
-            "# HELP bcd_gpu_reboot_required Whether only a reboot will bring the GPU back (bcd node --remediate).\n# TYPE bcd_gpu_reboot_required gauge\n",
-        );
-        for (uuid, v) in &view {
-            out.push_str(&format!(
-                "bcd_gpu_reboot_required{{uuid=\"{uuid}\"}} {}\n",
-                u8::from(v.reboot_required)
-            ));
-        }
-        out.push_str("# HELP bcd_remediations_total Remediations ended, by result.\n# TYPE bcd_remediations_total counter\n");
-        for (result, n) in [
-            ("recovered", t.recovered),
-            ("failed", t.failed),
-            ("reboot-required", t.reboot_required),
-        ] {
-            out.push_str(&format!(
-                "bcd_remediations_total{{result=\"{result}\"}} {n}\n"
-            ));
-        }
-        if let Some(s) = t.last_recovery_s {
-            out.push_str("# HELP bcd_remediation_last_recovery_seconds Seconds from the verdict to the GPU offered again, of the last recovery.\n# TYPE bcd_remediation_last_recovery_seconds gauge\n");
-            out.push_str(&format!("bcd_remediation_last_recovery_seconds {s}\n"));
-        }
-        out
-    }
-}
 
 /// What uses `uuid` now, in words (`hold job-7 (operator)`, `VM`, `2 compute process(es)`,
 /// `a step of the node's`, `a pending MIG mode change`); `None` when nothing does.
@@ -231,9 +159,7 @@ async fn pass(node: &Node, config: &RemediateConfig, record: &mut Record) {
                 if let Some(s) = record.gpus.get_mut(uuid) {
                     s.reboot_required = Some(why.clone());
                 }
-                if let Ok(mut t) = node.recovery().totals.lock() {
-                    t.reboot_required += 1;
-                }
+                node.recovery().count("reboot-required", None);
                 changed = true;
             }
             Decision::Wait { for_what } => {
@@ -279,15 +205,8 @@ async fn pass(node: &Node, config: &RemediateConfig, record: &mut Record) {
 }
 
 fn publish(node: &Node, view: BTreeMap<GpuUuid, RemediationView>, record: &Record) {
-    let recovery = node.recovery();
-    let changed = recovery.view.lock().is_ok_and(|mut v| {
-        let changed = *v != view;
-        *v = view;
-        changed
-    });
-    if let Ok(mut r) = recovery.record.lock() {
-        *r = Some(record.clone());
-    }
+    let changed = node.recovery().set_view(view);
+    node.recovery().set_record(record);
     if changed {
         node.touch_devices();
     }
@@ -297,9 +216,7 @@ fn save(node: &Node, record: &Record) {
     if let Err(e) = record.save(&node.config().data_dir) {
         node.problem(format!("the remediation record cannot be written: {e}"));
     }
-    if let Ok(mut r) = node.recovery().record.lock() {
-        *r = Some(record.clone());
-    }
+    node.recovery().set_record(record);
 }
 
 /// Resets `uuid`: the try counted and written first, then the claimed reset, then the
@@ -384,17 +301,13 @@ async fn reset_one(
             if let Some(s) = record.gpus.get_mut(uuid) {
                 s.since = None;
             }
-            if let Ok(mut t) = node.recovery().totals.lock() {
-                t.recovered += 1;
-                t.last_recovery_s = Some(at.saturating_sub(since));
-            }
+            node.recovery()
+                .count("recovered", Some(at.saturating_sub(since)));
         }
         Some(why) => {
             tracing::error!("GPU {uuid}: {why}");
             record.step(uuid, at, why);
-            if let Ok(mut t) = node.recovery().totals.lock() {
-                t.failed += 1;
-            }
+            node.recovery().count("failed", None);
         }
     }
 }

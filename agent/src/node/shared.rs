@@ -143,7 +143,7 @@ pub struct NodeConfig {
     /// (`--nvidia-cdi-spec`); off when `None`.
     pub nvidia_cdi_spec: Option<PathBuf>,
     /// The recovery loop (`--remediate`); off when `None`.
-    pub remediate: Option<crate::node::remediate::RemediateConfig>,
+    pub remediate: Option<crate::recovery::RemediateConfig>,
 }
 
 /// The latest collection.
@@ -238,7 +238,7 @@ pub struct Node {
     /// NVIDIA's CDI spec: its stamp and the last regeneration's outcome.
     nvidia_cdi: crate::cdi::nvidia::Refresher,
     /// The recovery loop's view (empty without `--remediate`).
-    recovery: crate::node::remediate::Recovery,
+    recovery: crate::recovery::Recovery,
 }
 
 impl Node {
@@ -316,12 +316,12 @@ impl Node {
             host_name,
             layouts: crate::mig::Layouts::default(),
             nvidia_cdi: crate::cdi::nvidia::Refresher::default(),
-            recovery: crate::node::remediate::Recovery::default(),
+            recovery: crate::recovery::Recovery::default(),
         }
     }
 
     /// The recovery loop's view.
-    pub(crate) fn recovery(&self) -> &crate::node::remediate::Recovery {
+    pub(crate) fn recovery(&self) -> &crate::recovery::Recovery {
         &self.recovery
     }
 

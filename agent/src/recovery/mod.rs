@@ -5,7 +5,7 @@
 //! restart neither repeats a reset that was done nor forgets how many were used.
 //!
 //! The node's task (`crate::node::remediate`) carries the decisions out: one reset at a time,
-//! through the same claimed reset as `bcd gpu reset`.
+//! through the same claimed reset as `bcd gpu reset`; what it shows is kept in [`Recovery`].
 //!
 //! Rules:
 //! - a GPU is reset only when every reason that makes it unhealthy is one a reset clears, the
@@ -18,11 +18,13 @@
 //!   replenished) are used up, is reboot-required: never reset again this boot.
 
 use std::collections::BTreeMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
 
 use bcd_protocol::GpuUuid;
 use serde::{Deserialize, Serialize};
 
+use crate::health::status::RemediationView;
 use crate::health::verdict::Remedy;
 use crate::state::{self, StateError};
 
@@ -188,6 +190,109 @@ impl Record {
             r.result = Some(result.to_owned());
             r.finished_at = Some(at);
         }
+    }
+}
+
+/// `--remediate*` and `--reboot-required-file`, as the node was started with.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RemediateConfig {
+    pub settings: Settings,
+    /// Written while a GPU is reboot-required (for kured's `--reboot-sentinel`).
+    pub reboot_required_file: Option<PathBuf>,
+}
+
+/// What the loop shows (status, metrics, labels, the DRA slice, `/v1/remediations`): each
+/// GPU's remediation now, the counts, the record as last written. The node keeps it; the
+/// loop (`crate::node::remediate`) fills it.
+#[derive(Debug, Default)]
+pub struct Recovery {
+    view: Mutex<BTreeMap<GpuUuid, RemediationView>>,
+    totals: Mutex<Totals>,
+    record: Mutex<Option<Record>>,
+}
+
+#[derive(Debug, Default, Clone)]
+struct Totals {
+    recovered: u64,
+    failed: u64,
+    reboot_required: u64,
+    /// Seconds from the verdict to the recovery, of the last one.
+    last_recovery_s: Option<u64>,
+}
+
+impl Recovery {
+    /// Each GPU's remediation now (empty without `--remediate`).
+    pub fn view(&self) -> BTreeMap<GpuUuid, RemediationView> {
+        self.view.lock().map(|v| v.clone()).unwrap_or_default()
+    }
+
+    /// The record as last written (`None` before the loop's first pass).
+    pub fn record(&self) -> Option<Record> {
+        self.record.lock().ok().and_then(|r| r.clone())
+    }
+
+    /// Replaces each GPU's remediation; answers whether anything changed.
+    pub fn set_view(&self, view: BTreeMap<GpuUuid, RemediationView>) -> bool {
+        self.view.lock().is_ok_and(|mut v| {
+            let changed = *v != view;
+            *v = view;
+            changed
+        })
+    }
+
+    /// Keeps the record as last written.
+    pub fn set_record(&self, record: &Record) {
+        if let Ok(mut r) = self.record.lock() {
+            *r = Some(record.clone());
+        }
+    }
+
+    /// Counts a remediation ended with `result` (`recovered` with the seconds from its
+    /// verdict, `failed`, `reboot-required`).
+    pub fn count(&self, result: &str, seconds: Option<u64>) {
+        if let Ok(mut t) = self.totals.lock() {
+            match result {
+                "recovered" => {
+                    t.recovered += 1;
+                    t.last_recovery_s = seconds;
+                }
+                "failed" => t.failed += 1,
+                _ => t.reboot_required += 1,
+            }
+        }
+    }
+
+    /// The loop's metrics, in Prometheus' text format.
+    pub fn metrics_text(&self) -> String {
+        let view = self.view();
+        if view.is_empty() {
+            return String::new();
+        }
+        let t = self.totals.lock().map(|t| t.clone()).unwrap_or_default();
+        let mut out = String::from(
+            "# HELP bcd_gpu_reboot_required Whether only a reboot will bring the GPU back (bcd node --remediate).\n# TYPE bcd_gpu_reboot_required gauge\n",
+        );
+        for (uuid, v) in &view {
+            out.push_str(&format!(
+                "bcd_gpu_reboot_required{{uuid=\"{uuid}\"}} {}\n",
+                u8::from(v.reboot_required)
+            ));
+        }
+        out.push_str("# HELP bcd_remediations_total Remediations ended, by result.\n# TYPE bcd_remediations_total counter\n");
+        for (result, n) in [
+            ("recovered", t.recovered),
+            ("failed", t.failed),
+            ("reboot-required", t.reboot_required),
+        ] {
+            out.push_str(&format!(
+                "bcd_remediations_total{{result=\"{result}\"}} {n}\n"
+            ));
+        }
+        if let Some(s) = t.last_recovery_s {
+            out.push_str("# HELP bcd_remediation_last_recovery_seconds Seconds from the verdict to the GPU offered again, of the last recovery.\n# TYPE bcd_remediation_last_recovery_seconds gauge\n");
+            out.push_str(&format!("bcd_remediation_last_recovery_seconds {s}\n"));
+        }
+        out
     }
 }
 
