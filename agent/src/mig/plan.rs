@@ -148,63 +148,77 @@ impl Plan {
     }
 }
 
-/// Why a layout is refused before anything runs. `Display` is the operator's sentence.
+/// Why a layout is refused before anything runs: where (the file, the layout's line and
+/// name) and what. `Display` is the operator's sentence.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum PlanError {
-    #[error("{file}, line {line}: layout {layout} names GPU index {index}, which nvidia-smi does not list now")]
-    NoSuchIndex {
-        file: PathBuf,
-        line: usize,
-        layout: String,
-        index: u32,
-    },
-    #[error("{file}, line {line}: layout {layout} names GPU {index} ({uuid}) in two blocks; name each GPU once")]
-    TwoBlocks {
-        file: PathBuf,
-        line: usize,
-        layout: String,
-        index: u32,
-        uuid: GpuUuid,
-    },
-    #[error("{file}, line {line}: layout {layout} names GPU {index} ({model}, {uuid}), which has no MIG mode")]
-    NoMig {
-        file: PathBuf,
-        line: usize,
-        layout: String,
-        index: u32,
-        model: String,
-        uuid: GpuUuid,
-    },
-    #[error("{file}, line {line}: layout {layout} asks GPU {index} ({model}, {uuid}) for profile {profile}, which it does not offer (it offers: {offered})")]
+#[error("{file}, line {line}: layout {layout} {problem}")]
+pub struct PlanError {
+    pub file: PathBuf,
+    pub line: usize,
+    pub layout: String,
+    pub problem: Problem,
+}
+
+/// A GPU as a refusal names it: `0 (NVIDIA A100-SXM4-80GB, GPU-...)`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NamedGpu {
+    pub index: u32,
+    pub model: String,
+    pub uuid: GpuUuid,
+}
+
+impl std::fmt::Display for NamedGpu {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} ({}, {})", self.index, self.model, self.uuid)
+    }
+}
+
+/// What a layout asks that cannot be done.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Problem {
+    #[error("names GPU index {0}, which nvidia-smi does not list now")]
+    NoSuchIndex(u32),
+    #[error("names GPU {0} in two blocks; name each GPU once")]
+    TwoBlocks(NamedGpu),
+    #[error("names GPU {0}, which has no MIG mode")]
+    NoMig(NamedGpu),
+    #[error(
+        "asks GPU {gpu} for profile {profile}, which it does not offer (it offers: {offered})"
+    )]
     UnknownProfile {
-        file: PathBuf,
-        line: usize,
-        layout: String,
-        index: u32,
-        model: String,
-        uuid: GpuUuid,
+        gpu: NamedGpu,
         profile: String,
         offered: String,
     },
-    #[error(
-        "{file}, line {line}: layout {layout} does not fit GPU {index} ({model}, {uuid}): {why}"
-    )]
-    DoesNotFit {
-        file: PathBuf,
-        line: usize,
-        layout: String,
-        index: u32,
-        model: String,
-        uuid: GpuUuid,
-        why: String,
-    },
+    #[error("does not fit GPU {gpu}: {why}")]
+    DoesNotFit { gpu: NamedGpu, why: String },
 }
 
-/// Where a refusal is said: the file, the layout's line and name, the GPU.
+/// Where a refusal is said: the file and the layout.
 struct At<'a> {
     file: &'a PathBuf,
     layout: &'a Layout,
-    gpu: &'a GpuNow,
+}
+
+impl At<'_> {
+    fn refuse(&self, problem: Problem) -> Box<PlanError> {
+        Box::new(PlanError {
+            file: self.file.clone(),
+            line: self.layout.line,
+            layout: self.layout.name.clone(),
+            problem,
+        })
+    }
+}
+
+impl GpuNow {
+    fn named(&self) -> NamedGpu {
+        NamedGpu {
+            index: self.index,
+            model: self.model.clone(),
+            uuid: self.uuid.clone(),
+        }
+    }
 }
 
 /// Plans layout `name` of `file` for `gpus` (every GPU nvidia-smi lists now).
@@ -215,6 +229,10 @@ struct At<'a> {
 /// named twice, a GPU without MIG, a profile it does not offer, counts that do not fit.
 pub fn plan(file: &LayoutFile, name: &str, gpus: &[GpuNow]) -> Result<Plan, super::MigError> {
     let layout = file.layout(name)?;
+    let at = At {
+        file: &file.path,
+        layout,
+    };
     let mut named: BTreeMap<u32, (usize, Wanted)> = BTreeMap::new();
     for (n, block) in layout.blocks.iter().enumerate() {
         let picked: Vec<&GpuNow> = match &block.devices {
@@ -222,14 +240,11 @@ pub fn plan(file: &LayoutFile, name: &str, gpus: &[GpuNow]) -> Result<Plan, supe
             Devices::Indices(list) => {
                 let mut out = Vec::with_capacity(list.len());
                 for i in list {
-                    out.push(gpus.iter().find(|g| g.index == *i).ok_or_else(|| {
-                        PlanError::NoSuchIndex {
-                            file: file.path.clone(),
-                            line: layout.line,
-                            layout: layout.name.clone(),
-                            index: *i,
-                        }
-                    })?);
+                    out.push(
+                        gpus.iter()
+                            .find(|g| g.index == *i)
+                            .ok_or_else(|| at.refuse(Problem::NoSuchIndex(*i)))?,
+                    );
                 }
                 out
             }
@@ -247,14 +262,7 @@ pub fn plan(file: &LayoutFile, name: &str, gpus: &[GpuNow]) -> Result<Plan, supe
                 instances: block.mig_devices.clone(),
             };
             if named.insert(gpu.index, (n, wanted)).is_some() {
-                return Err(PlanError::TwoBlocks {
-                    file: file.path.clone(),
-                    line: layout.line,
-                    layout: layout.name.clone(),
-                    index: gpu.index,
-                    uuid: gpu.uuid.clone(),
-                }
-                .into());
+                return Err(at.refuse(Problem::TwoBlocks(gpu.named())).into());
             }
         }
     }
@@ -262,11 +270,6 @@ pub fn plan(file: &LayoutFile, name: &str, gpus: &[GpuNow]) -> Result<Plan, supe
     for (index, (_, wanted)) in named {
         let Some(gpu) = gpus.iter().find(|g| g.index == index) else {
             continue;
-        };
-        let at = At {
-            file: &file.path,
-            layout,
-            gpu,
         };
         out.push(plan_gpu(&at, gpu, wanted)?);
     }
@@ -279,14 +282,7 @@ pub fn plan(file: &LayoutFile, name: &str, gpus: &[GpuNow]) -> Result<Plan, supe
 
 fn plan_gpu(at: &At<'_>, gpu: &GpuNow, wanted: Wanted) -> Result<GpuPlan, Box<PlanError>> {
     if !gpu.mig_capable && (wanted.mig_enabled || gpu.mig_enabled) {
-        return Err(Box::new(PlanError::NoMig {
-            file: at.file.clone(),
-            line: at.layout.line,
-            layout: at.layout.name.clone(),
-            index: gpu.index,
-            model: gpu.model.clone(),
-            uuid: gpu.uuid.clone(),
-        }));
+        return Err(at.refuse(Problem::NoMig(gpu.named())));
     }
     let mut steps = Vec::new();
     let mut checked_after_mode_change = false;
@@ -299,7 +295,7 @@ fn plan_gpu(at: &At<'_>, gpu: &GpuNow, wanted: Wanted) -> Result<GpuPlan, Box<Pl
         }
     } else {
         let order = match &gpu.offer {
-            Some(offer) => Some(fit(at, offer, &wanted.instances)?),
+            Some(offer) => Some(fit(at, gpu, offer, &wanted.instances)?),
             None => {
                 checked_after_mode_change = true;
                 None
@@ -362,29 +358,20 @@ fn by_size(offer: Option<&Offer>, wanted: &BTreeMap<String, u32>) -> Vec<String>
 /// Checks that `wanted` fits an empty GPU offering `offer`, and answers the creation order.
 fn fit(
     at: &At<'_>,
+    gpu: &GpuNow,
     offer: &Offer,
     wanted: &BTreeMap<String, u32>,
 ) -> Result<Vec<String>, Box<PlanError>> {
     let refuse = |why: String| {
-        Box::new(PlanError::DoesNotFit {
-            file: at.file.clone(),
-            line: at.layout.line,
-            layout: at.layout.name.clone(),
-            index: at.gpu.index,
-            model: at.gpu.model.clone(),
-            uuid: at.gpu.uuid.clone(),
+        at.refuse(Problem::DoesNotFit {
+            gpu: gpu.named(),
             why,
         })
     };
     for (name, count) in wanted {
         let Some(p) = offer.find(name) else {
-            return Err(Box::new(PlanError::UnknownProfile {
-                file: at.file.clone(),
-                line: at.layout.line,
-                layout: at.layout.name.clone(),
-                index: at.gpu.index,
-                model: at.gpu.model.clone(),
-                uuid: at.gpu.uuid.clone(),
+            return Err(at.refuse(Problem::UnknownProfile {
+                gpu: gpu.named(),
                 profile: name.clone(),
                 offered: offer.names(),
             }));
